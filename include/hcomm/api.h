@@ -1,0 +1,15 @@
+/**
+ * @file api.h
+ * @brief Umbrella header: includes every public hcomm header.
+ */
+#ifndef HCOMM_C_API_H_
+#define HCOMM_C_API_H_
+
+#include "hcomm/core.h"
+#include "hcomm/domain.h"
+#include "hcomm/tp.h"
+#include "hcomm/pp.h"
+#include "hcomm/moe.h"
+#include "hcomm/dp.h"
+
+#endif /* HCOMM_C_API_H_ */

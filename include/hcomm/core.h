@@ -1,0 +1,171 @@
+/**
+ * @file core.h
+ * @brief hcomm core: result codes, errors, dtypes, tensor descriptors, communicators
+ *        (groups) and launching a world of ranks.
+ *
+ * Every public function returns ::hcomm_result_t. On failure it also records a
+ * per-thread message naming the function, the argument and its bad value; read it
+ * with hcomm_last_error(). Strings returned by hcomm_strerror() and hcomm_last_error()
+ * are the only non-result returns in the API.
+ */
+#ifndef HCOMM_C_CORE_H_
+#define HCOMM_C_CORE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HCOMM_C_BUILDING) && defined(__GNUC__)
+#define HCOMM_API __attribute__((visibility("default")))
+#else
+#define HCOMM_API
+#endif
+
+/** X-macro table of result codes: (name, value, text). One table makes the enum,
+ *  hcomm_strerror() and hcomm_result_name() so they never drift apart. */
+#define HCOMM_RESULT_TABLE(X)                                                                      \
+    X(HCOMM_OK, 0, "success")                                                                      \
+    X(HCOMM_ERR_NULL, 1, "a required pointer argument is NULL")                                    \
+    X(HCOMM_ERR_INVALID_ARG, 2, "an argument has an invalid value")                                \
+    X(HCOMM_ERR_DTYPE, 3, "unsupported or mismatched dtype")                                       \
+    X(HCOMM_ERR_SHAPE, 4, "invalid or mismatched tensor shape")                                    \
+    X(HCOMM_ERR_GROUP, 5, "wrong group, or rank not a member of the group")                        \
+    X(HCOMM_ERR_MISMATCH, 6, "peers disagree (message size, shape, dtype or call)")                \
+    X(HCOMM_ERR_STATE, 7, "call not valid in the current state")                                   \
+    X(HCOMM_ERR_NOMEM, 8, "out of memory")                                                         \
+    X(HCOMM_ERR_BACKEND, 9, "the backend failed or is not available")                              \
+    X(HCOMM_ERR_TIMEOUT, 10, "timed out waiting for peers")                                        \
+    X(HCOMM_ERR_ABORTED, 11, "aborted because another rank failed")                                \
+    X(HCOMM_ERR_UNSUPPORTED, 12, "not supported by this build or backend")                         \
+    X(HCOMM_ERR_IO, 13, "input/output error")                                                      \
+    X(HCOMM_ERR_INTERNAL, 14, "internal error")
+
+/** Result of every hcomm call; HCOMM_OK (0) is success. */
+typedef enum hcomm_result {
+#define HCOMM_C_RESULT_ENUM_(name, value, text) name = value,
+    HCOMM_RESULT_TABLE(HCOMM_C_RESULT_ENUM_)
+#undef HCOMM_C_RESULT_ENUM_
+        HCOMM_RESULT_COUNT
+} hcomm_result_t;
+
+/** Text of a result code; never NULL ("unknown result" for out-of-range values). Thread-safe. */
+HCOMM_API const char *hcomm_strerror(hcomm_result_t r);
+/** Name of a result code, e.g. "HCOMM_ERR_SHAPE". Thread-safe. */
+HCOMM_API const char *hcomm_result_name(hcomm_result_t r);
+/** Message of the last failed hcomm call on this thread ("" if none), e.g.
+ *  "hcomm_tp_all_gather: dim=2 out of range for ndim=2". Valid until the next failing
+ *  call on the same thread. Thread-safe (per-thread storage). */
+HCOMM_API const char *hcomm_last_error(void);
+
+/** Element types. Sizes in bytes: f32 4, f64 8, f16 2, bf16 2, i8 1, u8 1, i32 4, i64 8. */
+typedef enum hcomm_dtype {
+    HCOMM_F32 = 0,
+    HCOMM_F64,
+    HCOMM_F16,
+    HCOMM_BF16,
+    HCOMM_I8,
+    HCOMM_U8,
+    HCOMM_I32,
+    HCOMM_I64,
+    HCOMM_DTYPE_COUNT
+} hcomm_dtype_t;
+
+/** Reduction operators. AVG is SUM divided by the group size (integer division, truncating
+ *  toward zero, for integer dtypes). f16/bf16 are reduced in f32 and rounded once per step. */
+typedef enum hcomm_op {
+    HCOMM_SUM = 0,
+    HCOMM_PROD,
+    HCOMM_MAX,
+    HCOMM_MIN,
+    HCOMM_AVG,
+    HCOMM_OP_COUNT
+} hcomm_op_t;
+
+/** Most dims a tensor descriptor holds. */
+#define HCOMM_MAX_DIMS 8
+
+/** A contiguous row-major tensor in host memory. hcomm never owns @c data.
+ *  Elements = product of shape[0..ndim-1] (1 for ndim 0, a scalar); any extent may be 0. */
+typedef struct hcomm_tensor {
+    void *data;                      /**< first element; may be NULL only if it has 0 elements */
+    hcomm_dtype_t dtype;             /**< element type */
+    int ndim;                        /**< 0..HCOMM_MAX_DIMS */
+    int64_t shape[HCOMM_MAX_DIMS];   /**< extents, outermost first; each >= 0 */
+} hcomm_tensor_t;
+
+/** Size of one element of @p dtype in bytes, in @p *bytes. Errors: HCOMM_ERR_NULL,
+ *  HCOMM_ERR_DTYPE. Thread-safe. */
+HCOMM_API hcomm_result_t hcomm_dtype_size(hcomm_dtype_t dtype, size_t *bytes);
+/** Name ("f32", "bf16", ...) of @p dtype in @p *name. Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE. */
+HCOMM_API hcomm_result_t hcomm_dtype_name(hcomm_dtype_t dtype, const char **name);
+/** Fills @p t as a tensor over @p data with @p ndim extents from @p shape.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE (ndim out of 0..8, negative extent). */
+HCOMM_API hcomm_result_t hcomm_tensor_init(hcomm_tensor_t *t, void *data, hcomm_dtype_t dtype,
+                                           int ndim, const int64_t *shape);
+/** Number of elements of @p t in @p *count. Errors: HCOMM_ERR_NULL, HCOMM_ERR_SHAPE. */
+HCOMM_API hcomm_result_t hcomm_tensor_numel(const hcomm_tensor_t *t, size_t *count);
+
+/** A communicator: an ordered group of ranks with its own message space. Opaque. */
+typedef struct hcomm_comm hcomm_comm_t;
+
+/** This rank's index in @p comm (0..size-1). Errors: HCOMM_ERR_NULL. Thread-safe. */
+HCOMM_API hcomm_result_t hcomm_comm_rank(const hcomm_comm_t *comm, int *rank);
+/** Number of ranks in @p comm. Errors: HCOMM_ERR_NULL. Thread-safe. */
+HCOMM_API hcomm_result_t hcomm_comm_size(const hcomm_comm_t *comm, int *size);
+/** Members of @p comm as world ranks, in member order, into @p ranks[0..cap-1].
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (cap < size). Thread-safe. */
+HCOMM_API hcomm_result_t hcomm_comm_members(const hcomm_comm_t *comm, int *ranks, int cap);
+/** Name of the backend @p comm runs on ("local" or "mpi"). Errors: HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_comm_backend(const hcomm_comm_t *comm, const char **name);
+
+/** Splits @p comm like MPI_Comm_split: ranks with equal @p color form one new communicator,
+ *  ordered by (@p key, old rank). color < 0 gives *out = NULL. Collective: every rank of
+ *  @p comm must call it. Errors: HCOMM_ERR_NULL, HCOMM_ERR_BACKEND, HCOMM_ERR_NOMEM. */
+HCOMM_API hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key,
+                                          hcomm_comm_t **out);
+/** Frees @p comm (NULL is a no-op). Collective over @p comm. Not for the world communicator
+ *  handed to a rank function. Errors: HCOMM_ERR_STATE (world communicator). */
+HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
+/** Blocks until every rank of @p comm has called it. Collective. Errors: HCOMM_ERR_NULL,
+ *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
+HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
+
+/** All-reduce of @p count elements (not bytes) of @p dtype from @p sendbuf into @p recvbuf on
+ *  every rank; sendbuf == recvbuf is in place. Collective over @p comm; all ranks pass the
+ *  same count, dtype and op. Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG,
+ *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. Thread-safe for distinct comms. */
+HCOMM_API hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, hcomm_dtype_t dtype, hcomm_op_t op);
+/** Broadcast of @p bytes bytes at @p buf from rank @p root (rank in @p comm) to all ranks.
+ *  Collective. Errors: as hcomm_all_reduce, HCOMM_ERR_INVALID_ARG for a bad root. */
+HCOMM_API hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root);
+/** All-gather: each rank contributes @p bytes bytes; @p recvbuf gets size*bytes bytes, rank
+ *  r's block at offset r*bytes. Collective. Errors: as hcomm_all_reduce. */
+HCOMM_API hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t bytes);
+
+/** A rank's body: called once per rank with that rank's world communicator. */
+typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
+
+/** Runs @p fn on every rank of a new world and returns when all have returned.
+ *
+ *  @p backend: "local" (ranks are @p nranks threads of this process, sharing memory), "mpi"
+ *  (this process is one rank of the job mpirun/srun started; @p nranks must be 0 or equal
+ *  the MPI world size; MPI is initialized if needed and finalized at exit), or NULL to read
+ *  the environment variable HCOMM_BACKEND (default "local").
+ *  Returns HCOMM_OK if every rank returned HCOMM_OK, else the first failure. When a rank
+ *  fails, ranks waiting on it get HCOMM_ERR_ABORTED (local) instead of hanging; any wait
+ *  longer than HCOMM_TIMEOUT seconds (env, default 300) fails with HCOMM_ERR_TIMEOUT.
+ *  Called by the program's main thread, once per world; worlds can be launched repeatedly.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (unknown backend, nranks < 1 or > 4096 for
+ *  local, nranks != MPI size), HCOMM_ERR_UNSUPPORTED (built without MPI), HCOMM_ERR_BACKEND. */
+HCOMM_API hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
+                                      void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HCOMM_C_CORE_H_ */

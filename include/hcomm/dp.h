@@ -1,0 +1,31 @@
+/**
+ * @file dp.h
+ * @brief Data-parallel gradient reduction over many buffers in one call, bucketed
+ *        (as PyTorch DDP, Li et al. 2020, "PyTorch Distributed").
+ */
+#ifndef HCOMM_C_DP_H_
+#define HCOMM_C_DP_H_
+
+#include "hcomm/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Default bucket size in bytes (25 MiB, as DDP). */
+#define HCOMM_DP_BUCKET_BYTES_DEFAULT (25u << 20)
+
+/** All-reduces @p n gradient tensors in place over @p dp_group with @p op (HCOMM_SUM or
+ *  HCOMM_AVG). Tensors may differ in size and dtype; those of one dtype are packed into
+ *  buckets of at most @p bucket_bytes bytes (0 = default), one all_reduce per bucket, in the
+ *  order given. Collective: every member passes the same list of shapes and dtypes.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (n < 0, op not SUM/AVG), HCOMM_ERR_DTYPE,
+ *  HCOMM_ERR_SHAPE, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND.
+ *  Thread-safe for distinct groups. */
+HCOMM_API hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t *grads,
+                                                   int n, hcomm_op_t op, size_t bucket_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HCOMM_C_DP_H_ */

@@ -1,0 +1,43 @@
+/**
+ * @file pp.h
+ * @brief Pipeline-parallel point-to-point: activations forward, gradients backward.
+ *
+ * Peers are ranks in @p group (normally the PP group, where rank i is stage i; see
+ * hcomm_ctx_pp_neighbors()). Each message carries the tensor's dtype and shape; the receiver's
+ * descriptor must match exactly, or the call fails with HCOMM_ERR_MISMATCH after draining the
+ * message (nothing is left queued). Messages between one pair with one tag arrive in the
+ * order sent; tags separate streams (0 <= tag <= HCOMM_PP_TAG_MAX).
+ * Errors (all): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (peer out of range or self, tag out of
+ * range), HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE, HCOMM_ERR_MISMATCH, HCOMM_ERR_TIMEOUT,
+ * HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. Thread-safe for distinct groups.
+ */
+#ifndef HCOMM_C_PP_H_
+#define HCOMM_C_PP_H_
+
+#include "hcomm/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Largest tag the PP calls take (MPI guarantees tags up to 32767; hcomm keeps the top for
+ *  its own header). */
+#define HCOMM_PP_TAG_MAX 16383
+
+/** Sends @p t to rank @p peer of @p group. Called by the sender only; may return before the
+ *  receiver posts its receive (eager). */
+HCOMM_API hcomm_result_t hcomm_pp_send(hcomm_comm_t *group, const hcomm_tensor_t *t, int peer,
+                                       int tag);
+/** Receives into @p t (its dtype and shape are the expected ones) from rank @p peer. */
+HCOMM_API hcomm_result_t hcomm_pp_recv(hcomm_comm_t *group, hcomm_tensor_t *t, int peer, int tag);
+/** Sends @p send to @p send_peer and receives @p recv from @p recv_peer at once; cannot
+ *  deadlock whatever order the peers call it in. Either side may be skipped with a NULL tensor
+ *  or a peer of -1. */
+HCOMM_API hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *send,
+                                            int send_peer, hcomm_tensor_t *recv, int recv_peer,
+                                            int tag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HCOMM_C_PP_H_ */

@@ -1,0 +1,204 @@
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtype_info[HCOMM_DTYPE_COUNT] = {
+    [HCOMM_F32] = {"f32", 4}, [HCOMM_F64] = {"f64", 8}, [HCOMM_F16] = {"f16", 2},
+    [HCOMM_BF16] = {"bf16", 2}, [HCOMM_I8] = {"i8", 1}, [HCOMM_U8] = {"u8", 1},
+    [HCOMM_I32] = {"i32", 4}, [HCOMM_I64] = {"i64", 8},
+};
+
+bool hcomm__dtype_valid(hcomm_dtype_t dt) {
+    return (unsigned)dt < HCOMM_DTYPE_COUNT;
+}
+
+bool hcomm__op_valid(hcomm_op_t op) {
+    return (unsigned)op < HCOMM_OP_COUNT;
+}
+
+size_t hcomm__dtype_size(hcomm_dtype_t dt) {
+    return hcomm__dtype_valid(dt) ? dtype_info[dt].size : 0;
+}
+
+hcomm_result_t hcomm_dtype_size(hcomm_dtype_t dtype, size_t *bytes) {
+    HCOMM__CHECK_NULL(bytes);
+    if (!hcomm__dtype_valid(dtype))
+        return hcomm__err(HCOMM_ERR_DTYPE, __func__, "dtype=%d is not a valid hcomm_dtype_t",
+                          (int)dtype);
+    *bytes = dtype_info[dtype].size;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_dtype_name(hcomm_dtype_t dtype, const char **name) {
+    HCOMM__CHECK_NULL(name);
+    if (!hcomm__dtype_valid(dtype))
+        return hcomm__err(HCOMM_ERR_DTYPE, __func__, "dtype=%d is not a valid hcomm_dtype_t",
+                          (int)dtype);
+    *name = dtype_info[dtype].name;
+    return HCOMM_OK;
+}
+
+/* --- half precision: bit-exact conversions, round to nearest even --- */
+
+float hcomm__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    float f;
+    if (exp == 0)
+        f = ldexpf((float)man, -24); /* zero or subnormal */
+    else if (exp == 31)
+        f = man ? NAN : INFINITY;
+    else
+        f = ldexpf((float)(man | 0x400u), (int)exp - 25);
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    bits |= sign;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t hcomm__f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    float a = fabsf(f);
+    if (isnan(f))
+        return (uint16_t)(sign | 0x7e00u);
+    if (a >= 65520.0f) /* rounds to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 6.103515625e-05f) { /* subnormal range: quantum 2^-24 */
+        float q = nearbyintf(a * 16777216.0f);
+        return (uint16_t)(sign | (uint16_t)q);
+    }
+    int e;
+    float m = frexpf(a, &e);              /* a = m * 2^e, m in [0.5, 1) */
+    float q = nearbyintf(m * 2048.0f);    /* 11 significant bits */
+    if (q >= 2048.0f) {
+        q /= 2.0f;
+        e++;
+    }
+    uint16_t exp = (uint16_t)(e - 1 + 15);
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | (uint16_t)(exp << 10) | ((uint16_t)q & 0x3ffu));
+}
+
+float hcomm__bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t hcomm__f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if (isnan(f))
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* --- reduction kernels --- */
+
+#define HCOMM__APPLY(a, b, op)                                                                     \
+    ((op) == HCOMM_PROD ? (a) * (b)                                                                \
+     : (op) == HCOMM_MAX ? ((a) > (b) ? (a) : (b))                                                 \
+     : (op) == HCOMM_MIN ? ((a) < (b) ? (a) : (b))                                                 \
+                         : (a) + (b))
+
+#define HCOMM__REDUCE_NATIVE(T)                                                                    \
+    static void reduce_##T(T *d, const T *s, size_t n, hcomm_op_t op) {                            \
+        for (size_t i = 0; i < n; i++)                                                             \
+            d[i] = (T)HCOMM__APPLY(d[i], s[i], op);                                                \
+    }
+HCOMM__REDUCE_NATIVE(float)
+HCOMM__REDUCE_NATIVE(double)
+HCOMM__REDUCE_NATIVE(int8_t)
+HCOMM__REDUCE_NATIVE(uint8_t)
+
+/* Wide signed integers sum and multiply in unsigned arithmetic: wrap-around, not UB. */
+#define HCOMM__REDUCE_WRAP(T, U)                                                                   \
+    static void reduce_##T(T *d, const T *s, size_t n, hcomm_op_t op) {                            \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            if (op == HCOMM_SUM || op == HCOMM_PROD)                                               \
+                d[i] = (T)(op == HCOMM_SUM ? (U)d[i] + (U)s[i] : (U)d[i] * (U)s[i]);               \
+            else                                                                                   \
+                d[i] = HCOMM__APPLY(d[i], s[i], op);                                               \
+        }                                                                                          \
+    }
+HCOMM__REDUCE_WRAP(int32_t, uint32_t)
+HCOMM__REDUCE_WRAP(int64_t, uint64_t)
+
+static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, hcomm_op_t op, bool bf) {
+    for (size_t i = 0; i < n; i++) {
+        float a = bf ? hcomm__bf16_to_f32(d[i]) : hcomm__f16_to_f32(d[i]);
+        float b = bf ? hcomm__bf16_to_f32(s[i]) : hcomm__f16_to_f32(s[i]);
+        float r = HCOMM__APPLY(a, b, op);
+        d[i] = bf ? hcomm__f32_to_bf16(r) : hcomm__f32_to_f16(r);
+    }
+}
+
+void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+    switch (dt) {
+    case HCOMM_F32: reduce_float(dst, src, n, op); break;
+    case HCOMM_F64: reduce_double(dst, src, n, op); break;
+    case HCOMM_F16: reduce_half(dst, src, n, op, false); break;
+    case HCOMM_BF16: reduce_half(dst, src, n, op, true); break;
+    case HCOMM_I8: reduce_int8_t(dst, src, n, op); break;
+    case HCOMM_U8: reduce_uint8_t(dst, src, n, op); break;
+    case HCOMM_I32: reduce_int32_t(dst, src, n, op); break;
+    case HCOMM_I64: reduce_int64_t(dst, src, n, op); break;
+    default: break;
+    }
+}
+
+#define HCOMM__DIV(T)                                                                              \
+    static void div_##T(T *b, size_t n, int k) {                                                   \
+        for (size_t i = 0; i < n; i++)                                                             \
+            b[i] = (T)(b[i] / (T)k);                                                               \
+    }
+HCOMM__DIV(float)
+HCOMM__DIV(double)
+HCOMM__DIV(int8_t)
+HCOMM__DIV(uint8_t)
+HCOMM__DIV(int32_t)
+HCOMM__DIV(int64_t)
+
+static void div_half(uint16_t *b, size_t n, int k, bool bf) {
+    for (size_t i = 0; i < n; i++) {
+        float v = (bf ? hcomm__bf16_to_f32(b[i]) : hcomm__f16_to_f32(b[i])) / (float)k;
+        b[i] = bf ? hcomm__f32_to_bf16(v) : hcomm__f32_to_f16(v);
+    }
+}
+
+void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
+    switch (dt) {
+    case HCOMM_F32: div_float(buf, n, k); break;
+    case HCOMM_F64: div_double(buf, n, k); break;
+    case HCOMM_F16: div_half(buf, n, k, false); break;
+    case HCOMM_BF16: div_half(buf, n, k, true); break;
+    case HCOMM_I8: div_int8_t(buf, n, k); break;
+    case HCOMM_U8: div_uint8_t(buf, n, k); break;
+    case HCOMM_I32: div_int32_t(buf, n, k); break;
+    case HCOMM_I64: div_int64_t(buf, n, k); break;
+    default: break;
+    }
+}
+
+double hcomm__timeout_s(void) {
+    const char *s = getenv("HCOMM_TIMEOUT");
+    double v = s ? strtod(s, NULL) : 0.0;
+    return v > 0.0 ? v : 300.0;
+}
+
+double hcomm__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,77 @@
+/* Internal helpers shared by every layer: error recording, dtype kernels, timing. */
+#ifndef HCOMM_C_INTERNAL_H_
+#define HCOMM_C_INTERNAL_H_
+
+#include "hcomm/core.h"
+
+#include <stdbool.h>
+
+#if defined(__GNUC__)
+#define HCOMM__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define HCOMM__PRINTF(a, b)
+#endif
+
+/* Records "fn: message" as this thread's last error and returns r. */
+hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...)
+    HCOMM__PRINTF(3, 4);
+
+/* Argument checks for public functions: fail with a message naming the argument. */
+#define HCOMM__CHECK_NULL(p)                                                                       \
+    do {                                                                                           \
+        if ((p) == NULL)                                                                           \
+            return hcomm__err(HCOMM_ERR_NULL, __func__, "argument '%s' is NULL", #p);               \
+    } while (0)
+
+/* Propagates a failure; the callee already recorded the message. */
+#define HCOMM__TRY(call)                                                                           \
+    do {                                                                                           \
+        hcomm_result_t hcomm__r_ = (call);                                                         \
+        if (hcomm__r_ != HCOMM_OK)                                                                 \
+            return hcomm__r_;                                                                      \
+    } while (0)
+
+/* On failure stores the result in res and jumps to the function's single cleanup label. */
+#define HCOMM__TRY_GOTO(call, res, label)                                                          \
+    do {                                                                                           \
+        (res) = (call);                                                                            \
+        if ((res) != HCOMM_OK)                                                                     \
+            goto label;                                                                            \
+    } while (0)
+
+/* Element size in bytes, 0 for an invalid dtype. */
+size_t hcomm__dtype_size(hcomm_dtype_t dt);
+bool hcomm__dtype_valid(hcomm_dtype_t dt);
+bool hcomm__op_valid(hcomm_op_t op);
+
+/* dst[i] = dst[i] op src[i] for i < count (op != AVG; AVG reduces as SUM). */
+void hcomm__reduce(void *dst, const void *src, size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+/* buf[i] /= divisor for i < count (the AVG step; integer division truncates). */
+void hcomm__scale_div(void *buf, size_t count, hcomm_dtype_t dt, int divisor);
+
+/* IEEE binary16 / bfloat16 conversions, round to nearest even. */
+float hcomm__f16_to_f32(uint16_t h);
+uint16_t hcomm__f32_to_f16(float f);
+float hcomm__bf16_to_f32(uint16_t h);
+uint16_t hcomm__f32_to_bf16(float f);
+
+/* Seconds from the environment variable HCOMM_TIMEOUT (default 300). */
+double hcomm__timeout_s(void);
+/* Monotonic clock in seconds. */
+double hcomm__now(void);
+
+#endif /* HCOMM_C_INTERNAL_H_ */
+
+/* Tensor checks for public functions; fn and arg name the caller and argument in messages. */
+hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_tensor_t *t,
+                                   size_t *numel);
+/* Normalizes dim (negative counts from the end) against t->ndim into *out. */
+hcomm_result_t hcomm__tensor_dim(const char *fn, const char *arg, const hcomm_tensor_t *t, int dim,
+                                 int *out);
+/* Bytes of a checked tensor. */
+size_t hcomm__tensor_bytes(const hcomm_tensor_t *t);
+/* Fails with HCOMM_ERR_SHAPE unless a and b have identical ndim and shape. */
+hcomm_result_t hcomm__tensor_same_shape(const char *fn, const char *an, const hcomm_tensor_t *a,
+                                        const char *bn, const hcomm_tensor_t *b);
+/* Writes "[2, 3, 4]" into buf (for messages). */
+const char *hcomm__shape_str(const hcomm_tensor_t *t, char *buf, size_t cap);

@@ -1,0 +1,4 @@
+#include "hcomm/api.h"
+int main(void) {
+    return 0;
+}
