@@ -1,6 +1,555 @@
-/* placeholder: the local backend is being written */
+/* The local backend: every rank is a thread of this process and peers share memory.
+ *
+ * Each communicator has one shared state (local_shared_t) that all its member threads point
+ * to. Collectives post their buffer pointers in per-rank slots, meet at a barrier, and then
+ * read each other's buffers directly (one copy). Reductions are computed chunk by chunk, each
+ * chunk by one rank in rank order 0..n-1, so every rank gets bit-identical results and the
+ * result equals a serial left-to-right reduction. Point-to-point messages are eager: a send
+ * copies into a mailbox of the destination and returns; a receive matches (source, tag) in
+ * arrival order. Every wait polls the world's abort flag and gives up after HCOMM_TIMEOUT
+ * seconds, so a failed or missing rank turns into an error instead of a hang. */
 #include "backend/backend.h"
-hcomm_result_t hcomm__local_launch(int nranks, hcomm_rank_fn_t fn, void *arg) {
-    (void)nranks; (void)fn; (void)arg;
-    return HCOMM_ERR_UNSUPPORTED;
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct local_world {
+    atomic_int aborted; /* set once any rank's function fails */
+    double timeout_s;
+} local_world_t;
+
+typedef struct local_msg {
+    struct local_msg *next;
+    int src, tag;
+    size_t bytes;
+    unsigned char data[]; /* payload copy */
+} local_msg_t;
+
+/* What one rank posts for a collective; valid between the op's first and last barrier. */
+typedef struct local_slot {
+    const void *send;
+    void *aux;
+    const size_t *counts, *displs;
+    int color, key;
+} local_slot_t;
+
+typedef struct local_shared {
+    local_world_t *world;
+    int size;
+    atomic_int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int bar_count;
+    unsigned bar_gen;
+    local_slot_t *slots;     /* [size] */
+    local_msg_t **mbox;      /* [size] head of each destination's queue, arrival order */
+} local_shared_t;
+
+struct hcomm__req {
+    bool is_recv;
+    void *buf;
+    size_t bytes;
+    int peer, tag;
+    local_msg_t *msg; /* matched message, if matched early */
+};
+
+static const hcomm__backend_ops_t local_ops;
+
+static local_shared_t *shared_of(hcomm_comm_t *c) {
+    return (local_shared_t *)c->impl;
+}
+
+static local_shared_t *shared_new(local_world_t *world, int size) {
+    local_shared_t *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return NULL;
+    sh->slots = calloc((size_t)size, sizeof *sh->slots);
+    sh->mbox = calloc((size_t)size, sizeof *sh->mbox);
+    if (!sh->slots || !sh->mbox) {
+        free(sh->slots);
+        free(sh->mbox);
+        free(sh);
+        return NULL;
+    }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&sh->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&sh->mu, NULL);
+    sh->world = world;
+    sh->size = size;
+    atomic_init(&sh->refs, size);
+    return sh;
+}
+
+static void shared_release(local_shared_t *sh) {
+    if (atomic_fetch_sub(&sh->refs, 1) != 1)
+        return;
+    for (int r = 0; r < sh->size; r++) {
+        local_msg_t *m = sh->mbox[r];
+        while (m) {
+            local_msg_t *next = m->next;
+            free(m);
+            m = next;
+        }
+    }
+    pthread_mutex_destroy(&sh->mu);
+    pthread_cond_destroy(&sh->cv);
+    free(sh->slots);
+    free(sh->mbox);
+    free(sh);
+}
+
+/* Waits on sh->cv (mutex held) for at most ~50 ms; fails once the world aborted or the
+ * deadline passed. The short slice lets waiters notice an abort raised on another comm. */
+static hcomm_result_t wait_slice(local_shared_t *sh, double deadline, const char *fn) {
+    if (atomic_load(&sh->world->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, fn, "another rank failed; giving up");
+    double now = hcomm__now();
+    if (now > deadline)
+        return hcomm__err(HCOMM_ERR_TIMEOUT, fn,
+                          "waited %.0f s for peers (HCOMM_TIMEOUT=%.0f); a rank did not call "
+                          "the matching operation",
+                          sh->world->timeout_s, sh->world->timeout_s);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&sh->cv, &sh->mu, &ts);
+    return HCOMM_OK;
+}
+
+static double deadline_of(local_shared_t *sh) {
+    return hcomm__now() + sh->world->timeout_s;
+}
+
+static hcomm_result_t local_barrier(hcomm_comm_t *c) {
+    local_shared_t *sh = shared_of(c);
+    double deadline = deadline_of(sh);
+    hcomm_result_t res = HCOMM_OK;
+    pthread_mutex_lock(&sh->mu);
+    unsigned gen = sh->bar_gen;
+    if (++sh->bar_count == sh->size) {
+        sh->bar_count = 0;
+        sh->bar_gen++;
+        pthread_cond_broadcast(&sh->cv);
+    } else {
+        while (res == HCOMM_OK && gen == sh->bar_gen)
+            res = wait_slice(sh, deadline, "hcomm barrier");
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return res;
+}
+
+/* --- point-to-point --- */
+
+static hcomm_result_t check_peer(hcomm_comm_t *c, int peer, int tag, const char *fn) {
+    if (peer < 0 || peer >= c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "peer=%d outside 0..%d", peer, c->size - 1);
+    if (tag < 0 || tag > HCOMM__TAG_MAX)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "tag=%d outside 0..%d", tag, HCOMM__TAG_MAX);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t local_send(hcomm_comm_t *c, const void *buf, size_t bytes, int peer,
+                                 int tag) {
+    HCOMM__TRY(check_peer(c, peer, tag, "hcomm send"));
+    local_msg_t *m = malloc(sizeof *m + bytes);
+    if (!m)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm send", "cannot buffer a %zu-byte message",
+                          bytes);
+    *m = (local_msg_t){.src = c->rank, .tag = tag, .bytes = bytes};
+    if (bytes)
+        memcpy(m->data, buf, bytes);
+    local_shared_t *sh = shared_of(c);
+    pthread_mutex_lock(&sh->mu);
+    local_msg_t **tail = &sh->mbox[peer];
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = m;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return HCOMM_OK;
+}
+
+/* Unlinks the first message from (peer, tag) in this rank's mailbox; mutex held. */
+static local_msg_t *take_match(local_shared_t *sh, int me, int peer, int tag) {
+    for (local_msg_t **p = &sh->mbox[me]; *p; p = &(*p)->next) {
+        if ((*p)->src == peer && (*p)->tag == tag) {
+            local_msg_t *m = *p;
+            *p = m->next;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static hcomm_result_t wait_match(hcomm_comm_t *c, int peer, int tag, local_msg_t **out) {
+    local_shared_t *sh = shared_of(c);
+    double deadline = deadline_of(sh);
+    hcomm_result_t res = HCOMM_OK;
+    pthread_mutex_lock(&sh->mu);
+    while (res == HCOMM_OK && (*out = take_match(sh, c->rank, peer, tag)) == NULL)
+        res = wait_slice(sh, deadline, "hcomm recv");
+    pthread_mutex_unlock(&sh->mu);
+    return res;
+}
+
+static hcomm_result_t deliver(local_msg_t *m, void *buf, size_t bytes) {
+    hcomm_result_t res = HCOMM_OK;
+    if (m->bytes != bytes)
+        res = hcomm__err(HCOMM_ERR_MISMATCH, "hcomm recv",
+                         "peer %d sent %zu bytes with tag %d, the receive expected %zu", m->src,
+                         m->bytes, m->tag, bytes);
+    else if (bytes)
+        memcpy(buf, m->data, bytes);
+    free(m);
+    return res;
+}
+
+static hcomm_result_t local_recv(hcomm_comm_t *c, void *buf, size_t bytes, int peer, int tag) {
+    HCOMM__TRY(check_peer(c, peer, tag, "hcomm recv"));
+    local_msg_t *m = NULL;
+    HCOMM__TRY(wait_match(c, peer, tag, &m));
+    return deliver(m, buf, bytes);
+}
+
+static hcomm_result_t new_req(bool is_recv, void *buf, size_t bytes, int peer, int tag,
+                              hcomm__req_t **req) {
+    hcomm__req_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm irecv", "cannot allocate a request");
+    *r = (hcomm__req_t){.is_recv = is_recv, .buf = buf, .bytes = bytes, .peer = peer, .tag = tag};
+    *req = r;
+    return HCOMM_OK;
+}
+
+static hcomm_result_t local_isend(hcomm_comm_t *c, const void *buf, size_t bytes, int peer,
+                                  int tag, hcomm__req_t **req) {
+    HCOMM__TRY(local_send(c, buf, bytes, peer, tag));
+    return new_req(false, NULL, 0, peer, tag, req);
+}
+
+/* Matches at post time when the message is already there, so receives posted earlier take
+ * earlier messages, as MPI orders them. */
+static hcomm_result_t local_irecv(hcomm_comm_t *c, void *buf, size_t bytes, int peer, int tag,
+                                  hcomm__req_t **req) {
+    HCOMM__TRY(check_peer(c, peer, tag, "hcomm irecv"));
+    HCOMM__TRY(new_req(true, buf, bytes, peer, tag, req));
+    local_shared_t *sh = shared_of(c);
+    pthread_mutex_lock(&sh->mu);
+    (*req)->msg = take_match(sh, c->rank, peer, tag);
+    pthread_mutex_unlock(&sh->mu);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t local_wait(hcomm_comm_t *c, hcomm__req_t *req) {
+    hcomm_result_t res = HCOMM_OK;
+    if (req->is_recv) {
+        local_msg_t *m = req->msg;
+        if (!m)
+            res = wait_match(c, req->peer, req->tag, &m);
+        if (res == HCOMM_OK)
+            res = deliver(m, req->buf, req->bytes);
+    }
+    free(req);
+    return res;
+}
+
+/* --- collectives over posted slots --- */
+
+static void post(hcomm_comm_t *c, local_slot_t slot) {
+    shared_of(c)->slots[c->rank] = slot; /* published to peers by the barrier that follows */
+}
+
+static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
+    return &shared_of(c)->slots[r];
+}
+
+/* Chunk [lo, hi) of rank r's share when n items are split over size ranks. */
+static void chunk(size_t n, int size, int r, size_t *lo, size_t *hi) {
+    size_t base = n / (size_t)size, rem = n % (size_t)size, rr = (size_t)r;
+    *lo = rr * base + (rr < rem ? rr : rem);
+    *hi = *lo + base + (rr < rem ? 1 : 0);
+}
+
+/* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order. */
+static void reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size_t n, hcomm_dtype_t dt,
+                          hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt);
+    memcpy(dst, (const char *)slot_of(c, 0)->send + off * es, n * es);
+    for (int r = 1; r < c->size; r++)
+        hcomm__reduce(dst, (const char *)slot_of(c, r)->send + off * es, n, dt, op);
+}
+
+static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), lo, hi;
+    chunk(count, c->size, c->rank, &lo, &hi);
+    void *mine = malloc((hi - lo) * es + 1);
+    if (!mine)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_all_reduce", "cannot allocate %zu bytes",
+                          (hi - lo) * es);
+    post(c, (local_slot_t){.send = sendbuf, .aux = mine});
+    hcomm_result_t res = local_barrier(c);
+    if (res == HCOMM_OK) {
+        reduce_posted(c, mine, lo, hi - lo, dt, op);
+        res = local_barrier(c); /* every chunk done; every input read */
+    }
+    for (int r = 0; res == HCOMM_OK && r < c->size; r++) {
+        size_t rlo, rhi;
+        chunk(count, c->size, r, &rlo, &rhi);
+        memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
+    }
+    if (res == HCOMM_OK)
+        res = local_barrier(c); /* nobody reads my chunk any more */
+    free(mine);
+    return res;
+}
+
+static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt);
+    void *mine = malloc(count * es + 1);
+    if (!mine)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm reduce_scatter", "cannot allocate %zu bytes",
+                          count * es);
+    post(c, (local_slot_t){.send = sendbuf});
+    hcomm_result_t res = local_barrier(c);
+    if (res == HCOMM_OK) {
+        reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
+        res = local_barrier(c); /* inputs read: recvbuf may alias one of them */
+    }
+    if (res == HCOMM_OK)
+        memcpy(recvbuf, mine, count * es);
+    free(mine);
+    return res;
+}
+
+static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t bytes) {
+    post(c, (local_slot_t){.send = sendbuf});
+    HCOMM__TRY(local_barrier(c));
+    for (int r = 0; r < c->size; r++)
+        memmove((char *)recvbuf + (size_t)r * bytes, slot_of(c, r)->send, bytes);
+    return local_barrier(c);
+}
+
+static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
+    post(c, (local_slot_t){.send = buf});
+    HCOMM__TRY(local_barrier(c));
+    if (c->rank != root)
+        memcpy(buf, slot_of(c, root)->send, bytes);
+    return local_barrier(c);
+}
+
+static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
+                                        const size_t *sendcounts, const size_t *sdispls,
+                                        void *recvbuf, const size_t *recvcounts,
+                                        const size_t *rdispls) {
+    post(c, (local_slot_t){.send = sendbuf, .counts = sendcounts, .displs = sdispls});
+    HCOMM__TRY(local_barrier(c));
+    hcomm_result_t res = HCOMM_OK;
+    for (int s = 0; s < c->size; s++) {
+        const local_slot_t *src = slot_of(c, s);
+        size_t n = src->counts[c->rank];
+        if (n != recvcounts[s]) {
+            res = hcomm__err(HCOMM_ERR_MISMATCH, "hcomm all_to_allv",
+                             "rank %d sends %zu bytes to rank %d, which expects %zu", s, n,
+                             c->rank, recvcounts[s]);
+            continue;
+        }
+        if (n)
+            memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank],
+                   n);
+    }
+    hcomm_result_t res2 = local_barrier(c); /* reached even after a mismatch: no hang */
+    return res != HCOMM_OK ? res : res2;
+}
+
+/* --- split --- */
+
+typedef struct member {
+    int key, rank;
+} member_t;
+
+static int member_cmp(const void *a, const void *b) {
+    const member_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Lists the members with this rank's color, ordered by (key, rank). */
+static int collect_members(hcomm_comm_t *c, int color, member_t *out) {
+    int m = 0;
+    for (int r = 0; r < c->size; r++)
+        if (slot_of(c, r)->color == color)
+            out[m++] = (member_t){slot_of(c, r)->key, r};
+    qsort(out, (size_t)m, sizeof *out, member_cmp);
+    return m;
+}
+
+static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, const member_t *mem,
+                                       int m, hcomm_comm_t **out) {
+    int me = 0;
+    while (mem[me].rank != c->rank)
+        me++;
+    hcomm_comm_t *nc = hcomm__comm_alloc(&local_ops, sh, me, m);
+    if (!nc)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_comm_split", "cannot allocate a communicator");
+    for (int i = 0; i < m; i++)
+        nc->world_ranks[i] = c->world_ranks[mem[i].rank];
+    *out = nc;
+    return HCOMM_OK;
+}
+
+/* Every rank posts (color, key); the first member of each group creates the group's shared
+ * state and posts it; the members pick it up. */
+static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
+    *out = NULL;
+    member_t *mem = malloc(sizeof *mem * (size_t)c->size);
+    post(c, (local_slot_t){.color = color < 0 ? -1 : color, .key = key});
+    hcomm_result_t res = local_barrier(c);
+    if (res != HCOMM_OK) {
+        free(mem);
+        return res;
+    }
+    int m = (color >= 0 && mem) ? collect_members(c, color, mem) : 0;
+    if (m > 0 && mem[0].rank == c->rank)
+        shared_of(c)->slots[c->rank].aux = shared_new(shared_of(c)->world, m);
+    res = local_barrier(c);
+    if (res == HCOMM_OK && color >= 0) {
+        local_shared_t *group = mem ? slot_of(c, mem[0].rank)->aux : NULL;
+        if (!group)
+            res = hcomm__err(HCOMM_ERR_NOMEM, "hcomm_comm_split", "cannot allocate a group");
+        else
+            res = make_member_comm(c, group, mem, m, out);
+    }
+    hcomm_result_t after = local_barrier(c); /* slots are read; they may be reused */
+    free(mem);
+    return res != HCOMM_OK ? res : after;
+}
+
+static void local_destroy(hcomm_comm_t *c) {
+    if (c->impl)
+        shared_release(shared_of(c));
+    c->impl = NULL;
+}
+
+static const hcomm__backend_ops_t local_ops = {
+    .name = "local",
+    .send = local_send,
+    .recv = local_recv,
+    .isend = local_isend,
+    .irecv = local_irecv,
+    .wait = local_wait,
+    .all_reduce = local_all_reduce,
+    .all_gather = local_all_gather,
+    .reduce_scatter = local_reduce_scatter,
+    .broadcast = local_broadcast,
+    .all_to_allv = local_all_to_allv,
+    .barrier = local_barrier,
+    .split = local_split,
+    .destroy = local_destroy,
+};
+
+/* --- launcher --- */
+
+typedef struct rank_thread {
+    pthread_t tid;
+    hcomm_comm_t *world;
+    hcomm_rank_fn_t fn;
+    void *arg;
+    local_world_t *lw;
+    hcomm_result_t result;
+    char message[512]; /* the rank's last error, carried to the launching thread */
+} rank_thread_t;
+
+static void *rank_main(void *p) {
+    rank_thread_t *t = p;
+    t->result = t->fn(t->world, t->arg);
+    if (t->result != HCOMM_OK) {
+        strncpy(t->message, hcomm_last_error(), sizeof t->message - 1);
+        atomic_store(&t->lw->aborted, 1);
+    }
+    return NULL;
+}
+
+static hcomm_result_t make_world(local_world_t *lw, int n, rank_thread_t *th) {
+    local_shared_t *sh = shared_new(lw, n);
+    if (!sh)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate a world of %d", n);
+    for (int r = 0; r < n; r++) {
+        th[r].world = hcomm__comm_alloc(&local_ops, sh, r, n);
+        if (!th[r].world) {
+            for (int k = r; k < n; k++) /* drop the references no comm will release */
+                shared_release(sh);
+            return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate rank %d", r);
+        }
+        th[r].world->is_world = true;
+        for (int i = 0; i < n; i++)
+            th[r].world->world_ranks[i] = i;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t run_threads(rank_thread_t *th, int n) {
+    int started = 0;
+    hcomm_result_t res = HCOMM_OK;
+    for (; started < n; started++)
+        if (pthread_create(&th[started].tid, NULL, rank_main, &th[started]) != 0)
+            break;
+    if (started < n) {
+        atomic_store(&th[0].lw->aborted, 1); /* the started ranks would wait forever */
+        res = hcomm__err(HCOMM_ERR_BACKEND, "hcomm_launch", "cannot start thread for rank %d: %s",
+                         started, strerror(errno));
+    }
+    for (int r = 0; r < started; r++)
+        pthread_join(th[r].tid, NULL);
+    return res;
+}
+
+/* The first failing rank's result and message, re-recorded on the launching thread; ranks
+ * that only saw the abort come after the rank that caused it. */
+static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
+    int first = -1;
+    for (int r = 0; r < n; r++) {
+        if (th[r].result == HCOMM_OK)
+            continue;
+        if (first < 0 || (th[first].result == HCOMM_ERR_ABORTED &&
+                          th[r].result != HCOMM_ERR_ABORTED))
+            first = r;
+    }
+    if (first < 0)
+        return HCOMM_OK;
+    return hcomm__err(th[first].result, "hcomm_launch", "rank %d failed with %s: %s", first,
+                      hcomm_result_name(th[first].result), th[first].message);
+}
+
+hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
+    local_world_t lw = {.timeout_s = hcomm__timeout_s()};
+    atomic_init(&lw.aborted, 0);
+    rank_thread_t *th = calloc((size_t)n, sizeof *th);
+    if (!th)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
+    for (int r = 0; r < n; r++)
+        th[r] = (rank_thread_t){.fn = fn, .arg = arg, .lw = &lw, .result = HCOMM_OK};
+    hcomm_result_t res = make_world(&lw, n, th);
+    if (res == HCOMM_OK)
+        res = run_threads(th, n);
+    if (res == HCOMM_OK)
+        res = first_failure(th, n);
+    for (int r = 0; r < n; r++)
+        hcomm__comm_free(th[r].world);
+    free(th);
+    return res;
 }
