@@ -26,8 +26,7 @@ extern atomic_int t_checks;
 #define T_CHECK(cond, ...)                                                                         \
     do {                                                                                           \
         atomic_fetch_add(&t_checks, 1);                                                            \
-        if (!(cond))                                                                               \
-            T_FAIL_(__VA_ARGS__);                                                                  \
+        if (!(cond)) T_FAIL_(__VA_ARGS__);                                                         \
     } while (0)
 
 #define T_EQ_INT(a, b)                                                                             \
@@ -48,8 +47,8 @@ extern atomic_int t_checks;
 #define T_ERR(call, expected)                                                                      \
     do {                                                                                           \
         hcomm_result_t t_r_ = (call);                                                              \
-        T_CHECK(t_r_ == (expected), "%s returned %s, expected %s", #call,                          \
-                hcomm_result_name(t_r_), hcomm_result_name(expected));                             \
+        T_CHECK(t_r_ == (expected), "%s returned %s, expected %s", #call, hcomm_result_name(t_r_), \
+                hcomm_result_name(expected));                                                      \
         T_CHECK(t_r_ == HCOMM_OK || hcomm_last_error()[0] != '\0',                                 \
                 "%s failed without a last-error message", #call);                                  \
     } while (0)

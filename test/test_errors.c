@@ -16,8 +16,7 @@ static void test_strerror_covers_every_code(void) {
 static void test_last_error_names_argument_and_value(void) {
     size_t sz = 0;
     T_ERR(hcomm_dtype_size((hcomm_dtype_t)42, &sz), HCOMM_ERR_DTYPE);
-    T_CHECK(strstr(hcomm_last_error(), "hcomm_dtype_size") != NULL, "got '%s'",
-            hcomm_last_error());
+    T_CHECK(strstr(hcomm_last_error(), "hcomm_dtype_size") != NULL, "got '%s'", hcomm_last_error());
     T_CHECK(strstr(hcomm_last_error(), "42") != NULL, "got '%s'", hcomm_last_error());
     T_ERR(hcomm_dtype_size(HCOMM_F32, NULL), HCOMM_ERR_NULL);
     T_CHECK(strstr(hcomm_last_error(), "'bytes'") != NULL, "got '%s'", hcomm_last_error());

@@ -147,6 +147,21 @@ HCOMM_API hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t b
 HCOMM_API hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                           size_t bytes);
 
+/** Reduce-scatter: @p sendbuf holds size blocks of @p recvcount elements (not bytes); rank r
+ *  gets block r reduced over all ranks in @p recvbuf. Collective. Errors: as hcomm_all_reduce. */
+HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *sendbuf,
+                                              void *recvbuf, size_t recvcount,
+                                              hcomm_dtype_t dtype, hcomm_op_t op);
+/** All-to-all with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): rank r sends
+ *  sendcounts[p] bytes from sendbuf + sdispls[p] to each p and receives recvcounts[p] bytes
+ *  into recvbuf + rdispls[p]. Collective; recvcounts[p] on r must equal sendcounts[r] on p
+ *  (HCOMM_ERR_MISMATCH otherwise). Errors: as hcomm_all_reduce, HCOMM_ERR_MISMATCH,
+ *  HCOMM_ERR_UNSUPPORTED (mpi: a count or displacement above INT_MAX). */
+HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
+                                           const size_t *sendcounts, const size_t *sdispls,
+                                           void *recvbuf, const size_t *recvcounts,
+                                           const size_t *rdispls);
+
 /** A rank's body: called once per rank with that rank's world communicator. */
 typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
 

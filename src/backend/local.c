@@ -45,8 +45,8 @@ typedef struct local_shared {
     pthread_cond_t cv;
     int bar_count;
     unsigned bar_gen;
-    local_slot_t *slots;     /* [size] */
-    local_msg_t **mbox;      /* [size] head of each destination's queue, arrival order */
+    local_slot_t *slots; /* [size] */
+    local_msg_t **mbox;  /* [size] head of each destination's queue, arrival order */
 } local_shared_t;
 
 struct hcomm__req {
@@ -65,8 +65,7 @@ static local_shared_t *shared_of(hcomm_comm_t *c) {
 
 static local_shared_t *shared_new(local_world_t *world, int size) {
     local_shared_t *sh = calloc(1, sizeof *sh);
-    if (!sh)
-        return NULL;
+    if (!sh) return NULL;
     sh->slots = calloc((size_t)size, sizeof *sh->slots);
     sh->mbox = calloc((size_t)size, sizeof *sh->mbox);
     if (!sh->slots || !sh->mbox) {
@@ -88,8 +87,7 @@ static local_shared_t *shared_new(local_world_t *world, int size) {
 }
 
 static void shared_release(local_shared_t *sh) {
-    if (atomic_fetch_sub(&sh->refs, 1) != 1)
-        return;
+    if (atomic_fetch_sub(&sh->refs, 1) != 1) return;
     for (int r = 0; r < sh->size; r++) {
         local_msg_t *m = sh->mbox[r];
         while (m) {
@@ -164,11 +162,9 @@ static hcomm_result_t local_send(hcomm_comm_t *c, const void *buf, size_t bytes,
     HCOMM__TRY(check_peer(c, peer, tag, "hcomm send"));
     local_msg_t *m = malloc(sizeof *m + bytes);
     if (!m)
-        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm send", "cannot buffer a %zu-byte message",
-                          bytes);
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm send", "cannot buffer a %zu-byte message", bytes);
     *m = (local_msg_t){.src = c->rank, .tag = tag, .bytes = bytes};
-    if (bytes)
-        memcpy(m->data, buf, bytes);
+    if (bytes) memcpy(m->data, buf, bytes);
     local_shared_t *sh = shared_of(c);
     pthread_mutex_lock(&sh->mu);
     local_msg_t **tail = &sh->mbox[peer];
@@ -225,15 +221,14 @@ static hcomm_result_t local_recv(hcomm_comm_t *c, void *buf, size_t bytes, int p
 static hcomm_result_t new_req(bool is_recv, void *buf, size_t bytes, int peer, int tag,
                               hcomm__req_t **req) {
     hcomm__req_t *r = calloc(1, sizeof *r);
-    if (!r)
-        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm irecv", "cannot allocate a request");
+    if (!r) return hcomm__err(HCOMM_ERR_NOMEM, "hcomm irecv", "cannot allocate a request");
     *r = (hcomm__req_t){.is_recv = is_recv, .buf = buf, .bytes = bytes, .peer = peer, .tag = tag};
     *req = r;
     return HCOMM_OK;
 }
 
-static hcomm_result_t local_isend(hcomm_comm_t *c, const void *buf, size_t bytes, int peer,
-                                  int tag, hcomm__req_t **req) {
+static hcomm_result_t local_isend(hcomm_comm_t *c, const void *buf, size_t bytes, int peer, int tag,
+                                  hcomm__req_t **req) {
     HCOMM__TRY(local_send(c, buf, bytes, peer, tag));
     return new_req(false, NULL, 0, peer, tag, req);
 }
@@ -255,10 +250,8 @@ static hcomm_result_t local_wait(hcomm_comm_t *c, hcomm__req_t *req) {
     hcomm_result_t res = HCOMM_OK;
     if (req->is_recv) {
         local_msg_t *m = req->msg;
-        if (!m)
-            res = wait_match(c, req->peer, req->tag, &m);
-        if (res == HCOMM_OK)
-            res = deliver(m, req->buf, req->bytes);
+        if (!m) res = wait_match(c, req->peer, req->tag, &m);
+        if (res == HCOMM_OK) res = deliver(m, req->buf, req->bytes);
     }
     free(req);
     return res;
@@ -309,8 +302,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
         chunk(count, c->size, r, &rlo, &rhi);
         memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
     }
-    if (res == HCOMM_OK)
-        res = local_barrier(c); /* nobody reads my chunk any more */
+    if (res == HCOMM_OK) res = local_barrier(c); /* nobody reads my chunk any more */
     free(mine);
     return res;
 }
@@ -328,8 +320,7 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
         reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
         res = local_barrier(c); /* inputs read: recvbuf may alias one of them */
     }
-    if (res == HCOMM_OK)
-        memcpy(recvbuf, mine, count * es);
+    if (res == HCOMM_OK) memcpy(recvbuf, mine, count * es);
     free(mine);
     return res;
 }
@@ -346,8 +337,7 @@ static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, voi
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
     post(c, (local_slot_t){.send = buf});
     HCOMM__TRY(local_barrier(c));
-    if (c->rank != root)
-        memcpy(buf, slot_of(c, root)->send, bytes);
+    if (c->rank != root) memcpy(buf, slot_of(c, root)->send, bytes);
     return local_barrier(c);
 }
 
@@ -363,13 +353,12 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
         size_t n = src->counts[c->rank];
         if (n != recvcounts[s]) {
             res = hcomm__err(HCOMM_ERR_MISMATCH, "hcomm all_to_allv",
-                             "rank %d sends %zu bytes to rank %d, which expects %zu", s, n,
-                             c->rank, recvcounts[s]);
+                             "rank %d sends %zu bytes to rank %d, which expects %zu", s, n, c->rank,
+                             recvcounts[s]);
             continue;
         }
         if (n)
-            memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank],
-                   n);
+            memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank], n);
     }
     hcomm_result_t res2 = local_barrier(c); /* reached even after a mismatch: no hang */
     return res != HCOMM_OK ? res : res2;
@@ -383,8 +372,7 @@ typedef struct member {
 
 static int member_cmp(const void *a, const void *b) {
     const member_t *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
@@ -392,8 +380,7 @@ static int member_cmp(const void *a, const void *b) {
 static int collect_members(hcomm_comm_t *c, int color, member_t *out) {
     int m = 0;
     for (int r = 0; r < c->size; r++)
-        if (slot_of(c, r)->color == color)
-            out[m++] = (member_t){slot_of(c, r)->key, r};
+        if (slot_of(c, r)->color == color) out[m++] = (member_t){slot_of(c, r)->key, r};
     qsort(out, (size_t)m, sizeof *out, member_cmp);
     return m;
 }
@@ -440,8 +427,7 @@ static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_com
 }
 
 static void local_destroy(hcomm_comm_t *c) {
-    if (c->impl)
-        shared_release(shared_of(c));
+    if (c->impl) shared_release(shared_of(c));
     c->impl = NULL;
 }
 
@@ -486,8 +472,7 @@ static void *rank_main(void *p) {
 
 static hcomm_result_t make_world(local_world_t *lw, int n, rank_thread_t *th) {
     local_shared_t *sh = shared_new(lw, n);
-    if (!sh)
-        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate a world of %d", n);
+    if (!sh) return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate a world of %d", n);
     for (int r = 0; r < n; r++) {
         th[r].world = hcomm__comm_alloc(&local_ops, sh, r, n);
         if (!th[r].world) {
@@ -506,8 +491,7 @@ static hcomm_result_t run_threads(rank_thread_t *th, int n) {
     int started = 0;
     hcomm_result_t res = HCOMM_OK;
     for (; started < n; started++)
-        if (pthread_create(&th[started].tid, NULL, rank_main, &th[started]) != 0)
-            break;
+        if (pthread_create(&th[started].tid, NULL, rank_main, &th[started]) != 0) break;
     if (started < n) {
         atomic_store(&th[0].lw->aborted, 1); /* the started ranks would wait forever */
         res = hcomm__err(HCOMM_ERR_BACKEND, "hcomm_launch", "cannot start thread for rank %d: %s",
@@ -523,14 +507,12 @@ static hcomm_result_t run_threads(rank_thread_t *th, int n) {
 static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
     int first = -1;
     for (int r = 0; r < n; r++) {
-        if (th[r].result == HCOMM_OK)
-            continue;
-        if (first < 0 || (th[first].result == HCOMM_ERR_ABORTED &&
-                          th[r].result != HCOMM_ERR_ABORTED))
+        if (th[r].result == HCOMM_OK) continue;
+        if (first < 0 ||
+            (th[first].result == HCOMM_ERR_ABORTED && th[r].result != HCOMM_ERR_ABORTED))
             first = r;
     }
-    if (first < 0)
-        return HCOMM_OK;
+    if (first < 0) return HCOMM_OK;
     return hcomm__err(th[first].result, "hcomm_launch", "rank %d failed with %s: %s", first,
                       hcomm_result_name(th[first].result), th[first].message);
 }
@@ -539,15 +521,12 @@ hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
     local_world_t lw = {.timeout_s = hcomm__timeout_s()};
     atomic_init(&lw.aborted, 0);
     rank_thread_t *th = calloc((size_t)n, sizeof *th);
-    if (!th)
-        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
+    if (!th) return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
     for (int r = 0; r < n; r++)
         th[r] = (rank_thread_t){.fn = fn, .arg = arg, .lw = &lw, .result = HCOMM_OK};
     hcomm_result_t res = make_world(&lw, n, th);
-    if (res == HCOMM_OK)
-        res = run_threads(th, n);
-    if (res == HCOMM_OK)
-        res = first_failure(th, n);
+    if (res == HCOMM_OK) res = run_threads(th, n);
+    if (res == HCOMM_OK) res = first_failure(th, n);
     for (int r = 0; r < n; r++)
         hcomm__comm_free(th[r].world);
     free(th);

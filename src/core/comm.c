@@ -18,10 +18,8 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__backend_ops_t *ops, void *impl, int
 }
 
 void hcomm__comm_free(hcomm_comm_t *c) {
-    if (!c)
-        return;
-    if (c->ops && c->ops->destroy)
-        c->ops->destroy(c);
+    if (!c) return;
+    if (c->ops && c->ops->destroy) c->ops->destroy(c);
     free(c->world_ranks);
     free(c);
 }
@@ -65,8 +63,7 @@ hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key, hcomm_co
 }
 
 hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm) {
-    if (!comm)
-        return HCOMM_OK;
+    if (!comm) return HCOMM_OK;
     if (comm->is_world)
         return hcomm__err(HCOMM_ERR_STATE, __func__,
                           "comm is the world communicator of a rank function; it is freed when "
@@ -106,8 +103,7 @@ hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int 
     if (root < 0 || root >= comm->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "root=%d outside 0..%d", root,
                           comm->size - 1);
-    if (bytes > 0)
-        HCOMM__CHECK_NULL(buf);
+    if (bytes > 0) HCOMM__CHECK_NULL(buf);
     return hcomm__coll_broadcast(comm, buf, bytes, root);
 }
 
@@ -121,10 +117,39 @@ hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *r
     return hcomm__coll_all_gather(comm, sendbuf, recvbuf, bytes);
 }
 
+hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    size_t recvcount, hcomm_dtype_t dtype, hcomm_op_t op) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__TRY(check_reduce_args(__func__, recvcount, dtype, op));
+    if (recvcount > 0) {
+        HCOMM__CHECK_NULL(sendbuf);
+        HCOMM__CHECK_NULL(recvbuf);
+    }
+    return hcomm__coll_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
+}
+
+hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
+                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                 const size_t *rdispls) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__CHECK_NULL(sendcounts);
+    HCOMM__CHECK_NULL(sdispls);
+    HCOMM__CHECK_NULL(recvcounts);
+    HCOMM__CHECK_NULL(rdispls);
+    size_t out = 0, in = 0;
+    for (int p = 0; p < comm->size; p++) {
+        out += sendcounts[p];
+        in += recvcounts[p];
+    }
+    if (out > 0) HCOMM__CHECK_NULL(sendbuf);
+    if (in > 0) HCOMM__CHECK_NULL(recvbuf);
+    return hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                                   rdispls);
+}
+
 hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn, void *arg) {
     HCOMM__CHECK_NULL(fn);
-    if (backend == NULL)
-        backend = getenv("HCOMM_BACKEND");
+    if (backend == NULL) backend = getenv("HCOMM_BACKEND");
     if (backend == NULL || backend[0] == '\0' || strcmp(backend, "local") == 0) {
         if (nranks < 1 || nranks > 4096)
             return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,

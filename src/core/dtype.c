@@ -9,9 +9,9 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[HCOMM_DTYPE_COUNT] = {
-    [HCOMM_F32] = {"f32", 4}, [HCOMM_F64] = {"f64", 8}, [HCOMM_F16] = {"f16", 2},
-    [HCOMM_BF16] = {"bf16", 2}, [HCOMM_I8] = {"i8", 1}, [HCOMM_U8] = {"u8", 1},
-    [HCOMM_I32] = {"i32", 4}, [HCOMM_I64] = {"i64", 8},
+    [HCOMM_F32] = {"f32", 4},   [HCOMM_F64] = {"f64", 8}, [HCOMM_F16] = {"f16", 2},
+    [HCOMM_BF16] = {"bf16", 2}, [HCOMM_I8] = {"i8", 1},   [HCOMM_U8] = {"u8", 1},
+    [HCOMM_I32] = {"i32", 4},   [HCOMM_I64] = {"i64", 8},
 };
 
 bool hcomm__dtype_valid(hcomm_dtype_t dt) {
@@ -67,8 +67,7 @@ uint16_t hcomm__f32_to_f16(float f) {
     memcpy(&x, &f, 4);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     float a = fabsf(f);
-    if (isnan(f))
-        return (uint16_t)(sign | 0x7e00u);
+    if (isnan(f)) return (uint16_t)(sign | 0x7e00u);
     if (a >= 65520.0f) /* rounds to infinity */
         return (uint16_t)(sign | 0x7c00u);
     if (a < 6.103515625e-05f) { /* subnormal range: quantum 2^-24 */
@@ -76,15 +75,14 @@ uint16_t hcomm__f32_to_f16(float f) {
         return (uint16_t)(sign | (uint16_t)q);
     }
     int e;
-    float m = frexpf(a, &e);              /* a = m * 2^e, m in [0.5, 1) */
-    float q = nearbyintf(m * 2048.0f);    /* 11 significant bits */
+    float m = frexpf(a, &e);           /* a = m * 2^e, m in [0.5, 1) */
+    float q = nearbyintf(m * 2048.0f); /* 11 significant bits */
     if (q >= 2048.0f) {
         q /= 2.0f;
         e++;
     }
     uint16_t exp = (uint16_t)(e - 1 + 15);
-    if (exp >= 31)
-        return (uint16_t)(sign | 0x7c00u);
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
     return (uint16_t)(sign | (uint16_t)(exp << 10) | ((uint16_t)q & 0x3ffu));
 }
 
@@ -98,8 +96,7 @@ float hcomm__bf16_to_f32(uint16_t h) {
 uint16_t hcomm__f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if (isnan(f))
-        return (uint16_t)((x >> 16) | 0x40u);
+    if (isnan(f)) return (uint16_t)((x >> 16) | 0x40u);
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }
@@ -107,7 +104,7 @@ uint16_t hcomm__f32_to_bf16(float f) {
 /* --- reduction kernels --- */
 
 #define HCOMM__APPLY(a, b, op)                                                                     \
-    ((op) == HCOMM_PROD ? (a) * (b)                                                                \
+    ((op) == HCOMM_PROD  ? (a) * (b)                                                               \
      : (op) == HCOMM_MAX ? ((a) > (b) ? (a) : (b))                                                 \
      : (op) == HCOMM_MIN ? ((a) < (b) ? (a) : (b))                                                 \
                          : (a) + (b))
@@ -146,15 +143,32 @@ static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, hcomm_op_t op,
 
 void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
     switch (dt) {
-    case HCOMM_F32: reduce_float(dst, src, n, op); break;
-    case HCOMM_F64: reduce_double(dst, src, n, op); break;
-    case HCOMM_F16: reduce_half(dst, src, n, op, false); break;
-    case HCOMM_BF16: reduce_half(dst, src, n, op, true); break;
-    case HCOMM_I8: reduce_int8_t(dst, src, n, op); break;
-    case HCOMM_U8: reduce_uint8_t(dst, src, n, op); break;
-    case HCOMM_I32: reduce_int32_t(dst, src, n, op); break;
-    case HCOMM_I64: reduce_int64_t(dst, src, n, op); break;
-    default: break;
+    case HCOMM_F32:
+        reduce_float(dst, src, n, op);
+        break;
+    case HCOMM_F64:
+        reduce_double(dst, src, n, op);
+        break;
+    case HCOMM_F16:
+        reduce_half(dst, src, n, op, false);
+        break;
+    case HCOMM_BF16:
+        reduce_half(dst, src, n, op, true);
+        break;
+    case HCOMM_I8:
+        reduce_int8_t(dst, src, n, op);
+        break;
+    case HCOMM_U8:
+        reduce_uint8_t(dst, src, n, op);
+        break;
+    case HCOMM_I32:
+        reduce_int32_t(dst, src, n, op);
+        break;
+    case HCOMM_I64:
+        reduce_int64_t(dst, src, n, op);
+        break;
+    default:
+        break;
     }
 }
 
@@ -179,15 +193,32 @@ static void div_half(uint16_t *b, size_t n, int k, bool bf) {
 
 void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
     switch (dt) {
-    case HCOMM_F32: div_float(buf, n, k); break;
-    case HCOMM_F64: div_double(buf, n, k); break;
-    case HCOMM_F16: div_half(buf, n, k, false); break;
-    case HCOMM_BF16: div_half(buf, n, k, true); break;
-    case HCOMM_I8: div_int8_t(buf, n, k); break;
-    case HCOMM_U8: div_uint8_t(buf, n, k); break;
-    case HCOMM_I32: div_int32_t(buf, n, k); break;
-    case HCOMM_I64: div_int64_t(buf, n, k); break;
-    default: break;
+    case HCOMM_F32:
+        div_float(buf, n, k);
+        break;
+    case HCOMM_F64:
+        div_double(buf, n, k);
+        break;
+    case HCOMM_F16:
+        div_half(buf, n, k, false);
+        break;
+    case HCOMM_BF16:
+        div_half(buf, n, k, true);
+        break;
+    case HCOMM_I8:
+        div_int8_t(buf, n, k);
+        break;
+    case HCOMM_U8:
+        div_uint8_t(buf, n, k);
+        break;
+    case HCOMM_I32:
+        div_int32_t(buf, n, k);
+        break;
+    case HCOMM_I64:
+        div_int64_t(buf, n, k);
+        break;
+    default:
+        break;
     }
 }
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs hcomm into a temporary prefix, then builds examples/quickstart.c against it with
+# find_package(hcomm) and with pkg-config, and checks that nothing installed can clash with
+# Huawei CANN's own hcomm (lib64/libhcomm.so, include/hcomm/hcomm_res.h, HcommResult, ...).
+set -euo pipefail
+build=$1
+src=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+prefix=$tmp/prefix
+lib=$(find "$prefix" -name 'libhcomm-c.so.0' | head -n 1)
+[ -n "$lib" ] || fail "libhcomm-c.so.0 not installed"
+[ -z "$(find "$prefix" -name 'libhcomm.so*' -o -name 'libhcomm.a')" ] || fail "installed a libhcomm.so, which CANN owns"
+for h in hcomm_res.h hcomm_primitives.h; do
+    [ ! -e "$prefix/include/hcomm/$h" ] || fail "installed include/hcomm/$h, which CANN owns"
+done
+soname=$(objdump -p "$lib" | awk '/SONAME/ {print $2}')
+[ "$soname" = "libhcomm-c.so.0" ] || fail "SONAME is '$soname', expected libhcomm-c.so.0"
+bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBR]/ && $3 !~ /^hcomm_/ && $3 !~ /^_/ {print $3}')
+[ -z "$bad" ] || fail "exported symbols without the hcomm_ prefix: $bad"
+if grep -rE 'HcommResult|HcommTeamCreate|HCOMM_TEAM_|HCOMM_CHANNEL_' "$prefix/include"; then
+    fail "a public header defines a name CANN uses"
+fi
+nm -D --defined-only "$lib" | grep -q ' hcomm__' && fail "internal hcomm__ symbols are exported"
+
+# Consumer 1: CMake package.
+mkdir -p "$tmp/app"
+cp "$src/examples/quickstart.c" "$tmp/app/"
+cat > "$tmp/app/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(app C)
+find_package(hcomm REQUIRED)
+add_executable(app quickstart.c)
+target_link_libraries(app PRIVATE hcomm::hcomm)
+CM
+cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/app.log" || { cat "$tmp/app.log"; fail "find_package(hcomm) failed"; }
+cmake --build "$tmp/app/build" >> "$tmp/app.log" 2>&1 || { cat "$tmp/app.log"; fail "consumer build failed"; }
+out=$(LD_LIBRARY_PATH="$(dirname "$lib")" HCOMM_BACKEND=local "$tmp/app/build/app")
+echo "$out"
+echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "quickstart output wrong: $out"
+
+# Consumer 2: pkg-config.
+export PKG_CONFIG_PATH="$(dirname "$lib")/pkgconfig"
+cc -std=c11 "$src/examples/quickstart.c" -o "$tmp/app-pc" $(pkg-config --cflags --libs hcomm) || fail "pkg-config build failed"
+LD_LIBRARY_PATH="$(dirname "$lib")" "$tmp/app-pc" | grep -q "gathered" || fail "pkg-config binary did not run"
+echo "install test passed"
