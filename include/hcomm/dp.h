@@ -18,7 +18,10 @@ extern "C" {
 /** All-reduces @p n gradient tensors in place over @p dp_group with @p op (HCOMM_SUM or
  *  HCOMM_AVG). Tensors may differ in size and dtype; those of one dtype are packed into
  *  buckets of at most @p bucket_bytes bytes (0 = default), one all_reduce per bucket, in the
- *  order given. Collective: every member passes the same list of shapes and dtypes.
+ *  order given: dtypes in order of first appearance, and within a dtype, tensors in list
+ *  order fill a bucket until the next one would overflow it. A tensor larger than a bucket
+ *  forms a bucket alone; a bucket of one tensor is reduced in place, without copying.
+ *  Collective: every member passes the same list of shapes and dtypes.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (n < 0, op not SUM/AVG), HCOMM_ERR_DTYPE,
  *  HCOMM_ERR_SHAPE, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND.
  *  Thread-safe for distinct groups. */

@@ -11,8 +11,8 @@
  * passes reuse the routing: dispatch_bwd is a combine, combine_bwd a dispatch.
  * All calls are collective over the EP group; one handle per dispatched batch.
  * Errors (all): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert id out of range, E not divisible
- * by P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
- * HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND.
+ * by P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE, HCOMM_ERR_MISMATCH, HCOMM_ERR_NOMEM,
+ * HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND.
  */
 #ifndef HCOMM_C_MOE_H_
 #define HCOMM_C_MOE_H_
@@ -28,7 +28,13 @@ typedef struct hcomm_moe_handle hcomm_moe_handle_t;
 
 /** Dispatches @p tokens [N, H] (any dtype, N >= 0) by @p expert_ids [N] (int32, each in
  *  0..num_experts-1; may be NULL when N = 0) over @p ep_group. On success *handle owns the
- *  received rows; read them with hcomm_moe_received(). */
+ *  received rows; read them with hcomm_moe_received(). N may differ between ranks; H and the
+ *  dtype may not. The handle keeps @p ep_group: free the handle before the group.
+ *  The token checks are rank-local, so their outcome travels with the count exchange: a rank
+ *  whose tokens or expert ids are bad fails with its own error (HCOMM_ERR_NULL, _SHAPE,
+ *  _DTYPE, _INVALID_ARG) and every other rank fails with HCOMM_ERR_ABORTED instead of waiting;
+ *  ranks that disagree on H or dtype all fail with HCOMM_ERR_MISMATCH. *handle is NULL after
+ *  any failure. */
 HCOMM_API hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
                                             const int32_t *expert_ids, int num_experts,
                                             hcomm_moe_handle_t **handle);
@@ -46,8 +52,8 @@ HCOMM_API hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle,
 HCOMM_API hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle,
                                                const hcomm_tensor_t *grad_out,
                                                hcomm_tensor_t *grad_expert_out);
-/** Backward of dispatch: brings @p grad_recv [R, H] back into @p grad_tokens [N, H]
- *  (original order). */
+/** Backward of dispatch: brings @p grad_recv [R, H] (H as dispatched; any dtype, the same for
+ *  @p grad_tokens) back into @p grad_tokens [N, H] (original order). */
 HCOMM_API hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle,
                                                 const hcomm_tensor_t *grad_recv,
                                                 hcomm_tensor_t *grad_tokens);

@@ -5,8 +5,10 @@
  * Peers are ranks in @p group (normally the PP group, where rank i is stage i; see
  * hcomm_ctx_pp_neighbors()). Each message carries the tensor's dtype and shape; the receiver's
  * descriptor must match exactly, or the call fails with HCOMM_ERR_MISMATCH after draining the
- * message (nothing is left queued). Messages between one pair with one tag arrive in the
- * order sent; tags separate streams (0 <= tag <= HCOMM_PP_TAG_MAX).
+ * message (nothing is left queued, the receiver's data is left untouched, and the error says
+ * what was sent, e.g. "hcomm_pp_recv: peer 1 sent f32 [4, 8], expected f32 [4, 9]").
+ * Messages between one pair with one tag arrive in the order sent; tags separate streams
+ * (0 <= tag <= HCOMM_PP_TAG_MAX).
  * Errors (all): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (peer out of range or self, tag out of
  * range), HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE, HCOMM_ERR_MISMATCH, HCOMM_ERR_TIMEOUT,
  * HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. Thread-safe for distinct groups.

@@ -1,0 +1,110 @@
+/* Data-parallel gradient all-reduce, bucketed as PyTorch DDP (Li et al. 2020): many small
+ * tensors share one all_reduce, so the per-call latency is paid per bucket, not per tensor.
+ * Dtypes are handled in order of first appearance; within a dtype, tensors go into buckets in
+ * list order. A bucket holding a single tensor is reduced in place without packing. */
+#include "hcomm/dp.h"
+#include "prims/prims.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* One bucket: tensors of dtype dt among grads[first..end-1], bytes in all. */
+typedef struct bucket {
+    hcomm_dtype_t dt;
+    int first, end, count;
+    size_t bytes;
+} bucket_t;
+
+/* Extends b from grads[b->end] over the next tensors of b->dt that fit in cap bytes (one
+ * tensor at least, however large). False when no tensor of the dtype is left. */
+static bool next_bucket(const hcomm_tensor_t *grads, int n, size_t cap, bucket_t *b) {
+    b->first = b->end;
+    b->count = 0;
+    b->bytes = 0;
+    for (int i = b->first; i < n; i++) {
+        size_t tb = hcomm__tensor_bytes(&grads[i]);
+        if (grads[i].dtype != b->dt || tb == 0) {
+            if (b->count == 0) b->first = i + 1;
+            continue;
+        }
+        if (b->count > 0 && b->bytes + tb > cap) break;
+        b->bytes += tb;
+        b->count++;
+        b->end = i + 1;
+    }
+    if (b->count == 0) b->end = n;
+    return b->count > 0;
+}
+
+/* Largest bucket that needs packing (two or more tensors): the one scratch buffer's size. */
+static size_t max_packed_bytes(const hcomm_tensor_t *grads, int n, size_t cap) {
+    size_t max = 0;
+    for (int d = 0; d < HCOMM_DTYPE_COUNT; d++) {
+        bucket_t b = {.dt = (hcomm_dtype_t)d};
+        while (next_bucket(grads, n, cap, &b))
+            if (b.count > 1 && b.bytes > max) max = b.bytes;
+    }
+    return max;
+}
+
+static hcomm_result_t reduce_bucket(hcomm_comm_t *g, hcomm_tensor_t *grads, const bucket_t *b,
+                                    char *buf, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(b->dt);
+    if (b->count == 1) {
+        hcomm_tensor_t *t = &grads[b->end - 1];
+        size_t count = hcomm__tensor_bytes(t) / es;
+        return hcomm__coll_all_reduce(g, t->data, t->data, count, b->dt, op);
+    }
+    size_t off = 0;
+    for (int i = b->first; i < b->end; i++)
+        if (grads[i].dtype == b->dt) {
+            size_t tb = hcomm__tensor_bytes(&grads[i]);
+            memcpy(buf + off, grads[i].data, tb);
+            off += tb;
+        }
+    HCOMM__TRY(hcomm__coll_all_reduce(g, buf, buf, b->bytes / es, b->dt, op));
+    off = 0;
+    for (int i = b->first; i < b->end; i++)
+        if (grads[i].dtype == b->dt) {
+            size_t tb = hcomm__tensor_bytes(&grads[i]);
+            memcpy(grads[i].data, buf + off, tb);
+            off += tb;
+        }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t check_grads(const char *fn, const hcomm_tensor_t *grads, int n,
+                                  hcomm_op_t op) {
+    if (n < 0) return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "n=%d is negative", n);
+    if (op != HCOMM_SUM && op != HCOMM_AVG)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "op=%d is not HCOMM_SUM or HCOMM_AVG",
+                          (int)op);
+    if (n > 0 && grads == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'grads' is NULL with n=%d", n);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "grads[%d]", i);
+        HCOMM__TRY(hcomm__tensor_check(fn, name, &grads[i], NULL));
+    }
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
+                                         hcomm_op_t op, size_t bucket_bytes) {
+    HCOMM__CHECK_NULL(dp_group);
+    HCOMM__TRY(check_grads(__func__, grads, n, op));
+    size_t cap = bucket_bytes ? bucket_bytes : HCOMM_DP_BUCKET_BYTES_DEFAULT;
+    char *buf = NULL;
+    HCOMM__TRY(hcomm__alloc(__func__, max_packed_bytes(grads, n, cap), (void **)&buf));
+    bool seen[HCOMM_DTYPE_COUNT] = {false};
+    hcomm_result_t res = HCOMM_OK;
+    for (int i = 0; i < n && res == HCOMM_OK; i++) {
+        if (seen[grads[i].dtype]) continue;
+        seen[grads[i].dtype] = true;
+        bucket_t b = {.dt = grads[i].dtype};
+        while (res == HCOMM_OK && next_bucket(grads, n, cap, &b))
+            res = reduce_bucket(dp_group, grads, &b, buf, op);
+    }
+    free(buf);
+    return res;
+}

@@ -1,0 +1,35 @@
+/* Helpers shared by the primitives (tp, pp, moe, dp). Primitives reach the transport only
+ * through the algorithms layer (collectives) and the backend's point-to-point entries. */
+#ifndef HCOMM_C_PRIMS_H_
+#define HCOMM_C_PRIMS_H_
+
+#include "algo/coll.h"
+
+#include <stdlib.h>
+
+/* "f32", "bf16", ... for messages; "?" for an invalid dtype. */
+static inline const char *hcomm__dtype_str(hcomm_dtype_t dt) {
+    const char *name = "?";
+    if (hcomm__dtype_valid(dt)) hcomm_dtype_name(dt, &name);
+    return name;
+}
+
+/* Fails with HCOMM_ERR_DTYPE naming both dtypes unless a and b have the same dtype. */
+static inline hcomm_result_t hcomm__same_dtype(const char *fn, const char *an,
+                                               const hcomm_tensor_t *a, const char *bn,
+                                               const hcomm_tensor_t *b) {
+    if (a->dtype == b->dtype) return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_DTYPE, fn, "%s->dtype=%s differs from %s->dtype=%s", an,
+                      hcomm__dtype_str(a->dtype), bn, hcomm__dtype_str(b->dtype));
+}
+
+/* Allocates scratch of bytes (at least 1, so a 0-byte buffer is still a valid pointer). */
+static inline hcomm_result_t hcomm__alloc(const char *fn, size_t bytes, void **out) {
+    *out = malloc(bytes ? bytes : 1);
+    if (*out == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory allocating %zu bytes of scratch",
+                          bytes);
+    return HCOMM_OK;
+}
+
+#endif /* HCOMM_C_PRIMS_H_ */

@@ -1,0 +1,215 @@
+/* Tensor-parallel primitives (Megatron-LM, Shoeybi et al. 2019; region mappings follow
+ * megatron/core/tensor_parallel/mappings.py). The backend collectives move flat byte blocks in
+ * rank order; gathering or scattering along an inner dim is a permutation on top:
+ * a tensor [outer, size * k, inner] viewed as [outer][size][block] is the concatenation, and
+ * [size][outer][block] is the rank-major stack the backend works on. */
+#include "hcomm/tp.h"
+#include "prims/prims.h"
+
+#include <string.h>
+
+/* The public function being served and the names its tensors have in its signature, so one
+ * implementation serves e.g. hcomm_tp_split and hcomm_tp_gather_from_bwd with exact messages. */
+typedef struct tp_call {
+    const char *fn, *in, *out;
+} tp_call_t;
+
+#define TP_CALL(in_name, out_name) (&(tp_call_t){__func__, in_name, out_name})
+
+/* Checks group, both tensors and that their dtypes agree; *numel is the element count of in. */
+static hcomm_result_t check_pair(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                 const hcomm_tensor_t *out, size_t *numel) {
+    if (group == NULL) return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
+    HCOMM__TRY(hcomm__tensor_check(c->fn, c->in, in, numel));
+    HCOMM__TRY(hcomm__tensor_check(c->fn, c->out, out, NULL));
+    return hcomm__same_dtype(c->fn, c->in, in, c->out, out);
+}
+
+static hcomm_result_t check_op(const tp_call_t *c, hcomm_op_t op) {
+    if (!hcomm__op_valid(op))
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, c->fn, "op=%d is not a valid hcomm_op_t", (int)op);
+    return HCOMM_OK;
+}
+
+/* Fails unless big->shape[d] splits evenly over the group. */
+static hcomm_result_t check_divisible(const tp_call_t *c, const char *name,
+                                      const hcomm_tensor_t *big, int d, int size) {
+    if (big->shape[d] % size == 0) return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_SHAPE, c->fn,
+                      "%s->shape[%d]=%lld is not divisible by group size %d", name, d,
+                      (long long)big->shape[d], size);
+}
+
+/* Fails unless t has ref's ndim and shape except shape[d] == want_d. */
+static hcomm_result_t check_shape_but_dim(const tp_call_t *c, const char *name,
+                                          const hcomm_tensor_t *t, const hcomm_tensor_t *ref, int d,
+                                          int64_t want_d) {
+    hcomm_tensor_t want = *ref;
+    want.shape[d] = want_d;
+    bool same = t->ndim == want.ndim;
+    for (int i = 0; same && i < want.ndim; i++)
+        same = t->shape[i] == want.shape[i];
+    if (same) return HCOMM_OK;
+    char got[160], exp[160];
+    return hcomm__err(HCOMM_ERR_SHAPE, c->fn, "%s shape %s, expected %s (dim %d)", name,
+                      hcomm__shape_str(t, got, sizeof got),
+                      hcomm__shape_str(&want, exp, sizeof exp), d);
+}
+
+/* Product of shape[0..d-1]: how many blocks precede dim d. */
+static size_t outer_count(const hcomm_tensor_t *t, int d) {
+    size_t n = 1;
+    for (int i = 0; i < d; i++)
+        n *= (size_t)t->shape[i];
+    return n;
+}
+
+/* Rank-major stack src[size][outer][blk] -> concatenation dst[outer][size][blk]. */
+static void stack_to_concat(const char *src, char *dst, int size, size_t outer, size_t blk) {
+    for (int r = 0; r < size; r++)
+        for (size_t o = 0; o < outer; o++)
+            memcpy(dst + (o * (size_t)size + (size_t)r) * blk, src + ((size_t)r * outer + o) * blk,
+                   blk);
+}
+
+/* Concatenation src[outer][size][blk] -> rank-major stack dst[size][outer][blk]. */
+static void concat_to_stack(const char *src, char *dst, int size, size_t outer, size_t blk) {
+    for (int r = 0; r < size; r++)
+        for (size_t o = 0; o < outer; o++)
+            memcpy(dst + ((size_t)r * outer + o) * blk, src + (o * (size_t)size + (size_t)r) * blk,
+                   blk);
+}
+
+static hcomm_result_t tp_all_reduce(const tp_call_t *c, hcomm_comm_t *group,
+                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, hcomm_op_t op) {
+    size_t n = 0;
+    HCOMM__TRY(check_pair(c, group, in, out, &n));
+    HCOMM__TRY(hcomm__tensor_same_shape(c->fn, c->in, in, c->out, out));
+    HCOMM__TRY(check_op(c, op));
+    return hcomm__coll_all_reduce(group, in->data, out->data, n, in->dtype, op);
+}
+
+static hcomm_result_t tp_all_gather(const tp_call_t *c, hcomm_comm_t *group,
+                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
+    int d = 0;
+    HCOMM__TRY(check_pair(c, group, in, out, NULL));
+    HCOMM__TRY(hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
+    HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] * group->size));
+    size_t bytes = hcomm__tensor_bytes(in), outer = outer_count(in, d);
+    if (outer == 1 || bytes == 0) /* the stack already is the concatenation */
+        return hcomm__coll_all_gather(group, in->data, out->data, bytes);
+    void *tmp = NULL;
+    HCOMM__TRY(hcomm__alloc(c->fn, bytes * (size_t)group->size, &tmp));
+    hcomm_result_t res = hcomm__coll_all_gather(group, in->data, tmp, bytes);
+    if (res == HCOMM_OK) stack_to_concat(tmp, out->data, group->size, outer, bytes / outer);
+    free(tmp);
+    return res;
+}
+
+static hcomm_result_t tp_reduce_scatter(const tp_call_t *c, hcomm_comm_t *group,
+                                        const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim,
+                                        hcomm_op_t op) {
+    int d = 0;
+    size_t n = 0;
+    HCOMM__TRY(check_pair(c, group, in, out, &n));
+    HCOMM__TRY(hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
+    HCOMM__TRY(check_divisible(c, c->in, in, d, group->size));
+    HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] / group->size));
+    HCOMM__TRY(check_op(c, op));
+    size_t count = n / (size_t)group->size, outer = outer_count(in, d);
+    if (outer == 1 || count == 0)
+        return hcomm__coll_reduce_scatter(group, in->data, out->data, count, in->dtype, op);
+    void *tmp = NULL;
+    size_t bytes = hcomm__tensor_bytes(in);
+    HCOMM__TRY(hcomm__alloc(c->fn, bytes, &tmp));
+    concat_to_stack(in->data, tmp, group->size, outer, bytes / outer / (size_t)group->size);
+    hcomm_result_t res = hcomm__coll_reduce_scatter(group, tmp, out->data, count, in->dtype, op);
+    free(tmp);
+    return res;
+}
+
+static hcomm_result_t tp_split(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                               hcomm_tensor_t *out, int dim) {
+    int d = 0;
+    HCOMM__TRY(check_pair(c, group, in, out, NULL));
+    HCOMM__TRY(hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
+    HCOMM__TRY(check_divisible(c, c->in, in, d, group->size));
+    HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] / group->size));
+    size_t outer = outer_count(in, d), bytes = hcomm__tensor_bytes(out);
+    if (bytes == 0) return HCOMM_OK;
+    size_t blk = bytes / outer, size = (size_t)group->size, rank = (size_t)group->rank;
+    for (size_t o = 0; o < outer; o++)
+        memcpy((char *)out->data + o * blk, (const char *)in->data + (o * size + rank) * blk, blk);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t tp_identity(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                  hcomm_tensor_t *out) {
+    HCOMM__TRY(check_pair(c, group, in, out, NULL));
+    HCOMM__TRY(hcomm__tensor_same_shape(c->fn, c->in, in, c->out, out));
+    size_t bytes = hcomm__tensor_bytes(in);
+    if (bytes > 0 && in->data != out->data) memmove(out->data, in->data, bytes);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_tp_all_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                   hcomm_tensor_t *out, hcomm_op_t op) {
+    return tp_all_reduce(TP_CALL("in", "out"), group, in, out, op);
+}
+
+hcomm_result_t hcomm_tp_all_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                   hcomm_tensor_t *out, int dim) {
+    return tp_all_gather(TP_CALL("in", "out"), group, in, out, dim);
+}
+
+hcomm_result_t hcomm_tp_reduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                       hcomm_tensor_t *out, int dim, hcomm_op_t op) {
+    return tp_reduce_scatter(TP_CALL("in", "out"), group, in, out, dim, op);
+}
+
+hcomm_result_t hcomm_tp_split(hcomm_comm_t *group, const hcomm_tensor_t *in, hcomm_tensor_t *out,
+                              int dim) {
+    return tp_split(TP_CALL("in", "out"), group, in, out, dim);
+}
+
+/* --- region mappings: forward and backward side by side --- */
+
+hcomm_result_t hcomm_tp_copy_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                    hcomm_tensor_t *out) {
+    return tp_identity(TP_CALL("in", "out"), group, in, out);
+}
+
+hcomm_result_t hcomm_tp_copy_to_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
+                                    hcomm_tensor_t *grad_in) {
+    return tp_all_reduce(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, HCOMM_SUM);
+}
+
+hcomm_result_t hcomm_tp_reduce_from_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                        hcomm_tensor_t *out) {
+    return tp_all_reduce(TP_CALL("in", "out"), group, in, out, HCOMM_SUM);
+}
+
+hcomm_result_t hcomm_tp_reduce_from_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
+                                        hcomm_tensor_t *grad_in) {
+    return tp_identity(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in);
+}
+
+hcomm_result_t hcomm_tp_scatter_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                       hcomm_tensor_t *out, int dim) {
+    return tp_split(TP_CALL("in", "out"), group, in, out, dim);
+}
+
+hcomm_result_t hcomm_tp_scatter_to_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
+                                       hcomm_tensor_t *grad_in, int dim) {
+    return tp_all_gather(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, dim);
+}
+
+hcomm_result_t hcomm_tp_gather_from_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                        hcomm_tensor_t *out, int dim) {
+    return tp_all_gather(TP_CALL("in", "out"), group, in, out, dim);
+}
+
+hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
+                                        hcomm_tensor_t *grad_in, int dim) {
+    return tp_split(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, dim);
+}
