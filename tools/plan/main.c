@@ -1,4 +1,213 @@
+/* hcomm-plan: prints the parallel groups of a job (Megatron-Core layout) without running
+ * anything, as a table or as JSON. Uses only the public plan API (hcomm/domain.h).
+ *
+ *   hcomm-plan --world 32 --tp 4 --pp 2 --json
+ *
+ * Exit status: 0 ok, 1 invalid configuration (hcomm's message on stderr), 2 bad usage. */
 #include "hcomm/api.h"
-int main(void) {
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Table mode shows this many groups per kind, and this many members of a long group. */
+#define SHOW_GROUPS 8
+#define SHOW_MEMBERS 16
+
+typedef struct options {
+    int world;
+    bool have_world, json;
+    hcomm_parallel_config_t cfg;
+} options_t;
+
+static void usage(FILE *f) {
+    fputs("usage: hcomm-plan --world W [--tp T] [--pp P] [--dp D] [--cp C] [--ep E] [--etp X]\n"
+          "                  [--experts N] [--order O] [--json]\n"
+          "Prints every parallel group (tp, pp, dp, cp, dp_cp, tp_pp, ep, etp, edp, embedding)\n"
+          "of a job laid out as Megatron-Core's RankGenerator does, without running anything.\n"
+          "  --world W    number of ranks (required)\n"
+          "  --tp T       tensor parallel size (default 1)\n"
+          "  --pp P       pipeline parallel size (default 1)\n"
+          "  --dp D       data parallel size (default world/(tp*pp*cp))\n"
+          "  --cp C       context parallel size (default 1)\n"
+          "  --ep E       expert parallel size (default 1)\n"
+          "  --etp X      expert tensor parallel size (default tp)\n"
+          "  --experts N  number of experts, checked to be divisible by ep (default: no check)\n"
+          "  --order O    axes fastest-varying first (default tp-cp-ep-dp-pp)\n"
+          "  --json       one JSON object: a list of groups (world ranks) per kind\n"
+          "  --help       this text\n",
+          f);
+}
+
+/* Parses a whole decimal int; on failure says which flag and value, and returns false. */
+static bool parse_int(const char *flag, const char *text, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || v < INT_MIN || v > INT_MAX) {
+        fprintf(stderr, "hcomm-plan: %s: '%s' is not an integer\n", flag, text);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+/* The int that a numeric flag sets, or NULL if flag is not one. */
+static int *int_flag(options_t *o, const char *flag) {
+    const struct {
+        const char *name;
+        int *dst;
+    } flags[] = {{"--world", &o->world}, {"--tp", &o->cfg.tp},
+                 {"--pp", &o->cfg.pp},   {"--dp", &o->cfg.dp},
+                 {"--cp", &o->cfg.cp},   {"--ep", &o->cfg.ep},
+                 {"--etp", &o->cfg.etp}, {"--experts", &o->cfg.num_experts}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (strcmp(flag, flags[i].name) == 0) return flags[i].dst;
+    return NULL;
+}
+
+/* Applies one "--flag value" (value NULL if missing). Returns false after a message. */
+static bool apply_flag(options_t *o, const char *flag, const char *value) {
+    int *dst = int_flag(o, flag);
+    if (!dst && strcmp(flag, "--order") != 0) {
+        fprintf(stderr, "hcomm-plan: unknown flag '%s' (see --help)\n", flag);
+        return false;
+    }
+    if (!value) {
+        fprintf(stderr, "hcomm-plan: %s needs a value\n", flag);
+        return false;
+    }
+    if (!dst) {
+        o->cfg.order = value;
+        return true;
+    }
+    if (dst == &o->world) o->have_world = true;
+    return parse_int(flag, value, dst);
+}
+
+/* Returns 0 to go on, 1 after --help, 2 after a usage error. Accepts --flag=value too. */
+static int parse_args(int argc, char **argv, options_t *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            o->json = true;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        char flag[32];
+        if (len >= sizeof flag) {
+            fprintf(stderr, "hcomm-plan: unknown flag '%.40s' (see --help)\n", arg);
+            return 2;
+        }
+        memcpy(flag, arg, len);
+        flag[len] = '\0';
+        const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!apply_flag(o, flag, value)) return 2;
+    }
+    if (!o->have_world) {
+        fprintf(stderr, "hcomm-plan: --world is required (see --help)\n");
+        return 2;
+    }
     return 0;
+}
+
+static void print_group_json(FILE *f, const int *members, int n) {
+    fputc('[', f);
+    for (int m = 0; m < n; m++)
+        fprintf(f, m ? ",%d" : "%d", members[m]);
+    fputc(']', f);
+}
+
+static void print_json(FILE *f, int world, const hcomm_parallel_config_t *c, int edp,
+                       const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
+    fprintf(f,
+            "{\"config\": {\"world\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, "
+            "\"ep\": %d, \"etp\": %d, \"edp\": %d, \"num_experts\": %d, \"order\": \"%s\"}",
+            world, c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, edp, c->num_experts, c->order);
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
+        const char *name = "";
+        hcomm_group_kind_name((hcomm_group_kind_t)k, &name);
+        fprintf(f, ",\n \"%s\": [", name);
+        const hcomm_group_list_t *l = &lists[k];
+        for (int g = 0; g < l->num_groups; g++) {
+            if (g) fputc(',', f);
+            print_group_json(f, l->ranks + (size_t)g * (size_t)l->group_size, l->group_size);
+        }
+        fputc(']', f);
+    }
+    fputs("}\n", f);
+}
+
+/* "[0, 1, 2, 3]"; a long group shows its first members, "...", and its last. */
+static void print_group_table(FILE *f, const int *members, int n) {
+    fputs("  [", f);
+    for (int m = 0; m < n; m++) {
+        if (n > SHOW_MEMBERS && m == SHOW_MEMBERS / 2) {
+            fputs(", ...", f);
+            m = n - 1;
+        }
+        fprintf(f, m ? ", %d" : "%d", members[m]);
+    }
+    fputc(']', f);
+    if (n > SHOW_MEMBERS) fprintf(f, " (%d ranks)", n);
+    fputc('\n', f);
+}
+
+static void print_table(FILE *f, int world, const hcomm_parallel_config_t *c, int edp,
+                        const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
+    fprintf(f, "world=%d tp=%d pp=%d dp=%d cp=%d ep=%d etp=%d edp=%d experts=%d order=%s\n", world,
+            c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, edp, c->num_experts, c->order);
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
+        const char *name = "";
+        hcomm_group_kind_name((hcomm_group_kind_t)k, &name);
+        const hcomm_group_list_t *l = &lists[k];
+        fprintf(f, "%s: %d group%s of %d\n", name, l->num_groups, l->num_groups == 1 ? "" : "s",
+                l->group_size);
+        for (int g = 0; g < l->num_groups && g < SHOW_GROUPS; g++)
+            print_group_table(f, l->ranks + (size_t)g * (size_t)l->group_size, l->group_size);
+        if (l->num_groups > SHOW_GROUPS) fprintf(f, "  ... (%d groups)\n", l->num_groups);
+    }
+}
+
+/* Computes every kind's groups and prints them; returns the exit status. */
+static int plan(const options_t *o) {
+    hcomm_group_list_t lists[HCOMM_GROUP_COUNT];
+    memset(lists, 0, sizeof lists);
+    hcomm_parallel_config_t resolved;
+    int status = 1;
+    if (hcomm_parallel_config_resolve(&o->cfg, o->world, &resolved) != HCOMM_OK) goto done;
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
+        if (hcomm_plan_groups(&o->cfg, o->world, (hcomm_group_kind_t)k, &lists[k]) != HCOMM_OK)
+            goto done;
+    int edp = lists[HCOMM_GROUP_EDP].group_size;
+    if (o->json)
+        print_json(stdout, o->world, &resolved, edp, lists);
+    else
+        print_table(stdout, o->world, &resolved, edp, lists);
+    status = fflush(stdout) == 0 ? 0 : 1;
+    if (status) fprintf(stderr, "hcomm-plan: cannot write the output: %s\n", strerror(errno));
+done:
+    if (status && hcomm_last_error()[0]) fprintf(stderr, "hcomm-plan: %s\n", hcomm_last_error());
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
+        hcomm_group_list_free(&lists[k]);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    options_t o;
+    memset(&o, 0, sizeof o);
+    int r = parse_args(argc, argv, &o);
+    if (r != 0) return r == 1 ? 0 : 2;
+    /* Full buffering: a world of 65,536 prints megabytes of JSON. */
+    static char buf[1 << 16];
+    setvbuf(stdout, buf, _IOFBF, sizeof buf);
+    return plan(&o);
 }

@@ -1,0 +1,222 @@
+/* The domain manager: one collective call splits the world into every parallel group of the
+ * job (layout from rankgen.c), and accessors hand them out. */
+#include "domain/rankgen.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hcomm_ctx {
+    hcomm_comm_t *world;
+    hcomm__layout_t layout;
+    int world_rank;
+    int coords[HCOMM__NUM_AXES];             /* this rank on the dense grid, by axis */
+    int expert_coords[HCOMM__NUM_AXES];      /* this rank on the expert grid, by axis */
+    hcomm_comm_t *groups[HCOMM_GROUP_COUNT]; /* NULL: not a member (embedding only) */
+};
+
+/* Worlds that hold a live context. A second context on the same world would split it again
+ * and leave two sets of groups whose collectives could be confused, so it is refused. The
+ * registry lives here, not in struct hcomm_comm, and is locked because local-backend ranks
+ * are threads of one process. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static const hcomm_comm_t **registry;
+static int registry_len, registry_cap;
+
+static hcomm_result_t registry_claim(const char *fn, const hcomm_comm_t *world) {
+    hcomm_result_t res = HCOMM_OK;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < registry_len; i++)
+        if (registry[i] == world) {
+            res = hcomm__err(HCOMM_ERR_STATE, fn,
+                             "world already has a live context; call hcomm_ctx_destroy() on it "
+                             "before creating another");
+            goto out;
+        }
+    if (registry_len == registry_cap) {
+        int cap = registry_cap ? 2 * registry_cap : 16;
+        const hcomm_comm_t **grown = realloc((void *)registry, sizeof *registry * (size_t)cap);
+        if (!grown) {
+            res = hcomm__err(HCOMM_ERR_NOMEM, fn, "cannot grow the context registry to %d", cap);
+            goto out;
+        }
+        registry = grown;
+        registry_cap = cap;
+    }
+    registry[registry_len++] = world;
+out:
+    pthread_mutex_unlock(&registry_lock);
+    return res;
+}
+
+static void registry_release(const hcomm_comm_t *world) {
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < registry_len; i++)
+        if (registry[i] == world) {
+            registry[i] = registry[--registry_len];
+            break;
+        }
+    if (registry_len == 0) { /* nothing live: leave no allocation behind at exit */
+        free((void *)registry);
+        registry = NULL;
+        registry_cap = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* FNV-1a of the effective order, cut to 62 bits so it can be negated in an int64. */
+static int64_t order_hash(const char *order) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)order; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (int64_t)(h >> 2);
+}
+
+/* Every rank must pass the same cfg, or ranks would disagree about the groups they form.
+ * Compares validity, the resolved sizes (so dp = 0 and its default agree) and the order; one
+ * MAX all-reduce over (v, -v) gives each field's max and min. It runs even when this rank's
+ * cfg is invalid, so that no rank returns early while the others wait. l is NULL then. */
+static hcomm_result_t check_same_config(const char *fn, hcomm_comm_t *world,
+                                        const hcomm_parallel_config_t *cfg,
+                                        const hcomm__layout_t *l) {
+    enum { N = 9 };
+    static const char *const names[N] = {"validity", "tp",  "pp",          "dp",   "cp",
+                                         "ep",       "etp", "num_experts", "order"};
+    const hcomm_parallel_config_t *c = l ? &l->cfg : cfg;
+    const char *order = l ? l->order : cfg->order ? cfg->order : hcomm__default_order;
+    const int64_t v[N] = {
+        l != NULL, c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, c->num_experts, order_hash(order)};
+    int64_t buf[2 * N];
+    for (int i = 0; i < N; i++) {
+        buf[i] = v[i];
+        buf[N + i] = -v[i];
+    }
+    HCOMM__TRY(hcomm_all_reduce(world, buf, buf, 2 * N, HCOMM_I64, HCOMM_MAX));
+    if (buf[0] != -buf[N])
+        return hcomm__err(HCOMM_ERR_MISMATCH, fn, "cfg is invalid on another rank of world");
+    for (int i = 1; i < N; i++)
+        if (buf[i] != -buf[N + i])
+            return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                              "cfg.%s differs across the ranks of world (this rank: %lld); every "
+                              "rank must pass the same config",
+                              names[i], (long long)v[i]);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t destroy_groups(hcomm_ctx_t *ctx) {
+    hcomm_result_t first = HCOMM_OK;
+    for (int k = HCOMM_GROUP_COUNT - 1; k >= 0; k--) {
+        hcomm_result_t r = hcomm_comm_destroy(ctx->groups[k]);
+        ctx->groups[k] = NULL;
+        if (first == HCOMM_OK) first = r;
+    }
+    return first;
+}
+
+/* Collective: ranks of one group share color = group index and are ordered by key =
+ * position, so member i of the new communicator is member i of the planned group. */
+static hcomm_result_t split_group(hcomm_ctx_t *ctx, hcomm_group_kind_t kind) {
+    int group = 0, pos = 0;
+    hcomm__layout_locate(&ctx->layout, kind, ctx->world_rank, &group, &pos);
+    return hcomm_comm_split(ctx->world, pos >= 0 ? group : -1, pos, &ctx->groups[kind]);
+}
+
+static hcomm_result_t build_ctx(const char *fn, hcomm_comm_t *world,
+                                const hcomm_parallel_config_t *cfg, hcomm_ctx_t **out) {
+    int rank = 0, size = 0;
+    HCOMM__TRY(hcomm_comm_rank(world, &rank));
+    HCOMM__TRY(hcomm_comm_size(world, &size));
+    hcomm__layout_t layout;
+    hcomm_result_t valid = hcomm__layout_init(fn, cfg, size, &layout);
+    hcomm_result_t agree = check_same_config(fn, world, cfg, valid == HCOMM_OK ? &layout : NULL);
+    if (valid != HCOMM_OK) /* re-records the message, which the agreement step may replace */
+        return hcomm__layout_init(fn, cfg, size, &layout);
+    HCOMM__TRY(agree);
+    hcomm_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return hcomm__err(HCOMM_ERR_NOMEM, fn, "cannot allocate the context");
+    ctx->world = world;
+    ctx->layout = layout;
+    ctx->world_rank = rank;
+    hcomm__layout_coords(&layout, false, rank, ctx->coords);
+    hcomm__layout_coords(&layout, true, rank, ctx->expert_coords);
+    hcomm_result_t res = HCOMM_OK;
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
+        HCOMM__TRY_GOTO(split_group(ctx, (hcomm_group_kind_t)k), res, fail);
+    *out = ctx;
+    return HCOMM_OK;
+fail:
+    destroy_groups(ctx);
+    free(ctx);
+    return res;
+}
+
+hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_parallel_config_t *cfg,
+                                hcomm_ctx_t **out) {
+    HCOMM__CHECK_NULL(out);
+    *out = NULL;
+    HCOMM__CHECK_NULL(world);
+    HCOMM__CHECK_NULL(cfg);
+    HCOMM__TRY(registry_claim(__func__, world));
+    hcomm_result_t res = build_ctx(__func__, world, cfg, out);
+    if (res != HCOMM_OK) registry_release(world);
+    return res;
+}
+
+hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx) {
+    if (!ctx) return HCOMM_OK;
+    hcomm_result_t res = destroy_groups(ctx);
+    registry_release(ctx->world);
+    free(ctx);
+    return res;
+}
+
+/* The group of kind, or HCOMM_ERR_GROUP for a middle pipeline stage's embedding group. */
+static hcomm_result_t member_group(const char *fn, const hcomm_ctx_t *ctx, hcomm_group_kind_t kind,
+                                   hcomm_comm_t **group) {
+    HCOMM__TRY(hcomm__kind_check(fn, kind));
+    if (!ctx->groups[kind])
+        return hcomm__err(HCOMM_ERR_GROUP, fn,
+                          "world rank %d is in no embedding group: it is pipeline stage %d of "
+                          "pp=%d, neither the first nor the last",
+                          ctx->world_rank, ctx->coords[HCOMM__AXIS_PP], ctx->layout.cfg.pp);
+    *group = ctx->groups[kind];
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_ctx_group(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind,
+                               hcomm_comm_t **group) {
+    HCOMM__CHECK_NULL(ctx);
+    HCOMM__CHECK_NULL(group);
+    return member_group(__func__, ctx, kind, group);
+}
+
+hcomm_result_t hcomm_ctx_config(const hcomm_ctx_t *ctx, hcomm_parallel_config_t *cfg) {
+    HCOMM__CHECK_NULL(ctx);
+    HCOMM__CHECK_NULL(cfg);
+    *cfg = ctx->layout.cfg;
+    cfg->order = ctx->layout.order; /* owned by ctx, unlike the caller's string */
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_ctx_rank(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind, int *rank,
+                              int *size) {
+    HCOMM__CHECK_NULL(ctx);
+    HCOMM__CHECK_NULL(rank);
+    HCOMM__CHECK_NULL(size);
+    hcomm_comm_t *group = NULL;
+    HCOMM__TRY(member_group(__func__, ctx, kind, &group));
+    HCOMM__TRY(hcomm_comm_rank(group, rank));
+    return hcomm_comm_size(group, size);
+}
+
+hcomm_result_t hcomm_ctx_pp_neighbors(const hcomm_ctx_t *ctx, int *prev, int *next) {
+    HCOMM__CHECK_NULL(ctx);
+    HCOMM__CHECK_NULL(prev);
+    HCOMM__CHECK_NULL(next);
+    /* Member i of the PP group is stage i, which is this rank's pp coordinate. */
+    int stage = ctx->coords[HCOMM__AXIS_PP], pp = ctx->layout.cfg.pp;
+    *prev = stage > 0 ? stage - 1 : -1;
+    *next = stage < pp - 1 ? stage + 1 : -1;
+    return HCOMM_OK;
+}
