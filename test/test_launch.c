@@ -100,11 +100,32 @@ static void test_split(void) {
     t_for_each_world(split_and_check, NULL, 8);
 }
 
+/* Rank 0 broadcasts while the others all_reduce: everyone gets HCOMM_ERR_MISMATCH, no crash,
+ * and the world stays usable. */
+static hcomm_result_t mismatched_calls(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int rank, size;
+    hcomm_comm_rank(world, &rank);
+    hcomm_comm_size(world, &size);
+    float v[4] = {1, 2, 3, 4}, out[4];
+    hcomm_result_t r = rank == 0 ? hcomm_broadcast(world, v, sizeof v, 0)
+                                 : hcomm_all_reduce(world, v, out, 4, HCOMM_F32, HCOMM_SUM);
+    if (size > 1)
+        T_EQ_INT(r, HCOMM_ERR_MISMATCH);
+    r = rank == 0 ? hcomm_barrier(world) : hcomm_all_reduce(world, v, out, 3, HCOMM_F32, HCOMM_SUM);
+    if (size > 1)
+        T_EQ_INT(r, HCOMM_ERR_MISMATCH);
+    T_OK(hcomm_all_reduce(world, v, out, 4, HCOMM_F32, HCOMM_SUM));
+    T_CHECK(out[3] == 4.0f * (float)size, "sum after mismatch: %g", out[3]);
+    return HCOMM_OK;
+}
+
 int main(void) {
     if (strcmp(t_backend(), "local") == 0) {
         test_every_rank_runs_once();
         test_failure_aborts_peers();
         test_missing_peer_times_out();
+        t_for_each_world(mismatched_calls, NULL, 8);
     } else {
         T_OK(hcomm_launch(NULL, 0, check_world, NULL));
     }

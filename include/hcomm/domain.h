@@ -75,9 +75,12 @@ HCOMM_API hcomm_result_t hcomm_group_list_free(hcomm_group_list_t *list);
 HCOMM_API hcomm_result_t hcomm_group_kind_name(hcomm_group_kind_t kind, const char **name);
 
 /** Builds every group of the job over @p world. Collective over @p world: every rank calls it
- *  with the same @p cfg. On any error nothing is left allocated and *out is NULL.
- *  Errors: those of hcomm_parallel_config_resolve(), HCOMM_ERR_NULL, HCOMM_ERR_BACKEND,
- *  HCOMM_ERR_NOMEM. A rank may hold several contexts at once. */
+ *  with the same @p cfg (checked: ranks whose resolved config differs from their peers' get
+ *  HCOMM_ERR_MISMATCH). On any error nothing is left allocated and *out is NULL. One live
+ *  context per communicator: a second create on the same @p world before hcomm_ctx_destroy
+ *  fails with HCOMM_ERR_STATE; contexts on different communicators (e.g. a split) may coexist.
+ *  Errors: those of hcomm_parallel_config_resolve(), HCOMM_ERR_NULL, HCOMM_ERR_STATE,
+ *  HCOMM_ERR_MISMATCH, HCOMM_ERR_BACKEND, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT. */
 HCOMM_API hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_parallel_config_t *cfg,
                                           hcomm_ctx_t **out);
 /** Frees @p ctx and every communicator it built (NULL is a no-op). Collective over the world

@@ -53,6 +53,7 @@ struct hcomm_comm {
     int rank, size;    /* this rank's index, members */
     int *world_ranks;  /* [size] members as world ranks, malloc'ed */
     bool is_world;     /* the communicator handed to a rank function; not destroyable */
+    bool has_ctx;      /* a domain context is built on it (one at a time); set by src/domain */
 };
 
 /* Allocates a comm with world_ranks[size]; NULL on out-of-memory. */

@@ -31,6 +31,8 @@ typedef struct local_msg {
 
 /* What one rank posts for a collective; valid between the op's first and last barrier. */
 typedef struct local_slot {
+    int call;    /* which collective, dtype and op: peers must agree */
+    size_t size; /* its element or byte count: peers must agree */
     const void *send;
     void *aux;
     const size_t *counts, *displs;
@@ -263,6 +265,38 @@ static void post(hcomm_comm_t *c, local_slot_t slot) {
     shared_of(c)->slots[c->rank] = slot; /* published to peers by the barrier that follows */
 }
 
+static const local_slot_t *slot_of(hcomm_comm_t *c, int r);
+
+/* Identifies a collective call so ranks that called different ones (or with different sizes)
+ * fail together with HCOMM_ERR_MISMATCH instead of reading each other's buffers wrongly. */
+enum { CALL_ALL_REDUCE = 1, CALL_REDUCE_SCATTER, CALL_ALL_GATHER, CALL_BROADCAST,
+       CALL_ALL_TO_ALLV, CALL_SPLIT, CALL_BARRIER };
+
+static int call_id(int kind, hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    return ((kind * 16 + (int)dt) * 8 + (int)op) * 4096 + root;
+}
+
+/* The barrier after posting, plus the check that every peer posted the same call. Every rank
+ * sees the same slots, so either all pass or all fail (after one more barrier, so nobody
+ * reposts while a peer still reads). */
+static hcomm_result_t arrive(hcomm_comm_t *c, const char *fn) {
+    HCOMM__TRY(local_barrier(c));
+    const local_slot_t *me = slot_of(c, c->rank);
+    for (int r = 0; r < c->size; r++) {
+        const local_slot_t *p = slot_of(c, r);
+        if (p->call != me->call || p->size != me->size) {
+            hcomm_result_t res = hcomm__err(
+                HCOMM_ERR_MISMATCH, fn,
+                "ranks called different collectives: rank %d posted call %d size %zu, rank %d "
+                "posted call %d size %zu",
+                c->rank, me->call, me->size, r, p->call, p->size);
+            local_barrier(c);
+            return res;
+        }
+    }
+    return HCOMM_OK;
+}
+
 static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
     return &shared_of(c)->slots[r];
 }
@@ -291,8 +325,9 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_all_reduce", "cannot allocate %zu bytes",
                           (hi - lo) * es);
-    post(c, (local_slot_t){.send = sendbuf, .aux = mine});
-    hcomm_result_t res = local_barrier(c);
+    post(c, (local_slot_t){.call = call_id(CALL_ALL_REDUCE, dt, op, 0), .size = count,
+                           .send = sendbuf, .aux = mine});
+    hcomm_result_t res = arrive(c, "hcomm_all_reduce");
     if (res == HCOMM_OK) {
         reduce_posted(c, mine, lo, hi - lo, dt, op);
         res = local_barrier(c); /* every chunk done; every input read */
@@ -314,8 +349,9 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm reduce_scatter", "cannot allocate %zu bytes",
                           count * es);
-    post(c, (local_slot_t){.send = sendbuf});
-    hcomm_result_t res = local_barrier(c);
+    post(c, (local_slot_t){.call = call_id(CALL_REDUCE_SCATTER, dt, op, 0), .size = count,
+                           .send = sendbuf});
+    hcomm_result_t res = arrive(c, "hcomm_reduce_scatter");
     if (res == HCOMM_OK) {
         reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
         res = local_barrier(c); /* inputs read: recvbuf may alias one of them */
@@ -327,16 +363,18 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
 
 static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t bytes) {
-    post(c, (local_slot_t){.send = sendbuf});
-    HCOMM__TRY(local_barrier(c));
+    post(c, (local_slot_t){.call = call_id(CALL_ALL_GATHER, 0, 0, 0), .size = bytes,
+                           .send = sendbuf});
+    HCOMM__TRY(arrive(c, "hcomm_all_gather"));
     for (int r = 0; r < c->size; r++)
         memmove((char *)recvbuf + (size_t)r * bytes, slot_of(c, r)->send, bytes);
     return local_barrier(c);
 }
 
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
-    post(c, (local_slot_t){.send = buf});
-    HCOMM__TRY(local_barrier(c));
+    post(c, (local_slot_t){.call = call_id(CALL_BROADCAST, 0, 0, root), .size = bytes,
+                           .send = buf});
+    HCOMM__TRY(arrive(c, "hcomm_broadcast"));
     if (c->rank != root) memcpy(buf, slot_of(c, root)->send, bytes);
     return local_barrier(c);
 }
@@ -345,8 +383,9 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                         const size_t *sendcounts, const size_t *sdispls,
                                         void *recvbuf, const size_t *recvcounts,
                                         const size_t *rdispls) {
-    post(c, (local_slot_t){.send = sendbuf, .counts = sendcounts, .displs = sdispls});
-    HCOMM__TRY(local_barrier(c));
+    post(c, (local_slot_t){.call = call_id(CALL_ALL_TO_ALLV, 0, 0, 0), .send = sendbuf,
+                           .counts = sendcounts, .displs = sdispls});
+    HCOMM__TRY(arrive(c, "hcomm_all_to_allv"));
     hcomm_result_t res = HCOMM_OK;
     for (int s = 0; s < c->size; s++) {
         const local_slot_t *src = slot_of(c, s);
@@ -362,6 +401,13 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     }
     hcomm_result_t res2 = local_barrier(c); /* reached even after a mismatch: no hang */
     return res != HCOMM_OK ? res : res2;
+}
+
+/* The user-visible barrier posts a slot too, so a peer inside another collective sees it. */
+static hcomm_result_t local_barrier_call(hcomm_comm_t *c) {
+    post(c, (local_slot_t){.call = call_id(CALL_BARRIER, 0, 0, 0)});
+    HCOMM__TRY(arrive(c, "hcomm_barrier"));
+    return local_barrier(c);
 }
 
 /* --- split --- */
@@ -404,8 +450,9 @@ static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, cons
 static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
     *out = NULL;
     member_t *mem = malloc(sizeof *mem * (size_t)c->size);
-    post(c, (local_slot_t){.color = color < 0 ? -1 : color, .key = key});
-    hcomm_result_t res = local_barrier(c);
+    post(c, (local_slot_t){.call = call_id(CALL_SPLIT, 0, 0, 0), .color = color < 0 ? -1 : color,
+                           .key = key});
+    hcomm_result_t res = arrive(c, "hcomm_comm_split");
     if (res != HCOMM_OK) {
         free(mem);
         return res;
@@ -443,7 +490,7 @@ static const hcomm__backend_ops_t local_ops = {
     .reduce_scatter = local_reduce_scatter,
     .broadcast = local_broadcast,
     .all_to_allv = local_all_to_allv,
-    .barrier = local_barrier,
+    .barrier = local_barrier_call,
     .split = local_split,
     .destroy = local_destroy,
 };

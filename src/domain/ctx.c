@@ -1,8 +1,8 @@
 /* The domain manager: one collective call splits the world into every parallel group of the
  * job (layout from rankgen.c), and accessors hand them out. */
+#include "backend/backend.h"
 #include "domain/rankgen.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,53 +16,15 @@ struct hcomm_ctx {
     hcomm_comm_t *groups[HCOMM_GROUP_COUNT]; /* NULL: not a member (embedding only) */
 };
 
-/* Worlds that hold a live context. A second context on the same world would split it again
- * and leave two sets of groups whose collectives could be confused, so it is refused. The
- * registry lives here, not in struct hcomm_comm, and is locked because local-backend ranks
- * are threads of one process. */
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static const hcomm_comm_t **registry;
-static int registry_len, registry_cap;
-
-static hcomm_result_t registry_claim(const char *fn, const hcomm_comm_t *world) {
-    hcomm_result_t res = HCOMM_OK;
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < registry_len; i++)
-        if (registry[i] == world) {
-            res = hcomm__err(HCOMM_ERR_STATE, fn,
-                             "world already has a live context; call hcomm_ctx_destroy() on it "
-                             "before creating another");
-            goto out;
-        }
-    if (registry_len == registry_cap) {
-        int cap = registry_cap ? 2 * registry_cap : 16;
-        const hcomm_comm_t **grown = realloc((void *)registry, sizeof *registry * (size_t)cap);
-        if (!grown) {
-            res = hcomm__err(HCOMM_ERR_NOMEM, fn, "cannot grow the context registry to %d", cap);
-            goto out;
-        }
-        registry = grown;
-        registry_cap = cap;
-    }
-    registry[registry_len++] = world;
-out:
-    pthread_mutex_unlock(&registry_lock);
-    return res;
-}
-
-static void registry_release(const hcomm_comm_t *world) {
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < registry_len; i++)
-        if (registry[i] == world) {
-            registry[i] = registry[--registry_len];
-            break;
-        }
-    if (registry_len == 0) { /* nothing live: leave no allocation behind at exit */
-        free((void *)registry);
-        registry = NULL;
-        registry_cap = 0;
-    }
-    pthread_mutex_unlock(&registry_lock);
+/* A second context on the same communicator would split it again and leave two sets of groups
+ * whose collectives could be confused, so it is refused. Each rank owns its own communicator
+ * object, so the flag needs no lock. */
+static hcomm_result_t claim_world(const char *fn, hcomm_comm_t *world) {
+    if (world->has_ctx)
+        return hcomm__err(HCOMM_ERR_STATE, fn,
+                          "world already holds a context; call hcomm_ctx_destroy first");
+    world->has_ctx = true;
+    return HCOMM_OK;
 }
 
 /* FNV-1a of the effective order, cut to 62 bits so it can be negated in an int64. */
@@ -157,16 +119,17 @@ hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_parallel_config
     *out = NULL;
     HCOMM__CHECK_NULL(world);
     HCOMM__CHECK_NULL(cfg);
-    HCOMM__TRY(registry_claim(__func__, world));
+    HCOMM__TRY(claim_world(__func__, world));
     hcomm_result_t res = build_ctx(__func__, world, cfg, out);
-    if (res != HCOMM_OK) registry_release(world);
+    if (res != HCOMM_OK)
+        world->has_ctx = false;
     return res;
 }
 
 hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx) {
     if (!ctx) return HCOMM_OK;
     hcomm_result_t res = destroy_groups(ctx);
-    registry_release(ctx->world);
+    ctx->world->has_ctx = false;
     free(ctx);
     return res;
 }
