@@ -1,0 +1,44 @@
+/**
+ * @file mpi.h
+ * @brief Using hcomm inside an existing MPI application: wrap one of its communicators.
+ *
+ * Not included by hcomm/api.h, because it needs <mpi.h>; available only when hcomm is
+ * built with the mpi backend (link with hcomm and MPI::MPI_C, or pkg-config hcomm).
+ *
+ * Threads: when hcomm initializes MPI (hcomm_launch with backend "mpi") it asks for
+ * MPI_THREAD_MULTIPLE, so distinct communicators may be used from distinct threads. An
+ * application that initializes MPI itself with less than MPI_THREAD_MULTIPLE must call hcomm
+ * from one thread at a time (as MPI requires for its own calls).
+ */
+#ifndef HCOMM_C_MPI_H_
+#define HCOMM_C_MPI_H_
+
+#include "hcomm/core.h"
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Makes an hcomm communicator over the MPI communicator @p comm, in @p *out.
+ *
+ *  hcomm works on its own duplicate of @p comm (MPI_Comm_dup), so its messages never match
+ *  the application's; @p comm itself is not modified and may be freed afterwards. The
+ *  result has the same ranks in the same order, reports backend "mpi", lists its members
+ *  as ranks of MPI_COMM_WORLD, and is freed with hcomm_comm_destroy() (collective) before
+ *  MPI_Finalize. Every hcomm call works on it, including hcomm_comm_split(). Its waits end
+ *  after HCOMM_TIMEOUT seconds (env, default 300) with HCOMM_ERR_TIMEOUT; outside
+ *  hcomm_launch a failed peer is not announced, so it shows as that timeout.
+ *  Collective over @p comm: every process of @p comm calls it. MPI must already be
+ *  initialized (hcomm does not initialize MPI here). Call it from the thread that
+ *  initialized MPI.
+ *  Errors: HCOMM_ERR_NULL (@p out), HCOMM_ERR_INVALID_ARG (@p comm is MPI_COMM_NULL or an
+ *  intercommunicator), HCOMM_ERR_STATE (MPI not initialized, or already finalized),
+ *  HCOMM_ERR_NOMEM, HCOMM_ERR_BACKEND (an MPI call failed; the message has MPI's text). */
+HCOMM_API hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HCOMM_C_MPI_H_ */
