@@ -26,6 +26,9 @@ if grep -rE 'HcommResult|HcommTeamCreate|HCOMM_TEAM_|HCOMM_CHANNEL_' "$prefix/in
 fi
 nm -D --defined-only "$lib" | grep -q ' hcomm__' && fail "internal hcomm__ symbols are exported"
 
+# A sanitized hcomm needs sanitized consumers (the runtime must come first).
+san=${HCOMM_SANITIZE:+-fsanitize=$HCOMM_SANITIZE}
+
 # Consumer 1: CMake package.
 mkdir -p "$tmp/app"
 cp "$src/examples/quickstart.c" "$tmp/app/"
@@ -36,7 +39,7 @@ find_package(hcomm REQUIRED)
 add_executable(app quickstart.c)
 target_link_libraries(app PRIVATE hcomm::hcomm)
 CM
-cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/app.log" || { cat "$tmp/app.log"; fail "find_package(hcomm) failed"; }
+cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" > "$tmp/app.log" || { cat "$tmp/app.log"; fail "find_package(hcomm) failed"; }
 cmake --build "$tmp/app/build" >> "$tmp/app.log" 2>&1 || { cat "$tmp/app.log"; fail "consumer build failed"; }
 out=$(LD_LIBRARY_PATH="$(dirname "$lib")" HCOMM_BACKEND=local "$tmp/app/build/app")
 echo "$out"
@@ -44,6 +47,6 @@ echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "quicks
 
 # Consumer 2: pkg-config.
 export PKG_CONFIG_PATH="$(dirname "$lib")/pkgconfig"
-cc -std=c11 "$src/examples/quickstart.c" -o "$tmp/app-pc" $(pkg-config --cflags --libs hcomm) || fail "pkg-config build failed"
+cc -std=c11 $san "$src/examples/quickstart.c" -o "$tmp/app-pc" $(pkg-config --cflags --libs hcomm) || fail "pkg-config build failed"
 LD_LIBRARY_PATH="$(dirname "$lib")" "$tmp/app-pc" | grep -q "gathered" || fail "pkg-config binary did not run"
 echo "install test passed"
