@@ -366,8 +366,11 @@ static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, voi
     post(c, (local_slot_t){.call = call_id(CALL_ALL_GATHER, 0, 0, 0), .size = bytes,
                            .send = sendbuf});
     HCOMM__TRY(arrive(c, "hcomm_all_gather"));
-    for (int r = 0; r < c->size; r++)
-        memmove((char *)recvbuf + (size_t)r * bytes, slot_of(c, r)->send, bytes);
+    for (int r = 0; r < c->size; r++) {
+        char *dst = (char *)recvbuf + (size_t)r * bytes;
+        if (dst != slot_of(c, r)->send) /* in place: peers are reading this very block */
+            memmove(dst, slot_of(c, r)->send, bytes);
+    }
     return local_barrier(c);
 }
 
