@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# End-to-end check of hcomm-train: with the same seed and global batch, every parallel layout
+# must give the per-step losses of the 1-rank run (every step within 1e-3 relative, step 0
+# within 1e-5), the loss must fall, and bad input must fail with a clear message.
+# Usage: test_train_parity.sh BUILD_DIR   (CTest sets MPIEXEC and HCOMM_WITH_MPI=ON/OFF)
+set -u
+BUILD=${1:?usage: test_train_parity.sh BUILD_DIR}
+TRAIN="$BUILD/hcomm-train"
+STEPS=100
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hcomm-train-parity.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+failures=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+if [ ! -x "$TRAIN" ]; then
+    echo "FAIL: $TRAIN not found (build the hcomm-train target)" >&2
+    exit 1
+fi
+
+# run NAME CMD...: runs one training under a timeout, its output in $WORK/NAME.log.
+run() {
+    local name=$1
+    shift
+    timeout 300 "$@" >"$WORK/$name.log" 2>&1
+    local rc=$?
+    if [ "$rc" -ne 0 ]; then
+        fail "$name: '$*' exited with status $rc; its output:"
+        sed 's/^/    /' "$WORK/$name.log" >&2
+        return 1
+    fi
+    return 0
+}
+
+# compare NAME: checks $WORK/NAME.csv against the 1-rank reference, step by step.
+compare() {
+    local name=$1
+    awk -F, -v name="$name" -v steps="$STEPS" '
+        FNR == 1 { next }                       # header
+        NR == FNR { ref[$1] = $2; next }        # the reference file
+        {
+            seen++
+            if (!($1 in ref)) { printf "%s: step %s is not in the reference\n", name, $1; bad++; next }
+            a = ref[$1]; b = $2; d = a - b; if (d < 0) d = -d
+            m = a < 0 ? -a : a; rel = m > 0 ? d / m : d
+            tol = ($1 == 0) ? 1e-5 : 1e-3
+            if (rel > tol || b != b) {
+                printf "%s: step %s loss %s, 1-rank reference %s (relative difference %.3g > %g)\n",
+                       name, $1, b, a, rel, tol
+                bad++
+            }
+            if (rel > worst) worst = rel
+        }
+        END {
+            if (seen != steps) { printf "%s: %d steps in the CSV, expected %d\n", name, seen, steps; bad++ }
+            if (!bad) printf "ok   %-28s %d steps, largest relative difference %.3g\n", name, seen, worst
+            exit bad ? 1 : 0
+        }' "$WORK/ref.csv" "$WORK/$name.csv"
+}
+
+# --- the 1-rank reference -------------------------------------------------------------------
+# Optimized builds check the default model; Debug and sanitizer builds, 3-10x slower, a
+# narrower one with shorter sequences (1/8 of the work), so the script stays within minutes.
+COMMON=(--steps "$STEPS" --log-every 50)
+if grep -Eq '^CMAKE_BUILD_TYPE:[A-Z]+=Debug$|^HCOMM_SANITIZE:[A-Z]+=.+$' "$BUILD/CMakeCache.txt" \
+    2>/dev/null; then
+    COMMON+=(--hidden 32 --seq 16)
+    echo "Debug or sanitizer build: checking parity with ${COMMON[*]}"
+fi
+if ! run ref "$TRAIN" "${COMMON[@]}" --tp 1 --pp 1 --dp 1 --ep 1 --metrics "$WORK/ref.csv"; then
+    echo "FAIL: the 1-rank reference run failed; nothing to compare" >&2
+    exit 1
+fi
+head -n 1 "$WORK/ref.csv" | grep -q '^step,loss' || fail "metrics CSV header is not 'step,loss,...'"
+
+# The loss falls clearly: from about ln(vocab) to at least 0.5 lower.
+awk -F, 'NR == 2 { first = $2 } NR > 1 { last = $2 }
+         END { printf "loss %s -> %s over the reference run\n", first, last; exit !(last < first - 0.5) }' \
+    "$WORK/ref.csv" || fail "the loss did not fall by 0.5 over $STEPS steps"
+
+# --- layouts on the local backend (name, flags) -----------------------------------------------
+LAYOUTS=(
+    "default-tp2-pp2-dp2-ep2|"
+    "tp1-pp4-dp2-ep2-mb4|--tp 1 --pp 4 --dp 2 --ep 2 --micro-batches 4"
+    "tp2-pp1-dp4-ep4|--tp 2 --pp 1 --dp 4 --ep 4"
+    "tp1-pp2-dp4-ep2|--tp 1 --pp 2 --dp 4 --ep 2"
+    "tp4-pp1-dp2-ep2|--tp 4 --pp 1 --dp 2 --ep 2"
+    "tp2-pp3-dp1-ep1-mb8|--tp 2 --pp 3 --dp 1 --ep 1 --micro-batches 8"
+)
+for entry in "${LAYOUTS[@]}"; do
+    name=${entry%%|*}
+    read -r -a flags <<<"${entry#*|}"
+    if run "$name" "$TRAIN" "${COMMON[@]}" "${flags[@]}" --metrics "$WORK/$name.csv"; then
+        compare "$name" || fail "$name: losses differ from the 1-rank run"
+        # hcomm-train ends by comparing every replicated weight across its group, bitwise.
+        grep -q "replicas bitwise equal" "$WORK/$name.log" || fail "$name: no replica check"
+    fi
+done
+
+# Negative control: the comparison must notice another seed (so the checks above can fail).
+if run other-seed "$TRAIN" "${COMMON[@]}" --seed 4321 --metrics "$WORK/other-seed.csv"; then
+    if compare other-seed >"$WORK/other-seed.cmp"; then
+        fail "the comparison did not notice a run with another seed"
+    else
+        echo "ok   a run with another seed is caught: $(head -n 1 "$WORK/other-seed.cmp")"
+    fi
+fi
+
+# --- the default layout over MPI ----------------------------------------------------------------
+if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then
+    MPIRUN=${MPIEXEC:-mpirun}
+    # Open MPI itself leaks at exit; in sanitizer builds LeakSanitizer would fail these runs.
+    # The local-backend runs above still check hcomm-train for leaks.
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    run mpi-default "$MPIRUN" --oversubscribe -np 8 "$TRAIN" --backend mpi "${COMMON[@]}" \
+        --metrics "$WORK/mpi-default.csv" &&
+        { compare mpi-default || fail "mpi-default: losses differ from the 1-rank run"; }
+    # A world size that is not the process count must fail, not hang.
+    if timeout 120 "$MPIRUN" --oversubscribe -np 2 "$TRAIN" --backend mpi --steps 1 \
+        >"$WORK/mpi-size.log" 2>&1; then
+        fail "--backend mpi with 8 ranks under mpirun -np 2 succeeded"
+    elif ! grep -q "must equal the number of processes" "$WORK/mpi-size.log"; then
+        fail "--backend mpi under the wrong process count: no clear message:"
+        sed 's/^/    /' "$WORK/mpi-size.log" >&2
+    else
+        echo "ok   mpi world-size mismatch fails with a message"
+    fi
+else
+    echo "skip the MPI layout (HCOMM_WITH_MPI=${HCOMM_WITH_MPI:-OFF})"
+fi
+
+# --- bad input fails clearly --------------------------------------------------------------------
+# expect_fail NAME PATTERN FLAGS...: hcomm-train must exit non-zero and print PATTERN.
+expect_fail() {
+    local name=$1 pattern=$2
+    shift 2
+    timeout 60 "$TRAIN" "$@" >"$WORK/$name.log" 2>&1
+    local rc=$?
+    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
+        fail "$name: 'hcomm-train $*' exited with $rc, expected a failure"
+    elif ! grep -q -- "$pattern" "$WORK/$name.log"; then
+        fail "$name: the message does not say '$pattern':"
+        sed 's/^/    /' "$WORK/$name.log" >&2
+    else
+        echo "ok   $name (exit $rc): $(head -n 1 "$WORK/$name.log")"
+    fi
+}
+expect_fail missing-data "cannot read --data" --data "$WORK/no-such-file.txt" --steps 1
+: >"$WORK/empty.txt"
+expect_fail empty-data "cannot read --data" --data "$WORK/empty.txt" --steps 1
+expect_fail batch-not-divisible "not divisible" --batch 6 --dp 2 --micro-batches 2
+expect_fail experts-not-divisible "not divisible" --experts 3 --ep 2
+expect_fail pp-too-large "out of range" --pp 5
+expect_fail unknown-flag "unknown flag" --bogus 1
+"$TRAIN" --help | grep -q -- "--micro-batches" || fail "--help does not list --micro-batches"
+
+# Any text file works as --data.
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 40) >"$WORK/small.txt"
+run small-data "$TRAIN" --data "$WORK/small.txt" --steps 3 --tp 1 --pp 1 --dp 1 --ep 1 \
+    && echo "ok   --data with another text file"
+
+if [ "$failures" -ne 0 ]; then
+    echo "test_train_parity: $failures failure(s)" >&2
+    exit 1
+fi
+echo "test_train_parity: all checks passed"

@@ -1,0 +1,456 @@
+/* The model of hcomm-train: parameters, and each unit's forward and backward with the hcomm
+ * calls that join the shards (TP region mappings, MoE dispatch/combine). */
+#include "model.h"
+
+#include "data.h"
+#include "nn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------- runtime helpers */
+
+double train_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+hcomm_result_t train_comm_done(train_rt_t *rt, hcomm_result_t r) {
+    rt->comm_s += train_now() - rt->mark;
+    return r;
+}
+
+hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t r) {
+    if (r != HCOMM_ERR_ABORTED)
+        fprintf(stderr, "hcomm-train: rank %d: %s failed: %s: %s\n", rt->world_rank, what,
+                hcomm_result_name(r), hcomm_last_error());
+    return r;
+}
+
+/* A zeroed heap array for the parameters, which live as long as the model. */
+static double *zeros_alloc(int64_t count) {
+    double *p = train_alloc((size_t)count * sizeof(double));
+    memset(p, 0, (size_t)count * sizeof(double));
+    return p;
+}
+
+hcomm_tensor_t train_view2(double *data, int64_t rows, int64_t cols) {
+    hcomm_tensor_t t = {0};
+    t.data = data;
+    t.dtype = HCOMM_F64;
+    t.ndim = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    return t;
+}
+
+/* ---------------------------------------------------------------- parameters */
+
+typedef enum shard { SHARD_NONE, SHARD_ROWS, SHARD_COLS } shard_t;
+
+/* Tensor ids seed each tensor's own random stream, so a rank that keeps only some tensors
+ * still draws exactly what the 1-rank model draws for them. */
+enum { ID_EMB_CUR = 1, ID_EMB_PREV, ID_W1, ID_W2, ID_ROUTER, ID_HEAD, ID_EXPERT0 = 100 };
+
+/* Draws the full [rows, cols] tensor N(0, std^2) (zeros when std is 0) and keeps part
+ * @p part of @p parts along @p how. */
+static void param_init(model_t *m, param_t *p, uint64_t seed, int id, int64_t rows, int64_t cols,
+                       double std, shard_t how, int part, int parts) {
+    double *full = zeros_alloc(rows * cols);
+    rng_t r;
+    rng_seed(&r, seed, (uint64_t)id);
+    for (int64_t i = 0; std != 0.0 && i < rows * cols; i++)
+        full[i] = std * rng_normal(&r);
+    p->sharded = how != SHARD_NONE;
+    p->rows = how == SHARD_ROWS ? rows / parts : rows;
+    p->cols = how == SHARD_COLS ? cols / parts : cols;
+    p->w = zeros_alloc(p->rows * p->cols);
+    p->g = zeros_alloc(p->rows * p->cols);
+    p->v = zeros_alloc(p->rows * p->cols);
+    int64_t r0 = how == SHARD_ROWS ? part * p->rows : 0;
+    int64_t c0 = how == SHARD_COLS ? part * p->cols : 0;
+    for (int64_t i = 0; i < p->rows; i++)
+        memcpy(p->w + i * p->cols, full + (r0 + i) * cols + c0, (size_t)p->cols * sizeof(double));
+    free(full);
+    m->params[m->nparams++] = p;
+}
+
+int64_t model_full_size(const train_opts_t *o, int vocab) {
+    int64_t C = o->hidden, F = 4 * C, Fe = 2 * C, V = vocab, E = o->experts;
+    return 2 * V * C + (C * F + F + F * C + C) + C * E + E * (C * Fe + Fe + Fe * C + C) + C * V + V;
+}
+
+static void init_dense_units(model_t *m, const train_opts_t *o, const train_rt_t *rt) {
+    const int C = m->C, F = m->F, V = m->V;
+    const uint64_t s = o->seed;
+    if (m->unit_lo <= UNIT_EMBED && UNIT_EMBED < m->unit_hi) {
+        param_init(m, &m->emb_cur, s, ID_EMB_CUR, V, C, 0.5, SHARD_NONE, 0, 1);
+        param_init(m, &m->emb_prev, s, ID_EMB_PREV, V, C, 0.5, SHARD_NONE, 0, 1);
+    }
+    if (m->unit_lo <= UNIT_TP && UNIT_TP < m->unit_hi) {
+        /* Column-parallel W1 (and b1), row-parallel W2: rank t keeps hidden units t*Fs... */
+        param_init(m, &m->w1, s, ID_W1, C, F, 1.0 / sqrt((double)C), SHARD_COLS, rt->tp_rank,
+                   rt->tp_size);
+        param_init(m, &m->b1, s, 0, 1, F, 0.0, SHARD_COLS, rt->tp_rank, rt->tp_size);
+        param_init(m, &m->w2, s, ID_W2, F, C, 0.5 / sqrt((double)F), SHARD_ROWS, rt->tp_rank,
+                   rt->tp_size);
+        param_init(m, &m->b2, s, 0, 1, C, 0.0, SHARD_NONE, 0, 1);
+    }
+    if (m->unit_lo <= UNIT_HEAD && UNIT_HEAD < m->unit_hi) {
+        param_init(m, &m->head_w, s, ID_HEAD, C, V, 0.2 / sqrt((double)C), SHARD_NONE, 0, 1);
+        param_init(m, &m->head_b, s, 0, 1, V, 0.0, SHARD_NONE, 0, 1);
+    }
+}
+
+static void init_moe_unit(model_t *m, const train_opts_t *o, const train_rt_t *rt) {
+    const int C = m->C, Fe = m->Fe;
+    const uint64_t s = o->seed;
+    param_init(m, &m->router, s, ID_ROUTER, C, m->E, 1.0 / sqrt((double)C), SHARD_NONE, 0, 1);
+    /* EP rank p owns experts [p*E/P, (p+1)*E/P), the layout hcomm_moe_dispatch routes to. */
+    m->E_local = m->E / rt->ep_size;
+    m->expert_lo = rt->ep_rank * m->E_local;
+    m->experts = train_alloc((size_t)m->E_local * sizeof(expert_t));
+    memset(m->experts, 0, (size_t)m->E_local * sizeof(expert_t));
+    for (int j = 0; j < m->E_local; j++) {
+        expert_t *ex = &m->experts[j];
+        int id = ID_EXPERT0 + 2 * (m->expert_lo + j);
+        param_init(m, &ex->w1, s, id, C, Fe, 1.0 / sqrt((double)C), SHARD_COLS, rt->etp_rank,
+                   rt->etp_size);
+        param_init(m, &ex->b1, s, 0, 1, Fe, 0.0, SHARD_COLS, rt->etp_rank, rt->etp_size);
+        param_init(m, &ex->w2, s, id + 1, Fe, C, 0.5 / sqrt((double)Fe), SHARD_ROWS, rt->etp_rank,
+                   rt->etp_size);
+        param_init(m, &ex->b2, s, 0, 1, C, 0.0, SHARD_NONE, 0, 1);
+        ex->w1.expert = ex->b1.expert = ex->w2.expert = ex->b2.expert = 1;
+    }
+}
+
+void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *rt) {
+    memset(m, 0, sizeof *m);
+    m->C = o->hidden;
+    m->V = vocab;
+    m->F = 4 * o->hidden;
+    m->Fe = 2 * o->hidden;
+    m->E = o->experts;
+    m->Fs = m->F / rt->tp_size;
+    m->Fes = m->Fe / rt->etp_size;
+    m->unit_lo = rt->stage * NUM_UNITS / rt->pp_size;
+    m->unit_hi = (rt->stage + 1) * NUM_UNITS / rt->pp_size;
+    int max_params = 10 + 4 * m->E;
+    m->params = train_alloc((size_t)max_params * sizeof(param_t *));
+    init_dense_units(m, o, rt);
+    if (m->unit_lo <= UNIT_MOE && UNIT_MOE < m->unit_hi)
+        init_moe_unit(m, o, rt);
+}
+
+void model_free(model_t *m) {
+    for (int i = 0; i < m->nparams; i++) {
+        free(m->params[i]->w);
+        free(m->params[i]->g);
+        free(m->params[i]->v);
+    }
+    free(m->params);
+    free(m->experts);
+    memset(m, 0, sizeof *m);
+}
+
+void model_zero_grads(model_t *m) {
+    for (int i = 0; i < m->nparams; i++)
+        memset(m->params[i]->g, 0,
+               (size_t)(m->params[i]->rows * m->params[i]->cols) * sizeof(double));
+}
+
+void model_sgd(model_t *m, double lr, double momentum) {
+    for (int i = 0; i < m->nparams; i++) {
+        param_t *p = m->params[i];
+        for (int64_t k = 0; k < p->rows * p->cols; k++) {
+            p->v[k] = momentum * p->v[k] + p->g[k];
+            p->w[k] -= lr * p->v[k];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- unit 0: embedding */
+
+static void embed_forward(const model_t *m, const mb_cache_t *c, double *h) {
+    const int C = m->C;
+    for (int64_t i = 0; i < c->n; i++) {
+        const double *a = m->emb_cur.w + (int64_t)c->cur[i] * C;
+        const double *b = m->emb_prev.w + (int64_t)c->prev[i] * C;
+        for (int k = 0; k < C; k++)
+            h[i * C + k] = a[k] + b[k];
+    }
+}
+
+static void embed_backward(model_t *m, const mb_cache_t *c, const double *dh) {
+    const int C = m->C;
+    for (int64_t i = 0; i < c->n; i++) {
+        nn_add(m->emb_cur.g + (int64_t)c->cur[i] * C, dh + i * C, C);
+        nn_add(m->emb_prev.g + (int64_t)c->prev[i] * C, dh + i * C, C);
+    }
+}
+
+/* ---------------------------------------------------------------- unit 1: TP block */
+
+/* h = x + reduce_from(gelu(copy_to(x) W1 + b1) W2) + b2 (Megatron-LM's parallel MLP). */
+static hcomm_result_t tp_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, double *h) {
+    const int64_t n = c->n, C = m->C, Fs = m->Fs;
+    arena_t *a = &rt->arena;
+    c->tp_x = arena_doubles(a, n * C);
+    c->tp_z = arena_doubles(a, n * Fs);
+    c->tp_g = arena_doubles(a, n * Fs);
+    double *y = arena_doubles(a, n * C);
+    hcomm_tensor_t h_t = train_view2(h, n, C), x_t = train_view2(c->tp_x, n, C),
+                   y_t = train_view2(y, n, C);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_fwd(rt->tp, &h_t, &x_t)));
+    nn_linear_fwd(c->tp_x, m->w1.w, m->b1.w, c->tp_z, n, C, Fs);
+    nn_gelu_fwd(c->tp_z, c->tp_g, n * Fs);
+    nn_linear_fwd(c->tp_g, m->w2.w, NULL, y, n, Fs, C); /* partial sum over my shard */
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_fwd(rt->tp, &y_t, &h_t)));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t k = 0; k < C; k++)
+            h[i * C + k] += c->tp_x[i * C + k] + m->b2.w[k];
+    return HCOMM_OK;
+}
+
+static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, double *dh) {
+    const int64_t n = c->n, C = m->C, Fs = m->Fs;
+    arena_t *a = &rt->arena;
+    double *dy = arena_doubles(a, n * C), *dz = arena_doubles(a, n * Fs);
+    double *dxp = arena_doubles(a, n * C), *dx = arena_doubles(a, n * C);
+    hcomm_tensor_t dh_t = train_view2(dh, n, C), dy_t = train_view2(dy, n, C);
+    hcomm_tensor_t dxp_t = train_view2(dxp, n, C), dx_t = train_view2(dx, n, C);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_bwd(rt->tp, &dh_t, &dy_t)));
+    for (int64_t i = 0; i < n; i++)
+        nn_add(m->b2.g, dh + i * C, C);
+    nn_linear_bwd_params(c->tp_g, dy, m->w2.g, NULL, n, Fs, C);
+    nn_linear_bwd_input(dy, m->w2.w, dz, arena_doubles(a, Fs * C), n, Fs, C);
+    nn_gelu_bwd(c->tp_z, dz, dz, n * Fs);
+    nn_linear_bwd_params(c->tp_x, dz, m->w1.g, m->b1.g, n, C, Fs);
+    nn_linear_bwd_input(dz, m->w1.w, dxp, arena_doubles(a, C * Fs), n, C, Fs);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_bwd(rt->tp, &dxp_t, &dx_t)));
+    nn_add(dh, dx, n * C); /* the residual plus the block's input gradient */
+    return HCOMM_OK;
+}
+
+/* ---------------------------------------------------------------- unit 2: MoE */
+
+/* Router: probabilities, top-1 expert (lowest index on exact ties) and its gate. */
+static void router_forward(const model_t *m, mb_cache_t *c) {
+    const int64_t n = c->n, E = m->E;
+    nn_linear_fwd(c->moe_x, m->router.w, NULL, c->moe_p, n, m->C, E);
+    nn_softmax_rows(c->moe_p, n, E);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t best = 0;
+        for (int32_t e = 1; e < E; e++)
+            if (c->moe_p[i * E + e] > c->moe_p[i * E + best])
+                best = e;
+        c->moe_e[i] = best;
+    }
+}
+
+/* Each local expert's FFN on its block of the received rows (grouped by expert):
+ * o = gelu(r W1e + b1e) W2e (+ b2e once, on expert-TP rank 0: the shards are summed later). */
+static void experts_forward(const model_t *m, const train_rt_t *rt, mb_cache_t *c,
+                            const double *rows) {
+    const int64_t C = m->C, Fes = m->Fes;
+    int64_t off = 0;
+    for (int j = 0; j < m->E_local; j++) {
+        const expert_t *ex = &m->experts[j];
+        const int64_t nj = c->moe_count[j];
+        nn_linear_fwd(rows + off * C, ex->w1.w, ex->b1.w, c->moe_z + off * Fes, nj, C, Fes);
+        nn_gelu_fwd(c->moe_z + off * Fes, c->moe_g + off * Fes, nj * Fes);
+        nn_linear_fwd(c->moe_g + off * Fes, ex->w2.w, rt->etp_rank == 0 ? ex->b2.w : NULL,
+                      c->moe_o + off * C, nj, Fes, C);
+        off += nj;
+    }
+}
+
+/* Dispatches the tokens over EP, runs the local experts and combines their outputs back into
+ * part [n, C] (this expert-TP shard's share); the routing stays in c for the backward. */
+static hcomm_result_t moe_dispatch_experts(const model_t *m, train_rt_t *rt, mb_cache_t *c,
+                                           double *part) {
+    const int64_t n = c->n, C = m->C;
+    hcomm_tensor_t x_t = train_view2(c->moe_x, n, C), recv = {0}, part_t = train_view2(part, n, C);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_dispatch(rt->ep, &x_t, c->moe_e, m->E, &c->moe_h)));
+    c->moe_count = arena_alloc(&rt->arena, (size_t)m->E_local * sizeof(int64_t));
+    TRAIN_TRY(rt, hcomm_moe_received(c->moe_h, &recv, c->moe_count));
+    int64_t total = 0;
+    for (int j = 0; j < m->E_local; j++)
+        total += c->moe_count[j];
+    if (recv.ndim != 2 || recv.shape[1] != C || recv.shape[0] != total || recv.dtype != HCOMM_F64)
+        return train_fail(rt, "hcomm_moe_received: rows [R, C] with R = sum of the counts",
+                          HCOMM_ERR_INTERNAL);
+    c->moe_rows = total;
+    c->moe_z = arena_doubles(&rt->arena, total * m->Fes);
+    c->moe_g = arena_doubles(&rt->arena, total * m->Fes);
+    c->moe_o = arena_doubles(&rt->arena, total * C);
+    experts_forward(m, rt, c, recv.data);
+    hcomm_tensor_t o_t = train_view2(c->moe_o, total, C);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_combine(c->moe_h, &o_t, &part_t)));
+    return HCOMM_OK;
+}
+
+/* h = x + p[e] * expert_e(x); the experts' shards are summed over the expert-TP group. */
+static hcomm_result_t moe_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, double *h) {
+    const int64_t n = c->n, C = m->C;
+    arena_t *a = &rt->arena;
+    c->moe_x = arena_doubles(a, n * C);
+    c->moe_p = arena_doubles(a, n * m->E);
+    c->moe_y = arena_doubles(a, n * C);
+    c->moe_e = arena_alloc(a, (size_t)n * sizeof(int32_t));
+    double *part = arena_doubles(a, n * C);
+    hcomm_tensor_t h_t = train_view2(h, n, C), x_t = train_view2(c->moe_x, n, C);
+    hcomm_tensor_t part_t = train_view2(part, n, C), y_t = train_view2(c->moe_y, n, C);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_fwd(rt->etp, &h_t, &x_t)));
+    router_forward(m, c);
+    hcomm_result_t r = moe_dispatch_experts(m, rt, c, part);
+    if (r != HCOMM_OK)
+        return r;
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_fwd(rt->etp, &part_t, &y_t)));
+    for (int64_t i = 0; i < n; i++) {
+        const double gate = c->moe_p[i * m->E + c->moe_e[i]];
+        for (int64_t k = 0; k < C; k++)
+            h[i * C + k] = c->moe_x[i * C + k] + gate * c->moe_y[i * C + k];
+    }
+    return HCOMM_OK;
+}
+
+/* Gradient through the router: d gate_i = <dh_i, y_i>, and the softmax Jacobian of the
+ * chosen entry: d logit_ij = d gate_i * p_ie * ([j == e] - p_ij). Adds d x into dx. */
+static void router_backward(model_t *m, train_rt_t *rt, const mb_cache_t *c, const double *dh,
+                            double *dx) {
+    const int64_t n = c->n, C = m->C, E = m->E;
+    double *dl = arena_doubles(&rt->arena, n * E), *dxr = arena_doubles(&rt->arena, n * C);
+    for (int64_t i = 0; i < n; i++) {
+        double dgate = 0.0;
+        for (int64_t k = 0; k < C; k++)
+            dgate += dh[i * C + k] * c->moe_y[i * C + k];
+        const int32_t e = c->moe_e[i];
+        const double *p = c->moe_p + i * E, pe = p[e];
+        for (int64_t j = 0; j < E; j++)
+            dl[i * E + j] = dgate * pe * ((j == e) - p[j]);
+    }
+    nn_linear_bwd_params(c->moe_x, dl, m->router.g, NULL, n, C, E);
+    nn_linear_bwd_input(dl, m->router.w, dxr, arena_doubles(&rt->arena, C * E), n, C, E);
+    nn_add(dx, dxr, n * C);
+}
+
+/* Backward of the local experts on the rows grouped as in the forward: d_o [R, C] holds the
+ * gradient of their outputs; d_rows [R, C] gets that of their inputs (partial over the
+ * expert-TP shards). */
+static void experts_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, const double *rows,
+                             const double *d_o, double *d_rows) {
+    const int64_t C = m->C, Fes = m->Fes;
+    double *dz = arena_doubles(&rt->arena, c->moe_rows * Fes);
+    double *wt = arena_doubles(&rt->arena, C * Fes);
+    int64_t off = 0;
+    for (int j = 0; j < m->E_local; j++) {
+        expert_t *ex = &m->experts[j];
+        const int64_t nj = c->moe_count[j];
+        const double *o = d_o + off * C;
+        double *z = dz + off * Fes;
+        nn_linear_bwd_params(c->moe_g + off * Fes, o, ex->w2.g, ex->b2.g, nj, Fes, C);
+        nn_linear_bwd_input(o, ex->w2.w, z, wt, nj, Fes, C);
+        nn_gelu_bwd(c->moe_z + off * Fes, z, z, nj * Fes);
+        nn_linear_bwd_params(rows + off * C, z, ex->w1.g, ex->b1.g, nj, C, Fes);
+        nn_linear_bwd_input(z, ex->w1.w, d_rows + off * C, wt, nj, C, Fes);
+        off += nj;
+    }
+}
+
+static hcomm_result_t moe_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, double *dh) {
+    const int64_t n = c->n, C = m->C, R = c->moe_rows;
+    arena_t *a = &rt->arena;
+    double *dy = arena_doubles(a, n * C), *dyr = arena_doubles(a, n * C);
+    double *d_o = arena_doubles(a, R * C), *d_rows = arena_doubles(a, R * C);
+    double *dtok = arena_doubles(a, n * C), *dx = arena_doubles(a, n * C);
+    hcomm_tensor_t recv = {0}, dy_t = train_view2(dy, n, C), dyr_t = train_view2(dyr, n, C);
+    hcomm_tensor_t d_o_t = train_view2(d_o, R, C), d_rows_t = train_view2(d_rows, R, C);
+    hcomm_tensor_t dtok_t = train_view2(dtok, n, C), dx_t = train_view2(dx, n, C);
+    TRAIN_TRY(rt, hcomm_moe_received(c->moe_h, &recv, NULL));
+    /* Gradient of the combined expert output: gate_i * dh_i. reduce_from's backward is the
+     * identity; combine's backward routes it to the experts like the dispatch did. */
+    for (int64_t i = 0; i < n; i++) {
+        const double gate = c->moe_p[i * m->E + c->moe_e[i]];
+        for (int64_t k = 0; k < C; k++)
+            dy[i * C + k] = gate * dh[i * C + k];
+    }
+    router_backward(m, rt, c, dh, dh); /* dh keeps the residual path and gains the router's */
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_bwd(rt->etp, &dy_t, &dyr_t)));
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_combine_bwd(c->moe_h, &dyr_t, &d_o_t)));
+    experts_backward(m, rt, c, recv.data, d_o, d_rows);
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_dispatch_bwd(c->moe_h, &d_rows_t, &dtok_t)));
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_bwd(rt->etp, &dtok_t, &dx_t)));
+    nn_add(dh, dx, n * C);
+    return HCOMM_OK;
+}
+
+/* ---------------------------------------------------------------- unit 3: head and loss */
+
+static void head_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, const double *h) {
+    const int64_t n = c->n, C = m->C, V = m->V;
+    c->head_x = arena_doubles(&rt->arena, n * C);
+    c->head_p = arena_doubles(&rt->arena, n * V);
+    memcpy(c->head_x, h, (size_t)(n * C) * sizeof(double));
+    nn_linear_fwd(c->head_x, m->head_w.w, m->head_b.w, c->head_p, n, C, V);
+    c->loss += nn_softmax_xent_fwd(c->head_p, c->tgt, n, V);
+}
+
+static void head_backward(model_t *m, train_rt_t *rt, const mb_cache_t *c, double *dh,
+                          double scale) {
+    const int64_t n = c->n, C = m->C, V = m->V;
+    double *dl = arena_doubles(&rt->arena, n * V);
+    nn_softmax_xent_bwd(c->head_p, c->tgt, dl, n, V, scale);
+    nn_linear_bwd_params(c->head_x, dl, m->head_w.g, m->head_b.g, n, C, V);
+    nn_linear_bwd_input(dl, m->head_w.w, dh, arena_doubles(&rt->arena, C * V), n, C, V);
+}
+
+/* ---------------------------------------------------------------- dispatch over units */
+
+hcomm_result_t unit_forward(int u, const model_t *m, train_rt_t *rt, mb_cache_t *c, double *h) {
+    switch (u) {
+    case UNIT_EMBED:
+        embed_forward(m, c, h);
+        return HCOMM_OK;
+    case UNIT_TP:
+        return tp_forward(m, rt, c, h);
+    case UNIT_MOE:
+        return moe_forward(m, rt, c, h);
+    default:
+        head_forward(m, rt, c, h);
+        return HCOMM_OK;
+    }
+}
+
+hcomm_result_t unit_backward(int u, model_t *m, train_rt_t *rt, mb_cache_t *c, double *dh,
+                             double scale) {
+    switch (u) {
+    case UNIT_EMBED:
+        embed_backward(m, c, dh);
+        return HCOMM_OK;
+    case UNIT_TP:
+        return tp_backward(m, rt, c, dh);
+    case UNIT_MOE: {
+        hcomm_result_t r = moe_backward(m, rt, c, dh);
+        hcomm_moe_handle_t *h = c->moe_h;
+        c->moe_h = NULL;
+        if (r == HCOMM_OK)
+            TRAIN_TRY(rt, hcomm_moe_handle_free(h));
+        else
+            hcomm_moe_handle_free(h);
+        return r;
+    }
+    default:
+        head_backward(m, rt, c, dh, scale);
+        return HCOMM_OK;
+    }
+}
+
+void mb_cache_clear(mb_cache_t *c) {
+    hcomm_moe_handle_free(c->moe_h);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,35 @@
+/* Command-line options of hcomm-train: parsing, defaults, validation and --help. */
+#ifndef HCOMM_TRAIN_OPTS_H_
+#define HCOMM_TRAIN_OPTS_H_
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Every flag of hcomm-train; the layout is tp x pp x dp ranks (cp = 1), experts spread over
+ * ep ranks, and sharded over the expert-TP group, which is the TP group (etp = tp). */
+typedef struct train_opts {
+    int tp, pp, dp, ep;  /* parallel sizes */
+    int experts;         /* number of experts of the MoE layer */
+    int hidden;          /* model width C; the TP FFN is 4C wide, each expert's FFN 2C */
+    int steps;           /* optimizer steps */
+    int micro_batches;   /* micro-batches per step on each DP rank */
+    int batch;           /* global batch, in sequences */
+    int seq;             /* characters per sequence */
+    int log_every;       /* steps between progress lines */
+    uint64_t seed;       /* seeds the weights and the data sampler */
+    double lr;           /* SGD learning rate */
+    double momentum;     /* SGD momentum */
+    const char *backend; /* "local" or "mpi" */
+    const char *data;    /* training text */
+    const char *metrics; /* CSV output, or NULL */
+    int help;            /* --help was given */
+} train_opts_t;
+
+/* Fills *o from argv. Returns 0, or -1 after writing one line saying what is wrong to err. */
+int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err);
+/* Prints the usage text with every flag and its default. */
+void opts_usage(FILE *out);
+/* Number of ranks the layout needs: tp * pp * dp. */
+int opts_world_size(const train_opts_t *o);
+
+#endif /* HCOMM_TRAIN_OPTS_H_ */
