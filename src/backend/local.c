@@ -563,8 +563,9 @@ static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
             first = r;
     }
     if (first < 0) return HCOMM_OK;
+    const char *msg = th[first].message[0] ? th[first].message : "(no hcomm error message)";
     return hcomm__err(th[first].result, "hcomm_launch", "rank %d failed with %s: %s", first,
-                      hcomm_result_name(th[first].result), th[first].message);
+                      hcomm_result_name(th[first].result), msg);
 }
 
 hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
