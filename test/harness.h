@@ -26,7 +26,8 @@ extern atomic_int t_checks;
 #define T_CHECK(cond, ...)                                                                         \
     do {                                                                                           \
         atomic_fetch_add(&t_checks, 1);                                                            \
-        if (!(cond)) T_FAIL_(__VA_ARGS__);                                                         \
+        if (!(cond))                                                                               \
+            T_FAIL_(__VA_ARGS__);                                                                  \
     } while (0)
 
 #define T_EQ_INT(a, b)                                                                             \

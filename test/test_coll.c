@@ -13,7 +13,8 @@
         hcomm_result_t r_try_ = (call);                                                            \
         T_CHECK(r_try_ == HCOMM_OK, "%s returned %s (%s)", #call, hcomm_result_name(r_try_),       \
                 hcomm_last_error());                                                               \
-        if (r_try_ != HCOMM_OK) return r_try_;                                                     \
+        if (r_try_ != HCOMM_OK)                                                                    \
+            return r_try_;                                                                         \
     } while (0)
 
 static const size_t counts[] = {0, 1, 7, 1000};
@@ -185,7 +186,8 @@ static hcomm_result_t check_reduce_scatter(hcomm_comm_t *c, hcomm_dtype_t dt, hc
         r = hcomm__coll_reduce_scatter(c, send, out, count, dt, op);
         T_CHECK(r == HCOMM_OK, "%s count=%zu: %s (%s)", what[mode], count, hcomm_result_name(r),
                 hcomm_last_error());
-        if (r == HCOMM_OK) expect_equal(out, want, count, dt, what[mode], op, c);
+        if (r == HCOMM_OK)
+            expect_equal(out, want, count, dt, what[mode], op, c);
     }
     free(send);
     free(recv);
@@ -245,7 +247,8 @@ static unsigned char pattern(int r, size_t j) {
 static hcomm_result_t check_broadcast(hcomm_comm_t *c, size_t bytes, int root) {
     unsigned char *buf = malloc(bytes + 1);
     T_CHECK(buf != NULL, "out of memory");
-    if (!buf) return HCOMM_ERR_NOMEM;
+    if (!buf)
+        return HCOMM_ERR_NOMEM;
     for (size_t j = 0; j < bytes; j++)
         buf[j] = pattern(c->rank, j);
     hcomm_result_t r = hcomm_broadcast(c, buf, bytes, root);
@@ -353,7 +356,8 @@ static hcomm_result_t check_all_to_allv(hcomm_comm_t *c) {
 static hcomm_result_t all_to_allv_empty(hcomm_comm_t *c) {
     size_t *zeros = calloc((size_t)c->size, sizeof *zeros);
     T_CHECK(zeros != NULL, "out of memory");
-    if (!zeros) return HCOMM_ERR_NOMEM;
+    if (!zeros)
+        return HCOMM_ERR_NOMEM;
     hcomm_result_t r = hcomm__coll_all_to_allv(c, NULL, zeros, zeros, NULL, zeros, zeros);
     T_CHECK(r == HCOMM_OK, "empty all_to_allv: %s (%s)", hcomm_result_name(r), hcomm_last_error());
     free(zeros);

@@ -31,14 +31,17 @@ static int make_cases(int world, plan_case_t *cases) {
     int n = 0;
     for (int tp = 1; tp <= world; tp++)
         for (int pp = 1; tp * pp <= world; pp++) {
-            if (world % (tp * pp) != 0) continue;
+            if (world % (tp * pp) != 0)
+                continue;
             int dp = world / (tp * pp);
             add_case(cases, &n, tp, pp, dp, 1, 1, 0, NULL);
             add_case(cases, &n, tp, pp, 0, 1, 1, 0, "pp-dp-tp");
             for (int cp = 2; cp <= dp; cp++)
-                if (dp % cp == 0) add_case(cases, &n, tp, pp, dp / cp, cp, 1, 0, "tp-cp-dp-pp");
+                if (dp % cp == 0)
+                    add_case(cases, &n, tp, pp, dp / cp, cp, 1, 0, "tp-cp-dp-pp");
             for (int ep = 2; ep <= dp; ep++)
-                if (dp % ep == 0) add_case(cases, &n, tp, pp, dp, 1, ep, 0, NULL);
+                if (dp % ep == 0)
+                    add_case(cases, &n, tp, pp, dp, 1, ep, 0, NULL);
             for (int ep = 2; ep <= dp * tp; ep++)
                 if ((dp * tp) % ep == 0)
                     add_case(cases, &n, tp, pp, dp, 1, ep, 1, "tp-cp-ep-dp-pp");
@@ -113,7 +116,8 @@ static void check_case(hcomm_comm_t *world, int n, int rank, const hcomm_paralle
     T_CHECK(r == HCOMM_OK, "world %d tp %d pp %d dp %d cp %d ep %d etp %d order %s: %s", n, cfg->tp,
             cfg->pp, cfg->dp, cfg->cp, cfg->ep, cfg->etp, cfg->order ? cfg->order : "(default)",
             hcomm_last_error());
-    if (r != HCOMM_OK) return;
+    if (r != HCOMM_OK)
+        return;
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
         check_kind(ctx, cfg, n, rank, (hcomm_group_kind_t)k);
     hcomm_parallel_config_t got, want;

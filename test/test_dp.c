@@ -136,7 +136,8 @@ static void expect_reduced(const hcomm_tensor_t *g, int p, hcomm_op_t op, size_t
                 sum += val(r, t, i, g[t].dtype);
             want = op == HCOMM_AVG ? avg_ref(g[t].dtype, sum, p) : sum;
             got = get_val(g[t].dtype, g[t].data, i);
-            if (got != want) bad = i;
+            if (got != want)
+                bad = i;
         }
         T_CHECK(bad == n,
                 "grads[%d] (dtype %d) op %d bucket %zu size %d: element %zu is %g, "
@@ -171,7 +172,8 @@ static void test_prefixes(hcomm_comm_t *g) {
                 double want = 0;
                 for (int r = 0; r < (t < n ? gsize(g) : 1); r++)
                     want += val(t < n ? r : grank(g), t, i, grads[t].dtype);
-                if (get_val(grads[t].dtype, grads[t].data, i) != want) bad = i;
+                if (get_val(grads[t].dtype, grads[t].data, i) != want)
+                    bad = i;
             }
             T_CHECK(bad == numel(&grads[t]), "prefix n=%d: grads[%d] element %zu wrong", n, t, bad);
             free(grads[t].data);

@@ -16,7 +16,8 @@ static hcomm_result_t check_world(hcomm_comm_t *world, void *arg) {
         T_EQ_INT(members[i], i);
     T_ERR(hcomm_comm_members(world, members, size - 1), HCOMM_ERR_INVALID_ARG);
     T_ERR(hcomm_comm_destroy(world), HCOMM_ERR_STATE);
-    if (strcmp(t_backend(), "local") == 0) __atomic_fetch_add(&seen[rank], 1, __ATOMIC_SEQ_CST);
+    if (strcmp(t_backend(), "local") == 0)
+        __atomic_fetch_add(&seen[rank], 1, __ATOMIC_SEQ_CST);
     return hcomm_barrier(world);
 }
 
@@ -54,7 +55,8 @@ static hcomm_result_t skip_barrier(hcomm_comm_t *world, void *arg) {
     (void)arg;
     int rank = 0;
     hcomm_comm_rank(world, &rank);
-    if (rank == 0) return HCOMM_OK;
+    if (rank == 0)
+        return HCOMM_OK;
     return hcomm_barrier(world);
 }
 

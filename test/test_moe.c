@@ -40,13 +40,15 @@ static uint32_t mix(uint32_t x) {
 
 /* Tokens of rank: in RANDOM mode rank 1 has none. */
 static int64_t n_tokens(int rank, int mode) {
-    if (mode == RANDOM && rank == 1) return 0;
+    if (mode == RANDOM && rank == 1)
+        return 0;
     return (rank * 3 + 5) % 9 + 1;
 }
 
 static int32_t expert_of(int rank, int64_t i, int num_experts, int mode) {
     uint32_t hsh = mix(0x5eedu + (uint32_t)rank * 1000u + (uint32_t)i);
-    if (mode == ONE_EXPERT) return num_experts - 1;
+    if (mode == ONE_EXPERT)
+        return num_experts - 1;
     if (mode == SKIP_FIRST && num_experts > 1)
         return 1 + (int32_t)(hsh % (uint32_t)(num_experts - 1));
     return (int32_t)(hsh % (uint32_t)num_experts);
@@ -164,7 +166,8 @@ static void ref_routing(int p, int rank, const moe_case_t *c, routing_t *rt) {
 /* Global expert of received row k, from the per-expert counts. */
 static int expert_of_row(const routing_t *rt, int rank, int num_local, int64_t k) {
     for (int l = 0; l < num_local; l++) {
-        if (k < rt->per_expert[l]) return rank * num_local + l;
+        if (k < rt->per_expert[l])
+            return rank * num_local + l;
         k -= rt->per_expert[l];
     }
     return -1;
@@ -332,7 +335,8 @@ static void test_errors_everywhere(hcomm_comm_t *g) {
 /* A bad expert id on one rank only: that rank reports it, the others are told, none waits. */
 static void test_error_on_one_rank(hcomm_comm_t *g) {
     int p = gsize(g), rank = grank(g);
-    if (p < 2) return;
+    if (p < 2)
+        return;
     hcomm_tensor_t tokens = make2(HCOMM_F32, 2, 2);
     int32_t ids[2] = {0, rank == 0 ? -3 : 1};
     hcomm_moe_handle_t *hd = NULL;

@@ -24,7 +24,8 @@ static void wrapped_world(void) {
     const char *name = NULL;
     int rank = -1, size = -1, members[64];
     T_OK(hcomm_comm_wrap_mpi(MPI_COMM_WORLD, &c));
-    if (!c) return;
+    if (!c)
+        return;
     T_OK(hcomm_comm_rank(c, &rank));
     T_OK(hcomm_comm_size(c, &size));
     T_EQ_INT(rank, mpi_rank);
@@ -82,8 +83,10 @@ static hcomm_result_t sum_ranks(hcomm_comm_t *w, void *arg) {
 /* Rank 1 fails at once; rank 0 waits for a message rank 1 never sends. */
 static hcomm_result_t fail_rank1(hcomm_comm_t *w, void *arg) {
     double *waited = arg;
-    if (w->rank == 1) return hcomm__err(HCOMM_ERR_IO, "fail_rank1", "rank 1 fails on purpose");
-    if (w->rank != 0) return HCOMM_OK;
+    if (w->rank == 1)
+        return hcomm__err(HCOMM_ERR_IO, "fail_rank1", "rank 1 fails on purpose");
+    if (w->rank != 0)
+        return HCOMM_OK;
     int x = 0;
     double t0 = hcomm__now();
     hcomm_result_t r = w->ops->recv(w, &x, sizeof x, 1, 0);
@@ -96,7 +99,8 @@ static hcomm_result_t fail_rank1(hcomm_comm_t *w, void *arg) {
 /* Rank 0 waits for a message nobody sends: HCOMM_TIMEOUT ends the wait. */
 static hcomm_result_t recv_nothing(hcomm_comm_t *w, void *arg) {
     (void)arg;
-    if (w->rank != 0) return HCOMM_OK;
+    if (w->rank != 0)
+        return HCOMM_OK;
     int x = 0;
     hcomm_result_t r = w->ops->recv(w, &x, sizeof x, w->size - 1, 0);
     T_CHECK(r == HCOMM_ERR_TIMEOUT, "recv nobody sends returned %s (%s)", hcomm_result_name(r),
@@ -108,7 +112,8 @@ static hcomm_result_t recv_nothing(hcomm_comm_t *w, void *arg) {
 static void timeout_ends_wait(void) {
     const char *old = getenv("HCOMM_TIMEOUT");
     char saved[32] = "";
-    if (old) snprintf(saved, sizeof saved, "%s", old);
+    if (old)
+        snprintf(saved, sizeof saved, "%s", old);
     setenv("HCOMM_TIMEOUT", "1", 1);
     double t0 = hcomm__now();
     hcomm_result_t r = hcomm_launch("mpi", 0, recv_nothing, NULL);
@@ -127,7 +132,8 @@ static void timeout_ends_wait(void) {
  * here are tiny), on every rank alike, so no rank is left waiting. */
 static hcomm_result_t limits(hcomm_comm_t *w, void *arg) {
     (void)arg;
-    if (w->size > 64) return HCOMM_OK;
+    if (w->size > 64)
+        return HCOMM_OK;
     char b[8] = {0};
     size_t big = (size_t)INT_MAX + 1, zeros[64] = {0}, bigs[64];
     for (int i = 0; i < 64; i++)
@@ -162,7 +168,8 @@ static void launches(void) {
     snprintf(b, sizeof b, "%d", mpi_size);
     T_CHECK(strstr(hcomm_last_error(), a) && strstr(hcomm_last_error(), b),
             "message should name %s and %s: '%s'", a, b, hcomm_last_error());
-    if (mpi_size < 2) return;
+    if (mpi_size < 2)
+        return;
     double waited = -1.0;
     hcomm_result_t r = hcomm_launch("mpi", 0, fail_rank1, &waited);
     hcomm_result_t want = mpi_rank == 1 ? HCOMM_ERR_IO : HCOMM_ERR_ABORTED;

@@ -13,7 +13,8 @@
         hcomm_result_t r_try_ = (call);                                                            \
         T_CHECK(r_try_ == HCOMM_OK, "%s returned %s (%s)", #call, hcomm_result_name(r_try_),       \
                 hcomm_last_error());                                                               \
-        if (r_try_ != HCOMM_OK) return r_try_;                                                     \
+        if (r_try_ != HCOMM_OK)                                                                    \
+            return r_try_;                                                                         \
     } while (0)
 
 /* Expects a receive to fail with HCOMM_ERR_MISMATCH and say so in the last error. */
@@ -23,7 +24,8 @@
         T_CHECK(r_mm_ == HCOMM_ERR_MISMATCH, "%s returned %s, expected HCOMM_ERR_MISMATCH", #call, \
                 hcomm_result_name(r_mm_));                                                         \
         T_CHECK(hcomm_last_error()[0] != '\0', "%s failed without a message", #call);              \
-        if (r_mm_ != HCOMM_ERR_MISMATCH && r_mm_ != HCOMM_OK) return r_mm_;                        \
+        if (r_mm_ != HCOMM_ERR_MISMATCH && r_mm_ != HCOMM_OK)                                      \
+            return r_mm_;                                                                          \
     } while (0)
 
 static int next_of(const hcomm_comm_t *c) {
@@ -60,9 +62,11 @@ static hcomm_result_t ring_blocking(hcomm_comm_t *c) {
     enum { N = 64 };
     int32_t out[N], in[N] = {0};
     fill(out, N, c->rank, 1);
-    if (c->rank % 2 == 1) R_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
+    if (c->rank % 2 == 1)
+        R_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
     R_TRY(c->ops->send(c, out, sizeof out, next_of(c), 3));
-    if (c->rank % 2 == 0) R_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
+    if (c->rank % 2 == 0)
+        R_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
     expect_words(in, N, prev_of(c), 1, "blocking ring", c->size);
     return HCOMM_OK;
 }
@@ -77,11 +81,13 @@ static hcomm_result_t ring_large(hcomm_comm_t *c) {
     if (out && in) {
         fill(out, n, c->rank, 2);
         r = c->ops->isend(c, out, n * 4, next_of(c), 4, &req);
-        if (r == HCOMM_OK) r = c->ops->recv(c, in, n * 4, prev_of(c), 4);
+        if (r == HCOMM_OK)
+            r = c->ops->recv(c, in, n * 4, prev_of(c), 4);
         hcomm_result_t rw = req ? c->ops->wait(c, req) : HCOMM_OK;
         r = r != HCOMM_OK ? r : rw;
         T_CHECK(r == HCOMM_OK, "large ring: %s (%s)", hcomm_result_name(r), hcomm_last_error());
-        if (r == HCOMM_OK) expect_words(in, n, prev_of(c), 2, "large ring", c->size);
+        if (r == HCOMM_OK)
+            expect_words(in, n, prev_of(c), 2, "large ring", c->size);
     }
     free(out);
     free(in);
@@ -204,9 +210,11 @@ static hcomm_result_t zero_bytes(hcomm_comm_t *c) {
     R_TRY(c->ops->wait(c, r3));
 
     R_TRY(c->ops->irecv(c, NULL, 0, prev_of(c), 11, &rr));
-    if (c->rank % 2 == 0) R_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
+    if (c->rank % 2 == 0)
+        R_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
     R_TRY(c->ops->wait(c, rr));
-    if (c->rank % 2 == 1) R_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
+    if (c->rank % 2 == 1)
+        R_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
     return HCOMM_OK;
 }
 
@@ -215,7 +223,8 @@ static hcomm_result_t zero_bytes(hcomm_comm_t *c) {
 static int expected_members(int size, int rank, int *members) {
     int n = 0;
     for (int r = size - 1; r >= 0; r--)
-        if (r % 2 == rank % 2) members[n++] = r;
+        if (r % 2 == rank % 2)
+            members[n++] = r;
     return n;
 }
 
@@ -223,11 +232,13 @@ static hcomm_result_t split_parity(hcomm_comm_t *w) {
     int members[8], got[8] = {0};
     int n = expected_members(w->size, w->rank, members), my = -1;
     for (int i = 0; i < n; i++)
-        if (members[i] == w->rank) my = i;
+        if (members[i] == w->rank)
+            my = i;
     hcomm_comm_t *g = NULL;
     R_TRY(w->ops->split(w, w->rank % 2, -w->rank, &g));
     T_CHECK(g != NULL, "split with color %d gave NULL", w->rank % 2);
-    if (!g) return HCOMM_ERR_INTERNAL;
+    if (!g)
+        return HCOMM_ERR_INTERNAL;
     T_EQ_INT(g->size, n);
     T_EQ_INT(g->rank, my);
     R_TRY(hcomm_comm_members(g, got, 8));
@@ -264,7 +275,8 @@ static hcomm_result_t split_leave_out(hcomm_comm_t *w) {
         return HCOMM_OK;
     }
     T_CHECK(g != NULL, "color 5 gave NULL");
-    if (!g) return HCOMM_ERR_INTERNAL;
+    if (!g)
+        return HCOMM_ERR_INTERNAL;
     T_EQ_INT(g->size, w->size - 1);
     T_EQ_INT(g->rank, w->rank - 1);
     for (int i = 0; i < g->size; i++)

@@ -49,7 +49,8 @@ static void expect_msg(const hcomm_tensor_t *t, int src, int msg, const char *wh
     size_t n = nbytes(t), bad = n;
     const uint8_t *b = t->data;
     for (size_t i = 0; i < n && bad == n; i++)
-        if (b[i] != byte_of(src, msg, i)) bad = i;
+        if (b[i] != byte_of(src, msg, i))
+            bad = i;
     T_CHECK(bad == n, "%s: byte %zu of message %d from rank %d is %d, expected %d", what, bad, msg,
             src, bad < n ? b[bad] : 0, bad < n ? byte_of(src, msg, bad) : 0);
 }
@@ -60,16 +61,19 @@ static const int64_t SHAPE_A[3] = {3, 2, 5}, SHAPE_EMPTY[2] = {4, 0};
  * deadlock. Every dtype, a 3-D and a 0-element tensor. */
 static void test_ring(hcomm_comm_t *g) {
     int p = gsize(g), rank = grank(g), next = (rank + 1) % p, prev = (rank + p - 1) % p;
-    if (p < 2) return;
+    if (p < 2)
+        return;
     for (int dt = 0; dt < HCOMM_DTYPE_COUNT; dt++)
         for (int e = 0; e < 2; e++) {
             const int64_t *shape = e ? SHAPE_EMPTY : SHAPE_A;
             int nd = e ? 2 : 3;
             hcomm_tensor_t s = make((hcomm_dtype_t)dt, nd, shape, rank, dt);
             hcomm_tensor_t r = make((hcomm_dtype_t)dt, nd, shape, -1, 0);
-            if (rank == 0) T_OK(hcomm_pp_send(g, &s, next, dt));
+            if (rank == 0)
+                T_OK(hcomm_pp_send(g, &s, next, dt));
             T_OK(hcomm_pp_recv(g, &r, prev, dt));
-            if (rank != 0) T_OK(hcomm_pp_send(g, &s, next, dt));
+            if (rank != 0)
+                T_OK(hcomm_pp_send(g, &s, next, dt));
             expect_msg(&r, prev, dt, "ring send/recv");
             free(s.data);
             free(r.data);
@@ -79,7 +83,8 @@ static void test_ring(hcomm_comm_t *g) {
 /* Every rank sends forward and receives from behind at the same time. */
 static void test_ring_send_recv(hcomm_comm_t *g) {
     int p = gsize(g), rank = grank(g), next = (rank + 1) % p, prev = (rank + p - 1) % p;
-    if (p < 2) return;
+    if (p < 2)
+        return;
     for (int dt = 0; dt < HCOMM_DTYPE_COUNT; dt++) {
         hcomm_tensor_t s = make((hcomm_dtype_t)dt, 3, SHAPE_A, rank, 100 + dt);
         hcomm_tensor_t r = make((hcomm_dtype_t)dt, 3, SHAPE_A, -1, 0);
@@ -94,7 +99,8 @@ static void test_ring_send_recv(hcomm_comm_t *g) {
  * send-then-recv; then the roles swap. None of these orders may deadlock. */
 static void test_pairs(hcomm_comm_t *g) {
     int p = gsize(g), rank = grank(g), partner = rank ^ 1;
-    if (partner >= p) return;
+    if (partner >= p)
+        return;
     for (int order = 0; order < 6; order++) {
         bool plain = (rank % 2) == (order < 3 ? 1 : 0) && order % 3 != 0;
         hcomm_tensor_t s = make(HCOMM_F32, 3, SHAPE_A, rank, 200 + order);
@@ -122,13 +128,15 @@ static void test_pipeline_skip_sides(hcomm_comm_t *g) {
     bool first = rank == 0, last = rank == p - 1;
     T_OK(
         hcomm_pp_send_recv(g, last ? NULL : &s, last ? 5 : rank + 1, &r, first ? -1 : rank - 1, 0));
-    if (!first) expect_msg(&r, rank - 1, 300, "pipeline forward");
+    if (!first)
+        expect_msg(&r, rank - 1, 300, "pipeline forward");
     /* Gradients go back: the last stage only sends, the first only receives. */
     for (size_t i = 0; i < nbytes(&s); i++)
         ((uint8_t *)s.data)[i] = byte_of(rank, 301, i);
     T_OK(hcomm_pp_send_recv(g, &s, first ? -1 : rank - 1, last ? NULL : &r, last ? -1 : rank + 1,
                             HCOMM_PP_TAG_MAX));
-    if (!last) expect_msg(&r, rank + 1, 301, "pipeline backward");
+    if (!last)
+        expect_msg(&r, rank + 1, 301, "pipeline backward");
     free(s.data);
     free(r.data);
 }
@@ -136,7 +144,8 @@ static void test_pipeline_skip_sides(hcomm_comm_t *g) {
 /* Tags are separate streams: two messages on tags 5 and 6, taken 6 first. */
 static void test_tags(hcomm_comm_t *g) {
     int rank = grank(g);
-    if (gsize(g) < 2 || rank > 1) return;
+    if (gsize(g) < 2 || rank > 1)
+        return;
     const int64_t small[1] = {3};
     hcomm_tensor_t a = make(HCOMM_I32, 3, SHAPE_A, rank, 5), b = make(HCOMM_I64, 1, small, rank, 6);
     if (rank == 0) {
@@ -177,7 +186,8 @@ static void expect_mismatch(hcomm_comm_t *g, int msg, hcomm_tensor_t *sent, hcom
 
 static void test_mismatch(hcomm_comm_t *g) {
     int rank = grank(g);
-    if (gsize(g) < 2 || rank > 1) return;
+    if (gsize(g) < 2 || rank > 1)
+        return;
     const int64_t s48[2] = {4, 8}, s49[2] = {4, 9}, s22[2] = {2, 2}, s0[1] = {0}, s32[1] = {32};
     hcomm_tensor_t sent = make(HCOMM_F32, 2, s48, rank, 400);
     hcomm_tensor_t w49 = make(HCOMM_F32, 2, s49, -1, 0), w22 = make(HCOMM_F32, 2, s22, -1, 0);

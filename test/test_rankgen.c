@@ -27,7 +27,8 @@ static void expect_groups(const hcomm_parallel_config_t *c, int world, hcomm_gro
     hcomm_group_list_t got;
     hcomm_result_t r = hcomm_plan_groups(c, world, kind, &got);
     T_CHECK(r == HCOMM_OK, "plan %s (world %d): %s", kind_str(kind), world, hcomm_last_error());
-    if (r != HCOMM_OK) return;
+    if (r != HCOMM_OK)
+        return;
     T_CHECK(got.num_groups == num_groups && got.group_size == group_size,
             "%s: got %d groups of %d, expected %d of %d", kind_str(kind), got.num_groups,
             got.group_size, num_groups, group_size);
@@ -193,7 +194,8 @@ static int ref_cmp(const ref_layout_t *l, const int *ca, const int *cb, unsigned
                    bool masked) {
     for (int p = NAXES - 1; p >= 0; p--) {
         int a = l->order[p];
-        if ((((mask >> a) & 1u) != 0) != masked || ca[a] == cb[a]) continue;
+        if ((((mask >> a) & 1u) != 0) != masked || ca[a] == cb[a])
+            continue;
         return ca[a] < cb[a] ? -1 : 1;
     }
     return 0;
@@ -209,7 +211,8 @@ static int ref_groups(const ref_layout_t *l, const int *sizes, unsigned mask, in
     for (int r = 0; r < n; r++)
         ref_coords(l, sizes, r, co[r]);
     for (int r = 0; r < n; r++) {
-        if (taken[r]) continue;
+        if (taken[r])
+            continue;
         int *g = out + ngroups * n, len = 0; /* room for n members per group while building */
         for (int s = 0; s < n; s++)
             if (ref_cmp(l, co[r], co[s], mask, false) == 0) {
@@ -255,7 +258,8 @@ static const struct {
 static int ref_kind_groups(const ref_layout_t *l, hcomm_group_kind_t kind, int *out, int *gs) {
     const int *sizes = ref_kind[kind].expert ? l->expert : l->dense;
     int ng = ref_groups(l, sizes, ref_kind[kind].mask, out, gs);
-    if (kind != HCOMM_GROUP_EMBEDDING || *gs == 1) return ng;
+    if (kind != HCOMM_GROUP_EMBEDDING || *gs == 1)
+        return ng;
     for (int g = 0; g < ng; g++) {
         int first = out[g * *gs], last = out[g * *gs + *gs - 1];
         out[2 * g] = first;
@@ -270,9 +274,12 @@ static int ref_kind_groups(const ref_layout_t *l, hcomm_group_kind_t kind, int *
  * ending in pp keeps edp == dp. */
 static bool ref_valid(const ref_layout_t *l, int etp, int ep, int pp, int dp, int experts) {
     for (int p = l->ngiven; p < NAXES; p++)
-        if (l->dense[l->order[p]] > 1 || l->expert[l->order[p]] > 1) return false;
-    if (l->world % (etp * ep * pp) != 0 || experts % ep != 0) return false;
-    if (l->order[l->ngiven - 1] != PP && pp > 1 && l->expert[DP] != dp) return false;
+        if (l->dense[l->order[p]] > 1 || l->expert[l->order[p]] > 1)
+            return false;
+    if (l->world % (etp * ep * pp) != 0 || experts % ep != 0)
+        return false;
+    if (l->order[l->ngiven - 1] != PP && pp > 1 && l->expert[DP] != dp)
+        return false;
     static int a[REF_MAXW * REF_MAXW], b[REF_MAXW * REF_MAXW];
     int gsa = 0, gsb = 0;
     int na = ref_groups(l, l->dense, 1u << PP, a, &gsa);
@@ -332,7 +339,8 @@ static void test_random_against_reference(void) {
     for (int iter = 0; iter < 5000; iter++) {
         int tp = 1 + rnd(5), cp = 1 + rnd(3), dp = 1 + rnd(5), pp = 1 + rnd(4);
         int world = tp * cp * dp * pp;
-        if (world > REF_MAXW) continue;
+        if (world > REF_MAXW)
+            continue;
         int ep = 1 + rnd(4), etp_arg = rnd(4), etp = etp_arg ? etp_arg : tp;
         int experts = rnd(4) == 0 ? 1 + rnd(12) : 0;
         ref_layout_t l = {world, {0}, 0, {tp, cp, 1, dp, pp}, {etp, 1, ep, 0, pp}};

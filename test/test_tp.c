@@ -164,7 +164,8 @@ static void expect_values(const hcomm_tensor_t *t, const double *ref, size_t n, 
                           int dim, int p) {
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
-        if (get_val(t->dtype, t->data, i) != ref[i]) bad = i;
+        if (get_val(t->dtype, t->data, i) != ref[i])
+            bad = i;
     T_CHECK(bad == n, "%s dtype %d dim %d size %d: element %zu is %g, expected %g", what,
             (int)t->dtype, dim, p, bad, bad < n ? get_val(t->dtype, t->data, bad) : 0.0,
             bad < n ? ref[bad] : 0.0);
@@ -403,7 +404,8 @@ static void test_errors(hcomm_comm_t *g) {
 static void test_subgroup(hcomm_comm_t *world) {
     hcomm_comm_t *g = NULL;
     T_OK(hcomm_comm_split(world, grank(world) % 2, -grank(world), &g));
-    if (g == NULL) return;
+    if (g == NULL)
+        return;
     int members[MAX_WORLD];
     T_OK(hcomm_comm_members(g, members, MAX_WORLD));
     const shape_t part = {2, {2, 2}};

@@ -90,10 +90,10 @@ typedef enum hcomm_op {
 /** A contiguous row-major tensor in host memory. hcomm never owns @c data.
  *  Elements = product of shape[0..ndim-1] (1 for ndim 0, a scalar); any extent may be 0. */
 typedef struct hcomm_tensor {
-    void *data;                      /**< first element; may be NULL only if it has 0 elements */
-    hcomm_dtype_t dtype;             /**< element type */
-    int ndim;                        /**< 0..HCOMM_MAX_DIMS */
-    int64_t shape[HCOMM_MAX_DIMS];   /**< extents, outermost first; each >= 0 */
+    void *data;                    /**< first element; may be NULL only if it has 0 elements */
+    hcomm_dtype_t dtype;           /**< element type */
+    int ndim;                      /**< 0..HCOMM_MAX_DIMS */
+    int64_t shape[HCOMM_MAX_DIMS]; /**< extents, outermost first; each >= 0 */
 } hcomm_tensor_t;
 
 /** Size of one element of @p dtype in bytes, in @p *bytes. Errors: HCOMM_ERR_NULL,
@@ -150,8 +150,8 @@ HCOMM_API hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbu
 /** Reduce-scatter: @p sendbuf holds size blocks of @p recvcount elements (not bytes); rank r
  *  gets block r reduced over all ranks in @p recvbuf. Collective. Errors: as hcomm_all_reduce. */
 HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *sendbuf,
-                                              void *recvbuf, size_t recvcount,
-                                              hcomm_dtype_t dtype, hcomm_op_t op);
+                                              void *recvbuf, size_t recvcount, hcomm_dtype_t dtype,
+                                              hcomm_op_t op);
 /** All-to-all with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): rank r sends
  *  sendcounts[p] bytes from sendbuf + sdispls[p] to each p and receives recvcounts[p] bytes
  *  into recvbuf + rdispls[p]. Collective; recvcounts[p] on r must equal sendcounts[r] on p

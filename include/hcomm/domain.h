@@ -48,9 +48,9 @@ typedef struct hcomm_ctx hcomm_ctx_t;
 
 /** Group lists for one kind, as computed without any communication. */
 typedef struct hcomm_group_list {
-    int num_groups;  /**< number of groups */
-    int group_size;  /**< ranks in each group */
-    int *ranks;      /**< [num_groups][group_size] world ranks, groups in Megatron order */
+    int num_groups; /**< number of groups */
+    int group_size; /**< ranks in each group */
+    int *ranks;     /**< [num_groups][group_size] world ranks, groups in Megatron order */
 } hcomm_group_list_t;
 
 /** Checks @p cfg against @p world_size and fills @p *resolved with every default made
@@ -94,8 +94,8 @@ HCOMM_API hcomm_result_t hcomm_ctx_group(const hcomm_ctx_t *ctx, hcomm_group_kin
 /** This rank's resolved configuration. Errors: HCOMM_ERR_NULL. */
 HCOMM_API hcomm_result_t hcomm_ctx_config(const hcomm_ctx_t *ctx, hcomm_parallel_config_t *cfg);
 /** Rank and size of this rank in the group of @p kind. Errors: as hcomm_ctx_group(). */
-HCOMM_API hcomm_result_t hcomm_ctx_rank(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind,
-                                        int *rank, int *size);
+HCOMM_API hcomm_result_t hcomm_ctx_rank(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind, int *rank,
+                                        int *size);
 /** Previous and next pipeline stage of this rank, as ranks in the PP group, or -1 at the first
  *  / last stage. Errors: HCOMM_ERR_NULL. */
 HCOMM_API hcomm_result_t hcomm_ctx_pp_neighbors(const hcomm_ctx_t *ctx, int *prev, int *next);

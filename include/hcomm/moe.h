@@ -41,8 +41,8 @@ HCOMM_API hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_
 /** The received rows as a tensor view [R, H] (owned by @p handle, valid until it is freed) and,
  *  if @p tokens_per_expert is not NULL, the row count of each local expert
  *  ([num_experts/P] entries). Not collective. */
-HCOMM_API hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle,
-                                            hcomm_tensor_t *recv, int64_t *tokens_per_expert);
+HCOMM_API hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle, hcomm_tensor_t *recv,
+                                            int64_t *tokens_per_expert);
 /** Sends @p expert_out [R, H'] (rows in received order, any H' and dtype) back and writes
  *  @p out [N, H'] in the original token order. */
 HCOMM_API hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle,

@@ -27,8 +27,8 @@ typedef struct hcomm__backend_ops {
     /* Completes and frees req (also on failure). */
     hcomm_result_t (*wait)(hcomm_comm_t *c, hcomm__req_t *req);
     /* Backend-native collectives. sendbuf == recvbuf means in place. op is never AVG. */
-    hcomm_result_t (*all_reduce)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                 size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+    hcomm_result_t (*all_reduce)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op);
     /* recvbuf gets size blocks of bytes_per_rank, rank order. */
     hcomm_result_t (*all_gather)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                  size_t bytes_per_rank);
@@ -49,11 +49,11 @@ typedef struct hcomm__backend_ops {
 
 struct hcomm_comm {
     const hcomm__backend_ops_t *ops;
-    void *impl;        /* backend state */
-    int rank, size;    /* this rank's index, members */
-    int *world_ranks;  /* [size] members as world ranks, malloc'ed */
-    bool is_world;     /* the communicator handed to a rank function; not destroyable */
-    bool has_ctx;      /* a domain context is built on it (one at a time); set by src/domain */
+    void *impl;       /* backend state */
+    int rank, size;   /* this rank's index, members */
+    int *world_ranks; /* [size] members as world ranks, malloc'ed */
+    bool is_world;    /* the communicator handed to a rank function; not destroyable */
+    bool has_ctx;     /* a domain context is built on it (one at a time); set by src/domain */
 };
 
 /* Allocates a comm with world_ranks[size]; NULL on out-of-memory. */

@@ -67,7 +67,8 @@ static local_shared_t *shared_of(hcomm_comm_t *c) {
 
 static local_shared_t *shared_new(local_world_t *world, int size) {
     local_shared_t *sh = calloc(1, sizeof *sh);
-    if (!sh) return NULL;
+    if (!sh)
+        return NULL;
     sh->slots = calloc((size_t)size, sizeof *sh->slots);
     sh->mbox = calloc((size_t)size, sizeof *sh->mbox);
     if (!sh->slots || !sh->mbox) {
@@ -89,7 +90,8 @@ static local_shared_t *shared_new(local_world_t *world, int size) {
 }
 
 static void shared_release(local_shared_t *sh) {
-    if (atomic_fetch_sub(&sh->refs, 1) != 1) return;
+    if (atomic_fetch_sub(&sh->refs, 1) != 1)
+        return;
     for (int r = 0; r < sh->size; r++) {
         local_msg_t *m = sh->mbox[r];
         while (m) {
@@ -166,7 +168,8 @@ static hcomm_result_t local_send(hcomm_comm_t *c, const void *buf, size_t bytes,
     if (!m)
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm send", "cannot buffer a %zu-byte message", bytes);
     *m = (local_msg_t){.src = c->rank, .tag = tag, .bytes = bytes};
-    if (bytes) memcpy(m->data, buf, bytes);
+    if (bytes)
+        memcpy(m->data, buf, bytes);
     local_shared_t *sh = shared_of(c);
     pthread_mutex_lock(&sh->mu);
     local_msg_t **tail = &sh->mbox[peer];
@@ -223,7 +226,8 @@ static hcomm_result_t local_recv(hcomm_comm_t *c, void *buf, size_t bytes, int p
 static hcomm_result_t new_req(bool is_recv, void *buf, size_t bytes, int peer, int tag,
                               hcomm__req_t **req) {
     hcomm__req_t *r = calloc(1, sizeof *r);
-    if (!r) return hcomm__err(HCOMM_ERR_NOMEM, "hcomm irecv", "cannot allocate a request");
+    if (!r)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm irecv", "cannot allocate a request");
     *r = (hcomm__req_t){.is_recv = is_recv, .buf = buf, .bytes = bytes, .peer = peer, .tag = tag};
     *req = r;
     return HCOMM_OK;
@@ -252,8 +256,10 @@ static hcomm_result_t local_wait(hcomm_comm_t *c, hcomm__req_t *req) {
     hcomm_result_t res = HCOMM_OK;
     if (req->is_recv) {
         local_msg_t *m = req->msg;
-        if (!m) res = wait_match(c, req->peer, req->tag, &m);
-        if (res == HCOMM_OK) res = deliver(m, req->buf, req->bytes);
+        if (!m)
+            res = wait_match(c, req->peer, req->tag, &m);
+        if (res == HCOMM_OK)
+            res = deliver(m, req->buf, req->bytes);
     }
     free(req);
     return res;
@@ -269,8 +275,15 @@ static const local_slot_t *slot_of(hcomm_comm_t *c, int r);
 
 /* Identifies a collective call so ranks that called different ones (or with different sizes)
  * fail together with HCOMM_ERR_MISMATCH instead of reading each other's buffers wrongly. */
-enum { CALL_ALL_REDUCE = 1, CALL_REDUCE_SCATTER, CALL_ALL_GATHER, CALL_BROADCAST,
-       CALL_ALL_TO_ALLV, CALL_SPLIT, CALL_BARRIER };
+enum {
+    CALL_ALL_REDUCE = 1,
+    CALL_REDUCE_SCATTER,
+    CALL_ALL_GATHER,
+    CALL_BROADCAST,
+    CALL_ALL_TO_ALLV,
+    CALL_SPLIT,
+    CALL_BARRIER
+};
 
 static int call_id(int kind, hcomm_dtype_t dt, hcomm_op_t op, int root) {
     return ((kind * 16 + (int)dt) * 8 + (int)op) * 4096 + root;
@@ -325,8 +338,10 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_all_reduce", "cannot allocate %zu bytes",
                           (hi - lo) * es);
-    post(c, (local_slot_t){.call = call_id(CALL_ALL_REDUCE, dt, op, 0), .size = count,
-                           .send = sendbuf, .aux = mine});
+    post(c, (local_slot_t){.call = call_id(CALL_ALL_REDUCE, dt, op, 0),
+                           .size = count,
+                           .send = sendbuf,
+                           .aux = mine});
     hcomm_result_t res = arrive(c, "hcomm_all_reduce");
     if (res == HCOMM_OK) {
         reduce_posted(c, mine, lo, hi - lo, dt, op);
@@ -337,7 +352,8 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
         chunk(count, c->size, r, &rlo, &rhi);
         memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
     }
-    if (res == HCOMM_OK) res = local_barrier(c); /* nobody reads my chunk any more */
+    if (res == HCOMM_OK)
+        res = local_barrier(c); /* nobody reads my chunk any more */
     free(mine);
     return res;
 }
@@ -349,22 +365,23 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm reduce_scatter", "cannot allocate %zu bytes",
                           count * es);
-    post(c, (local_slot_t){.call = call_id(CALL_REDUCE_SCATTER, dt, op, 0), .size = count,
-                           .send = sendbuf});
+    post(c, (local_slot_t){
+                .call = call_id(CALL_REDUCE_SCATTER, dt, op, 0), .size = count, .send = sendbuf});
     hcomm_result_t res = arrive(c, "hcomm_reduce_scatter");
     if (res == HCOMM_OK) {
         reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
         res = local_barrier(c); /* inputs read: recvbuf may alias one of them */
     }
-    if (res == HCOMM_OK) memcpy(recvbuf, mine, count * es);
+    if (res == HCOMM_OK)
+        memcpy(recvbuf, mine, count * es);
     free(mine);
     return res;
 }
 
 static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t bytes) {
-    post(c, (local_slot_t){.call = call_id(CALL_ALL_GATHER, 0, 0, 0), .size = bytes,
-                           .send = sendbuf});
+    post(c,
+         (local_slot_t){.call = call_id(CALL_ALL_GATHER, 0, 0, 0), .size = bytes, .send = sendbuf});
     HCOMM__TRY(arrive(c, "hcomm_all_gather"));
     for (int r = 0; r < c->size; r++) {
         char *dst = (char *)recvbuf + (size_t)r * bytes;
@@ -375,10 +392,11 @@ static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, voi
 }
 
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
-    post(c, (local_slot_t){.call = call_id(CALL_BROADCAST, 0, 0, root), .size = bytes,
-                           .send = buf});
+    post(c,
+         (local_slot_t){.call = call_id(CALL_BROADCAST, 0, 0, root), .size = bytes, .send = buf});
     HCOMM__TRY(arrive(c, "hcomm_broadcast"));
-    if (c->rank != root) memcpy(buf, slot_of(c, root)->send, bytes);
+    if (c->rank != root)
+        memcpy(buf, slot_of(c, root)->send, bytes);
     return local_barrier(c);
 }
 
@@ -386,8 +404,10 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                         const size_t *sendcounts, const size_t *sdispls,
                                         void *recvbuf, const size_t *recvcounts,
                                         const size_t *rdispls) {
-    post(c, (local_slot_t){.call = call_id(CALL_ALL_TO_ALLV, 0, 0, 0), .send = sendbuf,
-                           .counts = sendcounts, .displs = sdispls});
+    post(c, (local_slot_t){.call = call_id(CALL_ALL_TO_ALLV, 0, 0, 0),
+                           .send = sendbuf,
+                           .counts = sendcounts,
+                           .displs = sdispls});
     HCOMM__TRY(arrive(c, "hcomm_all_to_allv"));
     hcomm_result_t res = HCOMM_OK;
     for (int s = 0; s < c->size; s++) {
@@ -421,7 +441,8 @@ typedef struct member {
 
 static int member_cmp(const void *a, const void *b) {
     const member_t *x = a, *y = b;
-    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
@@ -429,7 +450,8 @@ static int member_cmp(const void *a, const void *b) {
 static int collect_members(hcomm_comm_t *c, int color, member_t *out) {
     int m = 0;
     for (int r = 0; r < c->size; r++)
-        if (slot_of(c, r)->color == color) out[m++] = (member_t){slot_of(c, r)->key, r};
+        if (slot_of(c, r)->color == color)
+            out[m++] = (member_t){slot_of(c, r)->key, r};
     qsort(out, (size_t)m, sizeof *out, member_cmp);
     return m;
 }
@@ -453,8 +475,8 @@ static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, cons
 static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
     *out = NULL;
     member_t *mem = malloc(sizeof *mem * (size_t)c->size);
-    post(c, (local_slot_t){.call = call_id(CALL_SPLIT, 0, 0, 0), .color = color < 0 ? -1 : color,
-                           .key = key});
+    post(c, (local_slot_t){
+                .call = call_id(CALL_SPLIT, 0, 0, 0), .color = color < 0 ? -1 : color, .key = key});
     hcomm_result_t res = arrive(c, "hcomm_comm_split");
     if (res != HCOMM_OK) {
         free(mem);
@@ -477,7 +499,8 @@ static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_com
 }
 
 static void local_destroy(hcomm_comm_t *c) {
-    if (c->impl) shared_release(shared_of(c));
+    if (c->impl)
+        shared_release(shared_of(c));
     c->impl = NULL;
 }
 
@@ -522,7 +545,8 @@ static void *rank_main(void *p) {
 
 static hcomm_result_t make_world(local_world_t *lw, int n, rank_thread_t *th) {
     local_shared_t *sh = shared_new(lw, n);
-    if (!sh) return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate a world of %d", n);
+    if (!sh)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate a world of %d", n);
     for (int r = 0; r < n; r++) {
         th[r].world = hcomm__comm_alloc(&local_ops, sh, r, n);
         if (!th[r].world) {
@@ -541,7 +565,8 @@ static hcomm_result_t run_threads(rank_thread_t *th, int n) {
     int started = 0;
     hcomm_result_t res = HCOMM_OK;
     for (; started < n; started++)
-        if (pthread_create(&th[started].tid, NULL, rank_main, &th[started]) != 0) break;
+        if (pthread_create(&th[started].tid, NULL, rank_main, &th[started]) != 0)
+            break;
     if (started < n) {
         atomic_store(&th[0].lw->aborted, 1); /* the started ranks would wait forever */
         res = hcomm__err(HCOMM_ERR_BACKEND, "hcomm_launch", "cannot start thread for rank %d: %s",
@@ -557,12 +582,14 @@ static hcomm_result_t run_threads(rank_thread_t *th, int n) {
 static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
     int first = -1;
     for (int r = 0; r < n; r++) {
-        if (th[r].result == HCOMM_OK) continue;
+        if (th[r].result == HCOMM_OK)
+            continue;
         if (first < 0 ||
             (th[first].result == HCOMM_ERR_ABORTED && th[r].result != HCOMM_ERR_ABORTED))
             first = r;
     }
-    if (first < 0) return HCOMM_OK;
+    if (first < 0)
+        return HCOMM_OK;
     const char *msg = th[first].message[0] ? th[first].message : "(no hcomm error message)";
     return hcomm__err(th[first].result, "hcomm_launch", "rank %d failed with %s: %s", first,
                       hcomm_result_name(th[first].result), msg);
@@ -572,12 +599,15 @@ hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
     local_world_t lw = {.timeout_s = hcomm__timeout_s()};
     atomic_init(&lw.aborted, 0);
     rank_thread_t *th = calloc((size_t)n, sizeof *th);
-    if (!th) return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
+    if (!th)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
     for (int r = 0; r < n; r++)
         th[r] = (rank_thread_t){.fn = fn, .arg = arg, .lw = &lw, .result = HCOMM_OK};
     hcomm_result_t res = make_world(&lw, n, th);
-    if (res == HCOMM_OK) res = run_threads(th, n);
-    if (res == HCOMM_OK) res = first_failure(th, n);
+    if (res == HCOMM_OK)
+        res = run_threads(th, n);
+    if (res == HCOMM_OK)
+        res = first_failure(th, n);
     for (int r = 0; r < n; r++)
         hcomm__comm_free(th[r].world);
     free(th);

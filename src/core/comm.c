@@ -18,8 +18,10 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__backend_ops_t *ops, void *impl, int
 }
 
 void hcomm__comm_free(hcomm_comm_t *c) {
-    if (!c) return;
-    if (c->ops && c->ops->destroy) c->ops->destroy(c);
+    if (!c)
+        return;
+    if (c->ops && c->ops->destroy)
+        c->ops->destroy(c);
     free(c->world_ranks);
     free(c);
 }
@@ -63,7 +65,8 @@ hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key, hcomm_co
 }
 
 hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm) {
-    if (!comm) return HCOMM_OK;
+    if (!comm)
+        return HCOMM_OK;
     if (comm->is_world)
         return hcomm__err(HCOMM_ERR_STATE, __func__,
                           "comm is the world communicator of a rank function; it is freed when "
@@ -103,7 +106,8 @@ hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int 
     if (root < 0 || root >= comm->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "root=%d outside 0..%d", root,
                           comm->size - 1);
-    if (bytes > 0) HCOMM__CHECK_NULL(buf);
+    if (bytes > 0)
+        HCOMM__CHECK_NULL(buf);
     return hcomm__coll_broadcast(comm, buf, bytes, root);
 }
 
@@ -141,15 +145,18 @@ hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf, const 
         out += sendcounts[p];
         in += recvcounts[p];
     }
-    if (out > 0) HCOMM__CHECK_NULL(sendbuf);
-    if (in > 0) HCOMM__CHECK_NULL(recvbuf);
+    if (out > 0)
+        HCOMM__CHECK_NULL(sendbuf);
+    if (in > 0)
+        HCOMM__CHECK_NULL(recvbuf);
     return hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
                                    rdispls);
 }
 
 hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn, void *arg) {
     HCOMM__CHECK_NULL(fn);
-    if (backend == NULL) backend = getenv("HCOMM_BACKEND");
+    if (backend == NULL)
+        backend = getenv("HCOMM_BACKEND");
     if (backend == NULL || backend[0] == '\0' || strcmp(backend, "local") == 0) {
         if (nranks < 1 || nranks > 4096)
             return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,

@@ -67,7 +67,8 @@ uint16_t hcomm__f32_to_f16(float f) {
     memcpy(&x, &f, 4);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     float a = fabsf(f);
-    if (isnan(f)) return (uint16_t)(sign | 0x7e00u);
+    if (isnan(f))
+        return (uint16_t)(sign | 0x7e00u);
     if (a >= 65520.0f) /* rounds to infinity */
         return (uint16_t)(sign | 0x7c00u);
     if (a < 6.103515625e-05f) { /* subnormal range: quantum 2^-24 */
@@ -82,7 +83,8 @@ uint16_t hcomm__f32_to_f16(float f) {
         e++;
     }
     uint16_t exp = (uint16_t)(e - 1 + 15);
-    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00u);
     return (uint16_t)(sign | (uint16_t)(exp << 10) | ((uint16_t)q & 0x3ffu));
 }
 
@@ -96,7 +98,8 @@ float hcomm__bf16_to_f32(uint16_t h) {
 uint16_t hcomm__f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if (isnan(f)) return (uint16_t)((x >> 16) | 0x40u);
+    if (isnan(f))
+        return (uint16_t)((x >> 16) | 0x40u);
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }

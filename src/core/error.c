@@ -35,7 +35,8 @@ const char *hcomm_last_error(void) {
 
 hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...) {
     int n = snprintf(last_error, sizeof last_error, "%s: ", fn);
-    if (n < 0 || (size_t)n >= sizeof last_error) return r;
+    if (n < 0 || (size_t)n >= sizeof last_error)
+        return r;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);

@@ -20,7 +20,7 @@ hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...
 #define HCOMM__CHECK_NULL(p)                                                                       \
     do {                                                                                           \
         if ((p) == NULL)                                                                           \
-            return hcomm__err(HCOMM_ERR_NULL, __func__, "argument '%s' is NULL", #p);               \
+            return hcomm__err(HCOMM_ERR_NULL, __func__, "argument '%s' is NULL", #p);              \
     } while (0)
 
 /* Propagates a failure; the callee already recorded the message. */

@@ -29,7 +29,8 @@ hcomm_result_t hcomm_tensor_numel(const hcomm_tensor_t *t, size_t *count) {
 
 hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_tensor_t *t,
                                    size_t *numel) {
-    if (t == NULL) return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL", arg);
+    if (t == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL", arg);
     if (!hcomm__dtype_valid(t->dtype))
         return hcomm__err(HCOMM_ERR_DTYPE, fn, "%s->dtype=%d is not a valid hcomm_dtype_t", arg,
                           (int)t->dtype);
@@ -45,7 +46,8 @@ hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_
     }
     if (n > 0 && t->data == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "%s->data is NULL with %zu elements", arg, n);
-    if (numel) *numel = n;
+    if (numel)
+        *numel = n;
     return HCOMM_OK;
 }
 
@@ -72,7 +74,8 @@ const char *hcomm__shape_str(const hcomm_tensor_t *t, char *buf, size_t cap) {
     for (int i = 0; i < t->ndim && off < cap; i++)
         off +=
             (size_t)snprintf(buf + off, cap - off, i ? ", %lld" : "%lld", (long long)t->shape[i]);
-    if (off < cap) snprintf(buf + off, cap - off, "]");
+    if (off < cap)
+        snprintf(buf + off, cap - off, "]");
     return buf;
 }
 
@@ -81,7 +84,8 @@ hcomm_result_t hcomm__tensor_same_shape(const char *fn, const char *an, const hc
     bool same = a->ndim == b->ndim;
     for (int i = 0; same && i < a->ndim; i++)
         same = a->shape[i] == b->shape[i];
-    if (same) return HCOMM_OK;
+    if (same)
+        return HCOMM_OK;
     char sa[128], sb[128];
     return hcomm__err(HCOMM_ERR_SHAPE, fn, "%s shape %s differs from %s shape %s", an,
                       hcomm__shape_str(a, sa, sizeof sa), bn, hcomm__shape_str(b, sb, sizeof sb));

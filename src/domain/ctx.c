@@ -71,7 +71,8 @@ static hcomm_result_t destroy_groups(hcomm_ctx_t *ctx) {
     for (int k = HCOMM_GROUP_COUNT - 1; k >= 0; k--) {
         hcomm_result_t r = hcomm_comm_destroy(ctx->groups[k]);
         ctx->groups[k] = NULL;
-        if (first == HCOMM_OK) first = r;
+        if (first == HCOMM_OK)
+            first = r;
     }
     return first;
 }
@@ -96,7 +97,8 @@ static hcomm_result_t build_ctx(const char *fn, hcomm_comm_t *world,
         return hcomm__layout_init(fn, cfg, size, &layout);
     HCOMM__TRY(agree);
     hcomm_ctx_t *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return hcomm__err(HCOMM_ERR_NOMEM, fn, "cannot allocate the context");
+    if (!ctx)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "cannot allocate the context");
     ctx->world = world;
     ctx->layout = layout;
     ctx->world_rank = rank;
@@ -127,7 +129,8 @@ hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_parallel_config
 }
 
 hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx) {
-    if (!ctx) return HCOMM_OK;
+    if (!ctx)
+        return HCOMM_OK;
     hcomm_result_t res = destroy_groups(ctx);
     ctx->world->has_ctx = false;
     free(ctx);

@@ -44,7 +44,8 @@ hcomm_result_t hcomm_plan_groups(const hcomm_parallel_config_t *cfg, int world_s
 }
 
 hcomm_result_t hcomm_group_list_free(hcomm_group_list_t *list) {
-    if (!list) return HCOMM_OK;
+    if (!list)
+        return HCOMM_OK;
     free(list->ranks);
     *list = (hcomm_group_list_t){0, 0, NULL};
     return HCOMM_OK;

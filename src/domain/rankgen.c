@@ -101,7 +101,8 @@ static hcomm_result_t resolve_expert(const char *fn, const hcomm_parallel_config
 
 static int axis_of_token(const char *tok, size_t len) {
     for (int a = 0; a < HCOMM__NUM_AXES; a++)
-        if (len == 2 && memcmp(tok, axis_names[a], 2) == 0) return a;
+        if (len == 2 && memcmp(tok, axis_names[a], 2) == 0)
+            return a;
     return -1;
 }
 
@@ -125,12 +126,14 @@ static hcomm_result_t parse_order(const char *fn, const char *order, int axis_at
                               order, axis_names[a]);
         seen[a] = true;
         axis_at[n++] = a;
-        if (tok[len] == '\0') break;
+        if (tok[len] == '\0')
+            break;
         tok += len + 1;
     }
     *ngiven = n;
     for (int i = 0; i < HCOMM__NUM_AXES; i++)
-        if (!seen[append_order[i]]) axis_at[n++] = (int)append_order[i];
+        if (!seen[append_order[i]])
+            axis_at[n++] = (int)append_order[i];
     return HCOMM_OK;
 }
 
@@ -163,7 +166,8 @@ static void build_grid(const int axis_at[HCOMM__NUM_AXES], const int size_of[HCO
 
 static int pp_stride(const hcomm__grid_t *g) {
     for (int i = 0; i < HCOMM__NUM_AXES; i++)
-        if (g->axis[i] == HCOMM__AXIS_PP) return g->stride[i];
+        if (g->axis[i] == HCOMM__AXIS_PP)
+            return g->stride[i];
     return 0; /* unreachable: every grid holds all five axes */
 }
 
@@ -173,7 +177,8 @@ static int pp_stride(const hcomm__grid_t *g) {
  * asserts that an order not ending in pp keeps edp == dp. */
 static hcomm_result_t check_pipelines(const char *fn, const hcomm__layout_t *l, bool pp_last) {
     const hcomm_parallel_config_t *c = &l->cfg;
-    if (c->pp == 1) return HCOMM_OK;
+    if (c->pp == 1)
+        return HCOMM_OK;
     if (!pp_last && l->edp != c->dp)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
                           "order=\"%s\" does not end with pp, so the expert data parallel size "
@@ -241,7 +246,8 @@ void hcomm__layout_locate(const hcomm__layout_t *l, hcomm_group_kind_t kind, int
                           int *pos) {
     const hcomm__grid_t *g = kind_axes[kind].expert ? &l->expert : &l->dense;
     locate_masked(g, kind_axes[kind].mask, rank, group, pos);
-    if (kind != HCOMM_GROUP_EMBEDDING) return;
+    if (kind != HCOMM_GROUP_EMBEDDING)
+        return;
     /* Megatron's default_embedding_ranks: first and last stage of each pipeline. */
     int stage = *pos, pp = l->cfg.pp;
     *pos = stage == 0 ? 0 : stage == pp - 1 ? 1 : -1;
@@ -258,7 +264,8 @@ void hcomm__layout_shape(const hcomm__layout_t *l, hcomm_group_kind_t kind, int 
     }
     const hcomm__grid_t *g = kind_axes[kind].expert ? &l->expert : &l->dense;
     for (int i = 0; i < HCOMM__NUM_AXES; i++)
-        if (kind_axes[kind].mask & (1u << g->axis[i])) gs *= g->size[i];
+        if (kind_axes[kind].mask & (1u << g->axis[i]))
+            gs *= g->size[i];
     *num_groups = l->world / gs;
     *group_size = gs;
 }
@@ -269,7 +276,8 @@ void hcomm__layout_groups(const hcomm__layout_t *l, hcomm_group_kind_t kind, int
     for (int r = 0; r < l->world; r++) {
         int group = 0, pos = 0;
         hcomm__layout_locate(l, kind, r, &group, &pos);
-        if (pos >= 0) ranks[(size_t)group * (size_t)gs + (size_t)pos] = r;
+        if (pos >= 0)
+            ranks[(size_t)group * (size_t)gs + (size_t)pos] = r;
     }
 }
 

@@ -24,15 +24,18 @@ static bool next_bucket(const hcomm_tensor_t *grads, int n, size_t cap, bucket_t
     for (int i = b->first; i < n; i++) {
         size_t tb = hcomm__tensor_bytes(&grads[i]);
         if (grads[i].dtype != b->dt || tb == 0) {
-            if (b->count == 0) b->first = i + 1;
+            if (b->count == 0)
+                b->first = i + 1;
             continue;
         }
-        if (b->count > 0 && b->bytes + tb > cap) break;
+        if (b->count > 0 && b->bytes + tb > cap)
+            break;
         b->bytes += tb;
         b->count++;
         b->end = i + 1;
     }
-    if (b->count == 0) b->end = n;
+    if (b->count == 0)
+        b->end = n;
     return b->count > 0;
 }
 
@@ -42,7 +45,8 @@ static size_t max_packed_bytes(const hcomm_tensor_t *grads, int n, size_t cap) {
     for (int d = 0; d < HCOMM_DTYPE_COUNT; d++) {
         bucket_t b = {.dt = (hcomm_dtype_t)d};
         while (next_bucket(grads, n, cap, &b))
-            if (b.count > 1 && b.bytes > max) max = b.bytes;
+            if (b.count > 1 && b.bytes > max)
+                max = b.bytes;
     }
     return max;
 }
@@ -75,7 +79,8 @@ static hcomm_result_t reduce_bucket(hcomm_comm_t *g, hcomm_tensor_t *grads, cons
 
 static hcomm_result_t check_grads(const char *fn, const hcomm_tensor_t *grads, int n,
                                   hcomm_op_t op) {
-    if (n < 0) return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "n=%d is negative", n);
+    if (n < 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "n=%d is negative", n);
     if (op != HCOMM_SUM && op != HCOMM_AVG)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "op=%d is not HCOMM_SUM or HCOMM_AVG",
                           (int)op);
@@ -99,7 +104,8 @@ hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t 
     bool seen[HCOMM_DTYPE_COUNT] = {false};
     hcomm_result_t res = HCOMM_OK;
     for (int i = 0; i < n && res == HCOMM_OK; i++) {
-        if (seen[grads[i].dtype]) continue;
+        if (seen[grads[i].dtype])
+            continue;
         seen[grads[i].dtype] = true;
         bucket_t b = {.dt = grads[i].dtype};
         while (res == HCOMM_OK && next_bucket(grads, n, cap, &b))

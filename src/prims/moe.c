@@ -137,7 +137,8 @@ static void sort_by_expert(const int32_t *ids, int64_t n, int num_experts, int64
 
 static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t n) {
     hcomm_moe_handle_t *h = calloc(1, sizeof *h);
-    if (h == NULL) return NULL;
+    if (h == NULL)
+        return NULL;
     size_t p = (size_t)g->size;
     *h = (hcomm_moe_handle_t){.group = g, .size = g->size, .num_local = num_local, .n = n};
     h->send_rows = alloc_i64(p);
@@ -160,7 +161,8 @@ static hcomm_result_t plan_send(const char *fn, hcomm_moe_handle_t *h, const int
                                 int64_t *meta) {
     int num_experts = h->size * h->num_local, w = META_COUNTS + h->num_local;
     int64_t *counts = alloc_i64(2 * (size_t)num_experts);
-    if (counts == NULL) return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+    if (counts == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
     sort_by_expert(ids, h->n, num_experts, counts, counts + num_experts, h->sorted_to_token);
     for (int p = 0; p < h->size; p++)
         for (int l = 0; l < h->num_local; l++) {
@@ -217,7 +219,8 @@ static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const
                                     int64_t *recv) {
     size_t p = (size_t)h->size, w = (size_t)(META_COUNTS + h->num_local) * sizeof(int64_t);
     size_t *v = malloc(2 * p * sizeof *v);
-    if (v == NULL) return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 2 * p);
+    if (v == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 2 * p);
     for (size_t i = 0; i < p; i++) {
         v[i] = w;
         v[p + i] = i * w;
@@ -238,7 +241,8 @@ static hcomm_result_t dispatch(const char *fn, hcomm_moe_handle_t *h, const hcom
         res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
         goto done;
     }
-    if (local == HCOMM_OK) local = plan_send(fn, h, ids, meta_send);
+    if (local == HCOMM_OK)
+        local = plan_send(fn, h, ids, meta_send);
     for (int p = 0; p < h->size; p++) {
         meta_send[p * w + META_STATUS] = local;
         meta_send[p * w + META_H] = h->h;
@@ -305,7 +309,8 @@ hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle, hcomm_tensor
 static hcomm_result_t check_rows(const char *fn, const char *name, const hcomm_tensor_t *t,
                                  int64_t rows, int64_t cols) {
     HCOMM__TRY(hcomm__tensor_check(fn, name, t, NULL));
-    if (t->ndim == 2 && t->shape[0] == rows && (cols < 0 || t->shape[1] == cols)) return HCOMM_OK;
+    if (t->ndim == 2 && t->shape[0] == rows && (cols < 0 || t->shape[1] == cols))
+        return HCOMM_OK;
     char got[160], want[32];
     if (cols < 0)
         snprintf(want, sizeof want, "[%lld, *]", (long long)rows);
@@ -321,7 +326,8 @@ static hcomm_result_t check_route(const char *fn, const hcomm_moe_handle_t *h, c
                                   const hcomm_tensor_t *in, int64_t in_rows, const char *out_name,
                                   const hcomm_tensor_t *out, int64_t out_rows, int64_t cols,
                                   size_t *rb) {
-    if (h == NULL) return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'handle' is NULL");
+    if (h == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'handle' is NULL");
     HCOMM__TRY(check_rows(fn, in_name, in, in_rows, cols));
     HCOMM__TRY(check_rows(fn, out_name, out, out_rows, in->shape[1]));
     HCOMM__TRY(hcomm__same_dtype(fn, in_name, in, out_name, out));
@@ -355,7 +361,8 @@ hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle, const hcomm_te
 }
 
 hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
-    if (handle == NULL) return HCOMM_OK;
+    if (handle == NULL)
+        return HCOMM_OK;
     free(handle->send_rows);
     free(handle->send_off);
     free(handle->recv_rows);

@@ -32,16 +32,19 @@ static bool header_tensor(const pp_header_t *h, hcomm_tensor_t *t) {
         return false;
     *t = (hcomm_tensor_t){.dtype = (hcomm_dtype_t)h->dtype, .ndim = h->ndim};
     for (int i = 0; i < h->ndim; i++) {
-        if (h->shape[i] < 0) return false;
+        if (h->shape[i] < 0)
+            return false;
         t->shape[i] = h->shape[i];
     }
     return true;
 }
 
 static bool same_descriptor(const hcomm_tensor_t *a, const hcomm_tensor_t *b) {
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    if (a->dtype != b->dtype || a->ndim != b->ndim)
+        return false;
     for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return false;
+        if (a->shape[i] != b->shape[i])
+            return false;
     return true;
 }
 
@@ -70,7 +73,8 @@ static hcomm_result_t check_side(const char *fn, const char *tname, const hcomm_
 
 /* Consumes a data message of bytes that does not fit the caller's tensor. */
 static hcomm_result_t drain(const char *fn, hcomm_comm_t *g, size_t bytes, int peer, int tag) {
-    if (bytes == 0) return HCOMM_OK;
+    if (bytes == 0)
+        return HCOMM_OK;
     void *junk = NULL;
     HCOMM__TRY(hcomm__alloc(fn, bytes, &junk));
     hcomm_result_t res = g->ops->recv(g, junk, bytes, peer, tag);
@@ -106,7 +110,8 @@ static hcomm_result_t post_send(hcomm_comm_t *g, const hcomm_tensor_t *t, pp_hea
     HCOMM__TRY(g->ops->isend(g, h, sizeof *h, peer, tag + PP_HEADER_TAG, &reqs[0]));
     *nreq = 1;
     size_t bytes = hcomm__tensor_bytes(t);
-    if (bytes == 0) return HCOMM_OK;
+    if (bytes == 0)
+        return HCOMM_OK;
     HCOMM__TRY(g->ops->isend(g, t->data, bytes, peer, tag, &reqs[1]));
     *nreq = 2;
     return HCOMM_OK;
@@ -117,7 +122,8 @@ static hcomm_result_t wait_all(hcomm_comm_t *g, hcomm__req_t *reqs[2], int nreq,
                                hcomm_result_t res) {
     for (int i = 0; i < nreq; i++) {
         hcomm_result_t r = g->ops->wait(g, reqs[i]);
-        if (res == HCOMM_OK) res = r;
+        if (res == HCOMM_OK)
+            res = r;
     }
     return res;
 }
@@ -143,15 +149,19 @@ hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *sen
                                   hcomm_tensor_t *recv, int recv_peer, int tag) {
     HCOMM__CHECK_NULL(group);
     bool do_send = send != NULL && send_peer != -1, do_recv = recv != NULL && recv_peer != -1;
-    if (do_send) HCOMM__TRY(check_side(__func__, "send", send, "send_peer", group, send_peer));
-    if (do_recv) HCOMM__TRY(check_side(__func__, "recv", recv, "recv_peer", group, recv_peer));
+    if (do_send)
+        HCOMM__TRY(check_side(__func__, "send", send, "send_peer", group, send_peer));
+    if (do_recv)
+        HCOMM__TRY(check_side(__func__, "recv", recv, "recv_peer", group, recv_peer));
     HCOMM__TRY(check_tag(__func__, tag));
     /* Post the send before blocking in the receive: both peers can then call in any order. */
     pp_header_t h;
     hcomm__req_t *reqs[2] = {NULL, NULL};
     int nreq = 0;
     hcomm_result_t res = HCOMM_OK;
-    if (do_send) res = post_send(group, send, &h, send_peer, tag, reqs, &nreq);
-    if (res == HCOMM_OK && do_recv) res = recv_tensor(__func__, group, recv, recv_peer, tag);
+    if (do_send)
+        res = post_send(group, send, &h, send_peer, tag, reqs, &nreq);
+    if (res == HCOMM_OK && do_recv)
+        res = recv_tensor(__func__, group, recv, recv_peer, tag);
     return wait_all(group, reqs, nreq, res);
 }

@@ -10,7 +10,8 @@
 /* "f32", "bf16", ... for messages; "?" for an invalid dtype. */
 static inline const char *hcomm__dtype_str(hcomm_dtype_t dt) {
     const char *name = "?";
-    if (hcomm__dtype_valid(dt)) hcomm_dtype_name(dt, &name);
+    if (hcomm__dtype_valid(dt))
+        hcomm_dtype_name(dt, &name);
     return name;
 }
 
@@ -18,7 +19,8 @@ static inline const char *hcomm__dtype_str(hcomm_dtype_t dt) {
 static inline hcomm_result_t hcomm__same_dtype(const char *fn, const char *an,
                                                const hcomm_tensor_t *a, const char *bn,
                                                const hcomm_tensor_t *b) {
-    if (a->dtype == b->dtype) return HCOMM_OK;
+    if (a->dtype == b->dtype)
+        return HCOMM_OK;
     return hcomm__err(HCOMM_ERR_DTYPE, fn, "%s->dtype=%s differs from %s->dtype=%s", an,
                       hcomm__dtype_str(a->dtype), bn, hcomm__dtype_str(b->dtype));
 }

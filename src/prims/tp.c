@@ -19,7 +19,8 @@ typedef struct tp_call {
 /* Checks group, both tensors and that their dtypes agree; *numel is the element count of in. */
 static hcomm_result_t check_pair(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
                                  const hcomm_tensor_t *out, size_t *numel) {
-    if (group == NULL) return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
+    if (group == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
     HCOMM__TRY(hcomm__tensor_check(c->fn, c->in, in, numel));
     HCOMM__TRY(hcomm__tensor_check(c->fn, c->out, out, NULL));
     return hcomm__same_dtype(c->fn, c->in, in, c->out, out);
@@ -34,7 +35,8 @@ static hcomm_result_t check_op(const tp_call_t *c, hcomm_op_t op) {
 /* Fails unless big->shape[d] splits evenly over the group. */
 static hcomm_result_t check_divisible(const tp_call_t *c, const char *name,
                                       const hcomm_tensor_t *big, int d, int size) {
-    if (big->shape[d] % size == 0) return HCOMM_OK;
+    if (big->shape[d] % size == 0)
+        return HCOMM_OK;
     return hcomm__err(HCOMM_ERR_SHAPE, c->fn,
                       "%s->shape[%d]=%lld is not divisible by group size %d", name, d,
                       (long long)big->shape[d], size);
@@ -49,7 +51,8 @@ static hcomm_result_t check_shape_but_dim(const tp_call_t *c, const char *name,
     bool same = t->ndim == want.ndim;
     for (int i = 0; same && i < want.ndim; i++)
         same = t->shape[i] == want.shape[i];
-    if (same) return HCOMM_OK;
+    if (same)
+        return HCOMM_OK;
     char got[160], exp[160];
     return hcomm__err(HCOMM_ERR_SHAPE, c->fn, "%s shape %s, expected %s (dim %d)", name,
                       hcomm__shape_str(t, got, sizeof got),
@@ -101,7 +104,8 @@ static hcomm_result_t tp_all_gather(const tp_call_t *c, hcomm_comm_t *group,
     void *tmp = NULL;
     HCOMM__TRY(hcomm__alloc(c->fn, bytes * (size_t)group->size, &tmp));
     hcomm_result_t res = hcomm__coll_all_gather(group, in->data, tmp, bytes);
-    if (res == HCOMM_OK) stack_to_concat(tmp, out->data, group->size, outer, bytes / outer);
+    if (res == HCOMM_OK)
+        stack_to_concat(tmp, out->data, group->size, outer, bytes / outer);
     free(tmp);
     return res;
 }
@@ -136,7 +140,8 @@ static hcomm_result_t tp_split(const tp_call_t *c, hcomm_comm_t *group, const hc
     HCOMM__TRY(check_divisible(c, c->in, in, d, group->size));
     HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] / group->size));
     size_t outer = outer_count(in, d), bytes = hcomm__tensor_bytes(out);
-    if (bytes == 0) return HCOMM_OK;
+    if (bytes == 0)
+        return HCOMM_OK;
     size_t blk = bytes / outer, size = (size_t)group->size, rank = (size_t)group->rank;
     for (size_t o = 0; o < outer; o++)
         memcpy((char *)out->data + o * blk, (const char *)in->data + (o * size + rank) * blk, blk);
@@ -148,7 +153,8 @@ static hcomm_result_t tp_identity(const tp_call_t *c, hcomm_comm_t *group, const
     HCOMM__TRY(check_pair(c, group, in, out, NULL));
     HCOMM__TRY(hcomm__tensor_same_shape(c->fn, c->in, in, c->out, out));
     size_t bytes = hcomm__tensor_bytes(in);
-    if (bytes > 0 && in->data != out->data) memmove(out->data, in->data, bytes);
+    if (bytes > 0 && in->data != out->data)
+        memmove(out->data, in->data, bytes);
     return HCOMM_OK;
 }
 

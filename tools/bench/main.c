@@ -115,14 +115,16 @@ static hcomm_result_t time_op(hcomm_comm_t *w, const opts_t *o, op_t op, bufs_t 
                               double *usec) {
     for (int i = 0; i < o->warmup; i++) {
         hcomm_result_t r = run_op(w, op, b, n);
-        if (r != HCOMM_OK) return r;
+        if (r != HCOMM_OK)
+            return r;
     }
     hcomm_result_t r = hcomm_barrier(w);
     double t0 = now_s();
     for (int i = 0; r == HCOMM_OK && i < o->iters; i++)
         r = run_op(w, op, b, n);
     double t = (now_s() - t0) / o->iters * 1e6;
-    if (r == HCOMM_OK) r = hcomm_all_reduce(w, &t, usec, 1, HCOMM_F64, HCOMM_MAX);
+    if (r == HCOMM_OK)
+        r = hcomm_all_reduce(w, &t, usec, 1, HCOMM_F64, HCOMM_MAX);
     return r;
 }
 
@@ -132,9 +134,12 @@ static hcomm_result_t bench_size(hcomm_comm_t *w, const opts_t *o, op_t op, bufs
     fill(op, b, rank, n);
     hcomm_result_t r = run_op(w, op, b, n);
     long wrong = r == HCOMM_OK ? count_wrong(op, b, rank, n) : -1, total = 0;
-    if (r == HCOMM_OK) r = hcomm_all_reduce(w, &wrong, &total, 1, HCOMM_I64, HCOMM_SUM);
-    if (r == HCOMM_OK) r = time_op(w, o, op, b, n, &usec);
-    if (r != HCOMM_OK || rank != 0) return r;
+    if (r == HCOMM_OK)
+        r = hcomm_all_reduce(w, &wrong, &total, 1, HCOMM_I64, HCOMM_SUM);
+    if (r == HCOMM_OK)
+        r = time_op(w, o, op, b, n, &usec);
+    if (r != HCOMM_OK || rank != 0)
+        return r;
     double algbw = (double)b->bytes / usec / 1e3; /* bytes/us = MB/s; /1e3 = GB/s */
     printf("%12zu %12zu  float %14s %10.2f %8.3f %8.3f %7ld\n", b->bytes, b->count, op_names[op],
            usec, algbw, algbw * bus_factor(op, n), o->check ? total : 0L);
@@ -171,9 +176,11 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     hcomm_comm_rank(w, &rank);
     hcomm_comm_size(w, &n);
     for (int op = 0; op < NUM_OPS; op++) {
-        if (!o->ops[op]) continue;
+        if (!o->ops[op])
+            continue;
         hcomm_result_t r = bench_op(w, o, (op_t)op, rank, n);
-        if (r != HCOMM_OK) return r;
+        if (r != HCOMM_OK)
+            return r;
     }
     return HCOMM_OK;
 }
@@ -224,7 +231,8 @@ static int select_op(opts_t *o, const char *v) {
         o->ops[i] = all || strcmp(v, op_names[i]) == 0;
         found |= o->ops[i];
     }
-    if (!found) fprintf(stderr, "hcomm-bench: --op %s is unknown\n", v);
+    if (!found)
+        fprintf(stderr, "hcomm-bench: --op %s is unknown\n", v);
     return found ? 0 : -1;
 }
 
@@ -232,7 +240,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout), 1;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return usage(stdout), 1;
         if (v == NULL) {
             fprintf(stderr, "hcomm-bench: %s needs a value (see --help)\n", a);
             return -1;
@@ -261,7 +270,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
             return -1;
         }
         if (bad) {
-            if (!strcmp(a, "-f")) fprintf(stderr, "hcomm-bench: -f %s must be a number > 1\n", v);
+            if (!strcmp(a, "-f"))
+                fprintf(stderr, "hcomm-bench: -f %s must be a number > 1\n", v);
             return -1;
         }
     }
@@ -278,7 +288,8 @@ int main(int argc, char **argv) {
                 .factor = 4.0,
                 .ops = {1, 1, 1, 1, 1}};
     int p = parse_args(argc, argv, &o);
-    if (p != 0) return p > 0 ? 0 : 2;
+    if (p != 0)
+        return p > 0 ? 0 : 2;
     const char *b = o.backend ? o.backend : getenv("HCOMM_BACKEND");
     int n = (b && !strcmp(b, "mpi")) ? 0 : o.nranks;
     hcomm_result_t r = hcomm_launch(o.backend, n, rank_main, &o);

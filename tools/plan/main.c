@@ -65,7 +65,8 @@ static int *int_flag(options_t *o, const char *flag) {
                  {"--cp", &o->cfg.cp},   {"--ep", &o->cfg.ep},
                  {"--etp", &o->cfg.etp}, {"--experts", &o->cfg.num_experts}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (strcmp(flag, flags[i].name) == 0) return flags[i].dst;
+        if (strcmp(flag, flags[i].name) == 0)
+            return flags[i].dst;
     return NULL;
 }
 
@@ -84,7 +85,8 @@ static bool apply_flag(options_t *o, const char *flag, const char *value) {
         o->cfg.order = value;
         return true;
     }
-    if (dst == &o->world) o->have_world = true;
+    if (dst == &o->world)
+        o->have_world = true;
     return parse_int(flag, value, dst);
 }
 
@@ -110,7 +112,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
         memcpy(flag, arg, len);
         flag[len] = '\0';
         const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!apply_flag(o, flag, value)) return 2;
+        if (!apply_flag(o, flag, value))
+            return 2;
     }
     if (!o->have_world) {
         fprintf(stderr, "hcomm-plan: --world is required (see --help)\n");
@@ -138,7 +141,8 @@ static void print_json(FILE *f, int world, const hcomm_parallel_config_t *c, int
         fprintf(f, ",\n \"%s\": [", name);
         const hcomm_group_list_t *l = &lists[k];
         for (int g = 0; g < l->num_groups; g++) {
-            if (g) fputc(',', f);
+            if (g)
+                fputc(',', f);
             print_group_json(f, l->ranks + (size_t)g * (size_t)l->group_size, l->group_size);
         }
         fputc(']', f);
@@ -157,7 +161,8 @@ static void print_group_table(FILE *f, const int *members, int n) {
         fprintf(f, m ? ", %d" : "%d", members[m]);
     }
     fputc(']', f);
-    if (n > SHOW_MEMBERS) fprintf(f, " (%d ranks)", n);
+    if (n > SHOW_MEMBERS)
+        fprintf(f, " (%d ranks)", n);
     fputc('\n', f);
 }
 
@@ -173,7 +178,8 @@ static void print_table(FILE *f, int world, const hcomm_parallel_config_t *c, in
                 l->group_size);
         for (int g = 0; g < l->num_groups && g < SHOW_GROUPS; g++)
             print_group_table(f, l->ranks + (size_t)g * (size_t)l->group_size, l->group_size);
-        if (l->num_groups > SHOW_GROUPS) fprintf(f, "  ... (%d groups)\n", l->num_groups);
+        if (l->num_groups > SHOW_GROUPS)
+            fprintf(f, "  ... (%d groups)\n", l->num_groups);
     }
 }
 
@@ -183,7 +189,8 @@ static int plan(const options_t *o) {
     memset(lists, 0, sizeof lists);
     hcomm_parallel_config_t resolved;
     int status = 1;
-    if (hcomm_parallel_config_resolve(&o->cfg, o->world, &resolved) != HCOMM_OK) goto done;
+    if (hcomm_parallel_config_resolve(&o->cfg, o->world, &resolved) != HCOMM_OK)
+        goto done;
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
         if (hcomm_plan_groups(&o->cfg, o->world, (hcomm_group_kind_t)k, &lists[k]) != HCOMM_OK)
             goto done;
@@ -193,9 +200,11 @@ static int plan(const options_t *o) {
     else
         print_table(stdout, o->world, &resolved, edp, lists);
     status = fflush(stdout) == 0 ? 0 : 1;
-    if (status) fprintf(stderr, "hcomm-plan: cannot write the output: %s\n", strerror(errno));
+    if (status)
+        fprintf(stderr, "hcomm-plan: cannot write the output: %s\n", strerror(errno));
 done:
-    if (status && hcomm_last_error()[0]) fprintf(stderr, "hcomm-plan: %s\n", hcomm_last_error());
+    if (status && hcomm_last_error()[0])
+        fprintf(stderr, "hcomm-plan: %s\n", hcomm_last_error());
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
         hcomm_group_list_free(&lists[k]);
     return status;
@@ -205,7 +214,8 @@ int main(int argc, char **argv) {
     options_t o;
     memset(&o, 0, sizeof o);
     int r = parse_args(argc, argv, &o);
-    if (r != 0) return r == 1 ? 0 : 2;
+    if (r != 0)
+        return r == 1 ? 0 : 2;
     /* Full buffering: a world of 65,536 prints megabytes of JSON. */
     static char buf[1 << 16];
     setvbuf(stdout, buf, _IOFBF, sizeof buf);
