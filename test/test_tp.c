@@ -174,7 +174,7 @@ static void expect_values(const hcomm_tensor_t *t, const double *ref, size_t n, 
 /* gathered[c] = input of rank c[d] / base[d] at c with c[d] taken mod base[d]. */
 static void ref_gather(const shape_t *base, int d, int p, hcomm_dtype_t dt, double *ref) {
     shape_t out = scaled(base, d, p);
-    int64_t c[4];
+    int64_t c[4] = {0};
     for (size_t i = 0; i < numel(&out); i++) {
         unravel(i, &out, c);
         int src = (int)(c[d] / base->s[d]);
@@ -187,7 +187,7 @@ static void ref_gather(const shape_t *base, int d, int p, hcomm_dtype_t dt, doub
 static void ref_slice(const shape_t *base, int d, int p, int rank, hcomm_dtype_t dt, int op,
                       int in_rank, double *ref) {
     shape_t in = scaled(base, d, p);
-    int64_t c[4];
+    int64_t c[4] = {0};
     for (size_t i = 0; i < numel(base); i++) {
         unravel(i, base, c);
         c[d] += rank * base->s[d];
@@ -413,7 +413,7 @@ static void test_subgroup(hcomm_comm_t *world) {
     hcomm_tensor_t in = make_input(HCOMM_I64, &part, grank(world)), out = make(HCOMM_I64, &full);
     T_OK(hcomm_tp_all_gather(g, &in, &out, 1));
     double ref[2 * 2 * MAX_WORLD];
-    int64_t c[4];
+    int64_t c[4] = {0};
     for (size_t i = 0; i < numel(&full); i++) {
         unravel(i, &full, c);
         int src = members[c[1] / 2];
