@@ -61,4 +61,11 @@ const char *t_backend(void);
 /* Prints "N passed, N failed" style totals and returns the process exit code. */
 int t_finish(const char *name);
 
+/* Element i of a buffer of dtype dt, as a double (f16/bf16 converted exactly). */
+double t_get_val(hcomm_dtype_t dt, const void *b, size_t i);
+/* Stores v (converted to dt, f16/bf16 rounded to nearest even) at element i. */
+void t_set_val(hcomm_dtype_t dt, void *b, size_t i, double v);
+/* What hcomm's AVG gives for an exact integer sum over p ranks, per dtype. */
+double t_avg_ref(hcomm_dtype_t dt, double sum, int p);
+
 #endif /* HCOMM_TEST_HARNESS_H_ */

@@ -39,76 +39,6 @@ static double val(int rank, int t, size_t i, hcomm_dtype_t dt) {
     return dt == HCOMM_U8 ? v + 5 : v;
 }
 
-static void set_val(hcomm_dtype_t dt, void *b, size_t i, double v) {
-    switch (dt) {
-    case HCOMM_F32:
-        ((float *)b)[i] = (float)v;
-        break;
-    case HCOMM_F64:
-        ((double *)b)[i] = v;
-        break;
-    case HCOMM_F16:
-        ((uint16_t *)b)[i] = hcomm__f32_to_f16((float)v);
-        break;
-    case HCOMM_BF16:
-        ((uint16_t *)b)[i] = hcomm__f32_to_bf16((float)v);
-        break;
-    case HCOMM_I8:
-        ((int8_t *)b)[i] = (int8_t)v;
-        break;
-    case HCOMM_U8:
-        ((uint8_t *)b)[i] = (uint8_t)v;
-        break;
-    case HCOMM_I32:
-        ((int32_t *)b)[i] = (int32_t)v;
-        break;
-    case HCOMM_I64:
-        ((int64_t *)b)[i] = (int64_t)v;
-        break;
-    default:
-        break;
-    }
-}
-
-static double get_val(hcomm_dtype_t dt, const void *b, size_t i) {
-    switch (dt) {
-    case HCOMM_F32:
-        return ((const float *)b)[i];
-    case HCOMM_F64:
-        return ((const double *)b)[i];
-    case HCOMM_F16:
-        return hcomm__f16_to_f32(((const uint16_t *)b)[i]);
-    case HCOMM_BF16:
-        return hcomm__bf16_to_f32(((const uint16_t *)b)[i]);
-    case HCOMM_I8:
-        return ((const int8_t *)b)[i];
-    case HCOMM_U8:
-        return ((const uint8_t *)b)[i];
-    case HCOMM_I32:
-        return ((const int32_t *)b)[i];
-    case HCOMM_I64:
-        return (double)((const int64_t *)b)[i];
-    default:
-        return 0;
-    }
-}
-
-/* What hcomm's AVG gives for an exact integer sum over p ranks, per dtype. */
-static double avg_ref(hcomm_dtype_t dt, double sum, int p) {
-    switch (dt) {
-    case HCOMM_F32:
-        return (float)sum / (float)p;
-    case HCOMM_F64:
-        return sum / p;
-    case HCOMM_F16:
-        return hcomm__f16_to_f32(hcomm__f32_to_f16((float)sum / (float)p));
-    case HCOMM_BF16:
-        return hcomm__bf16_to_f32(hcomm__f32_to_bf16((float)sum / (float)p));
-    default:
-        return (double)((long long)sum / p);
-    }
-}
-
 static size_t numel(const hcomm_tensor_t *t) {
     size_t n = 1;
     for (int i = 0; i < t->ndim; i++)
@@ -122,7 +52,7 @@ static void make_grads(hcomm_tensor_t *g, int rank) {
         hcomm_tensor_init(&g[t], NULL, SPECS[t].dt, SPECS[t].ndim, SPECS[t].shape);
         g[t].data = calloc(numel(&g[t]) * 8 + 1, 1);
         for (size_t i = 0; i < numel(&g[t]); i++)
-            set_val(g[t].dtype, g[t].data, i, val(rank, t, i, g[t].dtype));
+            t_set_val(g[t].dtype, g[t].data, i, val(rank, t, i, g[t].dtype));
     }
 }
 
@@ -134,8 +64,8 @@ static void expect_reduced(const hcomm_tensor_t *g, int p, hcomm_op_t op, size_t
             double sum = 0;
             for (int r = 0; r < p; r++)
                 sum += val(r, t, i, g[t].dtype);
-            want = op == HCOMM_AVG ? avg_ref(g[t].dtype, sum, p) : sum;
-            got = get_val(g[t].dtype, g[t].data, i);
+            want = op == HCOMM_AVG ? t_avg_ref(g[t].dtype, sum, p) : sum;
+            got = t_get_val(g[t].dtype, g[t].data, i);
             if (got != want)
                 bad = i;
         }
@@ -172,7 +102,7 @@ static void test_prefixes(hcomm_comm_t *g) {
                 double want = 0;
                 for (int r = 0; r < (t < n ? gsize(g) : 1); r++)
                     want += val(t < n ? r : grank(g), t, i, grads[t].dtype);
-                if (get_val(grads[t].dtype, grads[t].data, i) != want)
+                if (t_get_val(grads[t].dtype, grads[t].data, i) != want)
                     bad = i;
             }
             T_CHECK(bad == numel(&grads[t]), "prefix n=%d: grads[%d] element %zu wrong", n, t, bad);

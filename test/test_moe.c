@@ -59,60 +59,6 @@ static double tok_val(int rank, int64_t i, int64_t col, hcomm_dtype_t dt) {
     return dt == HCOMM_U8 ? v + 50 : v;
 }
 
-static void set_val(hcomm_dtype_t dt, void *b, size_t i, double v) {
-    switch (dt) {
-    case HCOMM_F32:
-        ((float *)b)[i] = (float)v;
-        break;
-    case HCOMM_F64:
-        ((double *)b)[i] = v;
-        break;
-    case HCOMM_F16:
-        ((uint16_t *)b)[i] = hcomm__f32_to_f16((float)v);
-        break;
-    case HCOMM_BF16:
-        ((uint16_t *)b)[i] = hcomm__f32_to_bf16((float)v);
-        break;
-    case HCOMM_I8:
-        ((int8_t *)b)[i] = (int8_t)v;
-        break;
-    case HCOMM_U8:
-        ((uint8_t *)b)[i] = (uint8_t)v;
-        break;
-    case HCOMM_I32:
-        ((int32_t *)b)[i] = (int32_t)v;
-        break;
-    case HCOMM_I64:
-        ((int64_t *)b)[i] = (int64_t)v;
-        break;
-    default:
-        break;
-    }
-}
-
-static double get_val(hcomm_dtype_t dt, const void *b, size_t i) {
-    switch (dt) {
-    case HCOMM_F32:
-        return ((const float *)b)[i];
-    case HCOMM_F64:
-        return ((const double *)b)[i];
-    case HCOMM_F16:
-        return hcomm__f16_to_f32(((const uint16_t *)b)[i]);
-    case HCOMM_BF16:
-        return hcomm__bf16_to_f32(((const uint16_t *)b)[i]);
-    case HCOMM_I8:
-        return ((const int8_t *)b)[i];
-    case HCOMM_U8:
-        return ((const uint8_t *)b)[i];
-    case HCOMM_I32:
-        return ((const int32_t *)b)[i];
-    case HCOMM_I64:
-        return (double)((const int64_t *)b)[i];
-    default:
-        return 0;
-    }
-}
-
 static hcomm_tensor_t make2(hcomm_dtype_t dt, int64_t rows, int64_t cols) {
     hcomm_tensor_t t;
     int64_t shape[2] = {rows, cols};
@@ -150,7 +96,7 @@ static void ref_routing(int p, int rank, const moe_case_t *c, routing_t *rt) {
         double got_ = 0, exp_ = 0;                                                                 \
         for (int64_t r = 0; r < (rows) && bad_r_ < 0; r++)                                         \
             for (int64_t col = 0; col < (cols) && bad_r_ < 0; col++) {                             \
-                got_ = get_val((t)->dtype, (t)->data, (size_t)(r * (cols) + col));                 \
+                got_ = t_get_val((t)->dtype, (t)->data, (size_t)(r * (cols) + col));               \
                 exp_ = (want);                                                                     \
                 if (got_ != exp_) {                                                                \
                     bad_r_ = r;                                                                    \
@@ -201,9 +147,10 @@ static void check_combine(hcomm_moe_handle_t *hd, const moe_case_t *c, const rou
     for (int64_t k = 0; k < rt->n; k++) {
         double sum = 0;
         for (int64_t col = 0; col < c->h; col++)
-            sum += get_val(recv.dtype, recv.data, (size_t)(k * c->h + col));
-        set_val(HCOMM_I64, fx.data, (size_t)(2 * k), sum);
-        set_val(HCOMM_I64, fx.data, (size_t)(2 * k + 1), expert_of_row(rt, rank, c->num_local, k));
+            sum += t_get_val(recv.dtype, recv.data, (size_t)(k * c->h + col));
+        t_set_val(HCOMM_I64, fx.data, (size_t)(2 * k), sum);
+        t_set_val(HCOMM_I64, fx.data, (size_t)(2 * k + 1),
+                  expert_of_row(rt, rank, c->num_local, k));
     }
     T_OK(hcomm_moe_combine(hd, &fx, &fout));
     double sums[MAX_TOKENS] = {0};
@@ -227,15 +174,15 @@ static void check_backward(hcomm_moe_handle_t *hd, const moe_case_t *c, const ro
     hcomm_tensor_t gout = make2(HCOMM_F64, n, 3), gexp = make2(HCOMM_F64, rt->n, 3);
     for (int64_t i = 0; i < n; i++)
         for (int64_t col = 0; col < 3; col++)
-            set_val(HCOMM_F64, gout.data, (size_t)(i * 3 + col), grad_val(rank, i, col));
+            t_set_val(HCOMM_F64, gout.data, (size_t)(i * 3 + col), grad_val(rank, i, col));
     T_OK(hcomm_moe_combine_bwd(hd, &gout, &gexp));
     EXPECT_ROWS(&gexp, rt->n, 3, grad_val(rt->src[r], rt->idx[r], col), "combine_bwd");
 
     hcomm_tensor_t grecv = make2(HCOMM_F64, rt->n, c->h), gtok = make2(HCOMM_F64, n, c->h);
     for (int64_t k = 0; k < rt->n; k++)
         for (int64_t col = 0; col < c->h; col++)
-            set_val(HCOMM_F64, grecv.data, (size_t)(k * c->h + col),
-                    2 * tok_val(rt->src[k], rt->idx[k], col, c->dt));
+            t_set_val(HCOMM_F64, grecv.data, (size_t)(k * c->h + col),
+                      2 * tok_val(rt->src[k], rt->idx[k], col, c->dt));
     T_OK(hcomm_moe_dispatch_bwd(hd, &grecv, &gtok));
     EXPECT_ROWS(&gtok, n, c->h, 2 * tok_val(rank, r, col, c->dt), "dispatch_bwd");
     free(gout.data);
@@ -252,7 +199,7 @@ static void run_case(hcomm_comm_t *g, const moe_case_t *c) {
     for (int64_t i = 0; i < n; i++) {
         ids[i] = expert_of(rank, i, e_all, c->mode);
         for (int64_t col = 0; col < c->h; col++)
-            set_val(c->dt, tokens.data, (size_t)(i * c->h + col), tok_val(rank, i, col, c->dt));
+            t_set_val(c->dt, tokens.data, (size_t)(i * c->h + col), tok_val(rank, i, col, c->dt));
     }
     routing_t rt;
     ref_routing(p, rank, c, &rt);

@@ -25,76 +25,6 @@ static double val(int rank, size_t i, hcomm_dtype_t dt) {
     return dt == HCOMM_U8 ? v + 5 : v;
 }
 
-static void set_val(hcomm_dtype_t dt, void *b, size_t i, double v) {
-    switch (dt) {
-    case HCOMM_F32:
-        ((float *)b)[i] = (float)v;
-        break;
-    case HCOMM_F64:
-        ((double *)b)[i] = v;
-        break;
-    case HCOMM_F16:
-        ((uint16_t *)b)[i] = hcomm__f32_to_f16((float)v);
-        break;
-    case HCOMM_BF16:
-        ((uint16_t *)b)[i] = hcomm__f32_to_bf16((float)v);
-        break;
-    case HCOMM_I8:
-        ((int8_t *)b)[i] = (int8_t)v;
-        break;
-    case HCOMM_U8:
-        ((uint8_t *)b)[i] = (uint8_t)v;
-        break;
-    case HCOMM_I32:
-        ((int32_t *)b)[i] = (int32_t)v;
-        break;
-    case HCOMM_I64:
-        ((int64_t *)b)[i] = (int64_t)v;
-        break;
-    default:
-        break;
-    }
-}
-
-static double get_val(hcomm_dtype_t dt, const void *b, size_t i) {
-    switch (dt) {
-    case HCOMM_F32:
-        return ((const float *)b)[i];
-    case HCOMM_F64:
-        return ((const double *)b)[i];
-    case HCOMM_F16:
-        return hcomm__f16_to_f32(((const uint16_t *)b)[i]);
-    case HCOMM_BF16:
-        return hcomm__bf16_to_f32(((const uint16_t *)b)[i]);
-    case HCOMM_I8:
-        return ((const int8_t *)b)[i];
-    case HCOMM_U8:
-        return ((const uint8_t *)b)[i];
-    case HCOMM_I32:
-        return ((const int32_t *)b)[i];
-    case HCOMM_I64:
-        return (double)((const int64_t *)b)[i];
-    default:
-        return 0;
-    }
-}
-
-/* What hcomm's AVG gives for an exact integer sum over p ranks, per dtype. */
-static double avg_ref(hcomm_dtype_t dt, double sum, int p) {
-    switch (dt) {
-    case HCOMM_F32:
-        return (float)sum / (float)p;
-    case HCOMM_F64:
-        return sum / p;
-    case HCOMM_F16:
-        return hcomm__f16_to_f32(hcomm__f32_to_f16((float)sum / (float)p));
-    case HCOMM_BF16:
-        return hcomm__bf16_to_f32(hcomm__f32_to_bf16((float)sum / (float)p));
-    default:
-        return (double)((long long)sum / p);
-    }
-}
-
 static double reduce_ref(hcomm_op_t op, double acc, double v) {
     switch (op) {
     case HCOMM_MAX:
@@ -155,7 +85,7 @@ static hcomm_tensor_t make(hcomm_dtype_t dt, const shape_t *sh) {
 static hcomm_tensor_t make_input(hcomm_dtype_t dt, const shape_t *sh, int rank) {
     hcomm_tensor_t t = make(dt, sh);
     for (size_t i = 0; i < numel(sh); i++)
-        set_val(dt, t.data, i, val(rank, i, dt));
+        t_set_val(dt, t.data, i, val(rank, i, dt));
     return t;
 }
 
@@ -164,10 +94,10 @@ static void expect_values(const hcomm_tensor_t *t, const double *ref, size_t n, 
                           int dim, int p) {
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
-        if (get_val(t->dtype, t->data, i) != ref[i])
+        if (t_get_val(t->dtype, t->data, i) != ref[i])
             bad = i;
     T_CHECK(bad == n, "%s dtype %d dim %d size %d: element %zu is %g, expected %g", what,
-            (int)t->dtype, dim, p, bad, bad < n ? get_val(t->dtype, t->data, bad) : 0.0,
+            (int)t->dtype, dim, p, bad, bad < n ? t_get_val(t->dtype, t->data, bad) : 0.0,
             bad < n ? ref[bad] : 0.0);
 }
 
@@ -199,7 +129,7 @@ static void ref_slice(const shape_t *base, int d, int p, int rank, hcomm_dtype_t
         double acc = val(0, f, dt);
         for (int r = 1; r < p; r++)
             acc = reduce_ref((hcomm_op_t)op, acc, val(r, f, dt));
-        ref[i] = op == HCOMM_AVG ? avg_ref(dt, acc, p) : acc;
+        ref[i] = op == HCOMM_AVG ? t_avg_ref(dt, acc, p) : acc;
     }
 }
 
@@ -275,7 +205,7 @@ static void check_all_reduce(hcomm_comm_t *g, hcomm_dtype_t dt, hcomm_op_t op, b
         double acc = val(0, i, dt);
         for (int r = 1; r < gsize(g); r++)
             acc = reduce_ref(op, acc, val(r, i, dt));
-        ref[i] = op == HCOMM_AVG ? avg_ref(dt, acc, gsize(g)) : acc;
+        ref[i] = op == HCOMM_AVG ? t_avg_ref(dt, acc, gsize(g)) : acc;
     }
     expect_values(dst, ref, 24, in_place ? "all_reduce in place" : "all_reduce", 0, gsize(g));
     free(in.data);
@@ -335,7 +265,7 @@ static void test_regions(hcomm_comm_t *g) {
 
     /* A tensor replicated on every rank survives scatter then gather unchanged. */
     for (size_t i = 0; i < nf; i++)
-        set_val(HCOMM_F32, xf.data, i, ref[i] = val(7, i, HCOMM_F32));
+        t_set_val(HCOMM_F32, xf.data, i, ref[i] = val(7, i, HCOMM_F32));
     T_OK(hcomm_tp_scatter_to_fwd(g, &xf, &y, 1));
     T_OK(hcomm_tp_scatter_to_bwd(g, &y, &yf, 1));
     expect_values(&yf, ref, nf, "scatter_to fwd+bwd round trip", 1, p);
