@@ -133,6 +133,13 @@ HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
  *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
 HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
 
+/* Raw collectives. Algorithm today is "native", the backend's own: on the local backend a
+ * one-copy direct (mesh) scheme over shared memory (each rank reduces 1/n of the buffer reading
+ * every peer's input in rank order, then every rank copies the n reduced chunks: a
+ * reduce_scatter + all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done
+ * as direct loads), which gives bit-identical results on every rank; on the mpi backend Open
+ * MPI's tuned collectives with hcomm's reduction kernels as user ops. */
+
 /** All-reduce of @p count elements (not bytes) of @p dtype from @p sendbuf into @p recvbuf on
  *  every rank; sendbuf == recvbuf is in place. Collective over @p comm; all ranks pass the
  *  same count, dtype and op. Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG,
