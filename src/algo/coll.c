@@ -2,10 +2,11 @@
 
 #include <string.h>
 
+/* Zero-sized calls still reach the backend: they are collective calls that peers match, and
+ * skipping them on one rank would pair its next call with a peer's current one. */
+
 hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    if (count == 0)
-        return HCOMM_OK;
     hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
     HCOMM__TRY(c->ops->all_reduce(c, sendbuf, recvbuf, count, dt, native));
     if (op == HCOMM_AVG)
@@ -15,15 +16,11 @@ hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void
 
 hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t bytes_per_rank) {
-    if (bytes_per_rank == 0)
-        return HCOMM_OK;
     return c->ops->all_gather(c, sendbuf, recvbuf, bytes_per_rank);
 }
 
 hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    if (count == 0)
-        return HCOMM_OK;
     hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
     HCOMM__TRY(c->ops->reduce_scatter(c, sendbuf, recvbuf, count, dt, native));
     if (op == HCOMM_AVG)
@@ -32,8 +29,6 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
 }
 
 hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
-    if (bytes == 0)
-        return HCOMM_OK;
     return c->ops->broadcast(c, buf, bytes, root);
 }
 

@@ -325,6 +325,8 @@ static void chunk(size_t n, int size, int r, size_t *lo, size_t *hi) {
 static void reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size_t n, hcomm_dtype_t dt,
                           hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt);
+    if (n == 0)
+        return;
     memcpy(dst, (const char *)slot_of(c, 0)->send + off * es, n * es);
     for (int r = 1; r < c->size; r++)
         hcomm__reduce(dst, (const char *)slot_of(c, r)->send + off * es, n, dt, op);
@@ -350,7 +352,8 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     for (int r = 0; res == HCOMM_OK && r < c->size; r++) {
         size_t rlo, rhi;
         chunk(count, c->size, r, &rlo, &rhi);
-        memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
+        if (rhi > rlo)
+            memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
     }
     if (res == HCOMM_OK)
         res = local_barrier(c); /* nobody reads my chunk any more */
@@ -372,7 +375,7 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
         reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
         res = local_barrier(c); /* inputs read: recvbuf may alias one of them */
     }
-    if (res == HCOMM_OK)
+    if (res == HCOMM_OK && count > 0)
         memcpy(recvbuf, mine, count * es);
     free(mine);
     return res;
@@ -385,7 +388,7 @@ static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, voi
     HCOMM__TRY(arrive(c, "hcomm_all_gather"));
     for (int r = 0; r < c->size; r++) {
         char *dst = (char *)recvbuf + (size_t)r * bytes;
-        if (dst != slot_of(c, r)->send) /* in place: peers are reading this very block */
+        if (bytes > 0 && dst != slot_of(c, r)->send) /* in place: peers read this very block */
             memmove(dst, slot_of(c, r)->send, bytes);
     }
     return local_barrier(c);
@@ -395,7 +398,7 @@ static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, 
     post(c,
          (local_slot_t){.call = call_id(CALL_BROADCAST, 0, 0, root), .size = bytes, .send = buf});
     HCOMM__TRY(arrive(c, "hcomm_broadcast"));
-    if (c->rank != root)
+    if (c->rank != root && bytes > 0)
         memcpy(buf, slot_of(c, root)->send, bytes);
     return local_barrier(c);
 }

@@ -175,17 +175,26 @@ void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm
     }
 }
 
+/* Divides in int64 (or double): k need not fit in T (a group of 256 is 0 as a u8). */
 #define HCOMM__DIV(T)                                                                              \
     static void div_##T(T *b, size_t n, int k) {                                                   \
         for (size_t i = 0; i < n; i++)                                                             \
-            b[i] = (T)(b[i] / (T)k);                                                               \
+            b[i] = (T)(b[i] / (int64_t)k);                                                         \
     }
-HCOMM__DIV(float)
-HCOMM__DIV(double)
 HCOMM__DIV(int8_t)
 HCOMM__DIV(uint8_t)
 HCOMM__DIV(int32_t)
 HCOMM__DIV(int64_t)
+
+static void div_float(float *b, size_t n, int k) {
+    for (size_t i = 0; i < n; i++)
+        b[i] = b[i] / (float)k;
+}
+
+static void div_double(double *b, size_t n, int k) {
+    for (size_t i = 0; i < n; i++)
+        b[i] = b[i] / (double)k;
+}
 
 static void div_half(uint16_t *b, size_t n, int k, bool bf) {
     for (size_t i = 0; i < n; i++) {

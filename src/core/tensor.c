@@ -1,5 +1,6 @@
 #include "core/internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 hcomm_result_t hcomm_tensor_init(hcomm_tensor_t *t, void *data, hcomm_dtype_t dtype, int ndim,
@@ -37,13 +38,23 @@ hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_
     if (t->ndim < 0 || t->ndim > HCOMM_MAX_DIMS)
         return hcomm__err(HCOMM_ERR_SHAPE, fn, "%s->ndim=%d outside 0..%d", arg, t->ndim,
                           HCOMM_MAX_DIMS);
-    size_t n = 1;
+    size_t n = 1, limit = (size_t)PTRDIFF_MAX / hcomm__dtype_size(t->dtype);
+    bool zero = false;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)
             return hcomm__err(HCOMM_ERR_SHAPE, fn, "%s->shape[%d]=%lld is negative", arg, i,
                               (long long)t->shape[i]);
+        zero |= t->shape[i] == 0;
+    }
+    for (int i = 0; !zero && i < t->ndim; i++) {
+        if ((size_t)t->shape[i] > limit / n)
+            return hcomm__err(HCOMM_ERR_SHAPE, fn,
+                              "%s has more than %zu elements (shape[%d]=%lld overflows the size)",
+                              arg, limit, i, (long long)t->shape[i]);
         n *= (size_t)t->shape[i];
     }
+    if (zero)
+        n = 0;
     if (n > 0 && t->data == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "%s->data is NULL with %zu elements", arg, n);
     if (numel)

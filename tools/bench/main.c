@@ -199,18 +199,34 @@ static void usage(FILE *f) {
                "  --check 0|1     report wrong elements (default 1)\n");
 }
 
+/* Sizes are bytes with an optional K or M suffix, from 1 byte to 1 GiB. */
 static int parse_size(const char *flag, const char *v, size_t *out) {
     char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end == 'K' || *end == 'k')
-        x <<= 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        x <<= 20, end++;
-    if (*v == '\0' || *end != '\0' || x == 0) {
-        fprintf(stderr, "hcomm-bench: %s=%s is not a positive size\n", flag, v);
+    unsigned long long x = (*v >= '0' && *v <= '9') ? strtoull(v, &end, 10) : 0;
+    int shift = 0;
+    if (x > 0 && (*end == 'K' || *end == 'k'))
+        shift = 10, end++;
+    else if (x > 0 && (*end == 'M' || *end == 'm'))
+        shift = 20, end++;
+    if (x == 0 || *end != '\0' || x > (1ull << 30) >> shift) {
+        fprintf(stderr,
+                "hcomm-bench: %s %s is not a size from 1 to 1G bytes (e.g. 4096, 64K, 8M)\n", flag,
+                v);
         return -1;
     }
-    *out = (size_t)x;
+    *out = (size_t)(x << shift);
+    return 0;
+}
+
+static int parse_factor(const char *flag, const char *v, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(x > 1.0 && x <= 1024.0)) {
+        fprintf(stderr, "hcomm-bench: %s %s must be a number above 1 (and at most 1024)\n", flag,
+                v);
+        return -1;
+    }
+    *out = x;
     return 0;
 }
 
@@ -258,7 +274,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         else if (!strcmp(a, "-e"))
             bad = parse_size(a, v, &o->max_bytes);
         else if (!strcmp(a, "-f"))
-            bad = (o->factor = strtod(v, NULL)) <= 1.0;
+            bad = parse_factor(a, v, &o->factor);
         else if (!strcmp(a, "--iters"))
             bad = parse_int(a, v, &o->iters, 1);
         else if (!strcmp(a, "--warmup"))
@@ -269,11 +285,12 @@ static int parse_args(int argc, char **argv, opts_t *o) {
             fprintf(stderr, "hcomm-bench: unknown flag %s (see --help)\n", a);
             return -1;
         }
-        if (bad) {
-            if (!strcmp(a, "-f"))
-                fprintf(stderr, "hcomm-bench: -f %s must be a number > 1\n", v);
+        if (bad)
             return -1;
-        }
+    }
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "hcomm-bench: -b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
+        return -1;
     }
     return 0;
 }

@@ -28,7 +28,7 @@ static void usage(FILE *f) {
           "                  [--experts N] [--order O] [--json]\n"
           "Prints every parallel group (tp, pp, dp, cp, dp_cp, tp_pp, ep, etp, edp, embedding)\n"
           "of a job laid out as Megatron-Core's RankGenerator does, without running anything.\n"
-          "  --world W    number of ranks (required)\n"
+          "  --world W    number of ranks (required, at most 16777216)\n"
           "  --tp T       tensor parallel size (default 1)\n"
           "  --pp P       pipeline parallel size (default 1)\n"
           "  --dp D       data parallel size (default world/(tp*pp*cp))\n"
@@ -54,6 +54,9 @@ static bool parse_int(const char *flag, const char *text, int *out) {
     *out = (int)v;
     return true;
 }
+
+/* Every group of every kind is held in memory (10 ints per rank): 16M ranks is ~700 MB. */
+#define HCOMM_PLAN_MAX_WORLD (1 << 24)
 
 /* The int that a numeric flag sets, or NULL if flag is not one. */
 static int *int_flag(options_t *o, const char *flag) {
@@ -117,6 +120,11 @@ static int parse_args(int argc, char **argv, options_t *o) {
     }
     if (!o->have_world) {
         fprintf(stderr, "hcomm-plan: --world is required (see --help)\n");
+        return 2;
+    }
+    if (o->world > HCOMM_PLAN_MAX_WORLD) {
+        fprintf(stderr, "hcomm-plan: --world %d is above the largest supported, %d\n", o->world,
+                HCOMM_PLAN_MAX_WORLD);
         return 2;
     }
     return 0;

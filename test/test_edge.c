@@ -1,0 +1,61 @@
+/* Edge cases found by review: AVG over groups larger than the dtype's range, zero-sized
+ * collectives that must still be matched by peers, and element counts that overflow. */
+#include "harness.h"
+
+/* u8 and i8 AVG over 256 ranks: the group size does not fit the dtype. */
+static hcomm_result_t avg_wide_group(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int rank, size;
+    hcomm_comm_rank(world, &rank);
+    hcomm_comm_size(world, &size);
+    uint8_t u = rank == 0 ? 255 : 1, uavg = 0;
+    int8_t s = rank == 0 ? 100 : 0, savg = 1;
+    T_OK(hcomm_all_reduce(world, &u, &uavg, 1, HCOMM_U8, HCOMM_AVG));
+    T_OK(hcomm_all_reduce(world, &s, &savg, 1, HCOMM_I8, HCOMM_AVG));
+    /* The u8 sum wraps: (255 + 255 * 1) mod 256 = 254, and 254 / 256 = 0. */
+    T_EQ_INT(uavg, (uint8_t)(255 + (size - 1)) / size);
+    T_EQ_INT(savg, 100 / size);
+    return HCOMM_OK;
+}
+
+/* Rank 0 reduces nothing while its peers reduce 4 elements: everyone must fail together,
+ * and the next matched call must work. */
+static hcomm_result_t zero_count_mismatch(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int rank, size;
+    hcomm_comm_rank(world, &rank);
+    hcomm_comm_size(world, &size);
+    float v[4] = {1, 2, 3, 4}, out[4] = {0};
+    hcomm_result_t r = hcomm_all_reduce(world, v, out, rank == 0 ? 0 : 4, HCOMM_F32, HCOMM_SUM);
+    if (size > 1)
+        T_EQ_INT(r, HCOMM_ERR_MISMATCH);
+    T_OK(hcomm_all_reduce(world, v, out, 4, HCOMM_F32, HCOMM_SUM));
+    T_CHECK(out[1] == 2.0f * (float)size, "sum %g with %d ranks", out[1], size);
+    /* Zero-sized calls on every rank are fine, with NULL buffers too. */
+    T_OK(hcomm_all_reduce(world, NULL, NULL, 0, HCOMM_F32, HCOMM_SUM));
+    T_OK(hcomm_all_gather(world, NULL, NULL, 0));
+    T_OK(hcomm_broadcast(world, NULL, 0, 0));
+    return HCOMM_OK;
+}
+
+static void test_numel_overflow(void) {
+    hcomm_tensor_t t;
+    int64_t shape[2] = {INT64_C(1) << 32, INT64_C(1) << 32};
+    T_OK(hcomm_tensor_init(&t, NULL, HCOMM_F32, 2, shape));
+    size_t n = 0;
+    T_ERR(hcomm_tensor_numel(&t, &n), HCOMM_ERR_SHAPE);
+    T_CHECK(strstr(hcomm_last_error(), "overflows") != NULL, "got '%s'", hcomm_last_error());
+    shape[0] = 0; /* a zero extent makes any other extent harmless */
+    T_OK(hcomm_tensor_init(&t, NULL, HCOMM_F32, 2, shape));
+    T_OK(hcomm_tensor_numel(&t, &n));
+    T_EQ_INT(n, 0);
+}
+
+int main(void) {
+    test_numel_overflow();
+    if (strcmp(t_backend(), "local") == 0) {
+        T_OK(hcomm_launch("local", 256, avg_wide_group, NULL));
+        t_for_each_world(zero_count_mismatch, NULL, 8);
+    }
+    return t_finish("test_edge");
+}
