@@ -364,6 +364,105 @@ static hcomm_result_t all_to_allv_empty(hcomm_comm_t *c) {
     return r;
 }
 
+/* --- ranks that disagree: HCOMM_ERR_MISMATCH, and the comm stays usable --- */
+
+static bool on_mpi(void) {
+    return strcmp(t_backend(), "mpi") == 0;
+}
+
+static void expect_mismatch(hcomm_result_t r, const char *what, const hcomm_comm_t *c) {
+    T_CHECK(r == HCOMM_ERR_MISMATCH, "%s (world %d, rank %d) returned %s, expected MISMATCH (%s)",
+            what, c->size, c->rank, hcomm_result_name(r), hcomm_last_error());
+    T_CHECK(r == HCOMM_OK || strstr(hcomm_last_error(), "rank") != NULL,
+            "%s: the message names no rank: '%s'", what, hcomm_last_error());
+}
+
+/* Send blocks of 3 bytes at 8-byte strides; receive blocks likewise. */
+static void a2a_layout(int n, size_t *sc, size_t *sd, size_t *rc, size_t *rd) {
+    for (int p = 0; p < n; p++) {
+        sc[p] = rc[p] = 3;
+        sd[p] = rd[p] = 8 * (size_t)p;
+    }
+}
+
+/* Calls all_to_allv with this rank's counts; every rank fails with MISMATCH where it expects
+ * to (on mpi all ranks do, and nothing reaches recvbuf) and the message has want in it. */
+static void a2a_expect_mismatch(hcomm_comm_t *c, const size_t *v, bool fails_here, const char *want,
+                                const char *what) {
+    int n = c->size;
+    unsigned char send[8 * 8 + 8], recv[8 * 8 + 8];
+    memset(send, 0x11, sizeof send);
+    memset(recv, 0xdd, sizeof recv);
+    hcomm_result_t r = hcomm__coll_all_to_allv(c, send, v, v + n, recv, v + 2 * n, v + 3 * n);
+    if (!fails_here && !on_mpi())
+        return; /* local: a rank whose own receives all match may finish */
+    expect_mismatch(r, what, c);
+    T_CHECK(r == HCOMM_OK || strstr(hcomm_last_error(), want) != NULL,
+            "%s (world %d, rank %d): '%s' lacks '%s'", what, n, c->rank, hcomm_last_error(), want);
+    size_t k = 0;
+    while (on_mpi() && k < sizeof recv && recv[k] == 0xdd)
+        k++;
+    T_CHECK(!on_mpi() || k == sizeof recv, "%s (rank %d): recvbuf byte %zu was written", what,
+            c->rank, k);
+}
+
+/* Every rank sends one byte more to the next rank than it expects; then only the last rank
+ * sends one byte less to rank 0 than rank 0 expects, which must not pass as a short message. */
+static hcomm_result_t all_to_allv_mismatch(hcomm_comm_t *c) {
+    int n = c->size, last = n - 1;
+    if (n > 8)
+        return HCOMM_OK;
+    size_t v[4 * 8], *sc = v, *rc = v + 2 * n;
+    char want[96];
+    a2a_layout(n, sc, v + n, rc, v + 3 * n);
+    sc[(c->rank + 1) % n] = 4;
+    snprintf(want, sizeof want, "sends 4 bytes to rank %d, which expects 3",
+             on_mpi() ? 0 : c->rank);
+    a2a_expect_mismatch(c, v, true, want, "all_to_allv, every rank sends 4 of 3 bytes");
+    a2a_layout(n, sc, v + n, rc, v + 3 * n);
+    if (c->rank == last)
+        sc[0] = 2;
+    snprintf(want, sizeof want, "rank %d sends 2 bytes to rank 0, which expects 3", last);
+    a2a_expect_mismatch(c, v, c->rank == 0, want, "all_to_allv, one rank sends 2 of 3 bytes");
+    return check_all_to_allv(c);
+}
+
+/* One rank (the last) passes a different argument, or calls another collective. */
+static hcomm_result_t disagreeing_args(hcomm_comm_t *c) {
+    if (c->size < 2)
+        return HCOMM_OK; /* one rank cannot disagree with itself */
+    bool odd = c->rank == c->size - 1;
+    float in[256], out[256];
+    for (int i = 0; i < 256; i++)
+        in[i] = 1.0f, out[i] = -7.0f;
+    expect_mismatch(hcomm_all_reduce(c, in, out, odd ? 5 : 4, HCOMM_F32, HCOMM_SUM),
+                    "all_reduce, count 5 on one rank and 4 on the others", c);
+    T_CHECK(out[0] == -7.0f && out[4] == -7.0f, "a failed all_reduce wrote its recvbuf");
+    expect_mismatch(hcomm_all_reduce(c, in, out, 4, odd ? HCOMM_I32 : HCOMM_F32, HCOMM_SUM),
+                    "all_reduce, i32 on one rank and f32 on the others", c);
+    expect_mismatch(hcomm_all_reduce(c, in, out, 4, HCOMM_F32, odd ? HCOMM_MAX : HCOMM_SUM),
+                    "all_reduce, max on one rank and sum on the others", c);
+    expect_mismatch(hcomm__coll_reduce_scatter(c, in, out, odd ? 2 : 1, HCOMM_F32, HCOMM_SUM),
+                    "reduce_scatter, count 2 on one rank and 1 on the others", c);
+    expect_mismatch(hcomm_all_gather(c, in, out, odd ? 8 : 4),
+                    "all_gather, 8 bytes on one rank and 4 on the others", c);
+    expect_mismatch(hcomm_broadcast(c, in, odd ? 8 : 4, 0),
+                    "broadcast, 8 bytes on one rank and 4 on the others", c);
+    expect_mismatch(hcomm_broadcast(c, in, 4, odd ? 1 : 0),
+                    "broadcast, root 1 on one rank and 0 on the others", c);
+    expect_mismatch(odd ? hcomm_broadcast(c, in, 16, 0)
+                        : hcomm_all_reduce(c, in, out, 4, HCOMM_F32, HCOMM_SUM),
+                    "broadcast on one rank, all_reduce on the others", c);
+    expect_mismatch(odd ? hcomm_barrier(c) : hcomm_all_gather(c, in, out, 4),
+                    "barrier on one rank, all_gather on the others", c);
+    T_CHECK(out[0] == -7.0f, "a failed collective wrote its recvbuf");
+    /* Nothing was left half done: the next collective gives the right answer. */
+    int32_t one = 1, sum = 0;
+    R_TRY(hcomm_all_reduce(c, &one, &sum, 1, HCOMM_I32, HCOMM_SUM));
+    T_EQ_INT(sum, c->size);
+    return HCOMM_OK;
+}
+
 /* --- argument errors (checked locally: no rank communicates) --- */
 
 static void error_paths(hcomm_comm_t *c) {
@@ -406,6 +505,8 @@ static hcomm_result_t rank_main(hcomm_comm_t *c, void *arg) {
     HCOMM__TRY(byte_collectives(c));
     HCOMM__TRY(check_all_to_allv(c));
     HCOMM__TRY(all_to_allv_empty(c));
+    HCOMM__TRY(all_to_allv_mismatch(c));
+    HCOMM__TRY(disagreeing_args(c));
     R_TRY(hcomm_barrier(c));
     return HCOMM_OK;
 }

@@ -49,6 +49,52 @@ static void wrapped_world(void) {
     T_OK(hcomm_comm_destroy(c));
 }
 
+static bool errors_return(MPI_Comm comm) {
+    MPI_Errhandler eh = MPI_ERRHANDLER_NULL;
+    MPI_Comm_get_errhandler(comm, &eh);
+    bool ret = eh == MPI_ERRORS_RETURN;
+    if (eh != MPI_ERRHANDLER_NULL)
+        MPI_Errhandler_free(&eh);
+    return ret;
+}
+
+/* Open MPI reports an error inside a nonblocking collective on MPI_COMM_WORLD, whatever the
+ * request's communicator; hcomm sets MPI_ERRORS_RETURN there (and on MPI_COMM_SELF), so such
+ * an error comes back as a code instead of killing the job. Here each rank sends 8 bytes to
+ * the next one, which expects 4: every rank's MPI_Test must return MPI_ERR_TRUNCATE. */
+static void mpi_errors_return(void) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
+    hcomm_comm_t *c = NULL;
+    T_OK(hcomm_comm_wrap_mpi(MPI_COMM_WORLD, &c));
+    T_CHECK(errors_return(MPI_COMM_WORLD), "MPI_COMM_WORLD's error handler is not ERRORS_RETURN");
+    T_CHECK(errors_return(MPI_COMM_SELF), "MPI_COMM_SELF's error handler is not ERRORS_RETURN");
+    T_OK(hcomm_comm_destroy(c));
+    if (mpi_size > 64)
+        return;
+    MPI_Comm d = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &d);
+    MPI_Comm_set_errhandler(d, MPI_ERRORS_RETURN);
+    int sc[64], sd[64], rc[64], rd[64];
+    char send[64 * 8] = {0}, recv[64 * 8];
+    for (int p = 0; p < mpi_size; p++) {
+        sc[p] = p == (mpi_rank + 1) % mpi_size ? 8 : 4;
+        rc[p] = 4;
+        sd[p] = rd[p] = 8 * p;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int err = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc, rd, MPI_BYTE, d, &req), done = 0;
+    double t0 = hcomm__now();
+    while (err == MPI_SUCCESS && !done && hcomm__now() - t0 < 30.0)
+        err = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    int cls = MPI_SUCCESS;
+    MPI_Error_class(err, &cls);
+    T_CHECK(cls == MPI_ERR_TRUNCATE, "rank %d: mismatched MPI_Ialltoallv gave class %d, done %d",
+            mpi_rank, cls, done);
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank's receives are over before d goes */
+    MPI_Comm_free(&d);
+}
+
 /* Wrapping an application's sub-communicator: members are named as MPI_COMM_WORLD ranks, and
  * the application's own communicator stays usable (hcomm works on a duplicate). */
 static void wrapped_split(void) {
@@ -195,6 +241,7 @@ int main(void) {
     T_ERR(hcomm_comm_wrap_mpi(MPI_COMM_WORLD, NULL), HCOMM_ERR_NULL);
     T_ERR(hcomm_comm_wrap_mpi(MPI_COMM_NULL, &c), HCOMM_ERR_INVALID_ARG);
     wrapped_world();
+    mpi_errors_return();
     wrapped_split();
     launches();
     MPI_Finalize();

@@ -138,12 +138,16 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * every peer's input in rank order, then every rank copies the n reduced chunks: a
  * reduce_scatter + all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done
  * as direct loads), which gives bit-identical results on every rank; on the mpi backend Open
- * MPI's tuned collectives with hcomm's reduction kernels as user ops. */
+ * MPI's non-blocking collectives (polled, so they can time out) with hcomm's reduction kernels
+ * as user ops: identical on every rank, though the association may differ from local's.
+ * Both backends check that every rank made the same call (collective, count, dtype, op, root)
+ * and fail on every rank with HCOMM_ERR_MISMATCH otherwise. */
 
 /** All-reduce of @p count elements (not bytes) of @p dtype from @p sendbuf into @p recvbuf on
  *  every rank; sendbuf == recvbuf is in place. Collective over @p comm; all ranks pass the
  *  same count, dtype and op. Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG,
- *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. Thread-safe for distinct comms. */
+ *  HCOMM_ERR_MISMATCH (ranks disagree on the call), HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED,
+ *  HCOMM_ERR_BACKEND. Thread-safe for distinct comms. */
 HCOMM_API hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                           size_t count, hcomm_dtype_t dtype, hcomm_op_t op);
 /** Broadcast of @p bytes bytes at @p buf from rank @p root (rank in @p comm) to all ranks.

@@ -7,8 +7,25 @@
  * the nonblocking MPI operation and tests it in a loop, also checking for an abort notice
  * that a failing rank sends to every process on a control communicator (see launch below).
  *
- * Reductions use user-defined MPI_Ops that call hcomm__reduce for every dtype, so results
- * (integer wrap-around, f16/bf16 rounding) equal the local backend's bit for bit. */
+ * No MPI error is fatal: hcomm's communicators use MPI_ERRORS_RETURN, and hcomm also sets
+ * MPI_ERRORS_RETURN on MPI_COMM_WORLD and MPI_COMM_SELF whenever it initializes MPI or first
+ * uses it (every hcomm_launch and hcomm_comm_wrap_mpi), because Open MPI reports errors of
+ * nonblocking collectives (raised in MPI_Test) on MPI_COMM_WORLD. An application that wants
+ * MPI_ERRORS_ARE_FATAL for its own calls must set it again on those two. A failed MPI call
+ * becomes HCOMM_ERR_MISMATCH (MPI_ERR_TRUNCATE) or HCOMM_ERR_BACKEND with MPI's text.
+ *
+ * Ranks that disagree on a collective fail together with HCOMM_ERR_MISMATCH, as on the local
+ * backend, instead of feeding MPI mismatched calls (which truncate, corrupt or hang): every
+ * collective starts with one small allreduce of a signature (which call, dtype, op, root,
+ * count), and all_to_allv also exchanges its per-peer byte counts before moving any data.
+ *
+ * Reductions use user-defined MPI_Ops that call hcomm__reduce for every dtype, so each
+ * pairwise step rounds (f16/bf16) and wraps (integers) as the local backend does. The order
+ * of the steps is Open MPI's, not rank order: floating-point results can differ from the
+ * local backend's (f32 SUM of 1e8, 1, -1e8, 1 over 4 ranks: 1 on local, 0 on mpi). Within
+ * one job every rank gets the same bits: the algorithms Open MPI 4.1's libnbc picks for
+ * MPI_Iallreduce (binomial tree then broadcast, ring, or reduce-scatter then allgather)
+ * reduce each element on one rank and copy the result to the others. */
 #include "hcomm/mpi.h"
 
 #include "backend/backend.h"
@@ -45,6 +62,8 @@ static struct {
     bool ready;
     MPI_Datatype f16, bf16; /* 2-byte contiguous types, distinct so the ops can tell them apart */
     MPI_Op ops[HCOMM_AVG];  /* SUM, PROD, MAX, MIN */
+    MPI_Datatype a2a_bad;   /* an a2a_mismatch_t */
+    MPI_Op a2a_first;       /* keeps the first a2a_mismatch_t (see below), sums the pair counts */
 } mpi_objs;
 
 /* The running launch's control communicator (MPI_COMM_NULL outside a launch). */
@@ -62,6 +81,19 @@ static hcomm_result_t mpi_fail(const char *fn, const char *call, int rc) {
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
         snprintf(text, sizeof text, "MPI error code %d", rc);
     return hcomm__err(HCOMM_ERR_BACKEND, fn, "%s failed: %s", call, text);
+}
+
+/* As mpi_fail, but a message longer than its receive buffer (MPI_ERR_TRUNCATE) means the
+ * ranks disagreed on a size: HCOMM_ERR_MISMATCH. */
+static hcomm_result_t mpi_error(const char *fn, const char *call, int rc) {
+    int cls = MPI_ERR_OTHER;
+    MPI_Error_class(rc, &cls);
+    if (cls != MPI_ERR_TRUNCATE)
+        return mpi_fail(fn, call, rc);
+    return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                      "%s failed: a message was longer than its receive buffer (MPI_ERR_TRUNCATE); "
+                      "ranks passed different sizes",
+                      call);
 }
 
 #define MPI_TRY(fn, call)                                                                          \
@@ -83,9 +115,11 @@ static MPI_Comm mcomm(const hcomm_comm_t *c) {
     return ((const mpi_impl_t *)c->impl)->comm;
 }
 
-static void mark_broken(hcomm_comm_t *c, hcomm_result_t why) {
+/* poisoned: an operation stays pending inside MPI (see mpi_poisoned). */
+static void mark_broken(hcomm_comm_t *c, hcomm_result_t why, bool poisoned) {
     ((mpi_impl_t *)c->impl)->broken = why;
-    mpi_poisoned = true;
+    if (poisoned)
+        mpi_poisoned = true;
 }
 
 static hcomm_result_t check_usable(const char *fn, const hcomm_comm_t *c) {
@@ -93,8 +127,9 @@ static hcomm_result_t check_usable(const char *fn, const hcomm_comm_t *c) {
     if (why == HCOMM_OK)
         return HCOMM_OK;
     return hcomm__err(why, fn,
-                      "communicator unusable: an earlier operation on it failed with %s and is "
-                      "still pending inside MPI",
+                      "communicator unusable: an earlier collective or send on it failed with %s; "
+                      "it may still be pending inside MPI, or its ranks may disagree on which "
+                      "operation comes next",
                       hcomm_result_name(why));
 }
 
@@ -150,8 +185,9 @@ static int test_step(void *ctx, int *done) {
     return MPI_Test(t->req, done, t->st);
 }
 
-/* Completes a collective or send request; on timeout or abort it stays pending in MPI, so
- * the comm is marked unusable. */
+/* Completes a collective request; on timeout or abort it stays pending in MPI, so the comm is
+ * marked unusable. A collective that failed inside MPI may have left peers half way through
+ * it (Open MPI abandons the rest of a failed schedule), so that comm is unusable too. */
 static hcomm_result_t wait_request(hcomm_comm_t *c, const char *fn, const char *what,
                                    MPI_Request *req) {
     MPI_Status st;
@@ -159,10 +195,20 @@ static hcomm_result_t wait_request(hcomm_comm_t *c, const char *fn, const char *
     int rc = MPI_SUCCESS;
     hcomm_result_t r = poll_until(fn, what, test_step, &t, &rc);
     if (r != HCOMM_OK) {
-        mark_broken(c, r);
+        mark_broken(c, r, true);
         return r;
     }
-    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(fn, what, rc);
+    if (rc == MPI_SUCCESS)
+        return HCOMM_OK;
+    r = mpi_error(fn, what, rc);
+    mark_broken(c, r, *req != MPI_REQUEST_NULL);
+    return r;
+}
+
+/* Completes a collective just posted; rc is what posting it returned. */
+static hcomm_result_t await_posted(hcomm_comm_t *c, const char *fn, const char *what, int rc,
+                                   MPI_Request *req) {
+    return rc == MPI_SUCCESS ? wait_request(c, fn, what, req) : mpi_error(fn, what, rc);
 }
 
 /* --- datatypes and reduction ops --- */
@@ -207,14 +253,38 @@ DEFINE_OP_FN(op_prod, HCOMM_PROD)
 DEFINE_OP_FN(op_max, HCOMM_MAX)
 DEFINE_OP_FN(op_min, HCOMM_MIN)
 
+/* A send count of all_to_allv that differs from the receiver's recvcount, as every rank
+ * learns it: the pair with the lowest (receiver, sender), and how many pairs differ. */
+typedef struct {
+    int64_t receiver, sender, sent, expected, pairs; /* receiver INT64_MAX: none differs */
+} a2a_mismatch_t;
+
+static bool a2a_before(const a2a_mismatch_t *a, const a2a_mismatch_t *b) {
+    return a->receiver != b->receiver ? a->receiver < b->receiver : a->sender < b->sender;
+}
+
+/* MPI_User_function over a2a_mismatch_t; commutative, so every rank reports the same pair. */
+static void op_a2a_first(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    a2a_mismatch_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) {
+        int64_t pairs = a[i].pairs + b[i].pairs;
+        if (a2a_before(&a[i], &b[i]))
+            b[i] = a[i];
+        b[i].pairs = pairs;
+    }
+}
+
 /* Attribute delete callback on MPI_COMM_SELF: MPI_Finalize runs it first, while MPI calls
  * are still allowed, whoever finalizes MPI. */
 static int free_objects_at_finalize(MPI_Comm comm, int keyval, void *attr, void *extra) {
     (void)comm, (void)keyval, (void)attr, (void)extra;
     for (int o = 0; o < HCOMM_AVG; o++)
         MPI_Op_free(&mpi_objs.ops[o]);
+    MPI_Op_free(&mpi_objs.a2a_first);
     MPI_Type_free(&mpi_objs.f16);
     MPI_Type_free(&mpi_objs.bf16);
+    MPI_Type_free(&mpi_objs.a2a_bad);
     mpi_objs.ready = false;
     return MPI_SUCCESS;
 }
@@ -229,6 +299,9 @@ static hcomm_result_t create_objects(const char *fn) {
     MPI_TRY(fn, MPI_Type_commit(&mpi_objs.bf16));
     for (int o = 0; o < HCOMM_AVG; o++)
         MPI_TRY(fn, MPI_Op_create(fns[o], 1, &mpi_objs.ops[o]));
+    MPI_TRY(fn, MPI_Type_contiguous(5, MPI_INT64_T, &mpi_objs.a2a_bad));
+    MPI_TRY(fn, MPI_Type_commit(&mpi_objs.a2a_bad));
+    MPI_TRY(fn, MPI_Op_create(op_a2a_first, 1, &mpi_objs.a2a_first));
     int key = MPI_KEYVAL_INVALID;
     MPI_TRY(fn,
             MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_objects_at_finalize, &key, NULL));
@@ -253,6 +326,15 @@ static void finalize_at_exit(void) {
     MPI_Finalize();
 }
 
+/* Errors that Open MPI raises for hcomm's requests go to MPI_COMM_WORLD (nonblocking
+ * collectives) or MPI_COMM_SELF; with the default MPI_ERRORS_ARE_FATAL a mismatch would kill
+ * the job instead of returning an error (see the top of this file). */
+static hcomm_result_t errors_return(const char *fn) {
+    MPI_TRY(fn, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_TRY(fn, MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+    return HCOMM_OK;
+}
+
 /* MPI is usable: initializes it when may_init (and finalizes it at exit), else requires it. */
 static hcomm_result_t mpi_ready(const char *fn, bool may_init) {
     static bool exit_registered;
@@ -271,6 +353,7 @@ static hcomm_result_t mpi_ready(const char *fn, bool may_init) {
         if (!exit_registered && atexit(finalize_at_exit) == 0)
             exit_registered = true;
     }
+    HCOMM__TRY(errors_return(fn));
     return create_objects(fn);
 }
 
@@ -398,7 +481,7 @@ static hcomm_result_t mpi_irecv(hcomm_comm_t *c, void *buf, size_t bytes, int pe
 /* A receive that timed out or was aborted can be cancelled; a send cannot (reliably). */
 static void abandon(hcomm_comm_t *c, hcomm__req_t *r, hcomm_result_t why) {
     if (!r->is_recv) {
-        mark_broken(c, why);
+        mark_broken(c, why, true);
         return;
     }
     MPI_Cancel(&r->req);
@@ -508,6 +591,97 @@ static hcomm_result_t detach_send(const char *fn, const void **send, size_t sn, 
     return HCOMM_OK;
 }
 
+/* --- agreeing on the call --- */
+
+/* Which collective a signature names; only equality across ranks matters. */
+typedef enum {
+    CALL_ALL_REDUCE,
+    CALL_REDUCE_SCATTER,
+    CALL_ALL_GATHER,
+    CALL_BROADCAST,
+    CALL_ALL_TO_ALLV,
+    CALL_BARRIER,
+    CALL_SPLIT,
+    CALL_KINDS
+} call_kind_t;
+
+static const char *const call_names[CALL_KINDS] = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_allv", "barrier", "split"};
+/* What a signature's count holds, per call. */
+static const char *const count_names[CALL_KINDS] = {"count", "count", "bytes_per_rank", "bytes",
+                                                    "count", "count", "count"};
+static const char *const op_names[HCOMM_AVG] = {"sum", "prod", "max", "min"};
+
+enum { SIG_CALL, SIG_DTYPE, SIG_OP, SIG_ROOT, SIG_COUNT, SIG_FIELDS };
+
+typedef struct {
+    int value, rank; /* MPI_2INT */
+} sig_entry_t;
+
+static void field_text(int call, int field, int value, char *buf, size_t n) {
+    const char *dname = "?";
+    switch (field) {
+    case SIG_CALL:
+        snprintf(buf, n, "%s", value >= 0 && value < CALL_KINDS ? call_names[value] : "?");
+        break;
+    case SIG_DTYPE:
+        hcomm_dtype_name((hcomm_dtype_t)value, &dname);
+        snprintf(buf, n, "dtype=%s", dname);
+        break;
+    case SIG_OP:
+        snprintf(buf, n, "op=%s", value >= 0 && value < HCOMM_AVG ? op_names[value] : "?");
+        break;
+    case SIG_ROOT:
+        snprintf(buf, n, "root=%d", value);
+        break;
+    default:
+        snprintf(buf, n, "%s=%d", count_names[call], value);
+        break;
+    }
+}
+
+/* Every rank computes the same message from the same reduced signature. */
+static hcomm_result_t disagreement(const char *fn, int call, int field, const sig_entry_t *hi,
+                                   const sig_entry_t *lo) {
+    char a[64], b[64];
+    field_text(call, field, hi->value, a, sizeof a);
+    field_text(call, field, -lo->value, b, sizeof b);
+    if (field == SIG_CALL)
+        return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                          "ranks called different collectives: rank %d called %s, rank %d "
+                          "called %s",
+                          hi->rank, a, lo->rank, b);
+    return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                      "ranks called %s with different arguments: %s on rank %d, %s on rank %d",
+                      call_names[call], a, hi->rank, b, lo->rank);
+}
+
+/* One small allreduce before every collective: if the ranks' signatures (call, dtype, op,
+ * root, count) differ, every rank returns HCOMM_ERR_MISMATCH and no data moves, so the comm
+ * stays usable. MPI itself would truncate, corrupt or hang on such calls. MAXLOC of each
+ * field and of its negation gives its largest and smallest value and a rank holding each. */
+static hcomm_result_t agree_on_call(hcomm_comm_t *c, const char *fn, call_kind_t call,
+                                    hcomm_dtype_t dt, hcomm_op_t op, int root, int count) {
+    const int sig[SIG_FIELDS] = {(int)call, (int)dt, (int)op, root, count};
+    sig_entry_t *e = malloc(sizeof *e * 2 * SIG_FIELDS); /* a pending request may write it */
+    if (!e)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the call signature");
+    for (int f = 0; f < SIG_FIELDS; f++) {
+        e[f] = (sig_entry_t){sig[f], c->rank};
+        e[SIG_FIELDS + f] = (sig_entry_t){-sig[f], c->rank};
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, e, 2 * SIG_FIELDS, MPI_2INT, MPI_MAXLOC, mcomm(c), &req);
+    hcomm_result_t r = await_posted(c, fn, "MPI_Iallreduce of the call signature", rc, &req);
+    bool pending = r != HCOMM_OK && req != MPI_REQUEST_NULL; /* MPI may still write e */
+    for (int f = 0; r == HCOMM_OK && f < SIG_FIELDS; f++)
+        if (e[f].value != -e[SIG_FIELDS + f].value)
+            r = disagreement(fn, (int)call, f, &e[f], &e[SIG_FIELDS + f]);
+    if (!pending)
+        free(e);
+    return r;
+}
+
 static hcomm_result_t check_reduction(const char *fn, const hcomm_comm_t *c, hcomm_dtype_t dt,
                                       hcomm_op_t op) {
     HCOMM__TRY(check_usable(fn, c));
@@ -523,6 +697,7 @@ static hcomm_result_t mpi_all_reduce(hcomm_comm_t *c, const void *sendbuf, void 
     int n = 0;
     HCOMM__TRY(check_reduction(__func__, c, dt, op));
     HCOMM__TRY(to_int(__func__, "count", count, &n));
+    HCOMM__TRY(agree_on_call(c, __func__, CALL_ALL_REDUCE, dt, op, 0, n));
     size_t bytes = count * hcomm__dtype_size(dt);
     void *tmp = NULL;
     const void *src = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
@@ -530,8 +705,7 @@ static hcomm_result_t mpi_all_reduce(hcomm_comm_t *c, const void *sendbuf, void 
         HCOMM__TRY(detach_send(__func__, &src, bytes, recvbuf, bytes, &tmp));
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallreduce(src, recvbuf, n, mpi_dtype(dt), mpi_objs.ops[op], mcomm(c), &req);
-    hcomm_result_t r = rc == MPI_SUCCESS ? wait_request(c, __func__, "MPI_Iallreduce", &req)
-                                         : mpi_fail(__func__, "MPI_Iallreduce", rc);
+    hcomm_result_t r = await_posted(c, __func__, "MPI_Iallreduce", rc, &req);
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
         free(tmp); /* a pending request may still read tmp */
     return r;
@@ -542,6 +716,7 @@ static hcomm_result_t mpi_all_gather(hcomm_comm_t *c, const void *sendbuf, void 
     int n = 0;
     HCOMM__TRY(check_usable(__func__, c));
     HCOMM__TRY(to_int(__func__, "bytes_per_rank", bytes_per_rank, &n));
+    HCOMM__TRY(agree_on_call(c, __func__, CALL_ALL_GATHER, 0, 0, 0, n));
     size_t total = bytes_per_rank * (size_t)c->size;
     void *tmp = NULL;
     const void *src = sendbuf;
@@ -551,8 +726,7 @@ static hcomm_result_t mpi_all_gather(hcomm_comm_t *c, const void *sendbuf, void 
         HCOMM__TRY(detach_send(__func__, &src, bytes_per_rank, recvbuf, total, &tmp));
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallgather(src, n, MPI_BYTE, recvbuf, n, MPI_BYTE, mcomm(c), &req);
-    hcomm_result_t r = rc == MPI_SUCCESS ? wait_request(c, __func__, "MPI_Iallgather", &req)
-                                         : mpi_fail(__func__, "MPI_Iallgather", rc);
+    hcomm_result_t r = await_posted(c, __func__, "MPI_Iallgather", rc, &req);
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
         free(tmp);
     return r;
@@ -563,6 +737,7 @@ static hcomm_result_t mpi_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, v
     int n = 0;
     HCOMM__TRY(check_reduction(__func__, c, dt, op));
     HCOMM__TRY(to_int(__func__, "count", count, &n));
+    HCOMM__TRY(agree_on_call(c, __func__, CALL_REDUCE_SCATTER, dt, op, 0, n));
     size_t es = hcomm__dtype_size(dt);
     void *tmp = NULL;
     const void *src = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
@@ -572,9 +747,7 @@ static hcomm_result_t mpi_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, v
     MPI_Request req = MPI_REQUEST_NULL;
     int rc =
         MPI_Ireduce_scatter_block(src, recvbuf, n, mpi_dtype(dt), mpi_objs.ops[op], mcomm(c), &req);
-    hcomm_result_t r = rc == MPI_SUCCESS
-                           ? wait_request(c, __func__, "MPI_Ireduce_scatter_block", &req)
-                           : mpi_fail(__func__, "MPI_Ireduce_scatter_block", rc);
+    hcomm_result_t r = await_posted(c, __func__, "MPI_Ireduce_scatter_block", rc, &req);
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
         free(tmp);
     return r;
@@ -587,9 +760,10 @@ static hcomm_result_t mpi_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, in
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "root=%d outside 0..%d", root,
                           c->size - 1);
     HCOMM__TRY(to_int(__func__, "bytes", bytes, &n));
+    HCOMM__TRY(agree_on_call(c, __func__, CALL_BROADCAST, 0, 0, root, n));
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_TRY(__func__, MPI_Ibcast(buf, n, MPI_BYTE, root, mcomm(c), &req));
-    return wait_request(c, __func__, "MPI_Ibcast", &req);
+    int rc = MPI_Ibcast(buf, n, MPI_BYTE, root, mcomm(c), &req);
+    return await_posted(c, __func__, "MPI_Ibcast", rc, &req);
 }
 
 /* Converts size_t counts and displacements to MPI's ints; *extent gets the bytes spanned. */
@@ -607,6 +781,56 @@ static hcomm_result_t counts_to_int(const char *fn, const char *what, int size,
             *extent = counts[p] + displs[p];
     }
     return HCOMM_OK;
+}
+
+/* Every rank learns what each peer sends it and compares that with its recvcounts; one
+ * allreduce then tells every rank about any pair that differs (the lowest receiver, sender),
+ * so all ranks fail together before any data moves, as MPI_Alltoallv would otherwise truncate
+ * a longer message or silently leave a shorter one partly received. */
+static hcomm_result_t agree_on_counts(hcomm_comm_t *c, const char *fn, const size_t *sendcounts,
+                                      const size_t *recvcounts) {
+    int p = c->size;
+    /* [0, p): what this rank sends to each peer; [p, 2p): what each peer sends to it. */
+    uint64_t *sent = malloc(sizeof(uint64_t) * 2 * (size_t)p);
+    a2a_mismatch_t *bad = malloc(sizeof *bad);
+    if (!sent || !bad) {
+        free(sent);
+        free(bad);
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d send counts", 2 * p);
+    }
+    for (int q = 0; q < p; q++)
+        sent[q] = sendcounts[q];
+    MPI_Request req = MPI_REQUEST_NULL;
+    const char *what = "MPI_Ialltoall of the send counts";
+    int rc = MPI_Ialltoall(sent, 1, MPI_UINT64_T, sent + p, 1, MPI_UINT64_T, mcomm(c), &req);
+    hcomm_result_t r = await_posted(c, fn, what, rc, &req);
+    if (r != HCOMM_OK) {
+        if (req == MPI_REQUEST_NULL) /* else MPI may still write it */
+            free(sent);
+        free(bad);
+        return r;
+    }
+    *bad = (a2a_mismatch_t){.receiver = INT64_MAX};
+    for (int q = 0; q < p; q++) {
+        if (sent[p + q] == recvcounts[q])
+            continue;
+        if (bad->pairs++ == 0)
+            *bad = (a2a_mismatch_t){c->rank, q, (int64_t)sent[p + q], (int64_t)recvcounts[q], 1};
+    }
+    free(sent);
+    what = "MPI_Iallreduce of the count mismatches";
+    rc = MPI_Iallreduce(MPI_IN_PLACE, bad, 1, mpi_objs.a2a_bad, mpi_objs.a2a_first, mcomm(c), &req);
+    r = await_posted(c, fn, what, rc, &req);
+    bool pending = r != HCOMM_OK && req != MPI_REQUEST_NULL; /* MPI may still write bad */
+    if (r == HCOMM_OK && bad->pairs > 0)
+        r = hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                       "rank %lld sends %lld bytes to rank %lld, which expects %lld (%lld "
+                       "send count(s) differ from the receivers' recvcounts; no data was moved)",
+                       (long long)bad->sender, (long long)bad->sent, (long long)bad->receiver,
+                       (long long)bad->expected, (long long)bad->pairs);
+    if (!pending)
+        free(bad);
+    return r;
 }
 
 static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
@@ -628,11 +852,12 @@ static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY_GOTO(
         counts_to_int(__func__, "recv", p, recvcounts, rdispls, v + 2 * p, v + 3 * p, &rext), r,
         done);
+    HCOMM__TRY_GOTO(agree_on_call(c, __func__, CALL_ALL_TO_ALLV, 0, 0, 0, 0), r, done);
+    HCOMM__TRY_GOTO(agree_on_counts(c, __func__, sendcounts, recvcounts), r, done);
     HCOMM__TRY_GOTO(detach_send(__func__, &src, sext, recvbuf, rext, &tmp), r, done);
     int rc = MPI_Ialltoallv(src, v, v + p, MPI_BYTE, recvbuf, v + 2 * p, v + 3 * p, MPI_BYTE,
                             mcomm(c), &req);
-    r = rc == MPI_SUCCESS ? wait_request(c, __func__, "MPI_Ialltoallv", &req)
-                          : mpi_fail(__func__, "MPI_Ialltoallv", rc);
+    r = await_posted(c, __func__, "MPI_Ialltoallv", rc, &req);
 done:
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL) { /* a pending request may still read them */
         free(v);
@@ -641,17 +866,17 @@ done:
     return r;
 }
 
+/* The signature allreduce doubles as the barrier: no rank leaves it before all arrived. */
 static hcomm_result_t mpi_barrier(hcomm_comm_t *c) {
     HCOMM__TRY(check_usable(__func__, c));
-    MPI_Request req = MPI_REQUEST_NULL;
-    MPI_TRY(__func__, MPI_Ibarrier(mcomm(c), &req));
-    return wait_request(c, __func__, "MPI_Ibarrier", &req);
+    return agree_on_call(c, __func__, CALL_BARRIER, 0, 0, 0, 0);
 }
 
-/* MPI_Comm_split blocks and cannot time out, so a polled barrier first proves that every rank
- * has arrived; the split after it cannot hang. */
+/* MPI_Comm_split blocks and cannot time out, so a polled signature allreduce first proves that
+ * every rank has arrived (and called split); the split after it cannot hang. */
 static hcomm_result_t mpi_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
-    HCOMM__TRY(mpi_barrier(c));
+    HCOMM__TRY(check_usable(__func__, c));
+    HCOMM__TRY(agree_on_call(c, __func__, CALL_SPLIT, 0, 0, 0, 0));
     MPI_Comm mc = MPI_COMM_NULL;
     MPI_TRY(__func__, MPI_Comm_split(mcomm(c), color < 0 ? MPI_UNDEFINED : color, key, &mc));
     *out = NULL;
