@@ -38,6 +38,43 @@ static hcomm_result_t zero_count_mismatch(hcomm_comm_t *world, void *arg) {
     return HCOMM_OK;
 }
 
+/* The public reduce_scatter and all_to_allv against a serial reference, and their bad input. */
+static hcomm_result_t public_rs_and_a2a(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int rank, n;
+    hcomm_comm_rank(world, &rank);
+    hcomm_comm_size(world, &n);
+    enum { PER = 3 };
+    int32_t send[8 * PER], recv[PER];
+    for (int i = 0; i < n * PER; i++)
+        send[i] = rank * 100 + i;
+    T_OK(hcomm_reduce_scatter(world, send, recv, PER, HCOMM_I32, HCOMM_SUM));
+    for (int j = 0; j < PER; j++) /* sum over ranks r of r*100 + rank*PER + j */
+        T_EQ_INT(recv[j], 100 * n * (n - 1) / 2 + n * (rank * PER + j));
+    T_ERR(hcomm_reduce_scatter(world, send, NULL, PER, HCOMM_I32, HCOMM_SUM), HCOMM_ERR_NULL);
+    T_ERR(hcomm_reduce_scatter(world, send, recv, PER, (hcomm_dtype_t)99, HCOMM_SUM),
+          HCOMM_ERR_DTYPE);
+    T_ERR(hcomm_reduce_scatter(world, send, recv, PER, HCOMM_I32, (hcomm_op_t)-1),
+          HCOMM_ERR_INVALID_ARG);
+
+    /* all_to_allv: rank r sends p+1 bytes, all equal to r, to each peer p. */
+    unsigned char out[64], in[64];
+    size_t sc[8], sd[8], rc[8], rd[8], off = 0, roff = 0;
+    for (int p = 0; p < n; p++) {
+        sc[p] = (size_t)p + 1, sd[p] = off, off += sc[p];
+        rc[p] = (size_t)rank + 1, rd[p] = roff, roff += rc[p];
+    }
+    memset(out, rank, off);
+    memset(in, 0xee, sizeof in);
+    T_OK(hcomm_all_to_allv(world, out, sc, sd, in, rc, rd));
+    for (int p = 0; p < n; p++)
+        for (size_t k = 0; k < rc[p]; k++)
+            T_EQ_INT(in[rd[p] + k], p);
+    T_ERR(hcomm_all_to_allv(world, out, NULL, sd, in, rc, rd), HCOMM_ERR_NULL);
+    T_ERR(hcomm_all_to_allv(NULL, out, sc, sd, in, rc, rd), HCOMM_ERR_NULL);
+    return HCOMM_OK;
+}
+
 static void test_numel_overflow(void) {
     hcomm_tensor_t t;
     int64_t shape[2] = {INT64_C(1) << 32, INT64_C(1) << 32};
@@ -53,9 +90,10 @@ static void test_numel_overflow(void) {
 
 int main(void) {
     test_numel_overflow();
-    if (strcmp(t_backend(), "local") == 0) {
+    if (strcmp(t_backend(), "local") == 0)
         T_OK(hcomm_launch("local", 256, avg_wide_group, NULL));
-        t_for_each_world(zero_count_mismatch, NULL, 8);
-    }
+    t_for_each_world(zero_count_mismatch, NULL, 8);
+    t_for_each_world(public_rs_and_a2a, NULL, 8);
     return t_finish("test_edge");
 }
+/* HCOMM_TEST_MPI */
