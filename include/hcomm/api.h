@@ -1,6 +1,7 @@
 /**
  * @file api.h
- * @brief Umbrella header: includes every public hcomm header.
+ * @brief Umbrella header: includes every public hcomm header except hcomm/mpi.h (which needs
+ *        <mpi.h>; include it yourself to wrap an MPI communicator).
  */
 #ifndef HCOMM_C_API_H_
 #define HCOMM_C_API_H_

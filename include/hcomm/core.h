@@ -7,6 +7,11 @@
  * per-thread message naming the function, the argument and its bad value; read it
  * with hcomm_last_error(). Strings returned by hcomm_strerror() and hcomm_last_error()
  * are the only non-result returns in the API.
+ *
+ * Ranks and threads: functions that do not communicate (result names, dtypes, tensor
+ * descriptors, comm_rank/size/members/backend) are local to the calling rank and thread-safe.
+ * Communicating calls on one communicator must be made one at a time (by one thread of each
+ * rank); distinct communicators may be used from distinct threads (mpi: see hcomm/mpi.h).
  */
 #ifndef HCOMM_C_CORE_H_
 #define HCOMM_C_CORE_H_
@@ -96,16 +101,21 @@ typedef struct hcomm_tensor {
     int64_t shape[HCOMM_MAX_DIMS]; /**< extents, outermost first; each >= 0 */
 } hcomm_tensor_t;
 
-/** Size of one element of @p dtype in bytes, in @p *bytes. Errors: HCOMM_ERR_NULL,
- *  HCOMM_ERR_DTYPE. Thread-safe. */
+/** Size of one element of @p dtype in bytes, in @p *bytes. Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE. */
 HCOMM_API hcomm_result_t hcomm_dtype_size(hcomm_dtype_t dtype, size_t *bytes);
-/** Name ("f32", "bf16", ...) of @p dtype in @p *name. Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE. */
+/** Name ("f32", "bf16", ...) of @p dtype in @p *name (a static string). Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE. */
 HCOMM_API hcomm_result_t hcomm_dtype_name(hcomm_dtype_t dtype, const char **name);
-/** Fills @p t as a tensor over @p data with @p ndim extents from @p shape.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE (ndim out of 0..8, negative extent). */
+/** Fills @p t as a tensor over @p data with @p ndim extents (elements, not bytes) from
+ *  @p shape[0..ndim-1]; @p data is not checked here. Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL (@p t, or @p shape with ndim > 0), HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE
+ *  (ndim out of 0..8, negative extent). */
 HCOMM_API hcomm_result_t hcomm_tensor_init(hcomm_tensor_t *t, void *data, hcomm_dtype_t dtype,
                                            int ndim, const int64_t *shape);
-/** Number of elements of @p t in @p *count. Errors: HCOMM_ERR_NULL, HCOMM_ERR_SHAPE. */
+/** Number of elements (not bytes) of @p t in @p *count. Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL (also data NULL with elements), HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE
+ *  (ndim out of range, negative extent, size overflow). */
 HCOMM_API hcomm_result_t hcomm_tensor_numel(const hcomm_tensor_t *t, size_t *count);
 
 /** A communicator: an ordered group of ranks with its own message space. Opaque. */
@@ -115,22 +125,27 @@ typedef struct hcomm_comm hcomm_comm_t;
 HCOMM_API hcomm_result_t hcomm_comm_rank(const hcomm_comm_t *comm, int *rank);
 /** Number of ranks in @p comm. Errors: HCOMM_ERR_NULL. Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_comm_size(const hcomm_comm_t *comm, int *size);
-/** Members of @p comm as world ranks, in member order, into @p ranks[0..cap-1].
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (cap < size). Thread-safe. */
+/** Members of @p comm as world ranks, in member order, into @p ranks[0..size-1] (int; @p cap
+ *  is its capacity in entries). Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (cap < size).
+ *  Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_comm_members(const hcomm_comm_t *comm, int *ranks, int cap);
-/** Name of the backend @p comm runs on ("local" or "mpi"). Errors: HCOMM_ERR_NULL. */
+/** Name of the backend @p comm runs on ("local" or "mpi"). Errors: HCOMM_ERR_NULL.
+ *  Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_comm_backend(const hcomm_comm_t *comm, const char **name);
 
 /** Splits @p comm like MPI_Comm_split: ranks with equal @p color form one new communicator,
  *  ordered by (@p key, old rank). color < 0 gives *out = NULL. Collective: every rank of
- *  @p comm must call it. Errors: HCOMM_ERR_NULL, HCOMM_ERR_BACKEND, HCOMM_ERR_NOMEM. */
+ *  @p comm must call it. Errors: HCOMM_ERR_NULL, HCOMM_ERR_MISMATCH (a peer is in another
+ *  collective), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
 HCOMM_API hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key,
                                           hcomm_comm_t **out);
-/** Frees @p comm (NULL is a no-op). Collective over @p comm. Not for the world communicator
- *  handed to a rank function. Errors: HCOMM_ERR_STATE (world communicator). */
+/** Frees @p comm (NULL is a no-op). Collective over @p comm; no call may be in flight on it.
+ *  Not for the world communicator handed to a rank function, nor for groups owned by a
+ *  domain context. Errors: HCOMM_ERR_STATE (world communicator). */
 HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
 /** Blocks until every rank of @p comm has called it. Collective. Errors: HCOMM_ERR_NULL,
- *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
+ *  HCOMM_ERR_MISMATCH (a peer is in another collective), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
+ *  HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
 HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
 
 /* Raw collectives. Algorithm today is "native", the backend's own: on the local backend a
@@ -141,33 +156,54 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * MPI's non-blocking collectives (polled, so they can time out) with hcomm's reduction kernels
  * as user ops: identical on every rank, though the association may differ from local's.
  * Both backends check that every rank made the same call (collective, count, dtype, op, root)
- * and fail on every rank with HCOMM_ERR_MISMATCH otherwise. */
+ * and fail on every rank with HCOMM_ERR_MISMATCH otherwise (AVG and SUM are not told apart:
+ * AVG runs as SUM, then each rank divides).
+ *
+ * Each collective below is called by every rank of the communicator, in the same order, even
+ * with a zero size (buffers may then be NULL). Buffers are host memory. Argument checks are
+ * rank-local: a rank whose check fails returns without communicating, and its peers then fail with
+ * HCOMM_ERR_ABORTED (inside hcomm_launch, once that rank's function returns the error) or
+ * HCOMM_ERR_TIMEOUT. On the mpi backend a count or byte size above INT_MAX fails with
+ * HCOMM_ERR_UNSUPPORTED, and a communicator whose collective timed out, was aborted or failed
+ * inside MPI stays unusable: later calls on it return that same error.
+ * Common errors of the five: HCOMM_ERR_NULL (comm; a buffer with a nonzero size),
+ * HCOMM_ERR_MISMATCH, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED,
+ * HCOMM_ERR_UNSUPPORTED, HCOMM_ERR_BACKEND; more are listed per function.
+ * Thread-safe for distinct comms. */
 
-/** All-reduce of @p count elements (not bytes) of @p dtype from @p sendbuf into @p recvbuf on
- *  every rank; sendbuf == recvbuf is in place. Collective over @p comm; all ranks pass the
- *  same count, dtype and op. Errors: HCOMM_ERR_NULL, HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG,
- *  HCOMM_ERR_MISMATCH (ranks disagree on the call), HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED,
- *  HCOMM_ERR_BACKEND. Thread-safe for distinct comms. */
+/** all_reduce: @p recvbuf[0..count) = @p op over ranks of @p sendbuf[0..count), on every rank;
+ *  @p count is in elements (not bytes) of @p dtype. sendbuf == recvbuf is in place.
+ *  All ranks pass the same count, dtype and op. Errors: the common ones, HCOMM_ERR_DTYPE,
+ *  HCOMM_ERR_INVALID_ARG (op). */
 HCOMM_API hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                           size_t count, hcomm_dtype_t dtype, hcomm_op_t op);
-/** Broadcast of @p bytes bytes at @p buf from rank @p root (rank in @p comm) to all ranks.
- *  Collective. Errors: as hcomm_all_reduce, HCOMM_ERR_INVALID_ARG for a bad root. */
+/** broadcast: @p bytes bytes at @p buf on rank @p root (a rank in @p comm) are copied to
+ *  @p buf on every rank. All ranks pass the same bytes and root. Errors: the common ones,
+ *  HCOMM_ERR_INVALID_ARG (root outside 0..size-1). */
 HCOMM_API hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root);
-/** All-gather: each rank contributes @p bytes bytes; @p recvbuf gets size*bytes bytes, rank
- *  r's block at offset r*bytes. Collective. Errors: as hcomm_all_reduce. */
+/** all_gather: each rank contributes @p bytes bytes (the same on every rank) from @p sendbuf;
+ *  @p recvbuf gets size*bytes bytes, rank r's block at byte offset r*bytes. In place when
+ *  sendbuf == recvbuf + rank*bytes; otherwise the buffers must not overlap.
+ *  Errors: the common ones. */
 HCOMM_API hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                           size_t bytes);
 
-/** Reduce-scatter: @p sendbuf holds size blocks of @p recvcount elements (not bytes); rank r
- *  gets block r reduced over all ranks in @p recvbuf. Collective. Errors: as hcomm_all_reduce. */
+/** reduce_scatter: @p sendbuf holds size blocks of @p recvcount elements (not bytes) of
+ *  @p dtype; rank r gets block r reduced with @p op over all ranks in @p recvbuf[0..recvcount).
+ *  In place when sendbuf == recvbuf (the result lands at the start of the buffer) or when
+ *  recvbuf is this rank's block (sendbuf + rank*recvcount elements). All ranks pass the same
+ *  recvcount, dtype and op. Errors: the common ones, HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG
+ *  (op). */
 HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *sendbuf,
                                               void *recvbuf, size_t recvcount, hcomm_dtype_t dtype,
                                               hcomm_op_t op);
-/** All-to-all with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): rank r sends
- *  sendcounts[p] bytes from sendbuf + sdispls[p] to each p and receives recvcounts[p] bytes
- *  into recvbuf + rdispls[p]. Collective; recvcounts[p] on r must equal sendcounts[r] on p
- *  (HCOMM_ERR_MISMATCH otherwise). Errors: as hcomm_all_reduce, HCOMM_ERR_MISMATCH,
- *  HCOMM_ERR_UNSUPPORTED (mpi: a count or displacement above INT_MAX). */
+/** all_to_allv with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): the four arrays
+ *  have size entries each; rank r sends sendcounts[p] bytes from sendbuf + sdispls[p] to each
+ *  p and receives recvcounts[p] bytes into recvbuf + rdispls[p]. Send and receive ranges must
+ *  not overlap. recvcounts[p] on r must equal sendcounts[r] on p, else HCOMM_ERR_MISMATCH: on
+ *  mpi on every rank before any data moves; on local only on the receiving rank(s), while the
+ *  matching pairs are delivered. Errors: the common ones (NULL also for any count array;
+ *  UNSUPPORTED also for a displacement above INT_MAX). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,
                                            void *recvbuf, const size_t *recvcounts,
@@ -182,12 +218,17 @@ typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
  *  (this process is one rank of the job mpirun/srun started; @p nranks must be 0 or equal
  *  the MPI world size; MPI is initialized if needed and finalized at exit), or NULL to read
  *  the environment variable HCOMM_BACKEND (default "local").
- *  Returns HCOMM_OK if every rank returned HCOMM_OK, else the first failure. When a rank
- *  fails, ranks waiting on it get HCOMM_ERR_ABORTED (local) instead of hanging; any wait
- *  longer than HCOMM_TIMEOUT seconds (env, default 300) fails with HCOMM_ERR_TIMEOUT.
- *  Called by the program's main thread, once per world; worlds can be launched repeatedly.
+ *  Result: local: HCOMM_OK if every rank returned HCOMM_OK, else the lowest failing rank's
+ *  result (a rank's own error before HCOMM_ERR_ABORTED), its message prefixed "rank r failed";
+ *  mpi: this process's rank result, or HCOMM_ERR_ABORTED if it succeeded and another failed.
+ *  When a rank's function fails, peers waiting on it get HCOMM_ERR_ABORTED (both backends)
+ *  instead of hanging; any wait longer than HCOMM_TIMEOUT seconds (env, default 300) fails
+ *  with HCOMM_ERR_TIMEOUT. Called by the program's main thread (for mpi, the thread that
+ *  initializes MPI), one world at a time; worlds can be launched repeatedly. Not thread-safe.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (unknown backend, nranks < 1 or > 4096 for
- *  local, nranks != MPI size), HCOMM_ERR_UNSUPPORTED (built without MPI), HCOMM_ERR_BACKEND. */
+ *  local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is already running in this
+ *  process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED (built without MPI),
+ *  HCOMM_ERR_BACKEND, or a rank's result as above. */
 HCOMM_API hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
                                       void *arg);
 

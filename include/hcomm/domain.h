@@ -7,7 +7,11 @@
  * digits in that order; the group for a set of axes holds all ranks that agree on every
  * other axis; groups are listed by counting the other axes and members by counting the
  * grouped axes, first axis fastest. Dense layers use the grid (tp, cp, ep=1, dp, pp); expert
- * layers use (etp, cp=1, ep, edp = world/(etp*ep*pp), pp) in the same order.
+ * layers use (etp, cp=1, ep, edp = world/(etp*ep*pp), pp) in the same order. Sizes count ranks;
+ * group lists hold ranks 0..world_size-1 of the world they were computed for.
+ *
+ * Only hcomm_ctx_create() and hcomm_ctx_destroy() communicate; every other function is local
+ * to the calling rank and thread-safe (the ctx accessors only read the context).
  */
 #ifndef HCOMM_C_DOMAIN_H_
 #define HCOMM_C_DOMAIN_H_
@@ -55,49 +59,58 @@ typedef struct hcomm_group_list {
 
 /** Checks @p cfg against @p world_size and fills @p *resolved with every default made
  *  explicit (order copied by pointer; a NULL order becomes the static default string).
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (non-positive or non-multiplying sizes,
- *  unknown/repeated axis in order, a size > 1 missing from order, experts not divisible
- *  by ep, etp*ep*pp not dividing the world). Thread-safe. */
+ *  Local, thread-safe. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (world_size < 1, negative
+ *  or non-multiplying sizes, unknown/repeated axis in order, a size > 1 missing from order,
+ *  num_experts not divisible by ep, etp*ep*pp not dividing the world, and Megatron-Core's
+ *  pipeline checks for pp > 1: an order not ending in pp needs edp == dp, and expert layers
+ *  must get the same pipeline groups as dense ones). */
 HCOMM_API hcomm_result_t hcomm_parallel_config_resolve(const hcomm_parallel_config_t *cfg,
                                                        int world_size,
                                                        hcomm_parallel_config_t *resolved);
 
 /** Computes all groups of @p kind for a world of @p world_size with @p cfg, without
  *  communication (what hcomm-plan prints). @p out->ranks is malloc'ed; free it with
- *  hcomm_group_list_free(). Errors: those of hcomm_parallel_config_resolve(),
- *  HCOMM_ERR_NOMEM. Thread-safe. */
+ *  hcomm_group_list_free(). On failure *out is empty. Local, thread-safe. Errors: those of
+ *  hcomm_parallel_config_resolve(), HCOMM_ERR_INVALID_ARG (kind), HCOMM_ERR_NOMEM. */
 HCOMM_API hcomm_result_t hcomm_plan_groups(const hcomm_parallel_config_t *cfg, int world_size,
                                            hcomm_group_kind_t kind, hcomm_group_list_t *out);
-/** Frees what hcomm_plan_groups() allocated; NULL or an empty list is a no-op. */
+/** Frees what hcomm_plan_groups() allocated and empties @p list; NULL or an empty list is a
+ *  no-op. Local. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_group_list_free(hcomm_group_list_t *list);
-/** Lower-case name of @p kind ("tp", "dp_cp", "embedding", ...). Errors: HCOMM_ERR_NULL,
- *  HCOMM_ERR_INVALID_ARG. */
+/** Lower-case name of @p kind ("tp", "dp_cp", "embedding", ...; a static string). Local,
+ *  thread-safe. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (kind). */
 HCOMM_API hcomm_result_t hcomm_group_kind_name(hcomm_group_kind_t kind, const char **name);
 
-/** Builds every group of the job over @p world. Collective over @p world: every rank calls it
- *  with the same @p cfg (checked: ranks whose resolved config differs from their peers' get
- *  HCOMM_ERR_MISMATCH). On any error nothing is left allocated and *out is NULL. One live
- *  context per communicator: a second create on the same @p world before hcomm_ctx_destroy
- *  fails with HCOMM_ERR_STATE; contexts on different communicators (e.g. a split) may coexist.
+/** Builds every group of the job over @p world (one hcomm_comm_split() per group kind).
+ *  Collective over @p world: every rank calls it with the same @p cfg, checked with one
+ *  all_reduce: if the resolved configs differ, every rank gets HCOMM_ERR_MISMATCH; a rank whose
+ *  cfg is invalid gets that error and its peers HCOMM_ERR_MISMATCH. On any error nothing is
+ *  left allocated and *out is NULL. One live context per communicator: a second create on the
+ *  same @p world before hcomm_ctx_destroy fails with HCOMM_ERR_STATE; contexts on different
+ *  communicators (e.g. a split) may coexist. No other call may use @p world meanwhile.
  *  Errors: those of hcomm_parallel_config_resolve(), HCOMM_ERR_NULL, HCOMM_ERR_STATE,
- *  HCOMM_ERR_MISMATCH, HCOMM_ERR_BACKEND, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT. */
+ *  HCOMM_ERR_MISMATCH, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED,
+ *  HCOMM_ERR_BACKEND. */
 HCOMM_API hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_parallel_config_t *cfg,
                                           hcomm_ctx_t **out);
-/** Frees @p ctx and every communicator it built (NULL is a no-op). Collective over the world
- *  the context was made from. */
+/** Frees @p ctx and every communicator it built (NULL is a no-op); @p world may then take a
+ *  new context. Collective over the world the context was made from; no call may be in flight
+ *  on its groups. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx);
-/** The communicator of this rank's group of @p kind (owned by @p ctx). Errors: HCOMM_ERR_NULL,
- *  HCOMM_ERR_INVALID_ARG (kind), HCOMM_ERR_GROUP (this rank is in no embedding group: pp > 1
- *  and it is neither the first nor the last stage). Thread-safe. */
+/** The communicator of this rank's group of @p kind (owned by @p ctx: do not destroy it).
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (kind), HCOMM_ERR_GROUP (this rank is in no
+ *  embedding group: pp > 1 and it is neither the first nor the last stage). Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_ctx_group(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind,
                                          hcomm_comm_t **group);
-/** This rank's resolved configuration. Errors: HCOMM_ERR_NULL. */
+/** The resolved configuration, every default explicit; cfg->order points into @p ctx (valid
+ *  until hcomm_ctx_destroy). Errors: HCOMM_ERR_NULL. Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_ctx_config(const hcomm_ctx_t *ctx, hcomm_parallel_config_t *cfg);
-/** Rank and size of this rank in the group of @p kind. Errors: as hcomm_ctx_group(). */
+/** Rank and size of this rank in the group of @p kind. Errors: as hcomm_ctx_group().
+ *  Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_ctx_rank(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind, int *rank,
                                         int *size);
 /** Previous and next pipeline stage of this rank, as ranks in the PP group, or -1 at the first
- *  / last stage. Errors: HCOMM_ERR_NULL. */
+ *  / last stage. Errors: HCOMM_ERR_NULL. Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_ctx_pp_neighbors(const hcomm_ctx_t *ctx, int *prev, int *next);
 
 #ifdef __cplusplus

@@ -2,6 +2,9 @@
  * @file dp.h
  * @brief Data-parallel gradient reduction over many buffers in one call, bucketed
  *        (as PyTorch DDP, Li et al. 2020, "PyTorch Distributed").
+ *
+ * Unlike DDP, buckets are reduced one after another when called, not overlapped with the
+ * backward pass.
  */
 #ifndef HCOMM_C_DP_H_
 #define HCOMM_C_DP_H_
@@ -21,10 +24,16 @@ extern "C" {
  *  order given: dtypes in order of first appearance, and within a dtype, tensors in list
  *  order fill a bucket until the next one would overflow it. A tensor larger than a bucket
  *  forms a bucket alone; a bucket of one tensor is reduced in place, without copying.
- *  Collective: every member passes the same list of shapes and dtypes.
+ *  Tensors with no elements are skipped (a call without elements communicates nothing).
+ *  AVG divides the sum by the group size (integer dtypes truncate). @p grads is an array of
+ *  @p n contiguous host tensors, any shape and dtype, reduced in place.
+ *  Collective over @p dp_group: every member passes the same list of shapes and dtypes, the
+ *  same op and the same bucket_bytes; a rank whose argument checks fail returns without
+ *  communicating (see core.h).
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (n < 0, op not SUM/AVG), HCOMM_ERR_DTYPE,
- *  HCOMM_ERR_SHAPE, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND.
- *  Thread-safe for distinct groups. */
+ *  HCOMM_ERR_SHAPE, HCOMM_ERR_MISMATCH (members' buckets differ), HCOMM_ERR_NOMEM,
+ *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: a bucket of more than
+ *  INT_MAX elements), HCOMM_ERR_BACKEND. Thread-safe for distinct groups. */
 HCOMM_API hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t *grads,
                                                    int n, hcomm_op_t op, size_t bucket_bytes);
 

@@ -9,6 +9,11 @@
  * MPI_THREAD_MULTIPLE, so distinct communicators may be used from distinct threads. An
  * application that initializes MPI itself with less than MPI_THREAD_MULTIPLE must call hcomm
  * from one thread at a time (as MPI requires for its own calls).
+ *
+ * Errors: hcomm never lets an MPI error abort the job. Whenever it initializes or first uses
+ * MPI (hcomm_launch, hcomm_comm_wrap_mpi) it sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and
+ * MPI_COMM_SELF, where Open MPI reports errors of nonblocking collectives; an application that
+ * relies on MPI_ERRORS_ARE_FATAL must set it again on those two.
  */
 #ifndef HCOMM_C_MPI_H_
 #define HCOMM_C_MPI_H_

@@ -2,6 +2,12 @@
  * @file pp.h
  * @brief Pipeline-parallel point-to-point: activations forward, gradients backward.
  *
+ * The stage-to-stage transfers of a micro-batch pipeline schedule (GPipe, Huang et al. 2019);
+ * as in Megatron-LM's p2p_communication with variable shapes, a tensor's shape travels ahead
+ * of its data. Point-to-point, not
+ * collective: only the two ranks of a transfer call, the sender a send and the receiver a
+ * matching receive (same tag). Tensors are contiguous host tensors of any dtype and shape,
+ * including zero elements (data may then be NULL).
  * Peers are ranks in @p group (normally the PP group, where rank i is stage i; see
  * hcomm_ctx_pp_neighbors()). Each message carries the tensor's dtype and shape; the receiver's
  * descriptor must match exactly, or the call fails with HCOMM_ERR_MISMATCH after draining the
@@ -9,9 +15,12 @@
  * what was sent, e.g. "hcomm_pp_recv: peer 1 sent f32 [4, 8], expected f32 [4, 9]").
  * Messages between one pair with one tag arrive in the order sent; tags separate streams
  * (0 <= tag <= HCOMM_PP_TAG_MAX).
- * Errors (all): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (peer out of range or self, tag out of
- * range), HCOMM_ERR_DTYPE, HCOMM_ERR_SHAPE, HCOMM_ERR_MISMATCH, HCOMM_ERR_TIMEOUT,
- * HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. Thread-safe for distinct groups.
+ * Errors (all): HCOMM_ERR_NULL (group, a tensor, its data with elements),
+ * HCOMM_ERR_INVALID_ARG (peer out of range or self, tag out of range), HCOMM_ERR_DTYPE
+ * (invalid dtype), HCOMM_ERR_SHAPE (ndim out of range, negative extent), HCOMM_ERR_MISMATCH
+ * (receives), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT (no matching peer within HCOMM_TIMEOUT),
+ * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: more than INT_MAX bytes), HCOMM_ERR_BACKEND.
+ * Thread-safe for distinct groups; one call at a time per group.
  */
 #ifndef HCOMM_C_PP_H_
 #define HCOMM_C_PP_H_
@@ -26,15 +35,17 @@ extern "C" {
  *  its own header). */
 #define HCOMM_PP_TAG_MAX 16383
 
-/** Sends @p t to rank @p peer of @p group. Called by the sender only; may return before the
- *  receiver posts its receive (eager). */
+/** Sends @p t to rank @p peer of @p group. Called by the sender only. On the local backend it
+ *  returns before the receive is posted (eager); on mpi a large message may wait for it, so
+ *  two stages that send to each other should use hcomm_pp_send_recv(). */
 HCOMM_API hcomm_result_t hcomm_pp_send(hcomm_comm_t *group, const hcomm_tensor_t *t, int peer,
                                        int tag);
-/** Receives into @p t (its dtype and shape are the expected ones) from rank @p peer. */
+/** Receives into @p t (its dtype and shape are the expected ones) from rank @p peer of
+ *  @p group. Called by the receiver only; blocks until the message arrives. */
 HCOMM_API hcomm_result_t hcomm_pp_recv(hcomm_comm_t *group, hcomm_tensor_t *t, int peer, int tag);
-/** Sends @p send to @p send_peer and receives @p recv from @p recv_peer at once; cannot
- *  deadlock whatever order the peers call it in. Either side may be skipped with a NULL tensor
- *  or a peer of -1. */
+/** Sends @p send to @p send_peer and receives @p recv from @p recv_peer at once (one tag for
+ *  both); cannot deadlock whatever order the peers call it in. Either side may be skipped with
+ *  a NULL tensor or a peer of -1. Each peer calls its matching send or receive (or this). */
 HCOMM_API hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *send,
                                             int send_peer, hcomm_tensor_t *recv, int recv_peer,
                                             int tag);

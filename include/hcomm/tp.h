@@ -3,15 +3,20 @@
  * @brief Tensor-parallel primitives (Megatron-LM, Shoeybi et al. 2019, "Megatron-LM:
  *        Training Multi-Billion Parameter Language Models Using Model Parallelism").
  *
- * All functions are collective over @p group (the TP group from hcomm_ctx_group(), or any
- * communicator): every member calls them with the same shapes, dtype, dim and op. Tensors
- * are contiguous row-major host tensors (hcomm_tensor_t). @p dim may be negative (-1 is the
- * last dim). Thread-safe for distinct groups; one call at a time per group.
+ * Tensors are contiguous row-major host tensors (hcomm_tensor_t) of any dtype; in and out
+ * have the same dtype; shapes are in elements. @p dim may be negative (-1 is the last dim).
+ * @p group is the TP group from hcomm_ctx_group(), or any communicator.
+ * Calls marked "collective" communicate over @p group: every member calls them, in the same
+ * order, with the same shapes, dtype, dim and op, also for tensors with no elements; a rank
+ * whose argument checks fail returns without communicating (see core.h). Calls marked "local"
+ * do not communicate. Thread-safe for distinct groups; one call at a time per group.
  * Errors (all functions): HCOMM_ERR_NULL (a tensor, its data with elements, or group is
  * NULL), HCOMM_ERR_DTYPE (in and out dtypes differ, or unknown), HCOMM_ERR_SHAPE (out shape
  * not as stated, or the split dim not divisible by the group size: the message names the dim
- * and the sizes), HCOMM_ERR_INVALID_ARG (dim out of range, bad op), HCOMM_ERR_TIMEOUT,
- * HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND.
+ * and the sizes), HCOMM_ERR_INVALID_ARG (dim out of range, bad op); collective calls also
+ * HCOMM_ERR_NOMEM, HCOMM_ERR_MISMATCH (members disagree on the size), HCOMM_ERR_TIMEOUT,
+ * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: more than INT_MAX elements or bytes),
+ * HCOMM_ERR_BACKEND.
  */
 #ifndef HCOMM_C_TP_H_
 #define HCOMM_C_TP_H_
@@ -22,50 +27,55 @@
 extern "C" {
 #endif
 
-/** out = op over ranks of in; same shape and dtype; in == out (or in->data == out->data) is in
- *  place. */
+/** all_reduce, collective: out = @p op (any, AVG included) over ranks of in; in and out have
+ *  the same shape; in == out (or in->data == out->data) is in place. */
 HCOMM_API hcomm_result_t hcomm_tp_all_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                              hcomm_tensor_t *out, hcomm_op_t op);
-/** Concatenates every rank's @p in along @p dim in rank order: out.shape[dim] =
- *  size * in.shape[dim], other dims equal (dim = -1 is the column-parallel concatenation). */
+/** all_gather, collective: concatenates every rank's @p in along @p dim in rank order:
+ *  out.shape[dim] = size * in.shape[dim], other dims equal (dim = -1 is the column-parallel
+ *  concatenation). in and out must not overlap. */
 HCOMM_API hcomm_result_t hcomm_tp_all_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                              hcomm_tensor_t *out, int dim);
-/** Reduces @p in over ranks with @p op and keeps this rank's slice along @p dim:
- *  in.shape[dim] = size * out.shape[dim]. */
+/** reduce_scatter, collective: reduces @p in over ranks with @p op and keeps this rank's
+ *  slice (rank r: the r-th of size equal slices) along @p dim: in.shape[dim] =
+ *  size * out.shape[dim]. out may overlap in. */
 HCOMM_API hcomm_result_t hcomm_tp_reduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                  hcomm_tensor_t *out, int dim, hcomm_op_t op);
-/** Copies this rank's slice of @p in along @p dim into @p out (no communication):
- *  in.shape[dim] = size * out.shape[dim]. */
+/** Local: copies this rank's slice of @p in along @p dim into @p out: in.shape[dim] =
+ *  size * out.shape[dim]. in and out must not overlap. */
 HCOMM_API hcomm_result_t hcomm_tp_split(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                         hcomm_tensor_t *out, int dim);
 
-/* The four TP region mappings of Megatron-LM (mappings.py), forward and backward side by
- * side, so a layer's backward is one call. @p dim is used by scatter/gather only. */
+/* The four TP region mappings of Megatron-LM (megatron/core/tensor_parallel/mappings.py),
+ * forward and backward side by side, so a layer's backward is one call. Each is one of the
+ * calls above: identity (local; out = in, same shape, may alias), all_reduce(sum), split
+ * (local) or all_gather (collective), with the same shapes, rules and errors. @p dim is used by
+ * scatter/gather only (Megatron-LM uses the last dim, -1). */
 
-/** copy_to region forward: identity (out = in). */
+/** copy_to region forward: identity (out = in). Local. */
 HCOMM_API hcomm_result_t hcomm_tp_copy_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                               hcomm_tensor_t *out);
-/** copy_to region backward: all_reduce(sum) of the gradient. */
+/** copy_to region backward: all_reduce(sum) of the gradient. Collective. */
 HCOMM_API hcomm_result_t hcomm_tp_copy_to_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
                                               hcomm_tensor_t *grad_in);
-/** reduce_from region forward: all_reduce(sum). */
+/** reduce_from region forward: all_reduce(sum). Collective. */
 HCOMM_API hcomm_result_t hcomm_tp_reduce_from_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                   hcomm_tensor_t *out);
-/** reduce_from region backward: identity. */
+/** reduce_from region backward: identity. Local. */
 HCOMM_API hcomm_result_t hcomm_tp_reduce_from_bwd(hcomm_comm_t *group,
                                                   const hcomm_tensor_t *grad_out,
                                                   hcomm_tensor_t *grad_in);
-/** scatter_to region forward: split along @p dim. */
+/** scatter_to region forward: split along @p dim. Local. */
 HCOMM_API hcomm_result_t hcomm_tp_scatter_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                  hcomm_tensor_t *out, int dim);
-/** scatter_to region backward: all_gather along @p dim. */
+/** scatter_to region backward: all_gather along @p dim. Collective. */
 HCOMM_API hcomm_result_t hcomm_tp_scatter_to_bwd(hcomm_comm_t *group,
                                                  const hcomm_tensor_t *grad_out,
                                                  hcomm_tensor_t *grad_in, int dim);
-/** gather_from region forward: all_gather along @p dim. */
+/** gather_from region forward: all_gather along @p dim. Collective. */
 HCOMM_API hcomm_result_t hcomm_tp_gather_from_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                   hcomm_tensor_t *out, int dim);
-/** gather_from region backward: split along @p dim. */
+/** gather_from region backward: split along @p dim. Local. */
 HCOMM_API hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group,
                                                   const hcomm_tensor_t *grad_out,
                                                   hcomm_tensor_t *grad_in, int dim);

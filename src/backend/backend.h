@@ -29,14 +29,19 @@ typedef struct hcomm__backend_ops {
     /* Backend-native collectives. sendbuf == recvbuf means in place. op is never AVG. */
     hcomm_result_t (*all_reduce)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op);
-    /* recvbuf gets size blocks of bytes_per_rank, rank order. */
+    /* recvbuf gets size blocks of bytes_per_rank, rank order. In place when sendbuf ==
+     * recvbuf + rank * bytes_per_rank; otherwise the buffers must not overlap (local reads the
+     * peers' sendbufs while it writes recvbuf). */
     hcomm_result_t (*all_gather)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                  size_t bytes_per_rank);
-    /* sendbuf holds size blocks of count elements; rank r gets block r reduced. */
+    /* sendbuf holds size blocks of count elements; rank r gets block r reduced into
+     * recvbuf[0..count). In place when sendbuf == recvbuf (the result lands at the start) or
+     * when recvbuf is this rank's block, sendbuf + rank * count elements. */
     hcomm_result_t (*reduce_scatter)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                      size_t count, hcomm_dtype_t dt, hcomm_op_t op);
     hcomm_result_t (*broadcast)(hcomm_comm_t *c, void *buf, size_t bytes, int root);
-    /* Byte counts and displacements, one per peer (as MPI_Alltoallv over MPI_BYTE). */
+    /* Byte counts and displacements, one per peer (as MPI_Alltoallv over MPI_BYTE). Send and
+     * receive ranges must not overlap. */
     hcomm_result_t (*all_to_allv)(hcomm_comm_t *c, const void *sendbuf, const size_t *sendcounts,
                                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                   const size_t *rdispls);
