@@ -200,10 +200,9 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *se
 /** all_to_allv with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): the four arrays
  *  have size entries each; rank r sends sendcounts[p] bytes from sendbuf + sdispls[p] to each
  *  p and receives recvcounts[p] bytes into recvbuf + rdispls[p]. Send and receive ranges must
- *  not overlap. recvcounts[p] on r must equal sendcounts[r] on p, else HCOMM_ERR_MISMATCH: on
- *  mpi on every rank before any data moves; on local only on the receiving rank(s), while the
- *  matching pairs are delivered. Errors: the common ones (NULL also for any count array;
- *  UNSUPPORTED also for a displacement above INT_MAX). */
+ *  not overlap. recvcounts[p] on r must equal sendcounts[r] on p, else HCOMM_ERR_MISMATCH on
+ *  every rank before any data moves (both backends). Errors: the common ones (NULL also for any
+ * count array; UNSUPPORTED also for a displacement above INT_MAX). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,
                                            void *recvbuf, const size_t *recvcounts,

@@ -35,7 +35,7 @@ typedef struct local_slot {
     size_t size; /* its element or byte count: peers must agree */
     const void *send;
     void *aux;
-    const size_t *counts, *displs;
+    const size_t *counts, *displs, *rcounts;
     int color, key;
 } local_slot_t;
 
@@ -403,6 +403,21 @@ static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, 
     return local_barrier(c);
 }
 
+/* Every rank sees every rank's send and receive counts, so all of them find the same first
+ * mismatch and fail together before any data moves, as the mpi backend does. */
+static hcomm_result_t check_all_to_allv_counts(hcomm_comm_t *c) {
+    for (int r = 0; r < c->size; r++) /* by receiver first, as the mpi backend reports */
+        for (int s = 0; s < c->size; s++) {
+            size_t sent = slot_of(c, s)->counts[r], want = slot_of(c, r)->rcounts[s];
+            if (sent != want)
+                return hcomm__err(HCOMM_ERR_MISMATCH, "hcomm_all_to_allv",
+                                  "rank %d sends %zu bytes to rank %d, which expects %zu; no "
+                                  "data was moved",
+                                  s, sent, r, want);
+        }
+    return HCOMM_OK;
+}
+
 static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                         const size_t *sendcounts, const size_t *sdispls,
                                         void *recvbuf, const size_t *recvcounts,
@@ -410,20 +425,15 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     post(c, (local_slot_t){.call = call_id(CALL_ALL_TO_ALLV, 0, 0, 0),
                            .send = sendbuf,
                            .counts = sendcounts,
-                           .displs = sdispls});
+                           .displs = sdispls,
+                           .rcounts = recvcounts});
     HCOMM__TRY(arrive(c, "hcomm_all_to_allv"));
-    hcomm_result_t res = HCOMM_OK;
-    for (int s = 0; s < c->size; s++) {
+    hcomm_result_t res = check_all_to_allv_counts(c);
+    for (int s = 0; res == HCOMM_OK && s < c->size; s++) {
         const local_slot_t *src = slot_of(c, s);
-        size_t n = src->counts[c->rank];
-        if (n != recvcounts[s]) {
-            res = hcomm__err(HCOMM_ERR_MISMATCH, "hcomm all_to_allv",
-                             "rank %d sends %zu bytes to rank %d, which expects %zu", s, n, c->rank,
-                             recvcounts[s]);
-            continue;
-        }
-        if (n)
-            memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank], n);
+        if (recvcounts[s])
+            memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank],
+                   recvcounts[s]);
     }
     hcomm_result_t res2 = local_barrier(c); /* reached even after a mismatch: no hang */
     return res != HCOMM_OK ? res : res2;
