@@ -50,6 +50,31 @@ static void test_failure_aborts_peers(void) {
     T_CHECK(hcomm__now() - t0 < 10.0, "abort took %.1f s", hcomm__now() - t0);
 }
 
+/* Rank 0 fails after a barrier; its peers keep calling collectives. None of those may
+ * succeed: rank 0 never joins them (a stale arrival count once let them "complete" and read
+ * rank 0's dead stack). */
+static hcomm_result_t fail_then_peers_continue(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int rank = 0;
+    hcomm_comm_rank(world, &rank);
+    T_OK(hcomm_barrier(world));
+    if (rank == 0)
+        return hcomm__err(HCOMM_ERR_IO, "fail_then_peers_continue", "rank 0 fails on purpose");
+    int mine = rank, all[8];
+    hcomm_result_t last = HCOMM_OK;
+    for (int i = 0; i < 3; i++) {
+        last = hcomm_all_gather(world, &mine, all, sizeof mine);
+        T_CHECK(last == HCOMM_ERR_ABORTED, "all_gather %d without rank 0 returned %s", i,
+                hcomm_result_name(last));
+    }
+    return last;
+}
+
+static void test_no_collective_after_abort(void) {
+    T_ERR(hcomm_launch("local", 4, fail_then_peers_continue, NULL), HCOMM_ERR_IO);
+    T_CHECK(strstr(hcomm_last_error(), "rank 0") != NULL, "got '%s'", hcomm_last_error());
+}
+
 /* Rank 0 returns without the barrier its peers wait in: a timeout, not a hang. */
 static hcomm_result_t skip_barrier(hcomm_comm_t *world, void *arg) {
     (void)arg;
@@ -127,6 +152,7 @@ int main(void) {
         test_every_rank_runs_once();
         test_failure_aborts_peers();
         test_missing_peer_times_out();
+        test_no_collective_after_abort();
         t_for_each_world(mismatched_calls, NULL, 8);
     } else {
         T_OK(hcomm_launch(NULL, 0, check_world, NULL));

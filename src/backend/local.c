@@ -113,11 +113,14 @@ static hcomm_result_t wait_slice(local_shared_t *sh, double deadline, const char
     if (atomic_load(&sh->world->aborted))
         return hcomm__err(HCOMM_ERR_ABORTED, fn, "another rank failed; giving up");
     double now = hcomm__now();
-    if (now > deadline)
+    if (now > deadline) {
+        /* The ranks are out of step for good: stop every other wait in this world too. */
+        atomic_store(&sh->world->aborted, 1);
         return hcomm__err(HCOMM_ERR_TIMEOUT, fn,
-                          "waited %.0f s for peers (HCOMM_TIMEOUT=%.0f); a rank did not call "
-                          "the matching operation",
-                          sh->world->timeout_s, sh->world->timeout_s);
+                          "waited %g s for peers (HCOMM_TIMEOUT); a rank did not call the "
+                          "matching operation",
+                          sh->world->timeout_s);
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += 50 * 1000 * 1000;
@@ -138,6 +141,12 @@ static hcomm_result_t local_barrier(hcomm_comm_t *c) {
     double deadline = deadline_of(sh);
     hcomm_result_t res = HCOMM_OK;
     pthread_mutex_lock(&sh->mu);
+    /* A rank that left an earlier barrier of an aborted world left its arrival counted; no
+     * barrier may complete on such counts, so nobody arrives once the world has aborted. */
+    if (atomic_load(&sh->world->aborted)) {
+        pthread_mutex_unlock(&sh->mu);
+        return hcomm__err(HCOMM_ERR_ABORTED, "hcomm barrier", "another rank failed; giving up");
+    }
     unsigned gen = sh->bar_gen;
     if (++sh->bar_count == sh->size) {
         sh->bar_count = 0;
