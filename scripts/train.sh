@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs what hcomm needs, builds it and runs the main job, hcomm-train, with its defaults
-# (extra arguments are passed on, e.g. scripts/train.sh --steps 50).
+# Installs what hcomm needs, builds it and runs the main job, hcomm-train, with its defaults.
+# Extra arguments go to hcomm-train; relative paths in them are taken from where you run this,
+# e.g. bash scripts/train.sh --steps 100 --metrics loss.csv
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j "$(nproc)" --target hcomm-train
-exec ./build/hcomm-train "$@"
+root=$(cd "$(dirname "$0")/.." && pwd)
+bash "$root/scripts/deps.sh"
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$root/build" -j "$(nproc)" --target hcomm-train
+exec "$root/build/hcomm-train" "$@"
