@@ -137,16 +137,13 @@ static void print_group_json(FILE *f, const int *members, int n) {
     fputc(']', f);
 }
 
-static void print_json(FILE *f, int world, const hcomm_parallel_config_t *c, int edp,
-                       const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
-    fprintf(f,
-            "{\"config\": {\"world\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, "
-            "\"ep\": %d, \"etp\": %d, \"edp\": %d, \"num_experts\": %d, \"order\": \"%s\"}",
-            world, c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, edp, c->num_experts, c->order);
+/* Exactly the ten group kinds as keys, so a consumer can compare the object as a whole; the
+ * resolved sizes are in the table view. */
+static void print_json(FILE *f, const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
         const char *name = "";
         hcomm_group_kind_name((hcomm_group_kind_t)k, &name);
-        fprintf(f, ",\n \"%s\": [", name);
+        fprintf(f, "%s\"%s\": [", k ? ",\n " : "{", name);
         const hcomm_group_list_t *l = &lists[k];
         for (int g = 0; g < l->num_groups; g++) {
             if (g)
@@ -204,7 +201,7 @@ static int plan(const options_t *o) {
             goto done;
     int edp = lists[HCOMM_GROUP_EDP].group_size;
     if (o->json)
-        print_json(stdout, o->world, &resolved, edp, lists);
+        print_json(stdout, lists);
     else
         print_table(stdout, o->world, &resolved, edp, lists);
     status = fflush(stdout) == 0 ? 0 : 1;
