@@ -10,6 +10,8 @@ STEPS=100
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hcomm-train-parity.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# hcomm-train reads its default backend from HCOMM_BACKEND; the runs below choose it themselves.
+unset HCOMM_BACKEND
 failures=0
 
 fail() {
@@ -129,6 +131,21 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then
     else
         echo "ok   mpi world-size mismatch fails with a message"
     fi
+    # HCOMM_BACKEND picks the backend when --backend is not given.
+    run env-backend env HCOMM_BACKEND=mpi "$TRAIN" --steps 2 --tp 1 --pp 1 --dp 1 &&
+        { grep -q "1 rank .* on mpi$" "$WORK/env-backend.log" &&
+            echo "ok   HCOMM_BACKEND=mpi is the default backend" ||
+            fail "HCOMM_BACKEND=mpi: the run did not use the mpi backend"; }
+    # mpirun -np 2 with the local backend would train twice over: refused, said once (by rank 0).
+    timeout 120 "$MPIRUN" -np 2 "$TRAIN" --steps 2 >"$WORK/mpi-local.log" 2>&1
+    rc=$?
+    said=$(grep -c "started by mpirun with 2 processes but --backend local" "$WORK/mpi-local.log")
+    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ] || [ "$said" -ne 1 ]; then
+        fail "mpirun -np 2 with --backend local: exit $rc, the reason said $said times (expected 1):"
+        sed 's/^/    /' "$WORK/mpi-local.log" >&2
+    else
+        echo "ok   mpirun -np 2 with the local backend fails (exit $rc), said once"
+    fi
 else
     echo "skip the MPI layout (HCOMM_WITH_MPI=${HCOMM_WITH_MPI:-OFF})"
 fi
@@ -156,6 +173,29 @@ expect_fail batch-not-divisible "not divisible" --batch 6 --dp 2 --micro-batches
 expect_fail experts-not-divisible "not divisible" --experts 3 --ep 2
 expect_fail pp-too-large "out of range" --pp 5
 expect_fail unknown-flag "unknown flag" --bogus 1
+expect_fail unknown-backend "backend bogus: expected local or mpi" --backend bogus --steps 2
+HCOMM_BACKEND=bogus expect_fail unknown-env-backend "HCOMM_BACKEND=bogus" --steps 2
+expect_fail explicit-ep "ep 2 does not divide --dp 1" --tp 4 --pp 1 --dp 1 --ep 2 --steps 2
+expect_fail data-is-dir "Is a directory" --data "$WORK" --steps 1
+expect_fail steps-overflow "out of range 1\.\." --steps 99999999999
+expect_fail seed-overflow "out of range 0\.\." --seed 18446744073709551616
+expect_fail lr-overflow "out of range (0, 100\]" --lr 1e400
+expect_fail metrics-path "$WORK/no-dir/x.csv" --metrics "$WORK/no-dir/x.csv" --steps 1
+"$TRAIN" --help | grep -q -- "default: \$HCOMM_BACKEND or local" ||
+    fail "--help does not say the backend defaults to \$HCOMM_BACKEND"
+
+# Without --ep, ep is 2 where 2 divides dp and --experts, else 1; an explicit one is kept.
+ep_run() {
+    local name=$1 want=$2
+    shift 2
+    run "$name" "$TRAIN" --steps 2 "$@" &&
+        { grep -q "; ep $want," "$WORK/$name.log" && echo "ok   $name: ep $want" ||
+            fail "$name: expected ep $want: $(head -n 1 "$WORK/$name.log")"; }
+}
+ep_run ep-default-dp1 1 --tp 4 --pp 1 --dp 1
+ep_run ep-default-dp2 2 --tp 1 --pp 1 --dp 2
+ep_run ep-default-experts3 1 --tp 1 --pp 1 --dp 2 --experts 3
+ep_run ep-explicit 4 --tp 1 --pp 1 --dp 4 --ep 4
 "$TRAIN" --help | grep -q -- "--micro-batches" || fail "--help does not list --micro-batches"
 
 # Any text file works as --data.

@@ -13,7 +13,9 @@ static uint8_t *read_file(const char *path, size_t *len) {
         return NULL;
     size_t cap = 1 << 16, n = 0;
     uint8_t *buf = malloc(cap);
+    int saved_errno = ENOMEM;
     while (buf != NULL) {
+        errno = 0;
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap)
             break;
@@ -21,18 +23,20 @@ static uint8_t *read_file(const char *path, size_t *len) {
         if (bigger == NULL) {
             free(buf);
             buf = NULL;
-            errno = ENOMEM;
             break;
         }
         buf = bigger;
         cap *= 2;
     }
+    /* The failed fread left the reason in errno (EISDIR for a directory): keep it. */
     if (buf != NULL && ferror(f)) {
+        saved_errno = errno != 0 ? errno : EIO;
         free(buf);
         buf = NULL;
-        errno = EIO;
     }
     fclose(f);
+    if (buf == NULL)
+        errno = saved_errno;
     *len = n;
     return buf;
 }

@@ -4,8 +4,10 @@
  * layout (see test/test_train_parity.sh). */
 #include "train.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int check_metrics_path(const char *path) {
     if (path == NULL)
@@ -14,11 +16,37 @@ static int check_metrics_path(const char *path) {
      * runs this, and only world rank 0 writes the file later. */
     FILE *f = fopen(path, "a");
     if (f == NULL) {
-        perror("hcomm-train: cannot write --metrics file");
+        fprintf(stderr, "hcomm-train: cannot write --metrics %s: %s\n", path, strerror(errno));
         return -1;
     }
     fclose(f);
     return 0;
+}
+
+/* The first of the environment variables @p names that is set, as an integer; -1 if none is. */
+static long env_first_int(const char *const *names) {
+    for (; *names != NULL; names++) {
+        const char *s = getenv(*names);
+        if (s != NULL && s[0] != '\0')
+            return strtol(s, NULL, 10);
+    }
+    return -1;
+}
+
+/* mpirun -np N with the local backend would run N copies of the whole job, all writing the
+ * same --metrics file: refuse it. Only the launcher's rank 0 says why, so the reason shows once. */
+static int check_not_duplicated(const train_opts_t *o) {
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", NULL};
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
+    long procs = env_first_int(size_vars);
+    if (strcmp(opts_backend(o), "local") != 0 || procs <= 1)
+        return 0;
+    if (env_first_int(rank_vars) <= 0)
+        fprintf(stderr,
+                "hcomm-train: started by mpirun with %ld processes but --backend local; pass "
+                "--backend mpi (or HCOMM_BACKEND=mpi)\n",
+                procs);
+    return -1;
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +58,8 @@ int main(int argc, char **argv) {
         opts_usage(stdout);
         return 0;
     }
+    if (check_not_duplicated(&opts) != 0)
+        return 2;
     if (corpus_load(opts.data, &corpus, stderr) != 0)
         return 1;
     if (corpus.len < (size_t)opts.seq + 2) {
@@ -47,7 +77,7 @@ int main(int argc, char **argv) {
     if (r != HCOMM_OK) {
         fprintf(stderr, "hcomm-train: training failed: %s: %s\n", hcomm_result_name(r),
                 hcomm_last_error());
-        if (r == HCOMM_ERR_INVALID_ARG && opts.backend[0] == 'm')
+        if (r == HCOMM_ERR_INVALID_ARG && strcmp(opts_backend(&opts), "mpi") == 0)
             fprintf(stderr,
                     "hcomm-train: with --backend mpi the world size tp*pp*dp = %d must "
                     "equal the number of processes mpirun starts\n",

@@ -26,9 +26,22 @@ hcomm_result_t train_comm_done(train_rt_t *rt, hcomm_result_t r) {
 
 hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t r) {
     if (r != HCOMM_ERR_ABORTED)
-        fprintf(stderr, "hcomm-train: rank %d: %s failed: %s: %s\n", rt->world_rank, what,
+        fprintf(stderr, "hcomm-train: rank %d: %s failed: %s (%s)\n", rt->world_rank, what,
                 hcomm_result_name(r), hcomm_last_error());
     return r;
+}
+
+hcomm_result_t train_fail_call(const train_rt_t *rt, const char *call, hcomm_result_t r) {
+    /* call is the C text, maybe wrapped: "TRAIN_COMM(rt, hcomm_pp_recv(rt->pp, ...))"; the
+     * user needs only the name of the hcomm function. */
+    char name[64] = "an hcomm call";
+    const char *p = strstr(call, "hcomm_");
+    if (p != NULL) {
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (n < sizeof name)
+            snprintf(name, sizeof name, "%.*s", (int)n, p);
+    }
+    return train_fail(rt, name, r);
 }
 
 /* A zeroed heap array for the parameters, which live as long as the model. */

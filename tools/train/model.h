@@ -37,6 +37,8 @@ hcomm_result_t train_comm_done(train_rt_t *rt, hcomm_result_t r);
 /* Prints which call failed on which rank (not for HCOMM_ERR_ABORTED: the first failure has
  * already been printed) and returns r. */
 hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t r);
+/* train_fail naming only the hcomm function that the C text @p call of TRAIN_TRY calls. */
+hcomm_result_t train_fail_call(const train_rt_t *rt, const char *call, hcomm_result_t r);
 
 /* A 2-D f64 tensor [rows, cols] over data, the shape of every hcomm call here. */
 hcomm_tensor_t train_view2(double *data, int64_t rows, int64_t cols);
@@ -48,7 +50,7 @@ hcomm_tensor_t train_view2(double *data, int64_t rows, int64_t cols);
     do {                                                                                           \
         hcomm_result_t tr_r_ = (call);                                                             \
         if (tr_r_ != HCOMM_OK)                                                                     \
-            return train_fail((rt), #call, tr_r_);                                                 \
+            return train_fail_call((rt), #call, tr_r_);                                            \
     } while (0)
 
 /* A parameter tensor: this rank's shard, its gradient and its momentum buffer. */

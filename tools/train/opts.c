@@ -9,91 +9,133 @@
 
 typedef enum opt_kind { OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STRING } opt_kind_t;
 
+/* Bits of opt_def_t.open: which ends of a number flag's range are excluded. */
+enum { LO_OPEN = 1, HI_OPEN = 2 };
+
 typedef struct opt_def {
     const char *name; /* without the leading "--" */
     opt_kind_t kind;
     size_t offset;     /* of the field in train_opts_t */
-    const char *deflt; /* default, parsed like a command-line value */
+    const char *deflt; /* default, parsed like a command-line value; NULL: opts_parse picks it */
+    const char *shown; /* the default as --help shows it */
     const char *help;
+    double lo, hi; /* allowed values of OPT_INT and OPT_DOUBLE flags */
+    int open;      /* OPT_DOUBLE: LO_OPEN | HI_OPEN */
 } opt_def_t;
 
-#define OPT_(name, kind, field, deflt, help)                                                       \
-    { name, kind, offsetof(train_opts_t, field), deflt, help }
+#define OPT_(name, kind, field, deflt, shown, help, lo, hi, open)                                  \
+    { name, kind, offsetof(train_opts_t, field), deflt, shown, help, lo, hi, open }
+#define OPT_INT_(name, field, deflt, lo, hi, help)                                                 \
+    OPT_(name, OPT_INT, field, deflt, deflt, help, lo, hi, 0)
+#define OPT_DBL_(name, field, deflt, lo, hi, open, help)                                           \
+    OPT_(name, OPT_DOUBLE, field, deflt, deflt, help, lo, hi, open)
+#define OPT_STR_(name, field, deflt, help)                                                         \
+    OPT_(name, OPT_STRING, field, deflt, deflt, help, 0, 0, 0)
 
 static const opt_def_t OPTS[] = {
-    OPT_("tp", OPT_INT, tp, "2", "tensor-parallel size (also the expert-TP size)"),
-    OPT_("pp", OPT_INT, pp, "2", "pipeline stages, 1..4 (units: embed, TP block, MoE, head)"),
-    OPT_("dp", OPT_INT, dp, "2", "data-parallel size; world size = tp * pp * dp"),
-    OPT_("ep", OPT_INT, ep, "2", "expert-parallel size; must divide dp and --experts"),
-    OPT_("experts", OPT_INT, experts, "4", "experts in the MoE layer (top-1 routing)"),
-    OPT_("hidden", OPT_INT, hidden, "64", "model width C (TP FFN 4C, expert FFN 2C)"),
-    OPT_("steps", OPT_INT, steps, "300", "optimizer steps"),
-    OPT_("micro-batches", OPT_INT, micro_batches, "2", "micro-batches per step per DP rank"),
-    OPT_("batch", OPT_INT, batch, "16", "global batch in sequences; divisible by dp*micro"),
-    OPT_("seq", OPT_INT, seq, "32", "characters per sequence"),
-    OPT_("seed", OPT_U64, seed, "1234", "seed of the weights and of the data sampler"),
-    OPT_("lr", OPT_DOUBLE, lr, "0.3", "SGD learning rate"),
-    OPT_("momentum", OPT_DOUBLE, momentum, "0.9", "SGD momentum, 0 <= m < 1"),
-    OPT_("backend", OPT_STRING, backend, "local", "local (ranks are threads) or mpi (mpirun)"),
-    OPT_("data", OPT_STRING, data, "/usr/share/common-licenses/GPL-3", "training text file"),
-    OPT_("metrics", OPT_STRING, metrics, "", "write CSV step,loss,... to this file"),
-    OPT_("log-every", OPT_INT, log_every, "10", "steps between progress lines"),
+    OPT_INT_("tp", tp, "2", 1, 4096, "tensor-parallel size (also the expert-TP size)"),
+    OPT_INT_("pp", pp, "2", 1, 4, "pipeline stages, 1..4 (units: embed, TP block, MoE, head)"),
+    OPT_INT_("dp", dp, "2", 1, 4096, "data-parallel size; world size = tp * pp * dp"),
+    OPT_("ep", OPT_INT, ep, NULL, "2 if 2 divides --dp and --experts, else 1",
+         "expert-parallel size; must divide dp and --experts", 1, 4096, 0),
+    OPT_INT_("experts", experts, "4", 1, 4096, "experts in the MoE layer (top-1 routing)"),
+    OPT_INT_("hidden", hidden, "64", 1, 4096, "model width C (TP FFN 4C, expert FFN 2C)"),
+    OPT_INT_("steps", steps, "300", 1, 100000000, "optimizer steps"),
+    OPT_INT_("micro-batches", micro_batches, "2", 1, 1 << 20, "micro-batches per step per DP rank"),
+    OPT_INT_("batch", batch, "16", 1, 1 << 20, "global batch in sequences; divisible by dp*micro"),
+    OPT_INT_("seq", seq, "32", 1, 1 << 20, "characters per sequence"),
+    OPT_("seed", OPT_U64, seed, "1234", "1234", "seed of the weights and of the data sampler", 0, 0,
+         0),
+    OPT_DBL_("lr", lr, "0.3", 0.0, 100.0, LO_OPEN, "SGD learning rate, 0 < lr <= 100"),
+    OPT_DBL_("momentum", momentum, "0.9", 0.0, 1.0, HI_OPEN, "SGD momentum, 0 <= m < 1"),
+    OPT_("backend", OPT_STRING, backend, NULL, "$HCOMM_BACKEND or local",
+         "local (ranks are threads) or mpi (mpirun)", 0, 0, 0),
+    OPT_STR_("data", data, "/usr/share/common-licenses/GPL-3", "training text file"),
+    OPT_STR_("metrics", metrics, "", "write CSV step,loss,... to this file"),
+    OPT_INT_("log-every", log_every, "10", 1, 1 << 30, "steps between progress lines"),
 };
 #define NUM_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
-static int parse_int(const char *s, int *out) {
+/* Results of the parse_ functions. */
+enum { PARSE_OK = 0, PARSE_SYNTAX = -1, PARSE_RANGE = -2 };
+
+static int parse_int(const opt_def_t *d, const char *s, int *out) {
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < -1000000000L || v > 1000000000L)
-        return -1;
+    if (end == s || *end != '\0')
+        return PARSE_SYNTAX;
+    if (errno == ERANGE || (double)v < d->lo || (double)v > d->hi)
+        return PARSE_RANGE;
     *out = (int)v;
-    return 0;
+    return PARSE_OK;
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
     char *end = NULL;
     errno = 0;
-    if (s[0] == '-')
-        return -1;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
+    if (end == s || *end != '\0')
+        return PARSE_SYNTAX;
+    /* strtoull negates "-1" to 2^64 - 1: refuse a sign rather than wrap. */
+    if (errno == ERANGE || strchr(s, '-') != NULL)
+        return PARSE_RANGE;
     *out = (uint64_t)v;
-    return 0;
+    return PARSE_OK;
 }
 
-static int parse_double(const char *s, double *out) {
+static int parse_double(const opt_def_t *d, const char *s, double *out) {
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || v != v)
-        return -1;
+    if (end == s || *end != '\0' || v != v)
+        return PARSE_SYNTAX;
+    /* ERANGE: too large, or too small to be told from 0. */
+    if (errno == ERANGE || v < d->lo || v > d->hi || ((d->open & LO_OPEN) && v == d->lo) ||
+        ((d->open & HI_OPEN) && v == d->hi))
+        return PARSE_RANGE;
     *out = v;
-    return 0;
+    return PARSE_OK;
+}
+
+/* Says what a flag accepts: "1..4", "(0, 100]", "0..18446744073709551615". */
+static void opt_range(const opt_def_t *d, char *buf, size_t size) {
+    if (d->kind == OPT_INT)
+        snprintf(buf, size, "%.0f..%.0f", d->lo, d->hi);
+    else if (d->kind == OPT_U64)
+        snprintf(buf, size, "0..%llu", (unsigned long long)UINT64_MAX);
+    else
+        snprintf(buf, size, "%c%g, %g%c", (d->open & LO_OPEN) ? '(' : '[', d->lo, d->hi,
+                 (d->open & HI_OPEN) ? ')' : ']');
 }
 
 /* Stores the text value of one flag into its field. */
 static int opt_set(const opt_def_t *d, const char *value, train_opts_t *o, FILE *err) {
     char *field = (char *)o + d->offset;
-    int bad = 0;
+    int bad = PARSE_OK;
     switch (d->kind) {
     case OPT_INT:
-        bad = parse_int(value, (int *)(void *)field);
+        bad = parse_int(d, value, (int *)(void *)field);
         break;
     case OPT_U64:
         bad = parse_u64(value, (uint64_t *)(void *)field);
         break;
     case OPT_DOUBLE:
-        bad = parse_double(value, (double *)(void *)field);
+        bad = parse_double(d, value, (double *)(void *)field);
         break;
     case OPT_STRING:
         *(const char **)(void *)field = value;
         break;
     }
-    if (bad) {
+    if (bad == PARSE_SYNTAX) {
         const char *what = d->kind == OPT_DOUBLE ? "a number" : "an integer";
         fprintf(err, "hcomm-train: --%s %s: expected %s\n", d->name, value, what);
+        return -1;
+    }
+    if (bad == PARSE_RANGE) {
+        char range[64];
+        opt_range(d, range, sizeof range);
+        fprintf(err, "hcomm-train: --%s %s: out of range %s\n", d->name, value, range);
         return -1;
     }
     return 0;
@@ -108,29 +150,6 @@ static const opt_def_t *opt_find(const char *name, size_t len) {
 
 /* Checks the values together; says which flag to change. */
 static int opts_validate(const train_opts_t *o, FILE *err) {
-    struct {
-        const char *name;
-        int value, min, max;
-    } ranges[] = {
-        {"tp", o->tp, 1, 4096},
-        {"pp", o->pp, 1, 4},
-        {"dp", o->dp, 1, 4096},
-        {"ep", o->ep, 1, 4096},
-        {"experts", o->experts, 1, 4096},
-        {"hidden", o->hidden, 1, 4096},
-        {"steps", o->steps, 1, 100000000},
-        {"micro-batches", o->micro_batches, 1, 1 << 20},
-        {"batch", o->batch, 1, 1 << 20},
-        {"seq", o->seq, 1, 1 << 20},
-        {"log-every", o->log_every, 1, 1 << 30},
-    };
-    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
-        if (ranges[i].value < ranges[i].min || ranges[i].value > ranges[i].max) {
-            fprintf(err, "hcomm-train: --%s %d out of range %d..%d\n", ranges[i].name,
-                    ranges[i].value, ranges[i].min, ranges[i].max);
-            return -1;
-        }
-    }
     if ((long long)o->tp * o->pp * o->dp > 4096) {
         fprintf(err, "hcomm-train: world size tp*pp*dp = %lld is over 4096\n",
                 (long long)o->tp * o->pp * o->dp);
@@ -159,16 +178,14 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                 o->tp, 4 * o->hidden, 2 * o->hidden);
         return -1;
     }
-    if (!(o->lr > 0.0) || o->lr > 100.0) {
-        fprintf(err, "hcomm-train: --lr %g must be in (0, 100]\n", o->lr);
-        return -1;
-    }
-    if (!(o->momentum >= 0.0 && o->momentum < 1.0)) {
-        fprintf(err, "hcomm-train: --momentum %g must be in [0, 1)\n", o->momentum);
-        return -1;
-    }
-    if (strcmp(o->backend, "local") != 0 && strcmp(o->backend, "mpi") != 0) {
-        fprintf(err, "hcomm-train: --backend %s: expected local or mpi\n", o->backend);
+    const char *backend = opts_backend(o);
+    if (strcmp(backend, "local") != 0 && strcmp(backend, "mpi") != 0) {
+        if (o->backend != NULL)
+            fprintf(err, "hcomm-train: --backend %s: expected local or mpi\n", backend);
+        else
+            fprintf(err,
+                    "hcomm-train: HCOMM_BACKEND=%s: expected local or mpi (or pass --backend)\n",
+                    backend);
         return -1;
     }
     return 0;
@@ -177,12 +194,13 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
 static int opts_defaults(train_opts_t *o, FILE *err) {
     memset(o, 0, sizeof *o);
     for (int i = 0; i < NUM_OPTS; i++)
-        if (opt_set(&OPTS[i], OPTS[i].deflt, o, err) != 0)
+        if (OPTS[i].deflt != NULL && opt_set(&OPTS[i], OPTS[i].deflt, o, err) != 0)
             return -1;
     return 0;
 }
 
 int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
+    int ep_given = 0;
     if (opts_defaults(o, err) != 0)
         return -1;
     for (int i = 1; i < argc; i++) {
@@ -209,7 +227,11 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
         }
         if (opt_set(d, value, o, err) != 0)
             return -1;
+        ep_given |= d->offset == offsetof(train_opts_t, ep);
     }
+    /* The default --ep must not break a layout that never mentions experts: 2 where it fits. */
+    if (!ep_given)
+        o->ep = o->dp % 2 == 0 && o->experts % 2 == 0 ? 2 : 1;
     if (o->metrics != NULL && o->metrics[0] == '\0')
         o->metrics = NULL;
     return opts_validate(o, err);
@@ -223,10 +245,17 @@ void opts_usage(FILE *out) {
         char left[40];
         snprintf(left, sizeof left, "--%s %s", OPTS[i].name,
                  OPTS[i].kind == OPT_STRING ? "S" : (OPTS[i].kind == OPT_DOUBLE ? "X" : "N"));
-        const char *d = OPTS[i].deflt[0] ? OPTS[i].deflt : "none";
-        fprintf(out, "  %-20s %s (default %s)\n", left, OPTS[i].help, d);
+        const char *d = OPTS[i].shown[0] ? OPTS[i].shown : "none";
+        fprintf(out, "  %-20s %s (default: %s)\n", left, OPTS[i].help, d);
     }
     fprintf(out, "  %-20s print this help\n", "--help");
+}
+
+const char *opts_backend(const train_opts_t *o) {
+    const char *env = getenv("HCOMM_BACKEND");
+    if (o->backend != NULL)
+        return o->backend;
+    return env != NULL && env[0] != '\0' ? env : "local";
 }
 
 int opts_world_size(const train_opts_t *o) {

@@ -19,7 +19,7 @@ typedef struct train_opts {
     uint64_t seed;       /* seeds the weights and the data sampler */
     double lr;           /* SGD learning rate */
     double momentum;     /* SGD momentum */
-    const char *backend; /* "local" or "mpi" */
+    const char *backend; /* --backend, or NULL: see opts_backend() */
     const char *data;    /* training text */
     const char *metrics; /* CSV output, or NULL */
     int help;            /* --help was given */
@@ -29,6 +29,9 @@ typedef struct train_opts {
 int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err);
 /* Prints the usage text with every flag and its default. */
 void opts_usage(FILE *out);
+/* The backend to run on: --backend, else $HCOMM_BACKEND, else "local" (as hcomm_launch picks
+ * it from NULL). */
+const char *opts_backend(const train_opts_t *o);
 /* Number of ranks the layout needs: tp * pp * dp. */
 int opts_world_size(const train_opts_t *o);
 

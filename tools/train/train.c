@@ -12,6 +12,7 @@
 
 #include "model.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,16 +243,22 @@ static hcomm_result_t check_replicas(const model_t *m, train_rt_t *rt) {
 
 /* ---------------------------------------------------------------- reports */
 
+/* "s" after a count other than 1. */
+static const char *plural(int n) {
+    return n == 1 ? "" : "s";
+}
+
 static void report_start(const train_job_t *job, const train_rt_t *rt) {
     const train_opts_t *o = job->opts;
     static const char *names[NUM_UNITS] = {"embed", "TP block", "MoE", "head"};
-    printf("hcomm-train: %d rank%s (tp %d x pp %d x dp %d; ep %d, %d experts) on %s\n",
-           rt->world_size, rt->world_size == 1 ? "" : "s", o->tp, o->pp, o->dp, o->ep, o->experts,
-           o->backend);
+    printf("hcomm-train: %d rank%s (tp %d x pp %d x dp %d; ep %d, %d expert%s) on %s\n",
+           rt->world_size, plural(rt->world_size), o->tp, o->pp, o->dp, o->ep, o->experts,
+           plural(o->experts), opts_backend(o));
     printf("hcomm-train: data %s (%zu bytes, vocab %d), %lld parameters, batch %d x %d chars, "
-           "%d micro-batches\n",
+           "%d micro-batch%s\n",
            o->data, job->corpus->len, job->corpus->vocab,
-           (long long)model_full_size(o, job->corpus->vocab), o->batch, o->seq, o->micro_batches);
+           (long long)model_full_size(o, job->corpus->vocab), o->batch, o->seq, o->micro_batches,
+           o->micro_batches == 1 ? "" : "es");
     printf("hcomm-train: stages:");
     for (int s = 0; s < o->pp; s++) {
         printf(" [");
@@ -293,10 +300,10 @@ static void report_step(report_t *rep, const train_opts_t *o, int step, const do
 
 static void report_end(const report_t *rep, const train_opts_t *o, const double sums[3]) {
     const double t = train_now() - rep->t0;
-    printf("done: %d steps in %.1f s | loss %.4f -> %.4f | %.0f tok/s | comm %.1f%% of rank time "
+    printf("done: %d step%s in %.1f s | loss %.4f -> %.4f | %.0f tok/s | comm %.1f%% of rank time "
            "(in hcomm calls, waits included) | replicas bitwise equal\n",
-           o->steps, t, rep->first_loss, rep->last_loss, (double)o->batch * o->seq * o->steps / t,
-           sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0);
+           o->steps, plural(o->steps), t, rep->first_loss, rep->last_loss,
+           (double)o->batch * o->seq * o->steps / t, sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0);
     fflush(stdout);
 }
 
@@ -342,7 +349,8 @@ static hcomm_result_t open_metrics(const train_opts_t *o, const train_rt_t *rt, 
         return HCOMM_OK;
     rep->metrics = fopen(o->metrics, "w");
     if (rep->metrics == NULL) {
-        fprintf(stderr, "hcomm-train: cannot write --metrics %s\n", o->metrics);
+        fprintf(stderr, "hcomm-train: cannot write --metrics %s: %s\n", o->metrics,
+                strerror(errno));
         return HCOMM_ERR_IO;
     }
     fprintf(rep->metrics, "step,loss,tokens_per_s,comm_share,elapsed_s\n");
