@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# hcomm-bench: every op on 3 ranks (a non-power of two) reports rows with zero wrong elements,
+# busbw = algbw * the nccl-tests factor, and bad flags exit 2 with a message.
+set -euo pipefail
+bench=$1/hcomm-bench
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$(HCOMM_BACKEND=local timeout 120 "$bench" -n 3 -b 1K -e 64K -f 8 --iters 3)
+echo "$out"
+rows=$(echo "$out" | awk '!/^#/ && NF == 8' | wc -l)
+[ "$rows" -eq 15 ] || fail "expected 15 rows (5 ops x 3 sizes), got $rows"
+echo "$out" | awk '!/^#/ && NF == 8 && $8 != 0 {bad = 1} END {exit bad}' || fail "wrong elements reported"
+# busbw / algbw per op with n = 3: all_reduce 4/3, broadcast 1, the others 2/3.
+echo "$out" | awk '!/^#/ && NF == 8 && $6 > 0.01 {
+    f = ($4 == "all_reduce") ? 4/3 : ($4 == "broadcast") ? 1 : 2/3
+    r = $7 / $6; if (r < f * 0.97 || r > f * 1.03) { print "busbw factor " r " for " $4; bad = 1 }
+} END {exit bad}' || fail "busbw is not algbw times the nccl-tests factor"
+
+for args in "-e -1" "-b 8M -e 1K" "-f 2x" "--op gather" "--iters 0"; do
+    set +e
+    msg=$("$bench" $args 2>&1 >/dev/null)
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "hcomm-bench $args exited $rc, expected 2"
+    [ -n "$msg" ] || fail "hcomm-bench $args printed no message"
+done
+echo "bench test passed"
