@@ -19,6 +19,18 @@ void t_for_each_world(hcomm_rank_fn_t fn, void *arg, int max_ranks) {
         T_OK(hcomm_launch("local", n, fn, arg));
 }
 
+int t_rank(const hcomm_comm_t *g) {
+    int r = -1;
+    hcomm_comm_rank(g, &r);
+    return r;
+}
+
+int t_size(const hcomm_comm_t *g) {
+    int n = 0;
+    hcomm_comm_size(g, &n);
+    return n;
+}
+
 int t_finish(const char *name) {
     int f = atomic_load(&t_failures), c = atomic_load(&t_checks);
     printf("%s: %d checks, %d failed\n", name, c, f);

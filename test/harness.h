@@ -54,6 +54,21 @@ extern atomic_int t_checks;
                 "%s failed without a last-error message", #call);                                  \
     } while (0)
 
+/* Checks a call the rest of a rank function depends on: a failure is counted and returned, so
+ * the launch reports it and peers are released instead of waiting. */
+#define T_TRY(call)                                                                                \
+    do {                                                                                           \
+        hcomm_result_t t_try_ = (call);                                                            \
+        T_CHECK(t_try_ == HCOMM_OK, "%s returned %s (%s)", #call, hcomm_result_name(t_try_),       \
+                hcomm_last_error());                                                               \
+        if (t_try_ != HCOMM_OK)                                                                    \
+            return t_try_;                                                                         \
+    } while (0)
+
+/* This rank's index in g and g's size (-1 / 0 if g is NULL). */
+int t_rank(const hcomm_comm_t *g);
+int t_size(const hcomm_comm_t *g);
+
 /* Runs fn on every world size from 1 to max_ranks (local), or once on the MPI world. */
 void t_for_each_world(hcomm_rank_fn_t fn, void *arg, int max_ranks);
 /* The backend tests run on: "local" or "mpi" (from HCOMM_BACKEND). */

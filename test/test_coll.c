@@ -8,15 +8,6 @@
 
 #include <stdint.h>
 
-#define R_TRY(call)                                                                                \
-    do {                                                                                           \
-        hcomm_result_t r_try_ = (call);                                                            \
-        T_CHECK(r_try_ == HCOMM_OK, "%s returned %s (%s)", #call, hcomm_result_name(r_try_),       \
-                hcomm_last_error());                                                               \
-        if (r_try_ != HCOMM_OK)                                                                    \
-            return r_try_;                                                                         \
-    } while (0)
-
 static const size_t counts[] = {0, 1, 7, 1000};
 enum { NCOUNTS = sizeof counts / sizeof counts[0] };
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
@@ -228,7 +219,7 @@ static hcomm_result_t integer_wrap(hcomm_comm_t *c) {
             acc &= mask;
             memcpy(&want, &acc, es); /* little-endian: the low bytes are the value */
             int64_t buf = mine;
-            R_TRY(hcomm_all_reduce(c, &buf, &got, 1, dt, op));
+            T_TRY(hcomm_all_reduce(c, &buf, &got, 1, dt, op));
             T_CHECK(memcmp(&got, &want, es) == 0,
                     "dtype %d %s wrap (world %d): got 0x%llx, expected 0x%llx", (int)dt,
                     op_names[op], c->size, (unsigned long long)got & mask,
@@ -450,7 +441,7 @@ static hcomm_result_t disagreeing_args(hcomm_comm_t *c) {
     T_CHECK(out[0] == -7.0f, "a failed collective wrote its recvbuf");
     /* Nothing was left half done: the next collective gives the right answer. */
     int32_t one = 1, sum = 0;
-    R_TRY(hcomm_all_reduce(c, &one, &sum, 1, HCOMM_I32, HCOMM_SUM));
+    T_TRY(hcomm_all_reduce(c, &one, &sum, 1, HCOMM_I32, HCOMM_SUM));
     T_EQ_INT(sum, c->size);
     return HCOMM_OK;
 }
@@ -490,7 +481,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *c, void *arg) {
     error_paths(c);
     /* The failed calls left no state behind: a collective still works. */
     int32_t one = 1, n = 0;
-    R_TRY(hcomm_all_reduce(c, &one, &n, 1, HCOMM_I32, HCOMM_SUM));
+    T_TRY(hcomm_all_reduce(c, &one, &n, 1, HCOMM_I32, HCOMM_SUM));
     T_EQ_INT(n, c->size);
     HCOMM__TRY(reductions(c));
     HCOMM__TRY(integer_wrap(c));
@@ -499,7 +490,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *c, void *arg) {
     HCOMM__TRY(all_to_allv_empty(c));
     HCOMM__TRY(all_to_allv_mismatch(c));
     HCOMM__TRY(disagreeing_args(c));
-    R_TRY(hcomm_barrier(c));
+    T_TRY(hcomm_barrier(c));
     return HCOMM_OK;
 }
 

@@ -7,18 +7,6 @@
 
 #define MAX_WORLD 8
 
-static int grank(const hcomm_comm_t *g) {
-    int r = -1;
-    hcomm_comm_rank(g, &r);
-    return r;
-}
-
-static int gsize(const hcomm_comm_t *g) {
-    int n = 0;
-    hcomm_comm_size(g, &n);
-    return n;
-}
-
 typedef struct grad_spec {
     hcomm_dtype_t dt;
     int ndim;
@@ -82,9 +70,9 @@ static void test_buckets(hcomm_comm_t *g) {
     hcomm_tensor_t grads[NSPECS];
     for (int o = 0; o < 2; o++)
         for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++) {
-            make_grads(grads, grank(g));
+            make_grads(grads, t_rank(g));
             T_OK(hcomm_dp_all_reduce_grads(g, grads, NSPECS, ops[o], buckets[b]));
-            expect_reduced(grads, gsize(g), ops[o], buckets[b]);
+            expect_reduced(grads, t_size(g), ops[o], buckets[b]);
             for (int t = 0; t < NSPECS; t++)
                 free(grads[t].data);
         }
@@ -94,14 +82,14 @@ static void test_buckets(hcomm_comm_t *g) {
 static void test_prefixes(hcomm_comm_t *g) {
     hcomm_tensor_t grads[NSPECS];
     for (int n = 0; n <= NSPECS; n++) {
-        make_grads(grads, grank(g));
+        make_grads(grads, t_rank(g));
         T_OK(hcomm_dp_all_reduce_grads(g, n ? grads : NULL, n, HCOMM_SUM, 24));
         for (int t = 0; t < NSPECS; t++) {
             size_t bad = numel(&grads[t]);
             for (size_t i = 0; i < numel(&grads[t]) && bad == numel(&grads[t]); i++) {
                 double want = 0;
-                for (int r = 0; r < (t < n ? gsize(g) : 1); r++)
-                    want += val(t < n ? r : grank(g), t, i, grads[t].dtype);
+                for (int r = 0; r < (t < n ? t_size(g) : 1); r++)
+                    want += val(t < n ? r : t_rank(g), t, i, grads[t].dtype);
                 if (t_get_val(grads[t].dtype, grads[t].data, i) != want)
                     bad = i;
             }
@@ -118,7 +106,7 @@ static void expect_error_text(const char *want) {
 
 static void test_errors(hcomm_comm_t *g) {
     hcomm_tensor_t grads[NSPECS];
-    make_grads(grads, grank(g));
+    make_grads(grads, t_rank(g));
     T_ERR(hcomm_dp_all_reduce_grads(g, grads, NSPECS, HCOMM_MAX, 0), HCOMM_ERR_INVALID_ARG);
     expect_error_text("hcomm_dp_all_reduce_grads: op=2 is not HCOMM_SUM or HCOMM_AVG");
     T_ERR(hcomm_dp_all_reduce_grads(g, grads, -1, HCOMM_SUM, 0), HCOMM_ERR_INVALID_ARG);

@@ -18,18 +18,6 @@ typedef struct moe_case {
     int64_t h;
 } moe_case_t;
 
-static int grank(const hcomm_comm_t *g) {
-    int r = -1;
-    hcomm_comm_rank(g, &r);
-    return r;
-}
-
-static int gsize(const hcomm_comm_t *g) {
-    int n = 0;
-    hcomm_comm_size(g, &n);
-    return n;
-}
-
 static uint32_t mix(uint32_t x) {
     x ^= x >> 16;
     x *= 0x7feb352du;
@@ -192,7 +180,7 @@ static void check_backward(hcomm_moe_handle_t *hd, const moe_case_t *c, const ro
 }
 
 static void run_case(hcomm_comm_t *g, const moe_case_t *c) {
-    int p = gsize(g), rank = grank(g), e_all = p * c->num_local;
+    int p = t_size(g), rank = t_rank(g), e_all = p * c->num_local;
     int64_t n = n_tokens(rank, c->mode);
     hcomm_tensor_t tokens = make2(c->dt, n, c->h);
     int32_t ids[MAX_TOKENS];
@@ -232,7 +220,7 @@ static void expect_error_text(const char *want) {
 
 /* Errors that every rank sees alike. */
 static void test_errors_everywhere(hcomm_comm_t *g) {
-    int p = gsize(g);
+    int p = t_size(g);
     hcomm_tensor_t tokens = make2(HCOMM_F32, 3, 2);
     int32_t ids[3] = {0, 1 % (2 * p), 2 * p};
     hcomm_moe_handle_t *hd = (hcomm_moe_handle_t *)&tokens; /* must come back NULL */
@@ -281,7 +269,7 @@ static void test_errors_everywhere(hcomm_comm_t *g) {
 
 /* A bad expert id on one rank only: that rank reports it, the others are told, none waits. */
 static void test_error_on_one_rank(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g);
+    int p = t_size(g), rank = t_rank(g);
     if (p < 2)
         return;
     hcomm_tensor_t tokens = make2(HCOMM_F32, 2, 2);

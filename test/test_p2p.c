@@ -6,17 +6,6 @@
 
 #include <stdint.h>
 
-/* Checks a call that the rest of the rank function depends on: a failure is counted and
- * returned, so the launch reports it and peers are released instead of waiting. */
-#define R_TRY(call)                                                                                \
-    do {                                                                                           \
-        hcomm_result_t r_try_ = (call);                                                            \
-        T_CHECK(r_try_ == HCOMM_OK, "%s returned %s (%s)", #call, hcomm_result_name(r_try_),       \
-                hcomm_last_error());                                                               \
-        if (r_try_ != HCOMM_OK)                                                                    \
-            return r_try_;                                                                         \
-    } while (0)
-
 /* Expects a receive to fail with HCOMM_ERR_MISMATCH and say so in the last error. */
 #define R_MISMATCH(call)                                                                           \
     do {                                                                                           \
@@ -63,10 +52,10 @@ static hcomm_result_t ring_blocking(hcomm_comm_t *c) {
     int32_t out[N], in[N] = {0};
     fill(out, N, c->rank, 1);
     if (c->rank % 2 == 1)
-        R_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
-    R_TRY(c->ops->send(c, out, sizeof out, next_of(c), 3));
+        T_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
+    T_TRY(c->ops->send(c, out, sizeof out, next_of(c), 3));
     if (c->rank % 2 == 0)
-        R_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
+        T_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
     expect_words(in, N, prev_of(c), 1, "blocking ring", c->size);
     return HCOMM_OK;
 }
@@ -101,20 +90,20 @@ static hcomm_result_t nonblocking_orders(hcomm_comm_t *c) {
     int32_t out[N], in[N] = {0};
     hcomm__req_t *rs = NULL, *rr = NULL;
     fill(out, N, c->rank, 3);
-    R_TRY(c->ops->irecv(c, in, sizeof in, prev_of(c), 5, &rr));
-    R_TRY(c->ops->barrier(c));
-    R_TRY(c->ops->isend(c, out, sizeof out, next_of(c), 5, &rs));
-    R_TRY(c->ops->wait(c, rr));
-    R_TRY(c->ops->wait(c, rs));
+    T_TRY(c->ops->irecv(c, in, sizeof in, prev_of(c), 5, &rr));
+    T_TRY(c->ops->barrier(c));
+    T_TRY(c->ops->isend(c, out, sizeof out, next_of(c), 5, &rs));
+    T_TRY(c->ops->wait(c, rr));
+    T_TRY(c->ops->wait(c, rs));
     expect_words(in, N, prev_of(c), 3, "irecv before isend", c->size);
 
     memset(in, 0, sizeof in);
     fill(out, N, c->rank, 4);
-    R_TRY(c->ops->isend(c, out, sizeof out, next_of(c), 6, &rs));
-    R_TRY(c->ops->barrier(c));
-    R_TRY(c->ops->irecv(c, in, sizeof in, prev_of(c), 6, &rr));
-    R_TRY(c->ops->wait(c, rs));
-    R_TRY(c->ops->wait(c, rr));
+    T_TRY(c->ops->isend(c, out, sizeof out, next_of(c), 6, &rs));
+    T_TRY(c->ops->barrier(c));
+    T_TRY(c->ops->irecv(c, in, sizeof in, prev_of(c), 6, &rr));
+    T_TRY(c->ops->wait(c, rs));
+    T_TRY(c->ops->wait(c, rr));
     expect_words(in, N, prev_of(c), 4, "isend before irecv", c->size);
     return HCOMM_OK;
 }
@@ -128,16 +117,16 @@ static hcomm_result_t same_tag_in_order(hcomm_comm_t *c) {
     for (int m = 0; m < M; m++) {
         size_t n = (size_t)(m % MAXW) + 1;
         fill(out[m], n, c->rank, 100 + m);
-        R_TRY(c->ops->isend(c, out[m], n * 4, next_of(c), 7, &reqs[m]));
+        T_TRY(c->ops->isend(c, out[m], n * 4, next_of(c), 7, &reqs[m]));
     }
     for (int m = 0; m < M; m++) {
         size_t n = (size_t)(m % MAXW) + 1;
         memset(in, 0, sizeof in);
-        R_TRY(c->ops->recv(c, in, n * 4, prev_of(c), 7));
+        T_TRY(c->ops->recv(c, in, n * 4, prev_of(c), 7));
         expect_words(in, n, prev_of(c), 100 + m, "same tag in order", c->size);
     }
     for (int m = 0; m < M; m++)
-        R_TRY(c->ops->wait(c, reqs[m]));
+        T_TRY(c->ops->wait(c, reqs[m]));
     return HCOMM_OK;
 }
 
@@ -149,15 +138,15 @@ static hcomm_result_t tags_independent(hcomm_comm_t *c) {
     fill(a, 3, c->rank, 11);
     fill(b, 5, c->rank, 12);
     fill(tmax, 1, c->rank, 13);
-    R_TRY(c->ops->isend(c, a, sizeof a, next_of(c), 1, &r1));
-    R_TRY(c->ops->isend(c, b, sizeof b, next_of(c), 2, &r2));
-    R_TRY(c->ops->isend(c, tmax, sizeof tmax, next_of(c), HCOMM__TAG_MAX, &r3));
-    R_TRY(c->ops->recv(c, itmax, sizeof itmax, prev_of(c), HCOMM__TAG_MAX));
-    R_TRY(c->ops->recv(c, ib, sizeof ib, prev_of(c), 2));
-    R_TRY(c->ops->recv(c, ia, sizeof ia, prev_of(c), 1));
-    R_TRY(c->ops->wait(c, r1));
-    R_TRY(c->ops->wait(c, r2));
-    R_TRY(c->ops->wait(c, r3));
+    T_TRY(c->ops->isend(c, a, sizeof a, next_of(c), 1, &r1));
+    T_TRY(c->ops->isend(c, b, sizeof b, next_of(c), 2, &r2));
+    T_TRY(c->ops->isend(c, tmax, sizeof tmax, next_of(c), HCOMM__TAG_MAX, &r3));
+    T_TRY(c->ops->recv(c, itmax, sizeof itmax, prev_of(c), HCOMM__TAG_MAX));
+    T_TRY(c->ops->recv(c, ib, sizeof ib, prev_of(c), 2));
+    T_TRY(c->ops->recv(c, ia, sizeof ia, prev_of(c), 1));
+    T_TRY(c->ops->wait(c, r1));
+    T_TRY(c->ops->wait(c, r2));
+    T_TRY(c->ops->wait(c, r3));
     expect_words(ia, 3, prev_of(c), 11, "tag 1 after tag 2", c->size);
     expect_words(ib, 5, prev_of(c), 12, "tag 2 before tag 1", c->size);
     expect_words(itmax, 1, prev_of(c), 13, "tag HCOMM__TAG_MAX", c->size);
@@ -173,23 +162,23 @@ static hcomm_result_t size_mismatch(hcomm_comm_t *c) {
     hcomm__req_t *reqs[M] = {0}, *rr = NULL;
     for (int m = 0; m < M; m++) {
         fill(out[m], sent_words[m], c->rank, 200 + m);
-        R_TRY(c->ops->isend(c, out[m], sent_words[m] * 4, next_of(c), 9, &reqs[m]));
+        T_TRY(c->ops->isend(c, out[m], sent_words[m] * 4, next_of(c), 9, &reqs[m]));
     }
     memset(in, 0, sizeof in);
     R_MISMATCH(c->ops->recv(c, in, 8, prev_of(c), 9));
     R_MISMATCH(c->ops->recv(c, in, 8, prev_of(c), 9));
-    R_TRY(c->ops->recv(c, in, 8, prev_of(c), 9));
+    T_TRY(c->ops->recv(c, in, 8, prev_of(c), 9));
     expect_words(in, 2, prev_of(c), 202, "recv after mismatches", c->size);
     for (int m = 3; m < 5; m++) {
-        R_TRY(c->ops->irecv(c, in, 8, prev_of(c), 9, &rr));
+        T_TRY(c->ops->irecv(c, in, 8, prev_of(c), 9, &rr));
         R_MISMATCH(c->ops->wait(c, rr));
     }
     memset(in, 0, sizeof in);
-    R_TRY(c->ops->irecv(c, in, 8, prev_of(c), 9, &rr));
-    R_TRY(c->ops->wait(c, rr));
+    T_TRY(c->ops->irecv(c, in, 8, prev_of(c), 9, &rr));
+    T_TRY(c->ops->wait(c, rr));
     expect_words(in, 2, prev_of(c), 205, "irecv after mismatches", c->size);
     for (int m = 0; m < M; m++)
-        R_TRY(c->ops->wait(c, reqs[m]));
+        T_TRY(c->ops->wait(c, reqs[m]));
     return HCOMM_OK;
 }
 
@@ -198,23 +187,23 @@ static hcomm_result_t size_mismatch(hcomm_comm_t *c) {
 static hcomm_result_t zero_bytes(hcomm_comm_t *c) {
     int32_t one = word(c->rank, 300, 0), in = 0;
     hcomm__req_t *r1 = NULL, *r2 = NULL, *r3 = NULL, *rr = NULL;
-    R_TRY(c->ops->isend(c, NULL, 0, next_of(c), 10, &r1));
-    R_TRY(c->ops->isend(c, &one, 4, next_of(c), 10, &r2));
-    R_TRY(c->ops->isend(c, NULL, 0, next_of(c), 10, &r3));
-    R_TRY(c->ops->recv(c, NULL, 0, prev_of(c), 10));
+    T_TRY(c->ops->isend(c, NULL, 0, next_of(c), 10, &r1));
+    T_TRY(c->ops->isend(c, &one, 4, next_of(c), 10, &r2));
+    T_TRY(c->ops->isend(c, NULL, 0, next_of(c), 10, &r3));
+    T_TRY(c->ops->recv(c, NULL, 0, prev_of(c), 10));
     R_MISMATCH(c->ops->recv(c, NULL, 0, prev_of(c), 10)); /* the 4-byte one */
-    R_TRY(c->ops->irecv(c, &in, 4, prev_of(c), 10, &rr));
+    T_TRY(c->ops->irecv(c, &in, 4, prev_of(c), 10, &rr));
     R_MISMATCH(c->ops->wait(c, rr)); /* the last empty one */
-    R_TRY(c->ops->wait(c, r1));
-    R_TRY(c->ops->wait(c, r2));
-    R_TRY(c->ops->wait(c, r3));
+    T_TRY(c->ops->wait(c, r1));
+    T_TRY(c->ops->wait(c, r2));
+    T_TRY(c->ops->wait(c, r3));
 
-    R_TRY(c->ops->irecv(c, NULL, 0, prev_of(c), 11, &rr));
+    T_TRY(c->ops->irecv(c, NULL, 0, prev_of(c), 11, &rr));
     if (c->rank % 2 == 0)
-        R_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
-    R_TRY(c->ops->wait(c, rr));
+        T_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
+    T_TRY(c->ops->wait(c, rr));
     if (c->rank % 2 == 1)
-        R_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
+        T_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
     return HCOMM_OK;
 }
 
@@ -235,13 +224,13 @@ static hcomm_result_t split_parity(hcomm_comm_t *w) {
         if (members[i] == w->rank)
             my = i;
     hcomm_comm_t *g = NULL;
-    R_TRY(w->ops->split(w, w->rank % 2, -w->rank, &g));
+    T_TRY(w->ops->split(w, w->rank % 2, -w->rank, &g));
     T_CHECK(g != NULL, "split with color %d gave NULL", w->rank % 2);
     if (!g)
         return HCOMM_ERR_INTERNAL;
     T_EQ_INT(g->size, n);
     T_EQ_INT(g->rank, my);
-    R_TRY(hcomm_comm_members(g, got, 8));
+    T_TRY(hcomm_comm_members(g, got, 8));
     for (int i = 0; i < n; i++)
         T_CHECK(got[i] == members[i], "world %d rank %d: member %d is world rank %d, expected %d",
                 w->size, w->rank, i, got[i], members[i]);
@@ -250,26 +239,26 @@ static hcomm_result_t split_parity(hcomm_comm_t *w) {
     int32_t gw = word(w->rank, 400, 0), ww = word(w->rank, 401, 0), gin = 0, win = 0;
     hcomm__req_t *rg = NULL, *rw = NULL;
     int gnext = next_of(g);
-    R_TRY(w->ops->isend(w, &ww, 4, members[gnext], 12, &rw));
-    R_TRY(g->ops->isend(g, &gw, 4, gnext, 12, &rg));
-    R_TRY(g->ops->recv(g, &gin, 4, prev_of(g), 12));
-    R_TRY(w->ops->recv(w, &win, 4, members[prev_of(g)], 12));
-    R_TRY(g->ops->wait(g, rg));
-    R_TRY(w->ops->wait(w, rw));
+    T_TRY(w->ops->isend(w, &ww, 4, members[gnext], 12, &rw));
+    T_TRY(g->ops->isend(g, &gw, 4, gnext, 12, &rg));
+    T_TRY(g->ops->recv(g, &gin, 4, prev_of(g), 12));
+    T_TRY(w->ops->recv(w, &win, 4, members[prev_of(g)], 12));
+    T_TRY(g->ops->wait(g, rg));
+    T_TRY(w->ops->wait(w, rw));
     T_EQ_INT(gin, word(members[prev_of(g)], 400, 0));
     T_EQ_INT(win, word(members[prev_of(g)], 401, 0));
 
-    R_TRY(ring_blocking(g));
-    R_TRY(nonblocking_orders(g));
+    T_TRY(ring_blocking(g));
+    T_TRY(nonblocking_orders(g));
     T_ERR(hcomm_comm_destroy(w), HCOMM_ERR_STATE);
-    R_TRY(hcomm_comm_destroy(g));
+    T_TRY(hcomm_comm_destroy(g));
     return HCOMM_OK;
 }
 
 /* color < 0 leaves a rank out: it gets NULL, the others a group without it. */
 static hcomm_result_t split_leave_out(hcomm_comm_t *w) {
     hcomm_comm_t *g = (hcomm_comm_t *)w; /* must be overwritten */
-    R_TRY(hcomm_comm_split(w, w->rank == 0 ? -1 : 5, w->rank, &g));
+    T_TRY(hcomm_comm_split(w, w->rank == 0 ? -1 : 5, w->rank, &g));
     if (w->rank == 0) {
         T_CHECK(g == NULL, "color -1 gave a communicator");
         return HCOMM_OK;
@@ -281,37 +270,37 @@ static hcomm_result_t split_leave_out(hcomm_comm_t *w) {
     T_EQ_INT(g->rank, w->rank - 1);
     for (int i = 0; i < g->size; i++)
         T_EQ_INT(g->world_ranks[i], i + 1);
-    R_TRY(ring_blocking(g));
+    T_TRY(ring_blocking(g));
     /* A split of a split: world_ranks still name world ranks. */
     hcomm_comm_t *h = NULL;
-    R_TRY(g->ops->split(g, 0, -g->rank, &h));
+    T_TRY(g->ops->split(g, 0, -g->rank, &h));
     T_CHECK(h != NULL, "split of a split gave NULL");
     if (h) {
         T_EQ_INT(h->size, g->size);
         T_EQ_INT(h->world_ranks[h->rank], w->rank);
         T_EQ_INT(h->world_ranks[0], w->size - 1);
-        R_TRY(hcomm_comm_destroy(h));
+        T_TRY(hcomm_comm_destroy(h));
     }
-    R_TRY(hcomm_comm_destroy(g));
+    T_TRY(hcomm_comm_destroy(g));
     return HCOMM_OK;
 }
 
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     (void)arg;
     const char *name = NULL;
-    R_TRY(hcomm_comm_backend(w, &name));
+    T_TRY(hcomm_comm_backend(w, &name));
     T_CHECK(name && strcmp(name, t_backend()) == 0, "backend is %s, expected %s", name,
             t_backend());
     T_EQ_INT(w->world_ranks[w->rank], w->rank);
-    R_TRY(ring_blocking(w));
-    R_TRY(ring_large(w));
-    R_TRY(nonblocking_orders(w));
-    R_TRY(same_tag_in_order(w));
-    R_TRY(tags_independent(w));
-    R_TRY(size_mismatch(w));
-    R_TRY(zero_bytes(w));
-    R_TRY(split_parity(w));
-    R_TRY(split_leave_out(w));
+    T_TRY(ring_blocking(w));
+    T_TRY(ring_large(w));
+    T_TRY(nonblocking_orders(w));
+    T_TRY(same_tag_in_order(w));
+    T_TRY(tags_independent(w));
+    T_TRY(size_mismatch(w));
+    T_TRY(zero_bytes(w));
+    T_TRY(split_parity(w));
+    T_TRY(split_leave_out(w));
     return w->ops->barrier(w);
 }
 

@@ -7,18 +7,6 @@
 
 #define MAX_WORLD 8
 
-static int grank(const hcomm_comm_t *g) {
-    int r = -1;
-    hcomm_comm_rank(g, &r);
-    return r;
-}
-
-static int gsize(const hcomm_comm_t *g) {
-    int n = 0;
-    hcomm_comm_size(g, &n);
-    return n;
-}
-
 /* Byte i of message msg from rank src: differs by sender, message and position. */
 static uint8_t byte_of(int src, int msg, size_t i) {
     return (uint8_t)(src * 41 + msg * 13 + (int)i * 7 + 1);
@@ -60,7 +48,7 @@ static const int64_t SHAPE_A[3] = {3, 2, 5}, SHAPE_EMPTY[2] = {4, 0};
 /* Rank 0 sends first, every other rank receives first: a ring of blocking calls that cannot
  * deadlock. Every dtype, a 3-D and a 0-element tensor. */
 static void test_ring(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g), next = (rank + 1) % p, prev = (rank + p - 1) % p;
+    int p = t_size(g), rank = t_rank(g), next = (rank + 1) % p, prev = (rank + p - 1) % p;
     if (p < 2)
         return;
     for (int dt = 0; dt < HCOMM_DTYPE_COUNT; dt++)
@@ -82,7 +70,7 @@ static void test_ring(hcomm_comm_t *g) {
 
 /* Every rank sends forward and receives from behind at the same time. */
 static void test_ring_send_recv(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g), next = (rank + 1) % p, prev = (rank + p - 1) % p;
+    int p = t_size(g), rank = t_rank(g), next = (rank + 1) % p, prev = (rank + p - 1) % p;
     if (p < 2)
         return;
     for (int dt = 0; dt < HCOMM_DTYPE_COUNT; dt++) {
@@ -98,7 +86,7 @@ static void test_ring_send_recv(hcomm_comm_t *g) {
 /* Pairs (0,1), (2,3), ...: one side calls send_recv, the other send_recv, recv-then-send or
  * send-then-recv; then the roles swap. None of these orders may deadlock. */
 static void test_pairs(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g), partner = rank ^ 1;
+    int p = t_size(g), rank = t_rank(g), partner = rank ^ 1;
     if (partner >= p)
         return;
     for (int order = 0; order < 6; order++) {
@@ -122,7 +110,7 @@ static void test_pairs(hcomm_comm_t *g) {
 
 /* A pipeline step: the first stage only sends, the last only receives (skipped sides). */
 static void test_pipeline_skip_sides(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g);
+    int p = t_size(g), rank = t_rank(g);
     hcomm_tensor_t s = make(HCOMM_BF16, 3, SHAPE_A, rank, 300);
     hcomm_tensor_t r = make(HCOMM_BF16, 3, SHAPE_A, -1, 0);
     bool first = rank == 0, last = rank == p - 1;
@@ -143,8 +131,8 @@ static void test_pipeline_skip_sides(hcomm_comm_t *g) {
 
 /* Tags are separate streams: two messages on tags 5 and 6, taken 6 first. */
 static void test_tags(hcomm_comm_t *g) {
-    int rank = grank(g);
-    if (gsize(g) < 2 || rank > 1)
+    int rank = t_rank(g);
+    if (t_size(g) < 2 || rank > 1)
         return;
     const int64_t small[1] = {3};
     hcomm_tensor_t a = make(HCOMM_I32, 3, SHAPE_A, rank, 5), b = make(HCOMM_I64, 1, small, rank, 6);
@@ -170,7 +158,7 @@ static void test_tags(hcomm_comm_t *g) {
 static void expect_mismatch(hcomm_comm_t *g, int msg, hcomm_tensor_t *sent, hcomm_tensor_t *want,
                             const char *text) {
     hcomm_tensor_t next = make(sent->dtype, sent->ndim, sent->shape, 0, msg + 1);
-    if (grank(g) == 0) {
+    if (t_rank(g) == 0) {
         T_OK(hcomm_pp_send(g, sent, 1, 9));
         T_OK(hcomm_pp_send(g, &next, 1, 9));
     } else {
@@ -185,8 +173,8 @@ static void expect_mismatch(hcomm_comm_t *g, int msg, hcomm_tensor_t *sent, hcom
 }
 
 static void test_mismatch(hcomm_comm_t *g) {
-    int rank = grank(g);
-    if (gsize(g) < 2 || rank > 1)
+    int rank = t_rank(g);
+    if (t_size(g) < 2 || rank > 1)
         return;
     const int64_t s48[2] = {4, 8}, s49[2] = {4, 9}, s22[2] = {2, 2}, s0[1] = {0}, s32[1] = {32};
     hcomm_tensor_t sent = make(HCOMM_F32, 2, s48, rank, 400);
@@ -222,7 +210,7 @@ static void expect_error_text(const char *want) {
 
 /* Argument errors fail before any message moves. */
 static void test_errors(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g), other = (rank + 1) % p;
+    int p = t_size(g), rank = t_rank(g), other = (rank + 1) % p;
     hcomm_tensor_t t = make(HCOMM_F32, 3, SHAPE_A, rank, 0);
     T_ERR(hcomm_pp_send(g, &t, rank, 0), HCOMM_ERR_INVALID_ARG);
     expect_error_text("hcomm_pp_send: peer=");

@@ -57,18 +57,6 @@ static size_t ravel(const int64_t *c, const shape_t *sh) {
     return f;
 }
 
-static int grank(const hcomm_comm_t *g) {
-    int r = -1;
-    hcomm_comm_rank(g, &r);
-    return r;
-}
-
-static int gsize(const hcomm_comm_t *g) {
-    int n = 0;
-    hcomm_comm_size(g, &n);
-    return n;
-}
-
 static shape_t scaled(const shape_t *sh, int d, int k) {
     shape_t r = *sh;
     r.s[d] *= k;
@@ -134,9 +122,9 @@ static void ref_slice(const shape_t *base, int d, int p, int rank, hcomm_dtype_t
 }
 
 static void check_gather(hcomm_comm_t *g, const shape_t *base, int d, int dim, hcomm_dtype_t dt) {
-    int p = gsize(g);
+    int p = t_size(g);
     shape_t osh = scaled(base, d, p);
-    hcomm_tensor_t in = make_input(dt, base, grank(g)), out = make(dt, &osh);
+    hcomm_tensor_t in = make_input(dt, base, t_rank(g)), out = make(dt, &osh);
     double *ref = calloc(numel(&osh) + 1, sizeof *ref);
     T_OK(hcomm_tp_all_gather(g, &in, &out, dim));
     ref_gather(base, d, p, dt, ref);
@@ -148,12 +136,12 @@ static void check_gather(hcomm_comm_t *g, const shape_t *base, int d, int dim, h
 
 static void check_reduce_scatter(hcomm_comm_t *g, const shape_t *base, int d, int dim,
                                  hcomm_dtype_t dt, hcomm_op_t op) {
-    int p = gsize(g);
+    int p = t_size(g);
     shape_t ish = scaled(base, d, p);
-    hcomm_tensor_t in = make_input(dt, &ish, grank(g)), out = make(dt, base);
+    hcomm_tensor_t in = make_input(dt, &ish, t_rank(g)), out = make(dt, base);
     double *ref = calloc(numel(base) + 1, sizeof *ref);
     T_OK(hcomm_tp_reduce_scatter(g, &in, &out, dim, op));
-    ref_slice(base, d, p, grank(g), dt, (int)op, 0, ref);
+    ref_slice(base, d, p, t_rank(g), dt, (int)op, 0, ref);
     expect_values(&out, ref, numel(base), "reduce_scatter", dim, p);
     free(ref);
     free(in.data);
@@ -161,12 +149,12 @@ static void check_reduce_scatter(hcomm_comm_t *g, const shape_t *base, int d, in
 }
 
 static void check_split(hcomm_comm_t *g, const shape_t *base, int d, int dim, hcomm_dtype_t dt) {
-    int p = gsize(g);
+    int p = t_size(g);
     shape_t ish = scaled(base, d, p);
-    hcomm_tensor_t in = make_input(dt, &ish, grank(g)), out = make(dt, base);
+    hcomm_tensor_t in = make_input(dt, &ish, t_rank(g)), out = make(dt, base);
     double *ref = calloc(numel(base) + 1, sizeof *ref);
     T_OK(hcomm_tp_split(g, &in, &out, dim));
-    ref_slice(base, d, p, grank(g), dt, -1, grank(g), ref);
+    ref_slice(base, d, p, t_rank(g), dt, -1, t_rank(g), ref);
     expect_values(&out, ref, numel(base), "split", dim, p);
     free(ref);
     free(in.data);
@@ -197,17 +185,17 @@ static void test_reduce_scatter_ops(hcomm_comm_t *g) {
 
 static void check_all_reduce(hcomm_comm_t *g, hcomm_dtype_t dt, hcomm_op_t op, bool in_place) {
     const shape_t sh = {3, {2, 3, 4}};
-    hcomm_tensor_t in = make_input(dt, &sh, grank(g)), out = make(dt, &sh);
+    hcomm_tensor_t in = make_input(dt, &sh, t_rank(g)), out = make(dt, &sh);
     hcomm_tensor_t *dst = in_place ? &in : &out;
     double ref[24];
     T_OK(hcomm_tp_all_reduce(g, &in, dst, op));
     for (size_t i = 0; i < 24; i++) {
         double acc = val(0, i, dt);
-        for (int r = 1; r < gsize(g); r++)
+        for (int r = 1; r < t_size(g); r++)
             acc = reduce_ref(op, acc, val(r, i, dt));
-        ref[i] = op == HCOMM_AVG ? t_avg_ref(dt, acc, gsize(g)) : acc;
+        ref[i] = op == HCOMM_AVG ? t_avg_ref(dt, acc, t_size(g)) : acc;
     }
-    expect_values(dst, ref, 24, in_place ? "all_reduce in place" : "all_reduce", 0, gsize(g));
+    expect_values(dst, ref, 24, in_place ? "all_reduce in place" : "all_reduce", 0, t_size(g));
     free(in.data);
     free(out.data);
 }
@@ -226,7 +214,7 @@ static void test_all_reduce(hcomm_comm_t *g) {
 
 /* Each region mapping's forward and backward against its definition in mappings.py. */
 static void test_regions(hcomm_comm_t *g) {
-    int p = gsize(g), rank = grank(g);
+    int p = t_size(g), rank = t_rank(g);
     const shape_t part = {2, {2, 3}};
     shape_t full = scaled(&part, 1, p);
     size_t np = numel(&part), nf = numel(&full);
@@ -283,7 +271,7 @@ static void expect_error_text(const char *want) {
 
 /* Argument errors: the same on every rank, so no rank enters a collective. */
 static void test_errors(hcomm_comm_t *g) {
-    int p = gsize(g);
+    int p = t_size(g);
     const shape_t s27 = {2, {2, 7}}, s21 = {2, {2, 1}}, s214 = {2, {2, 14}};
     hcomm_tensor_t a = make(HCOMM_F32, &s27), b = make(HCOMM_F32, &s21);
     hcomm_tensor_t wide = make(HCOMM_F32, &s214), bi = make(HCOMM_I32, &s27);
@@ -333,14 +321,14 @@ static void test_errors(hcomm_comm_t *g) {
  * decides the slot: all_gather along dim 1 places member i's block at i. */
 static void test_subgroup(hcomm_comm_t *world) {
     hcomm_comm_t *g = NULL;
-    T_OK(hcomm_comm_split(world, grank(world) % 2, -grank(world), &g));
+    T_OK(hcomm_comm_split(world, t_rank(world) % 2, -t_rank(world), &g));
     if (g == NULL)
         return;
     int members[MAX_WORLD];
     T_OK(hcomm_comm_members(g, members, MAX_WORLD));
     const shape_t part = {2, {2, 2}};
-    shape_t full = scaled(&part, 1, gsize(g));
-    hcomm_tensor_t in = make_input(HCOMM_I64, &part, grank(world)), out = make(HCOMM_I64, &full);
+    shape_t full = scaled(&part, 1, t_size(g));
+    hcomm_tensor_t in = make_input(HCOMM_I64, &part, t_rank(world)), out = make(HCOMM_I64, &full);
     T_OK(hcomm_tp_all_gather(g, &in, &out, 1));
     double ref[2 * 2 * MAX_WORLD];
     int64_t c[4] = {0};
@@ -350,8 +338,8 @@ static void test_subgroup(hcomm_comm_t *world) {
         c[1] %= 2;
         ref[i] = val(src, ravel(c, &part), HCOMM_I64);
     }
-    expect_values(&out, ref, numel(&full), "subgroup all_gather", 1, gsize(g));
-    T_EQ_INT(members[grank(g)], grank(world));
+    expect_values(&out, ref, numel(&full), "subgroup all_gather", 1, t_size(g));
+    T_EQ_INT(members[t_rank(g)], t_rank(world));
     free(in.data);
     free(out.data);
     T_OK(hcomm_comm_destroy(g));
