@@ -112,15 +112,20 @@ if run other-seed "$TRAIN" "${COMMON[@]}" --seed 4321 --metrics "$WORK/other-see
     fi
 fi
 
-# --- the default layout over MPI ----------------------------------------------------------------
+# --- layouts over MPI ----------------------------------------------------------------
 if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then
     MPIRUN=${MPIEXEC:-mpirun}
     # Open MPI itself leaks at exit; in sanitizer builds LeakSanitizer would fail these runs.
     # The local-backend runs above still check hcomm-train for leaks.
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-    run mpi-default "$MPIRUN" --oversubscribe -np 8 "$TRAIN" --backend mpi "${COMMON[@]}" \
-        --metrics "$WORK/mpi-default.csv" &&
-        { compare mpi-default || fail "mpi-default: losses differ from the 1-rank run"; }
+    # The default layout, and one with pp 4 and one with ep 4, as 8 processes.
+    for entry in "${LAYOUTS[@]:0:3}"; do
+        name=mpi-${entry%%|*}
+        read -r -a flags <<<"${entry#*|}"
+        run "$name" "$MPIRUN" --oversubscribe -np 8 "$TRAIN" --backend mpi "${COMMON[@]}" \
+            "${flags[@]}" --metrics "$WORK/$name.csv" &&
+            { compare "$name" || fail "$name: losses differ from the 1-rank run"; }
+    done
     # A world size that is not the process count must fail, not hang.
     if timeout 120 "$MPIRUN" --oversubscribe -np 2 "$TRAIN" --backend mpi --steps 1 \
         >"$WORK/mpi-size.log" 2>&1; then
