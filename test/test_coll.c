@@ -73,29 +73,6 @@ static void store(void *buf, size_t i, hcomm_dtype_t dt, int64_t s, int div) {
     }
 }
 
-static double load(const void *buf, size_t i, hcomm_dtype_t dt) {
-    switch (dt) {
-    case HCOMM_F32:
-        return ((const float *)buf)[i];
-    case HCOMM_F64:
-        return ((const double *)buf)[i];
-    case HCOMM_F16:
-        return hcomm__f16_to_f32(((const uint16_t *)buf)[i]);
-    case HCOMM_BF16:
-        return hcomm__bf16_to_f32(((const uint16_t *)buf)[i]);
-    case HCOMM_I8:
-        return ((const int8_t *)buf)[i];
-    case HCOMM_U8:
-        return ((const uint8_t *)buf)[i];
-    case HCOMM_I32:
-        return ((const int32_t *)buf)[i];
-    case HCOMM_I64:
-        return (double)((const int64_t *)buf)[i];
-    default:
-        return 0.0;
-    }
-}
-
 /* Fills buf[0..count-1] with this rank's inputs for elements first..first+count-1. */
 static void fill_inputs(void *buf, hcomm_dtype_t dt, hcomm_op_t op, int r, size_t first,
                         size_t count) {
@@ -118,7 +95,8 @@ static void expect_equal(const void *got, const void *want, size_t count, hcomm_
     hcomm_dtype_name(dt, &dname);
     while (i < count && memcmp((const char *)got + i * es, (const char *)want + i * es, es) == 0)
         i++;
-    double g = i < count ? load(got, i, dt) : 0.0, w = i < count ? load(want, i, dt) : 0.0;
+    double g = i < count ? t_get_val(dt, got, i) : 0.0,
+           w = i < count ? t_get_val(dt, want, i) : 0.0;
     T_CHECK(i == count, "%s %s %s count=%zu (world %d, rank %d): element %zu is %g, expected %g",
             what, dname, op_names[op], count, c->size, c->rank, i, g, w);
 }
