@@ -444,38 +444,34 @@ static hcomm_result_t mismatch(const char *fn, size_t got, size_t want, int peer
                       tag, got, want);
 }
 
-static hcomm_result_t mpi_isend(hcomm_comm_t *c, const void *buf, size_t bytes, int peer, int tag,
-                                hcomm__req_t **req) {
+/* Posts one non-blocking send or receive of bytes with peer and tag as a request. */
+static hcomm_result_t post_request(const char *fn, hcomm_comm_t *c, void *buf, size_t bytes,
+                                   int peer, int tag, bool is_recv, hcomm__req_t **req) {
     int n = 0;
-    HCOMM__TRY(check_p2p(__func__, c, buf, bytes, peer, tag, &n));
+    HCOMM__TRY(check_p2p(fn, c, buf, bytes, peer, tag, &n));
     hcomm__req_t *r = malloc(sizeof *r);
     if (!r)
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for a request");
-    *r = (hcomm__req_t){.bytes = bytes, .peer = peer, .tag = tag, .is_recv = false};
-    int rc = MPI_Isend(buf, n, MPI_BYTE, peer, tag, mcomm(c), &r->req);
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for a request");
+    *r = (hcomm__req_t){.bytes = bytes, .peer = peer, .tag = tag, .is_recv = is_recv};
+    int rc = is_recv ? MPI_Irecv(buf, n, MPI_BYTE, peer, tag, mcomm(c), &r->req)
+                     : MPI_Isend(buf, n, MPI_BYTE, peer, tag, mcomm(c), &r->req);
     if (rc != MPI_SUCCESS) {
         free(r);
-        return mpi_fail(__func__, "MPI_Isend", rc);
+        return mpi_fail(fn, is_recv ? "MPI_Irecv" : "MPI_Isend", rc);
     }
     *req = r;
     return HCOMM_OK;
 }
 
+static hcomm_result_t mpi_isend(hcomm_comm_t *c, const void *buf, size_t bytes, int peer, int tag,
+                                hcomm__req_t **req) {
+    /* MPI_Isend takes the buffer as const; the cast only shares the posting code. */
+    return post_request(__func__, c, (void *)(uintptr_t)buf, bytes, peer, tag, false, req);
+}
+
 static hcomm_result_t mpi_irecv(hcomm_comm_t *c, void *buf, size_t bytes, int peer, int tag,
                                 hcomm__req_t **req) {
-    int n = 0;
-    HCOMM__TRY(check_p2p(__func__, c, buf, bytes, peer, tag, &n));
-    hcomm__req_t *r = malloc(sizeof *r);
-    if (!r)
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for a request");
-    *r = (hcomm__req_t){.bytes = bytes, .peer = peer, .tag = tag, .is_recv = true};
-    int rc = MPI_Irecv(buf, n, MPI_BYTE, peer, tag, mcomm(c), &r->req);
-    if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_fail(__func__, "MPI_Irecv", rc);
-    }
-    *req = r;
-    return HCOMM_OK;
+    return post_request(__func__, c, buf, bytes, peer, tag, true, req);
 }
 
 /* A receive that timed out or was aborted can be cancelled; a send cannot (reliably). */
