@@ -378,12 +378,14 @@ static hcomm_result_t all_to_allv_mismatch(hcomm_comm_t *c) {
     char want[96];
     a2a_layout(n, sc, v + n, rc, v + 3 * n);
     sc[(c->rank + 1) % n] = 4;
-    snprintf(want, sizeof want, "sends 4 bytes to rank %d, which expects 3", 0);
+    snprintf(want, sizeof want, "sendcounts[0]=4 on rank %d but recvcounts[%d]=3 on rank 0", n - 1,
+             n - 1);
     a2a_expect_mismatch(c, v, want, "all_to_allv, every rank sends 4 of 3 bytes");
     a2a_layout(n, sc, v + n, rc, v + 3 * n);
     if (c->rank == last)
         sc[0] = 2;
-    snprintf(want, sizeof want, "rank %d sends 2 bytes to rank 0, which expects 3", last);
+    snprintf(want, sizeof want, "sendcounts[0]=2 on rank %d but recvcounts[%d]=3 on rank 0", last,
+             last);
     a2a_expect_mismatch(c, v, want, "all_to_allv, one rank sends 2 of 3 bytes");
     return check_all_to_allv(c);
 }

@@ -279,7 +279,7 @@ static void test_error_on_one_rank(hcomm_comm_t *g) {
         T_ERR(hcomm_moe_dispatch(g, &tokens, ids, p, &hd), HCOMM_ERR_INVALID_ARG);
         expect_error_text("expert_ids[1]=-3 outside 0..");
     } else {
-        T_ERR(hcomm_moe_dispatch(g, &tokens, ids, p, &hd), HCOMM_ERR_ABORTED);
+        T_ERR(hcomm_moe_dispatch(g, &tokens, ids, p, &hd), HCOMM_ERR_PEER);
         expect_error_text("rank 0 of ep_group failed its argument checks");
     }
     /* Rows of different widths on different ranks: every rank reports the disagreement. */

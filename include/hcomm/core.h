@@ -46,7 +46,8 @@ extern "C" {
     X(HCOMM_ERR_ABORTED, 11, "aborted because another rank failed")                                \
     X(HCOMM_ERR_UNSUPPORTED, 12, "not supported by this build or backend")                         \
     X(HCOMM_ERR_IO, 13, "input/output error")                                                      \
-    X(HCOMM_ERR_INTERNAL, 14, "internal error")
+    X(HCOMM_ERR_INTERNAL, 14, "internal error")                                                    \
+    X(HCOMM_ERR_PEER, 15, "a peer's checks failed in this call; nothing moved, the group works")
 
 /** Result of every hcomm call; HCOMM_OK (0) is success. */
 typedef enum hcomm_result {
@@ -143,6 +144,24 @@ HCOMM_API hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key
  *  Not for the world communicator handed to a rank function, nor for groups owned by a
  *  domain context. Errors: HCOMM_ERR_STATE (world communicator). */
 HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
+/** Makes every pending and later communicating call on @p comm fail at once with
+ *  HCOMM_ERR_ABORTED (for example from a watchdog thread when a peer is known dead). The
+ *  communicator stays unusable; destroy it. Local to the calling rank; the one hcomm call that
+ *  may be made on a communicator from another thread while the owning thread is inside a call.
+ *  Errors: HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);
+/** Sets how long any wait on @p comm may last, in seconds (> 0, at most 1e9), before
+ *  HCOMM_ERR_TIMEOUT; overrides HCOMM_TIMEOUT for this communicator and the ones split from it
+ *  afterwards. Local to the calling rank; not thread-safe with calls on @p comm.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (seconds out of range or NaN). */
+HCOMM_API hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double seconds);
+/** Allocates @p bytes of host memory for communication buffers into @p *ptr, freed with
+ *  hcomm_mem_free(). Any buffer works with every call; buffers from here may let a transport
+ *  move data once between ranks of one node. Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM. */
+HCOMM_API hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr);
+/** Frees memory from hcomm_mem_alloc() (NULL is a no-op). Local, thread-safe. Errors: none. */
+HCOMM_API hcomm_result_t hcomm_mem_free(void *ptr);
 /** Blocks until every rank of @p comm has called it. Collective. Errors: HCOMM_ERR_NULL,
  *  HCOMM_ERR_MISMATCH (a peer is in another collective), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
  *  HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */

@@ -1,76 +1,167 @@
-/* The public raw collectives: thin wrappers that check arguments, then hand the call to the
- * algorithms layer. */
+/* The public raw collectives, barrier and split: thin wrappers that name the call, check the
+ * arguments (a rank whose check fails still joins the call, so its peers fail at once with
+ * HCOMM_ERR_PEER), then hand it to the algorithms layer. */
 #include "algo/coll.h"
 
+/* Runs body with the call named fn on comm; a failed argument check joins the peers' call. */
+#define HCOMM__PUBLIC_CALL(comm, checks, body)                                                     \
+    do {                                                                                           \
+        hcomm__enter(comm, __func__);                                                              \
+        hcomm_result_t chk_ = (checks);                                                            \
+        hcomm_result_t res_ = chk_ != HCOMM_OK ? hcomm__coll_fail(comm, chk_) : (body);           \
+        return hcomm__leave(comm, res_);                                                           \
+    } while (0)
+
 static hcomm_result_t check_reduce_args(const char *fn, size_t count, hcomm_dtype_t dt,
-                                        hcomm_op_t op) {
+                                        hcomm_op_t op, const void *sendbuf, const void *recvbuf) {
     if (!hcomm__dtype_valid(dt))
         return hcomm__err(HCOMM_ERR_DTYPE, fn, "dtype=%d is not a valid hcomm_dtype_t", (int)dt);
     if (!hcomm__op_valid(op))
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "op=%d is not a valid hcomm_op_t", (int)op);
-    (void)count;
+    if (count > SIZE_MAX / 8)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "count=%zu is too large", count);
+    if (count > 0 && sendbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with count=%zu", count);
+    if (count > 0 && recvbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with count=%zu", count);
     return HCOMM_OK;
+}
+
+/* Input and output are the same buffer (in place) or do not share a byte. */
+static hcomm_result_t check_overlap(const char *fn, const void *in, size_t in_bytes,
+                                    const void *out, size_t out_bytes, const void *in_place) {
+    if (in == in_place || !hcomm__overlaps(in, in_bytes, out, out_bytes))
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                      "sendbuf=%p (%zu bytes) partially overlaps recvbuf=%p (%zu bytes); pass "
+                      "the in-place form or separate buffers",
+                      in, in_bytes, out, out_bytes);
+}
+
+static hcomm_result_t all_reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                        size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    (void)c;
+    HCOMM__TRY(check_reduce_args("hcomm_all_reduce", count, dt, op, sendbuf, recvbuf));
+    size_t bytes = count * hcomm__dtype_size(dt);
+    return check_overlap("hcomm_all_reduce", sendbuf, bytes, recvbuf, bytes, recvbuf);
 }
 
 hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                 size_t count, hcomm_dtype_t dtype, hcomm_op_t op) {
     HCOMM__CHECK_NULL(comm);
-    HCOMM__TRY(check_reduce_args(__func__, count, dtype, op));
-    if (count > 0) {
-        HCOMM__CHECK_NULL(sendbuf);
-        HCOMM__CHECK_NULL(recvbuf);
-    }
-    return hcomm__coll_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
+    HCOMM__PUBLIC_CALL(comm, all_reduce_checks(comm, sendbuf, recvbuf, count, dtype, op),
+                       hcomm__coll_all_reduce(comm, sendbuf, recvbuf, count, dtype, op));
+}
+
+static hcomm_result_t broadcast_checks(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
+    if (root < 0 || root >= c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm_broadcast", "root=%d outside 0..%d", root,
+                          c->size - 1);
+    if (bytes > 0 && buf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, "hcomm_broadcast", "argument 'buf' is NULL with bytes=%zu",
+                          bytes);
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root) {
     HCOMM__CHECK_NULL(comm);
-    if (root < 0 || root >= comm->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "root=%d outside 0..%d", root,
-                          comm->size - 1);
-    if (bytes > 0)
-        HCOMM__CHECK_NULL(buf);
-    return hcomm__coll_broadcast(comm, buf, bytes, root);
+    HCOMM__PUBLIC_CALL(comm, broadcast_checks(comm, buf, bytes, root),
+                       hcomm__coll_broadcast(comm, buf, bytes, root));
+}
+
+static hcomm_result_t all_gather_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                        size_t bytes) {
+    const char *fn = "hcomm_all_gather";
+    if (bytes > 0 && (sendbuf == NULL || recvbuf == NULL))
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL with bytes=%zu",
+                          sendbuf ? "recvbuf" : "sendbuf", bytes);
+    if (bytes > SIZE_MAX / (size_t)c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "bytes=%zu times %d ranks overflows", bytes,
+                          c->size);
+    const char *mine = (const char *)recvbuf + (size_t)c->rank * bytes;
+    return check_overlap(fn, sendbuf, bytes, recvbuf, bytes * (size_t)c->size, mine);
 }
 
 hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                 size_t bytes) {
     HCOMM__CHECK_NULL(comm);
-    if (bytes > 0) {
-        HCOMM__CHECK_NULL(sendbuf);
-        HCOMM__CHECK_NULL(recvbuf);
-    }
-    return hcomm__coll_all_gather(comm, sendbuf, recvbuf, bytes);
+    HCOMM__PUBLIC_CALL(comm, all_gather_checks(comm, sendbuf, recvbuf, bytes),
+                       hcomm__coll_all_gather(comm, sendbuf, recvbuf, bytes));
+}
+
+static hcomm_result_t reduce_scatter_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                            size_t recvcount, hcomm_dtype_t dt, hcomm_op_t op) {
+    const char *fn = "hcomm_reduce_scatter";
+    HCOMM__TRY(check_reduce_args(fn, recvcount, dt, op, sendbuf, recvbuf));
+    size_t bytes = recvcount * hcomm__dtype_size(dt);
+    if (bytes > SIZE_MAX / (size_t)c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "recvcount=%zu times %d ranks overflows",
+                          recvcount, c->size);
+    if (sendbuf == recvbuf)
+        return HCOMM_OK;
+    const char *mine = (const char *)sendbuf + (size_t)c->rank * bytes;
+    if ((const void *)mine == recvbuf)
+        return HCOMM_OK;
+    return check_overlap(fn, sendbuf, bytes * (size_t)c->size, recvbuf, bytes, NULL);
 }
 
 hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                     size_t recvcount, hcomm_dtype_t dtype, hcomm_op_t op) {
     HCOMM__CHECK_NULL(comm);
-    HCOMM__TRY(check_reduce_args(__func__, recvcount, dtype, op));
-    if (recvcount > 0) {
-        HCOMM__CHECK_NULL(sendbuf);
-        HCOMM__CHECK_NULL(recvbuf);
-    }
-    return hcomm__coll_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
+    HCOMM__PUBLIC_CALL(comm, reduce_scatter_checks(comm, sendbuf, recvbuf, recvcount, dtype, op),
+                       hcomm__coll_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op));
+}
+
+/* Bytes spanned by counts/displs, the highest end of any nonempty block. */
+static size_t extent(int n, const size_t *counts, const size_t *displs) {
+    size_t end = 0;
+    for (int p = 0; p < n; p++)
+        if (counts[p] > 0 && counts[p] + displs[p] > end)
+            end = counts[p] + displs[p];
+    return end;
+}
+
+static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
+                                         const size_t *sendcounts, const size_t *sdispls,
+                                         void *recvbuf, const size_t *recvcounts,
+                                         const size_t *rdispls) {
+    const char *fn = "hcomm_all_to_allv";
+    if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL",
+                          !sendcounts ? "sendcounts"
+                          : !sdispls  ? "sdispls"
+                          : !recvcounts ? "recvcounts"
+                                        : "rdispls");
+    for (int p = 0; p < c->size; p++)
+        if (sendcounts[p] > SIZE_MAX / 2 - sdispls[p] || recvcounts[p] > SIZE_MAX / 2 - rdispls[p])
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "counts[%d] + displs[%d] overflows", p, p);
+    size_t out = extent(c->size, sendcounts, sdispls), in = extent(c->size, recvcounts, rdispls);
+    if (out > 0 && sendbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with data to send");
+    if (in > 0 && recvbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with data to receive");
+    return check_overlap(fn, sendbuf, out, recvbuf, in, NULL);
 }
 
 hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                  const size_t *rdispls) {
     HCOMM__CHECK_NULL(comm);
-    HCOMM__CHECK_NULL(sendcounts);
-    HCOMM__CHECK_NULL(sdispls);
-    HCOMM__CHECK_NULL(recvcounts);
-    HCOMM__CHECK_NULL(rdispls);
-    size_t out = 0, in = 0;
-    for (int p = 0; p < comm->size; p++) {
-        out += sendcounts[p];
-        in += recvcounts[p];
-    }
-    if (out > 0)
-        HCOMM__CHECK_NULL(sendbuf);
-    if (in > 0)
-        HCOMM__CHECK_NULL(recvbuf);
-    return hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                   rdispls);
+    HCOMM__PUBLIC_CALL(comm,
+                       all_to_allv_checks(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                                          rdispls),
+                       hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf,
+                                               recvcounts, rdispls));
+}
+
+hcomm_result_t hcomm_barrier(hcomm_comm_t *comm) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__PUBLIC_CALL(comm, HCOMM_OK, hcomm__coll_barrier(comm));
+}
+
+hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key, hcomm_comm_t **out) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__CHECK_NULL(out);
+    *out = NULL;
+    HCOMM__PUBLIC_CALL(comm, HCOMM_OK, hcomm__coll_split(comm, color, key, out));
 }

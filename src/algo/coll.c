@@ -1,40 +1,574 @@
+/* Collective calls: sequence numbers, signatures and their checks, the flight recorder, and
+ * the choice between hcomm's own algorithms over p2p and the backend's native ones. */
 #include "algo/coll.h"
 
+#include "core/env.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Zero-sized calls still reach the backend: they are collective calls that peers match, and
- * skipping them on one rank would pair its next call with a peer's current one. */
+/* Largest all_reduce (bytes) that runs as hcomm's own recursive doubling on a transport without
+ * shared-memory collectives: below it latency rules, and one round trip per doubling beats a
+ * separate signature check plus the native call. */
+#define RD_MAX_BYTES 4096
+
+typedef enum {
+    CALL_FAILED = 0, /* a rank whose own checks failed */
+    CALL_ALL_REDUCE,
+    CALL_REDUCE_SCATTER,
+    CALL_ALL_GATHER,
+    CALL_BROADCAST,
+    CALL_ALL_TO_ALLV,
+    CALL_BARRIER,
+    CALL_SPLIT,
+    CALL_KINDS
+} call_kind_t;
+
+static const char *const call_names[CALL_KINDS] = {
+    "(failed call)", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+    "all_to_allv",   "barrier",    "split"};
+static const char *const count_names[CALL_KINDS] = {"count", "count", "recvcount", "bytes",
+                                                    "bytes", "count", "count",     "count"};
+static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
+
+enum { CHECK_ALWAYS, CHECK_FIRST, CHECK_OFF };
+enum { FLIGHT = 16, SEEN = 64 };
+
+typedef struct flight {
+    const char *fn;
+    uint32_t seq;
+    hcomm__sig_t sig;
+    const char *state; /* "running", "done", or a result name */
+    double start, secs;
+} flight_t;
+
+typedef struct algo {
+    uint32_t seq;
+    int depth;
+    const char *outer_fn;
+    flight_t flight[FLIGHT];
+    unsigned nflight;
+    uint64_t seen[SEEN]; /* HCOMM_CHECK=first: signatures already agreed on */
+    int nseen;
+    uint64_t extra;
+    char extra_desc[200];
+} algo_t;
+
+static algo_t *algo_of(hcomm_comm_t *c) {
+    if (!c->layer[HCOMM__LAYER_ALGO]) {
+        c->layer[HCOMM__LAYER_ALGO] = calloc(1, sizeof(algo_t));
+        c->layer_free[HCOMM__LAYER_ALGO] = free;
+    }
+    return c->layer[HCOMM__LAYER_ALGO];
+}
+
+static int check_mode_value = CHECK_ALWAYS;
+static pthread_once_t check_once = PTHREAD_ONCE_INIT;
+
+static void read_check_mode(void) {
+    static const char *const names[] = {"always", "first", "off"};
+    if (hcomm__env_choice("hcomm", "HCOMM_CHECK", names, 3, CHECK_ALWAYS, &check_mode_value) !=
+        HCOMM_OK)
+        check_mode_value = CHECK_ALWAYS; /* hcomm_launch reported it already */
+}
+
+static int check_mode(void) {
+    pthread_once(&check_once, read_check_mode);
+    return check_mode_value;
+}
+
+/* --- naming the public call --- */
+
+void hcomm__enter(hcomm_comm_t *c, const char *fn) {
+    algo_t *a = algo_of(c);
+    if (a && a->depth++ == 0) {
+        a->outer_fn = c->call_fn;
+        c->call_fn = fn;
+    }
+}
+
+static void dump_flight(hcomm_comm_t *c);
+
+hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res) {
+    algo_t *a = algo_of(c);
+    if (!a || --a->depth > 0)
+        return res;
+    if (res == HCOMM_ERR_TIMEOUT)
+        dump_flight(c);
+    c->call_fn = a->outer_fn ? a->outer_fn : "hcomm";
+    return res;
+}
+
+void hcomm__coll_set_extra(hcomm_comm_t *c, uint64_t digest, const char *desc) {
+    algo_t *a = algo_of(c);
+    if (!a)
+        return;
+    a->extra = digest;
+    snprintf(a->extra_desc, sizeof a->extra_desc, "%s", desc);
+}
+
+void hcomm__coll_clear_extra(hcomm_comm_t *c) {
+    algo_t *a = algo_of(c);
+    if (a)
+        a->extra = 0;
+}
+
+bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
+}
+
+/* --- the flight recorder: each comm's last calls, printed when one times out --- */
+
+static flight_t *flight_begin(algo_t *a, hcomm_comm_t *c, const hcomm__sig_t *sig) {
+    flight_t *f = &a->flight[a->nflight++ % FLIGHT];
+    *f = (flight_t){.fn = c->call_fn, .seq = a->seq, .sig = *sig, .state = "running",
+                    .start = hcomm__now()};
+    return f;
+}
+
+static void flight_line(FILE *out, hcomm_comm_t *c, const flight_t *f) {
+    const char *kind = f->sig.call < CALL_KINDS ? call_names[f->sig.call] : "?";
+    fprintf(out, "hcomm flight recorder: world rank %d, comm rank %d/%d: seq %u %s (%s %s=%llu) %s",
+            c->world_ranks[c->rank], c->rank, c->size, (unsigned)f->seq, f->fn, kind,
+            f->sig.call < CALL_KINDS ? count_names[f->sig.call] : "count",
+            (unsigned long long)f->sig.count, f->state);
+    if (f->secs > 0)
+        fprintf(out, " after %.3f s", f->secs);
+    fprintf(out, "\n");
+}
+
+static void dump_flight(hcomm_comm_t *c) {
+    algo_t *a = algo_of(c);
+    const char *path = getenv("HCOMM_TRACE_FILE");
+    FILE *trace = path && path[0] ? fopen(path, "a") : NULL;
+    unsigned first = a->nflight > FLIGHT ? a->nflight - FLIGHT : 0;
+    for (unsigned i = first; i < a->nflight; i++) {
+        flight_line(stderr, c, &a->flight[i % FLIGHT]);
+        if (trace)
+            flight_line(trace, c, &a->flight[i % FLIGHT]);
+    }
+    if (trace)
+        fclose(trace);
+}
+
+/* --- signatures --- */
+
+static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, const char *extra) {
+    const char *dname = "?";
+    switch (field) {
+    case 0:
+        snprintf(buf, n, "%s", s->call < CALL_KINDS ? call_names[s->call] : "?");
+        break;
+    case 1:
+        hcomm_dtype_name((hcomm_dtype_t)s->dtype, &dname);
+        snprintf(buf, n, "dtype=%s", dname);
+        break;
+    case 2:
+        snprintf(buf, n, "op=%s",
+                 s->op >= 0 && s->op < HCOMM_OP_COUNT ? op_names[s->op] : "?");
+        break;
+    case 3:
+        snprintf(buf, n, "root=%d", s->root);
+        break;
+    case 4:
+        snprintf(buf, n, "%s=%llu", s->call < CALL_KINDS ? count_names[s->call] : "count",
+                 (unsigned long long)s->count);
+        break;
+    default:
+        snprintf(buf, n, "%s", extra && extra[0] ? extra : "a different tensor list");
+        break;
+    }
+}
+
+static int first_difference(const hcomm__sig_t *a, const hcomm__sig_t *b) {
+    if (a->call != b->call)
+        return 0;
+    if (a->dtype != b->dtype)
+        return 1;
+    if (a->op != b->op)
+        return 2;
+    if (a->root != b->root)
+        return 3;
+    if (a->count != b->count)
+        return 4;
+    if (a->extra != b->extra)
+        return 5;
+    return -1;
+}
+
+/* "hcomm_x: count=8 on rank 0 but count=5 on rank 1", lower rank first so both sides agree.
+ * mine_desc describes this rank's extra field; the peer's is named only as different. */
+static hcomm_result_t mismatch(hcomm_comm_t *c, const hcomm__sig_t *mine, int me,
+                               const hcomm__sig_t *theirs, int peer, const char *mine_desc) {
+    int f = first_difference(mine, theirs);
+    char a[256], b[256];
+    field_text(mine, f, a, sizeof a, mine_desc);
+    field_text(theirs, f, b, sizeof b, NULL);
+    if (f == 0)
+        return me < peer ? hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn,
+                                      "rank %d called %s but rank %d called %s", me, a, peer, b)
+                         : hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn,
+                                      "rank %d called %s but rank %d called %s", peer, b, me, a);
+    if (me < peer)
+        return hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn, "%s on rank %d but %s on rank %d", a, me,
+                          b, peer);
+    return hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn, "%s on rank %d but %s on rank %d", b, peer, a,
+                      me);
+}
+
+/* --- call bookkeeping --- */
+
+typedef struct call {
+    hcomm_comm_t *c;
+    algo_t *a;
+    hcomm__sig_t sig;
+    flight_t *f;
+    uint32_t seq;
+} call_t;
+
+static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
+                                 hcomm_op_t op, int root, uint64_t count) {
+    k->c = c;
+    k->a = algo_of(c);
+    if (!k->a)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
+    k->sig = (hcomm__sig_t){.call = kind, .dtype = dt, .op = op, .root = root, .count = count,
+                            .extra = kind == CALL_FAILED ? 0 : k->a->extra};
+    k->seq = ++k->a->seq;
+    c->call_seq = k->seq;
+    k->f = flight_begin(k->a, c, &k->sig);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
+    hcomm__coll_done(k->c, k->seq);
+    k->f->state = res == HCOMM_OK ? "done" : hcomm_result_name(res);
+    k->f->secs = hcomm__now() - k->f->start;
+    if (res != HCOMM_OK)
+        HCOMM__LOG(HCOMM__LOG_INFO, HCOMM__SUB_ALGO, "%s", hcomm_last_error());
+    return res;
+}
+
+/* --- shared-memory transports: the signature rides in the posted slot --- */
+
+static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s) {
+    hcomm__posted_sig_t p = {.words = {s->call, (uint64_t)(int64_t)s->dtype,
+                                       (uint64_t)(int64_t)s->op, (uint64_t)(int64_t)s->root,
+                                       s->count, s->extra}};
+    return p;
+}
+
+static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
+    return (hcomm__sig_t){.call = (uint32_t)p->words[0], .dtype = (int32_t)p->words[1],
+                          .op = (int32_t)p->words[2], .root = (int32_t)p->words[3],
+                          .count = p->words[4], .extra = p->words[5]};
+}
+
+/* After a posted check failed on every rank: the same verdict, worded from the slots. */
+static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine) {
+    hcomm_comm_t *c = k->c;
+    const hcomm__posted_sig_t *first = c->tr->posted_sig(c, 0);
+    hcomm_result_t res = HCOMM_OK;
+    for (int r = 0; r < c->size && res == HCOMM_OK; r++) {
+        const hcomm__posted_sig_t *p = c->tr->posted_sig(c, r);
+        if (p->failed != HCOMM_OK)
+            res = r == c->rank ? mine->failed
+                               : hcomm__err(HCOMM_ERR_PEER, c->call_fn,
+                                            "rank %d failed its own checks in this call, nothing "
+                                            "moved: %s",
+                                            r, p->failed_text ? p->failed_text : "");
+        else if (memcmp(p->words, first->words, sizeof p->words) != 0) {
+            hcomm__sig_t a = sig_of_posted(first), b = sig_of_posted(p);
+            res = mismatch(c, &a, 0, &b, r, c->rank == 0 ? k->a->extra_desc : NULL);
+        }
+    }
+    hcomm_result_t rel = c->tr->posted_release(c);
+    return res != HCOMM_OK ? res : rel;
+}
+
+/* Runs a native collective of a shared-memory transport with the signature posted. The
+ * failed rank's own message is the thread's last error already. */
+#define RUN_POSTED(k, call)                                                                        \
+    do {                                                                                           \
+        hcomm__posted_sig_t ps_ = posted_of(&(k)->sig);                                           \
+        (k)->c->posted = &ps_;                                                                     \
+        hcomm_result_t r_ = (call);                                                                \
+        (k)->c->posted = NULL;                                                                     \
+        if (r_ == HCOMM_ERR_MISMATCH && posted_differs((k)->c))                                    \
+            r_ = posted_verdict(k, &ps_);                                                          \
+        return call_end(k, r_);                                                                    \
+    } while (0)
+
+static bool posted_differs(hcomm_comm_t *c) {
+    const hcomm__posted_sig_t *first = c->tr->posted_sig(c, 0);
+    for (int r = 0; r < c->size; r++) {
+        const hcomm__posted_sig_t *p = c->tr->posted_sig(c, r);
+        if (p->failed != HCOMM_OK || memcmp(p->words, first->words, sizeof p->words) != 0)
+            return true;
+    }
+    return false;
+}
+
+static bool shm_coll(const hcomm_comm_t *c) {
+    return c->tr->posted_only != NULL;
+}
+
+/* --- recursive doubling over p2p (Thakur, Rabenseifner & Gropp 2005, section 4), with the
+ * extra ranks of a non-power-of-two group folded into their neighbours first. Each message
+ * carries the call's signature, so the check is part of the data exchange: a rank that sees a
+ * different signature reports it to every peer and stops. The result is identical on every
+ * rank since each step combines two vectors with a commutative op. --- */
+
+typedef struct rd {
+    call_t *k;
+    void *acc;         /* the running result, count elements */
+    unsigned char *tmp; /* RD_MAX_BYTES: what the partner sent */
+    size_t count, bytes;
+    hcomm_dtype_t dt;
+    hcomm_op_t op;
+} rd_t;
+
+/* Compares a partner's envelope with this call; a difference is reported to every peer. */
+static hcomm_result_t check_env(rd_t *d, int peer, const hcomm__env_t *env) {
+    call_t *k = d->k;
+    if (first_difference(&k->sig, &env->sig) < 0)
+        return HCOMM_OK;
+    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, &env->sig, peer, k->a->extra_desc);
+    char text[512];
+    snprintf(text, sizeof text, "%s", hcomm_last_error() + strlen(k->c->call_fn) + 2);
+    hcomm__notify_error(k->c, k->seq, res, text);
+    return hcomm__err(res, k->c->call_fn, "%s", text);
+}
+
+static hcomm_result_t rd_send(rd_t *d, int peer, hcomm__req_t **req) {
+    hcomm__env_t desc = {.sig = d->k->sig};
+    return hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc,
+                        req);
+}
+
+/* Receives the partner's vector into tmp and checks its envelope. */
+static hcomm_result_t rd_recv(rd_t *d, int peer) {
+    hcomm__env_t env;
+    HCOMM__TRY(hcomm__recv(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->tmp, RD_MAX_BYTES,
+                           HCOMM__RECV_UPTO, &env));
+    return check_env(d, peer, &env);
+}
+
+static hcomm_result_t rd_exchange(rd_t *d, int peer) {
+    hcomm__req_t *s = NULL;
+    HCOMM__TRY(rd_send(d, peer, &s));
+    hcomm_result_t res = rd_recv(d, peer);
+    hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
+    HCOMM__TRY(res);
+    HCOMM__TRY(sres);
+    hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t rd_run(rd_t *d) {
+    hcomm_comm_t *c = d->k->c;
+    int p = c->size, rank = c->rank, pof2 = 1;
+    while (pof2 * 2 <= p)
+        pof2 *= 2;
+    int rem = p - pof2, newrank;
+    if (rank < 2 * rem && rank % 2 == 0) { /* folded: hand the vector over, get the result */
+        hcomm__req_t *s = NULL;
+        HCOMM__TRY(rd_send(d, rank + 1, &s));
+        HCOMM__TRY(hcomm__wait(s, NULL, NULL));
+        hcomm__env_t env;
+        HCOMM__TRY(hcomm__recv(c, HCOMM__CH_COLL, (int)d->k->seq, rank + 1, d->tmp, RD_MAX_BYTES,
+                               HCOMM__RECV_UPTO, &env));
+        HCOMM__TRY(check_env(d, rank + 1, &env));
+        if (d->bytes)
+            memcpy(d->acc, d->tmp, d->bytes);
+        return HCOMM_OK;
+    }
+    if (rank < 2 * rem) {
+        HCOMM__TRY(rd_recv(d, rank - 1));
+        hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
+        newrank = rank / 2;
+    } else {
+        newrank = rank - rem;
+    }
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+        int np = newrank ^ mask;
+        HCOMM__TRY(rd_exchange(d, np < rem ? np * 2 + 1 : np + rem));
+    }
+    if (rank < 2 * rem) {
+        hcomm__req_t *s = NULL;
+        HCOMM__TRY(rd_send(d, rank - 1, &s));
+        HCOMM__TRY(hcomm__wait(s, NULL, NULL));
+    }
+    return HCOMM_OK;
+}
+
+/* all_reduce of at most RD_MAX_BYTES, or (count 0) a pure signature agreement. */
+static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbuf, size_t count,
+                                    hcomm_dtype_t dt, hcomm_op_t op) {
+    _Alignas(16) unsigned char tmp[RD_MAX_BYTES], acc[RD_MAX_BYTES];
+    size_t bytes = count * (count ? hcomm__dtype_size(dt) : 0);
+    rd_t d = {k, acc, tmp, count, bytes, dt, op == HCOMM_AVG ? HCOMM_SUM : op};
+    if (bytes)
+        memcpy(acc, sendbuf, bytes);
+    if (k->c->size > 1)
+        HCOMM__TRY(rd_run(&d));
+    if (bytes)
+        memcpy(recvbuf, acc, bytes);
+    return HCOMM_OK;
+}
+
+/* Before a native collective on a transport without posted checks: every rank agrees on the
+ * signature (HCOMM_CHECK=always), or on its first use per comm (first), or not at all (off). */
+static hcomm_result_t agree(call_t *k) {
+    int mode = check_mode();
+    if (mode == CHECK_OFF || k->c->size == 1)
+        return HCOMM_OK;
+    uint64_t h = ((uint64_t)k->sig.call << 56) ^ ((uint64_t)k->sig.dtype << 48) ^
+                 ((uint64_t)k->sig.op << 40) ^ ((uint64_t)(uint32_t)k->sig.root << 8) ^
+                 (k->sig.count * 0x9E3779B97F4A7C15ull) ^ k->sig.extra;
+    if (mode == CHECK_FIRST)
+        for (int i = 0; i < k->a->nseen; i++)
+            if (k->a->seen[i] == h)
+                return HCOMM_OK;
+    HCOMM__TRY(rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
+    if (mode == CHECK_FIRST)
+        k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
+    return HCOMM_OK;
+}
+
+/* --- the collectives --- */
+
+static hcomm_result_t finish_avg(hcomm_comm_t *c, void *buf, size_t count, hcomm_dtype_t dt,
+                                 hcomm_op_t op, hcomm_result_t res) {
+    if (res == HCOMM_OK && op == HCOMM_AVG)
+        hcomm__scale_div(buf, count, dt, c->size);
+    return res;
+}
+
+static hcomm_result_t all_reduce_call(call_t *k, const void *sendbuf, void *recvbuf, size_t count,
+                                      hcomm_dtype_t dt, hcomm_op_t op) {
+    hcomm_comm_t *c = k->c;
+    hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
+    if (shm_coll(c))
+        RUN_POSTED(k, finish_avg(c, recvbuf, count, dt, op,
+                                 c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, native)));
+    hcomm_result_t res;
+    if (count * hcomm__dtype_size(dt) <= RD_MAX_BYTES)
+        res = rd_all_reduce(k, sendbuf, recvbuf, count, dt, op);
+    else if ((res = agree(k)) == HCOMM_OK)
+        res = c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, native);
+    return call_end(k, finish_avg(c, recvbuf, count, dt, op, res));
+}
 
 hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
-    HCOMM__TRY(c->ops->all_reduce(c, sendbuf, recvbuf, count, dt, native));
-    if (op == HCOMM_AVG)
-        hcomm__scale_div(recvbuf, count, dt, c->size);
-    return HCOMM_OK;
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_REDUCE, dt, op, 0, count));
+    return all_reduce_call(&k, sendbuf, recvbuf, count, dt, op);
 }
 
 hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t bytes_per_rank) {
-    return c->ops->all_gather(c, sendbuf, recvbuf, bytes_per_rank);
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_GATHER, HCOMM_U8, HCOMM_SUM, 0, bytes_per_rank));
+    if (shm_coll(c))
+        RUN_POSTED(&k, c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank));
+    hcomm_result_t res = agree(&k);
+    if (res == HCOMM_OK)
+        res = c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank);
+    return call_end(&k, res);
 }
 
 hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    call_t k = {0};
     hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
-    HCOMM__TRY(c->ops->reduce_scatter(c, sendbuf, recvbuf, count, dt, native));
-    if (op == HCOMM_AVG)
-        hcomm__scale_div(recvbuf, count, dt, c->size);
-    return HCOMM_OK;
+    HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTER, dt, op, 0, count));
+    if (shm_coll(c))
+        RUN_POSTED(&k, finish_avg(c, recvbuf, count, dt, op,
+                                  c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt,
+                                                                native)));
+    hcomm_result_t res = agree(&k);
+    if (res == HCOMM_OK)
+        res = c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, native);
+    return call_end(&k, finish_avg(c, recvbuf, count, dt, op, res));
 }
 
 hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
-    return c->ops->broadcast(c, buf, bytes, root);
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_BROADCAST, HCOMM_U8, HCOMM_SUM, root, bytes));
+    if (shm_coll(c))
+        RUN_POSTED(&k, c->tr->native->broadcast(c, buf, bytes, root));
+    hcomm_result_t res = agree(&k);
+    if (res == HCOMM_OK)
+        res = c->tr->native->broadcast(c, buf, bytes, root);
+    return call_end(&k, res);
 }
 
 hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls) {
-    return c->ops->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls);
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
+    if (shm_coll(c))
+        RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
+                                                  recvcounts, rdispls));
+    hcomm_result_t res = agree(&k);
+    if (res == HCOMM_OK)
+        res = c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                                         rdispls);
+    return call_end(&k, res);
+}
+
+static hcomm_result_t posted_barrier(hcomm_comm_t *c) {
+    HCOMM__TRY(c->tr->posted_only(c));
+    return c->tr->posted_release(c);
+}
+
+hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_BARRIER, HCOMM_U8, HCOMM_SUM, 0, 0));
+    if (shm_coll(c))
+        RUN_POSTED(&k, posted_barrier(c));
+    return call_end(&k, rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
+}
+
+hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_SPLIT, HCOMM_U8, HCOMM_SUM, 0, 0));
+    if (shm_coll(c))
+        RUN_POSTED(&k, c->tr->split(c, color, key, out));
+    hcomm_result_t res = rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM);
+    if (res == HCOMM_OK) /* every rank has arrived: the backend's blocking split cannot hang */
+        res = c->tr->split(c, color, key, out);
+    return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res) {
+    char text[512];
+    snprintf(text, sizeof text, "%s", hcomm_last_error());
+    call_t k = {0};
+    if (call_begin(c, &k, CALL_FAILED, HCOMM_U8, HCOMM_SUM, 0, 0) != HCOMM_OK)
+        return hcomm__err_text(res, text);
+    if (shm_coll(c)) {
+        hcomm__posted_sig_t ps = posted_of(&k.sig);
+        ps.failed = res;
+        ps.failed_text = text;
+        c->posted = &ps;
+        if (c->tr->posted_only(c) == HCOMM_ERR_MISMATCH)
+            c->tr->posted_release(c);
+        c->posted = NULL;
+    } else if (c->size > 1) {
+        char note[600];
+        snprintf(note, sizeof note, "rank %d failed its own checks in this call, nothing moved: %s",
+                 c->rank, text);
+        hcomm__notify_error(c, k.seq, HCOMM_ERR_PEER, note);
+    }
+    call_end(&k, res);
+    return hcomm__err_text(res, text);
 }

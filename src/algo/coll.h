@@ -1,11 +1,22 @@
-/* The algorithms layer: collectives as the primitives call them. It picks an algorithm per
- * call; today every op goes to the backend's native collective ("native"), with AVG built
- * as SUM then divide. hcomm's own ring / halving-doubling / hierarchical algorithms over
- * point-to-point plug in here without touching the primitives. */
+/* The algorithms layer: collectives as the primitives call them. Each call gets a sequence
+ * number on its communicator, a signature (call, dtype, op, root, count, extra) that every
+ * rank must share, a flight-recorder entry, and an algorithm:
+ *   - shared-memory transports (local): the transport's native collectives, which check the
+ *     signature in the slots they post anyway (no message);
+ *   - otherwise: small all_reduce runs hcomm's own recursive doubling over p2p with the
+ *     signature in every envelope (checked for free); everything else runs the backend's native
+ *     collective after a signature agreement over p2p, as HCOMM_CHECK says (always, first, off).
+ * A rank whose own argument checks failed calls hcomm__coll_fail: its peers in the same call
+ * fail with HCOMM_ERR_PEER (naming it and its message) instead of waiting for a timeout. */
 #ifndef HCOMM_C_ALGO_COLL_H_
 #define HCOMM_C_ALGO_COLL_H_
 
-#include "backend/backend.h"
+#include "p2p/p2p.h"
+
+/* Names the public call running on c for every message below it (the outermost call wins);
+ * hcomm__leave restores the previous name and, after a timeout, prints the flight recorder. */
+void hcomm__enter(hcomm_comm_t *c, const char *fn);
+hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res);
 
 hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op);
@@ -18,5 +29,19 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls);
+hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c);
+hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
+
+/* This rank's checks failed with res (its message is the thread's last error): joins the call
+ * its peers are making so they fail with HCOMM_ERR_PEER, and returns res with the message. */
+hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res);
+
+/* A digest and a short description of what a call's count cannot say (a DP tensor list):
+ * carried in the signature of the calls that follow until hcomm__coll_clear_extra. */
+void hcomm__coll_set_extra(hcomm_comm_t *c, uint64_t digest, const char *desc);
+void hcomm__coll_clear_extra(hcomm_comm_t *c);
+
+/* True when [a, a+an) and [b, b+bn) share a byte. */
+bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 
 #endif /* HCOMM_C_ALGO_COLL_H_ */

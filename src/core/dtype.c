@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 static const struct {
@@ -234,14 +235,34 @@ void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
     }
 }
 
-double hcomm__timeout_s(void) {
-    const char *s = getenv("HCOMM_TIMEOUT");
-    double v = s ? strtod(s, NULL) : 0.0;
-    return v > 0.0 ? v : 300.0;
-}
-
 double hcomm__now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void hcomm__backoff_init(hcomm__backoff_t *b) {
+    *b = (hcomm__backoff_t){0};
+}
+
+/* Spinning is cheapest while the peer runs on another core; yielding lets an oversubscribed
+ * peer run at once (8 ranks on 2 cores); a nap after 2 ms keeps idle waiters off the cores. */
+double hcomm__backoff(hcomm__backoff_t *b) {
+    unsigned long i = b->iter++;
+    if (i < 64)
+        return 0.0;
+    if (b->start == 0.0)
+        b->start = hcomm__now();
+    double waited = 0.0;
+    if ((i & 63) == 0) {
+        waited = hcomm__now() - b->start;
+        b->napping = waited > 2e-3;
+    }
+    if (b->napping) {
+        struct timespec ts = {0, 20 * 1000};
+        nanosleep(&ts, NULL);
+    } else {
+        sched_yield();
+    }
+    return waited;
 }

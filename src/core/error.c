@@ -43,3 +43,8 @@ hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...
     va_end(ap);
     return r;
 }
+
+hcomm_result_t hcomm__err_text(hcomm_result_t r, const char *text) {
+    snprintf(last_error, sizeof last_error, "%s", text);
+    return r;
+}

@@ -16,6 +16,9 @@
 hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...)
     HCOMM__PRINTF(3, 4);
 
+/* Records text as it is (already "fn: message") as this thread's last error; returns r. */
+hcomm_result_t hcomm__err_text(hcomm_result_t r, const char *text);
+
 /* Argument checks for public functions: fail with a message naming the argument. */
 #define HCOMM__CHECK_NULL(p)                                                                       \
     do {                                                                                           \
@@ -55,10 +58,19 @@ uint16_t hcomm__f32_to_f16(float f);
 float hcomm__bf16_to_f32(uint16_t h);
 uint16_t hcomm__f32_to_bf16(float f);
 
-/* Seconds from the environment variable HCOMM_TIMEOUT (default 300). */
-double hcomm__timeout_s(void);
 /* Monotonic clock in seconds. */
 double hcomm__now(void);
+
+/* How a waiter spends a wait: it spins first, then yields its core to peers (ranks may
+ * outnumber cores), then naps; hcomm__backoff() does the step for the current iteration. */
+typedef struct hcomm__backoff {
+    double start;
+    unsigned long iter;
+    bool napping;
+} hcomm__backoff_t;
+void hcomm__backoff_init(hcomm__backoff_t *b);
+/* Seconds since init (read every 64 iterations; 0 before). Call once per polling round. */
+double hcomm__backoff(hcomm__backoff_t *b);
 
 #endif /* HCOMM_C_INTERNAL_H_ */
 

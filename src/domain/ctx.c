@@ -1,6 +1,6 @@
 /* The domain manager: one collective call splits the world into every parallel group of the
  * job (layout from rankgen.c), and accessors hand them out. */
-#include "backend/backend.h"
+#include "transport/transport.h"
 #include "domain/rankgen.h"
 
 #include <stdint.h>

@@ -77,6 +77,9 @@ static hcomm_result_t reduce_bucket(hcomm_comm_t *g, hcomm_tensor_t *grads, cons
     return HCOMM_OK;
 }
 
+static hcomm_result_t dp_buckets(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
+                                 hcomm_op_t op, size_t bucket_bytes);
+
 static hcomm_result_t check_grads(const char *fn, const hcomm_tensor_t *grads, int n,
                                   hcomm_op_t op) {
     if (n < 0)
@@ -94,13 +97,56 @@ static hcomm_result_t check_grads(const char *fn, const hcomm_tensor_t *grads, i
     return HCOMM_OK;
 }
 
+/* FNV-1a over the list's dtypes and shapes, and a short text of it for messages: peers compare
+ * the digest in every bucket's signature, so lists in another order fail instead of mixing. */
+static uint64_t list_digest(const hcomm_tensor_t *grads, int n, char *desc, size_t cap) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    MIX(n);
+    int len = snprintf(desc, cap, "grads=[");
+    for (int i = 0; i < n; i++) {
+        MIX(grads[i].dtype);
+        MIX(grads[i].ndim);
+        for (int d = 0; d < grads[i].ndim; d++)
+            MIX(grads[i].shape[d]);
+        char shape[96];
+        if (len > 0 && (size_t)len < cap)
+            len += snprintf(desc + len, cap - (size_t)len, "%s%s%s", i ? ", " : "",
+                            hcomm__dtype_str(grads[i].dtype),
+                            hcomm__shape_str(&grads[i], shape, sizeof shape));
+    }
+#undef MIX
+    if (len > 0 && (size_t)len < cap)
+        snprintf(desc + len, cap - (size_t)len, "]");
+    return h;
+}
+
+static hcomm_result_t dp_all_reduce(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
+                                    hcomm_op_t op, size_t bucket_bytes) {
+    const char *fn = dp_group->call_fn;
+    hcomm_result_t chk = check_grads(fn, grads, n, op);
+    if (chk != HCOMM_OK)
+        return hcomm__coll_fail(dp_group, chk);
+    char desc[200];
+    hcomm__coll_set_extra(dp_group, list_digest(grads, n, desc, sizeof desc), desc);
+    hcomm_result_t res = dp_buckets(dp_group, grads, n, op, bucket_bytes);
+    hcomm__coll_clear_extra(dp_group);
+    return res;
+}
+
 hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
                                          hcomm_op_t op, size_t bucket_bytes) {
     HCOMM__CHECK_NULL(dp_group);
-    HCOMM__TRY(check_grads(__func__, grads, n, op));
+    hcomm__enter(dp_group, __func__);
+    return hcomm__leave(dp_group, dp_all_reduce(dp_group, grads, n, op, bucket_bytes));
+}
+
+static hcomm_result_t dp_buckets(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
+                                 hcomm_op_t op, size_t bucket_bytes) {
+    const char *fn = dp_group->call_fn;
     size_t cap = bucket_bytes ? bucket_bytes : HCOMM_DP_BUCKET_BYTES_DEFAULT;
     char *buf = NULL;
-    HCOMM__TRY(hcomm__alloc(__func__, max_packed_bytes(grads, n, cap), (void **)&buf));
+    HCOMM__TRY(hcomm__alloc(fn, max_packed_bytes(grads, n, cap), (void **)&buf));
     bool seen[HCOMM_DTYPE_COUNT] = {false};
     hcomm_result_t res = HCOMM_OK;
     for (int i = 0; i < n && res == HCOMM_OK; i++) {

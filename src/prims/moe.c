@@ -181,7 +181,7 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_STATUS] != HCOMM_OK)
-            return hcomm__err(HCOMM_ERR_ABORTED, fn,
+            return hcomm__err(HCOMM_ERR_PEER, fn,
                               "rank %d of ep_group failed its argument checks with %s", s,
                               hcomm_result_name((hcomm_result_t)m[META_STATUS]));
         if (m[META_H] != h->h || m[META_DTYPE] != (int64_t)h->dtype)
@@ -283,7 +283,8 @@ hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *
         return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for the routing handle");
     h->h = ok ? tokens->shape[1] : 0;
     h->dtype = ok ? tokens->dtype : HCOMM_F32;
-    hcomm_result_t res = dispatch(__func__, h, tokens, expert_ids, local);
+    hcomm__enter(ep_group, __func__);
+    hcomm_result_t res = hcomm__leave(ep_group, dispatch(__func__, h, tokens, expert_ids, local));
     if (res != HCOMM_OK) {
         hcomm_moe_handle_free(h);
         return res;
@@ -338,26 +339,41 @@ static hcomm_result_t check_route(const char *fn, const hcomm_moe_handle_t *h, c
 hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
                                  hcomm_tensor_t *out) {
     size_t rb = 0;
-    HCOMM__TRY(check_route(__func__, handle, "expert_out", expert_out, handle ? handle->r : 0,
-                           "out", out, handle ? handle->n : 0, -1, &rb));
-    return route_backward(__func__, handle, expert_out->data, out->data, rb);
+    hcomm_result_t chk = check_route(__func__, handle, "expert_out", expert_out, handle ? handle->r : 0,
+                           "out", out, handle ? handle->n : 0, -1, &rb);
+    if (handle == NULL)
+        return chk;
+    hcomm__enter(handle->group, __func__);
+    if (chk != HCOMM_OK)
+        return hcomm__leave(handle->group, hcomm__coll_fail(handle->group, chk));
+    return hcomm__leave(handle->group, route_backward(__func__, handle, expert_out->data, out->data, rb));
 }
 
 hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_out,
                                      hcomm_tensor_t *grad_expert_out) {
     size_t rb = 0;
-    HCOMM__TRY(check_route(__func__, handle, "grad_out", grad_out, handle ? handle->n : 0,
-                           "grad_expert_out", grad_expert_out, handle ? handle->r : 0, -1, &rb));
-    return route_forward(__func__, handle, grad_out->data, grad_expert_out->data, rb);
+    hcomm_result_t chk = check_route(__func__, handle, "grad_out", grad_out, handle ? handle->n : 0,
+                           "grad_expert_out", grad_expert_out, handle ? handle->r : 0, -1, &rb);
+    if (handle == NULL)
+        return chk;
+    hcomm__enter(handle->group, __func__);
+    if (chk != HCOMM_OK)
+        return hcomm__leave(handle->group, hcomm__coll_fail(handle->group, chk));
+    return hcomm__leave(handle->group, route_forward(__func__, handle, grad_out->data, grad_expert_out->data, rb));
 }
 
 hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_recv,
                                       hcomm_tensor_t *grad_tokens) {
     size_t rb = 0;
-    HCOMM__TRY(check_route(__func__, handle, "grad_recv", grad_recv, handle ? handle->r : 0,
+    hcomm_result_t chk = check_route(__func__, handle, "grad_recv", grad_recv, handle ? handle->r : 0,
                            "grad_tokens", grad_tokens, handle ? handle->n : 0,
-                           handle ? handle->h : 0, &rb));
-    return route_backward(__func__, handle, grad_recv->data, grad_tokens->data, rb);
+                           handle ? handle->h : 0, &rb);
+    if (handle == NULL)
+        return chk;
+    hcomm__enter(handle->group, __func__);
+    if (chk != HCOMM_OK)
+        return hcomm__leave(handle->group, hcomm__coll_fail(handle->group, chk));
+    return hcomm__leave(handle->group, route_backward(__func__, handle, grad_recv->data, grad_tokens->data, rb));
 }
 
 hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {

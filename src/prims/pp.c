@@ -1,41 +1,26 @@
-/* Pipeline-parallel point-to-point. A tensor travels as two backend messages from one peer:
- * a fixed-size header (dtype and shape) on tag + PP_HEADER_TAG, then the data on tag itself
- * (no data message when the tensor has no bytes). The header comes first, so a receiver whose
- * descriptor does not match still knows how many bytes to drain and can say what was sent. */
+/* Pipeline-parallel point-to-point over hcomm's p2p layer: one message per tensor on the
+ * user channel, whose envelope carries the dtype and shape, so the receiver checks them before
+ * any data lands (and can say what was sent), and user tags never meet algorithm traffic. */
 #include "hcomm/pp.h"
 #include "prims/prims.h"
 
+#include <stdio.h>
 #include <string.h>
 
-#define PP_MAGIC 0x48505031u /* "HPP1" */
-#define PP_HEADER_TAG (HCOMM_PP_TAG_MAX + 1)
-
-typedef struct pp_header {
-    uint32_t magic;
-    int32_t dtype;
-    int32_t ndim;
-    int32_t reserved;
-    int64_t shape[HCOMM_MAX_DIMS];
-} pp_header_t;
-
-static pp_header_t header_of(const hcomm_tensor_t *t) {
-    pp_header_t h = {.magic = PP_MAGIC, .dtype = (int32_t)t->dtype, .ndim = t->ndim};
+static hcomm__env_t desc_of(const hcomm_tensor_t *t) {
+    hcomm__env_t d = {.has_desc = 1, .dtype = (int32_t)t->dtype, .ndim = (uint8_t)t->ndim};
     for (int i = 0; i < t->ndim; i++)
-        h.shape[i] = t->shape[i];
-    return h;
+        d.shape[i] = t->shape[i];
+    return d;
 }
 
-/* The descriptor a well-formed header stands for; false if the header is not one of ours. */
-static bool header_tensor(const pp_header_t *h, hcomm_tensor_t *t) {
-    if (h->magic != PP_MAGIC || !hcomm__dtype_valid((hcomm_dtype_t)h->dtype) || h->ndim < 0 ||
-        h->ndim > HCOMM_MAX_DIMS)
+/* The descriptor an envelope stands for; false if it carries none. */
+static bool env_tensor(const hcomm__env_t *e, hcomm_tensor_t *t) {
+    if (!e->has_desc || !hcomm__dtype_valid((hcomm_dtype_t)e->dtype) || e->ndim > HCOMM_MAX_DIMS)
         return false;
-    *t = (hcomm_tensor_t){.dtype = (hcomm_dtype_t)h->dtype, .ndim = h->ndim};
-    for (int i = 0; i < h->ndim; i++) {
-        if (h->shape[i] < 0)
-            return false;
-        t->shape[i] = h->shape[i];
-    }
+    *t = (hcomm_tensor_t){.dtype = (hcomm_dtype_t)e->dtype, .ndim = e->ndim};
+    for (int i = 0; i < e->ndim; i++)
+        t->shape[i] = e->shape[i];
     return true;
 }
 
@@ -71,97 +56,90 @@ static hcomm_result_t check_side(const char *fn, const char *tname, const hcomm_
     return check_peer(fn, pname, g, peer);
 }
 
-/* Consumes a data message of bytes that does not fit the caller's tensor. */
-static hcomm_result_t drain(const char *fn, hcomm_comm_t *g, size_t bytes, int peer, int tag) {
-    if (bytes == 0)
-        return HCOMM_OK;
-    void *junk = NULL;
-    HCOMM__TRY(hcomm__alloc(fn, bytes, &junk));
-    hcomm_result_t res = g->ops->recv(g, junk, bytes, peer, tag);
-    free(junk);
-    return res;
-}
-
-/* Receives one tensor message into t; on a descriptor mismatch drains it and fails. */
+/* Receives one tensor into t: its envelope must carry t's dtype and shape. */
 static hcomm_result_t recv_tensor(const char *fn, hcomm_comm_t *g, hcomm_tensor_t *t, int peer,
                                   int tag) {
-    pp_header_t h;
-    HCOMM__TRY(g->ops->recv(g, &h, sizeof h, peer, tag + PP_HEADER_TAG));
+    hcomm__env_t env;
+    HCOMM__TRY(hcomm__probe(g, HCOMM__CH_USER, tag, peer, &env));
     hcomm_tensor_t sent;
-    if (!header_tensor(&h, &sent))
-        return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                          "peer %d sent a header that is not an hcomm_pp tensor header (tag %d)",
+    if (!env_tensor(&env, &sent))
+        return hcomm__err(HCOMM_ERR_MISMATCH, fn, "rank %d sent a message that is not a tensor (tag %d)",
                           peer, tag);
-    size_t bytes = hcomm__tensor_bytes(&sent);
     if (same_descriptor(&sent, t))
-        return bytes ? g->ops->recv(g, t->data, bytes, peer, tag) : HCOMM_OK;
-    HCOMM__TRY(drain(fn, g, bytes, peer, tag));
+        return hcomm__recv(g, HCOMM__CH_USER, tag, peer, t->data, hcomm__tensor_bytes(t),
+                           HCOMM__RECV_EXACT, NULL);
+    hcomm__req_t *r = NULL; /* consume it, so the next message of this tag can be received */
+    void *junk = NULL;
+    HCOMM__TRY(hcomm__irecv(g, HCOMM__CH_USER, tag, peer, NULL, 0, HCOMM__RECV_ALLOC, &r));
+    HCOMM__TRY(hcomm__wait(r, NULL, &junk));
+    free(junk);
     char ss[160], es[160];
     return hcomm__err(HCOMM_ERR_MISMATCH, fn, "peer %d sent %s %s, expected %s %s", peer,
                       hcomm__dtype_str(sent.dtype), hcomm__shape_str(&sent, ss, sizeof ss),
                       hcomm__dtype_str(t->dtype), hcomm__shape_str(t, es, sizeof es));
 }
 
-/* Starts sending t; *h must stay alive until the requests complete. Fills reqs[0..*nreq-1]. */
-static hcomm_result_t post_send(hcomm_comm_t *g, const hcomm_tensor_t *t, pp_header_t *h, int peer,
-                                int tag, hcomm__req_t *reqs[2], int *nreq) {
-    *h = header_of(t);
-    *nreq = 0;
-    HCOMM__TRY(g->ops->isend(g, h, sizeof *h, peer, tag + PP_HEADER_TAG, &reqs[0]));
-    *nreq = 1;
-    size_t bytes = hcomm__tensor_bytes(t);
-    if (bytes == 0)
-        return HCOMM_OK;
-    HCOMM__TRY(g->ops->isend(g, t->data, bytes, peer, tag, &reqs[1]));
-    *nreq = 2;
-    return HCOMM_OK;
+static hcomm_result_t send_tensor(hcomm_comm_t *g, const hcomm_tensor_t *t, int peer, int tag,
+                                  hcomm__req_t **req) {
+    hcomm__env_t d = desc_of(t);
+    return hcomm__isend(g, HCOMM__CH_USER, tag, peer, t->data, hcomm__tensor_bytes(t), &d, req);
 }
 
-/* Completes every posted request; the first failure wins over a later one. */
-static hcomm_result_t wait_all(hcomm_comm_t *g, hcomm__req_t *reqs[2], int nreq,
-                               hcomm_result_t res) {
-    for (int i = 0; i < nreq; i++) {
-        hcomm_result_t r = g->ops->wait(g, reqs[i]);
-        if (res == HCOMM_OK)
-            res = r;
-    }
-    return res;
+static hcomm_result_t pp_send(hcomm_comm_t *group, const hcomm_tensor_t *t, int peer, int tag) {
+    HCOMM__TRY(check_side(group->call_fn, "t", t, "peer", group, peer));
+    HCOMM__TRY(check_tag(group->call_fn, tag));
+    hcomm__req_t *r = NULL;
+    HCOMM__TRY(send_tensor(group, t, peer, tag, &r));
+    return hcomm__wait(r, NULL, NULL);
 }
 
 hcomm_result_t hcomm_pp_send(hcomm_comm_t *group, const hcomm_tensor_t *t, int peer, int tag) {
     HCOMM__CHECK_NULL(group);
-    HCOMM__TRY(check_side(__func__, "t", t, "peer", group, peer));
-    HCOMM__TRY(check_tag(__func__, tag));
-    pp_header_t h = header_of(t);
-    HCOMM__TRY(group->ops->send(group, &h, sizeof h, peer, tag + PP_HEADER_TAG));
-    size_t bytes = hcomm__tensor_bytes(t);
-    return bytes ? group->ops->send(group, t->data, bytes, peer, tag) : HCOMM_OK;
+    hcomm__enter(group, __func__);
+    return hcomm__leave(group, pp_send(group, t, peer, tag));
+}
+
+static hcomm_result_t pp_recv(hcomm_comm_t *group, hcomm_tensor_t *t, int peer, int tag) {
+    HCOMM__TRY(check_side(group->call_fn, "t", t, "peer", group, peer));
+    HCOMM__TRY(check_tag(group->call_fn, tag));
+    return recv_tensor(group->call_fn, group, t, peer, tag);
 }
 
 hcomm_result_t hcomm_pp_recv(hcomm_comm_t *group, hcomm_tensor_t *t, int peer, int tag) {
     HCOMM__CHECK_NULL(group);
-    HCOMM__TRY(check_side(__func__, "t", t, "peer", group, peer));
-    HCOMM__TRY(check_tag(__func__, tag));
-    return recv_tensor(__func__, group, t, peer, tag);
+    hcomm__enter(group, __func__);
+    return hcomm__leave(group, pp_recv(group, t, peer, tag));
+}
+
+static hcomm_result_t pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *send, int send_peer,
+                                   hcomm_tensor_t *recv, int recv_peer, int tag) {
+    const char *fn = group->call_fn;
+    bool do_send = send != NULL && send_peer != -1, do_recv = recv != NULL && recv_peer != -1;
+    if (do_send)
+        HCOMM__TRY(check_side(fn, "send", send, "send_peer", group, send_peer));
+    if (do_recv)
+        HCOMM__TRY(check_side(fn, "recv", recv, "recv_peer", group, recv_peer));
+    HCOMM__TRY(check_tag(fn, tag));
+    /* Post the send before blocking in the receive: both peers can then call in any order. */
+    hcomm__req_t *r = NULL;
+    hcomm_result_t res = do_send ? send_tensor(group, send, send_peer, tag, &r) : HCOMM_OK;
+    if (res == HCOMM_OK && do_recv)
+        res = recv_tensor(fn, group, recv, recv_peer, tag);
+    if (r) {
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", hcomm_last_error());
+        hcomm_result_t sres = hcomm__wait(r, NULL, NULL);
+        if (res != HCOMM_OK) /* the first failure's message wins */
+            hcomm__err_text(res, keep);
+        else
+            res = sres;
+    }
+    return res;
 }
 
 hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *send, int send_peer,
                                   hcomm_tensor_t *recv, int recv_peer, int tag) {
     HCOMM__CHECK_NULL(group);
-    bool do_send = send != NULL && send_peer != -1, do_recv = recv != NULL && recv_peer != -1;
-    if (do_send)
-        HCOMM__TRY(check_side(__func__, "send", send, "send_peer", group, send_peer));
-    if (do_recv)
-        HCOMM__TRY(check_side(__func__, "recv", recv, "recv_peer", group, recv_peer));
-    HCOMM__TRY(check_tag(__func__, tag));
-    /* Post the send before blocking in the receive: both peers can then call in any order. */
-    pp_header_t h;
-    hcomm__req_t *reqs[2] = {NULL, NULL};
-    int nreq = 0;
-    hcomm_result_t res = HCOMM_OK;
-    if (do_send)
-        res = post_send(group, send, &h, send_peer, tag, reqs, &nreq);
-    if (res == HCOMM_OK && do_recv)
-        res = recv_tensor(__func__, group, recv, recv_peer, tag);
-    return wait_all(group, reqs, nreq, res);
+    hcomm__enter(group, __func__);
+    return hcomm__leave(group, pp_send_recv(group, send, send_peer, recv, recv_peer, tag));
 }

@@ -23,6 +23,12 @@ static hcomm_result_t check_pair(const tp_call_t *c, hcomm_comm_t *group, const 
         return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
     HCOMM__TRY(hcomm__tensor_check(c->fn, c->in, in, numel));
     HCOMM__TRY(hcomm__tensor_check(c->fn, c->out, out, NULL));
+    if (in->data != out->data && hcomm__overlaps(in->data, hcomm__tensor_bytes(in), out->data,
+                                                 hcomm__tensor_bytes(out)))
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, c->fn,
+                          "%s->data and %s->data partially overlap; pass the same tensor (in "
+                          "place, where allowed) or separate buffers",
+                          c->in, c->out);
     return hcomm__same_dtype(c->fn, c->in, in, c->out, out);
 }
 
@@ -59,6 +65,15 @@ static hcomm_result_t check_shape_but_dim(const tp_call_t *c, const char *name,
                       hcomm__shape_str(&want, exp, sizeof exp), d);
 }
 
+/* A failed check inside a collective body: this rank joins its peers' call (they get
+ * HCOMM_ERR_PEER) and returns its own error. */
+#define TP_CHECK(group, call)                                                                      \
+    do {                                                                                           \
+        hcomm_result_t chk_ = (call);                                                              \
+        if (chk_ != HCOMM_OK)                                                                      \
+            return hcomm__coll_fail(group, chk_);                                                  \
+    } while (0)
+
 /* Product of shape[0..d-1]: how many blocks precede dim d. */
 static size_t outer_count(const hcomm_tensor_t *t, int d) {
     size_t n = 1;
@@ -83,26 +98,26 @@ static void concat_to_stack(const char *src, char *dst, int size, size_t outer, 
                    blk);
 }
 
-static hcomm_result_t tp_all_reduce(const tp_call_t *c, hcomm_comm_t *group,
+static hcomm_result_t tp_all_reduce_body(const tp_call_t *c, hcomm_comm_t *group,
                                     const hcomm_tensor_t *in, hcomm_tensor_t *out, hcomm_op_t op) {
     size_t n = 0;
-    HCOMM__TRY(check_pair(c, group, in, out, &n));
-    HCOMM__TRY(hcomm__tensor_same_shape(c->fn, c->in, in, c->out, out));
-    HCOMM__TRY(check_op(c, op));
+    TP_CHECK(group, check_pair(c, group, in, out, &n));
+    TP_CHECK(group, hcomm__tensor_same_shape(c->fn, c->in, in, c->out, out));
+    TP_CHECK(group, check_op(c, op));
     return hcomm__coll_all_reduce(group, in->data, out->data, n, in->dtype, op);
 }
 
-static hcomm_result_t tp_all_gather(const tp_call_t *c, hcomm_comm_t *group,
+static hcomm_result_t tp_all_gather_body(const tp_call_t *c, hcomm_comm_t *group,
                                     const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
     int d = 0;
-    HCOMM__TRY(check_pair(c, group, in, out, NULL));
-    HCOMM__TRY(hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
-    HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] * group->size));
+    TP_CHECK(group, check_pair(c, group, in, out, NULL));
+    TP_CHECK(group, hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
+    TP_CHECK(group, check_shape_but_dim(c, c->out, out, in, d, in->shape[d] * group->size));
     size_t bytes = hcomm__tensor_bytes(in), outer = outer_count(in, d);
     if (outer == 1 || bytes == 0) /* the stack already is the concatenation */
         return hcomm__coll_all_gather(group, in->data, out->data, bytes);
     void *tmp = NULL;
-    HCOMM__TRY(hcomm__alloc(c->fn, bytes * (size_t)group->size, &tmp));
+    TP_CHECK(group, hcomm__alloc(c->fn, bytes * (size_t)group->size, &tmp));
     hcomm_result_t res = hcomm__coll_all_gather(group, in->data, tmp, bytes);
     if (res == HCOMM_OK)
         stack_to_concat(tmp, out->data, group->size, outer, bytes / outer);
@@ -110,26 +125,51 @@ static hcomm_result_t tp_all_gather(const tp_call_t *c, hcomm_comm_t *group,
     return res;
 }
 
-static hcomm_result_t tp_reduce_scatter(const tp_call_t *c, hcomm_comm_t *group,
+static hcomm_result_t tp_reduce_scatter_body(const tp_call_t *c, hcomm_comm_t *group,
                                         const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim,
                                         hcomm_op_t op) {
     int d = 0;
     size_t n = 0;
-    HCOMM__TRY(check_pair(c, group, in, out, &n));
-    HCOMM__TRY(hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
-    HCOMM__TRY(check_divisible(c, c->in, in, d, group->size));
-    HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] / group->size));
-    HCOMM__TRY(check_op(c, op));
+    TP_CHECK(group, check_pair(c, group, in, out, &n));
+    TP_CHECK(group, hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
+    TP_CHECK(group, check_divisible(c, c->in, in, d, group->size));
+    TP_CHECK(group, check_shape_but_dim(c, c->out, out, in, d, in->shape[d] / group->size));
+    TP_CHECK(group, check_op(c, op));
     size_t count = n / (size_t)group->size, outer = outer_count(in, d);
     if (outer == 1 || count == 0)
         return hcomm__coll_reduce_scatter(group, in->data, out->data, count, in->dtype, op);
     void *tmp = NULL;
     size_t bytes = hcomm__tensor_bytes(in);
-    HCOMM__TRY(hcomm__alloc(c->fn, bytes, &tmp));
+    TP_CHECK(group, hcomm__alloc(c->fn, bytes, &tmp));
     concat_to_stack(in->data, tmp, group->size, outer, bytes / outer / (size_t)group->size);
     hcomm_result_t res = hcomm__coll_reduce_scatter(group, tmp, out->data, count, in->dtype, op);
     free(tmp);
     return res;
+}
+
+static hcomm_result_t tp_all_reduce(const tp_call_t *c, hcomm_comm_t *group,
+                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, hcomm_op_t op) {
+    if (group == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
+    hcomm__enter(group, c->fn);
+    return hcomm__leave(group, tp_all_reduce_body(c, group, in, out, op));
+}
+
+static hcomm_result_t tp_all_gather(const tp_call_t *c, hcomm_comm_t *group,
+                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
+    if (group == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
+    hcomm__enter(group, c->fn);
+    return hcomm__leave(group, tp_all_gather_body(c, group, in, out, dim));
+}
+
+static hcomm_result_t tp_reduce_scatter(const tp_call_t *c, hcomm_comm_t *group,
+                                        const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim,
+                                        hcomm_op_t op) {
+    if (group == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
+    hcomm__enter(group, c->fn);
+    return hcomm__leave(group, tp_reduce_scatter_body(c, group, in, out, dim, op));
 }
 
 static hcomm_result_t tp_split(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,

@@ -1,5 +1,5 @@
 /* Built when hcomm is configured without MPI: the mpi backend reports itself unavailable. */
-#include "backend/backend.h"
+#include "transport/transport.h"
 
 hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg) {
     (void)nranks;

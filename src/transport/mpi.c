@@ -28,7 +28,9 @@
  * reduce each element on one rank and copy the result to the others. */
 #include "hcomm/mpi.h"
 
-#include "backend/backend.h"
+#include "transport/transport.h"
+
+#include "core/env.h"
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -37,9 +39,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Abort notices travel on the launch's control communicator with this tag. */
 #define ABORT_TAG 1
+/* On every hcomm communicator: frames use FRAME_TAG, rendezvous payloads DATA_TAG_MIN and up. */
+#define FRAME_TAG 1
+#define DATA_TAG_MIN 2
+#define RECV_DEPTH 4
 
 typedef struct mpi_impl {
     MPI_Comm comm;
@@ -47,14 +54,17 @@ typedef struct mpi_impl {
      * aborted stays pending inside MPI (MPI cannot cancel it), so the next call on this comm
      * would match the wrong operation. */
     hcomm_result_t broken;
+    /* Frames: RECV_DEPTH receives posted ahead (any source, FRAME_TAG), completed in posting
+     * order so frames of one source stay in order; a frame the p2p layer refused stays held. */
+    MPI_Request rreq[4];
+    unsigned char *rbuf[4];
+    size_t rbuf_bytes;
+    int rhead;
+    bool held;
+    MPI_Status held_st;
+    int *next_tag; /* [size] the data tag of the next rendezvous to each peer */
+    int tag_ub;
 } mpi_impl_t;
-
-struct hcomm__req {
-    MPI_Request req;
-    size_t bytes;
-    int peer, tag;
-    bool is_recv;
-};
 
 /* MPI objects created once per MPI session; freed when MPI is finalized. Launch and wrap
  * run on the thread that initialized MPI, before any rank function, so no lock is needed. */
@@ -71,7 +81,7 @@ static MPI_Comm abort_comm = MPI_COMM_NULL;
 /* Set when a request had to be abandoned: MPI_Finalize could then hang, so exit aborts. */
 static atomic_bool mpi_poisoned;
 
-static const hcomm__backend_ops_t mpi_ops;
+static const hcomm__transport_t mpi_tr;
 
 /* --- errors --- */
 
@@ -145,33 +155,37 @@ static bool peer_aborted(void) {
     return flag != 0;
 }
 
-static void nap(void) {
-    struct timespec ts = {0, 50 * 1000}; /* 50 us: yields the core to oversubscribed peers */
-    nanosleep(&ts, NULL);
-}
-
 /* Runs step until it reports done or an MPI error (then *mpi_rc holds its code and the result
- * is HCOMM_OK), a peer's abort notice arrives (HCOMM_ERR_ABORTED) or HCOMM_TIMEOUT passes
- * (HCOMM_ERR_TIMEOUT). Spins for the first millisecond, then naps between tests. */
-static hcomm_result_t poll_until(const char *fn, const char *what, poll_step_t step, void *ctx,
-                                 int *mpi_rc) {
-    double start = hcomm__now(), limit = hcomm__timeout_s();
-    for (unsigned long spin = 0;; spin++) {
+ * is HCOMM_OK), a peer's abort notice arrives or hcomm_comm_abort() is called on c
+ * (HCOMM_ERR_ABORTED), or the timeout passes (HCOMM_ERR_TIMEOUT). c may be NULL (creating a
+ * comm: the environment's timeout applies). */
+static hcomm_result_t poll_until(hcomm_comm_t *c, const char *fn, const char *what,
+                                 poll_step_t step, void *ctx, int *mpi_rc) {
+    double limit = 300.0;
+    if (c)
+        limit = c->timeout_s;
+    else if (hcomm__env_timeout(fn, &limit) != HCOMM_OK)
+        limit = 300.0;
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    for (;;) {
         int done = 0;
         *mpi_rc = step(ctx, &done);
         if (*mpi_rc != MPI_SUCCESS || done)
             return HCOMM_OK;
-        if (spin % 64 != 63)
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 63) != 0)
             continue;
         if (peer_aborted())
             return hcomm__err(HCOMM_ERR_ABORTED, fn, "%s abandoned: another rank's function failed",
                               what);
-        double waited = hcomm__now() - start;
+        if (c && atomic_load(&c->aborted))
+            return hcomm__err(HCOMM_ERR_ABORTED, fn, "%s abandoned: hcomm_comm_abort() was called",
+                              what);
         if (waited > limit)
             return hcomm__err(HCOMM_ERR_TIMEOUT, fn,
-                              "%s: no matching peer after %.0f s (HCOMM_TIMEOUT)", what, limit);
-        if (waited > 1e-3)
-            nap();
+                              "%s: no matching peer after %g s (seq %u, HCOMM_TIMEOUT)", what,
+                              limit, c ? (unsigned)c->call_seq : 0u);
     }
 }
 
@@ -193,7 +207,7 @@ static hcomm_result_t wait_request(hcomm_comm_t *c, const char *fn, const char *
     MPI_Status st;
     test_ctx_t t = {req, &st};
     int rc = MPI_SUCCESS;
-    hcomm_result_t r = poll_until(fn, what, test_step, &t, &rc);
+    hcomm_result_t r = poll_until(c, fn, what, test_step, &t, &rc);
     if (r != HCOMM_OK) {
         mark_broken(c, r, true);
         return r;
@@ -380,22 +394,29 @@ static hcomm_result_t fill_world_ranks(const char *fn, hcomm_comm_t *c) {
     return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(fn, "MPI_Group_translate_ranks", rc);
 }
 
-/* Wraps mc (owned from here on: freed on failure) into a new hcomm comm. */
-static hcomm_result_t adopt(const char *fn, MPI_Comm mc, hcomm_comm_t **out) {
+static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c);
+
+/* Wraps mc (owned from here on: freed on failure) into a new hcomm comm; parent (may be NULL)
+ * passes on its settings. */
+static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *parent,
+                           hcomm_comm_t **out) {
     int rank = 0, size = 0;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &rank);
     MPI_Comm_size(mc, &size);
-    mpi_impl_t *impl = malloc(sizeof *impl);
-    hcomm_comm_t *c = impl ? hcomm__comm_alloc(&mpi_ops, impl, rank, size) : NULL;
+    mpi_impl_t *impl = calloc(1, sizeof *impl);
+    hcomm_comm_t *c = impl ? hcomm__comm_alloc(&mpi_tr, impl, rank, size, parent) : NULL;
     if (!c) {
         free(impl);
         MPI_Comm_free(&mc);
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for a communicator of %d ranks",
                           size);
     }
-    *impl = (mpi_impl_t){.comm = mc, .broken = HCOMM_OK};
+    impl->comm = mc;
+    impl->broken = HCOMM_OK;
     hcomm_result_t r = fill_world_ranks(fn, c);
+    if (r == HCOMM_OK)
+        r = frames_init(fn, c);
     if (r != HCOMM_OK) {
         hcomm__comm_free(c);
         return r;
@@ -404,10 +425,18 @@ static hcomm_result_t adopt(const char *fn, MPI_Comm mc, hcomm_comm_t **out) {
     return HCOMM_OK;
 }
 
+/* MPI_Comm_idup, polled: ranks that cannot reach each other time out instead of hanging. */
 static hcomm_result_t dup_comm(const char *fn, MPI_Comm parent, hcomm_comm_t **out) {
     MPI_Comm mc = MPI_COMM_NULL;
-    MPI_TRY(fn, MPI_Comm_dup(parent, &mc));
-    return adopt(fn, mc, out);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_TRY(fn, MPI_Comm_idup(parent, &mc, &req));
+    MPI_Status st;
+    test_ctx_t t = {&req, &st};
+    int rc = MPI_SUCCESS;
+    HCOMM__TRY(poll_until(NULL, fn, "MPI_Comm_idup", test_step, &t, &rc));
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(fn, "MPI_Comm_idup", rc);
+    return adopt(fn, mc, NULL, out);
 }
 
 hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out) {
@@ -424,147 +453,210 @@ hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out) {
     return dup_comm(__func__, comm, out);
 }
 
-/* --- point-to-point --- */
+/* --- frames --- */
 
-static hcomm_result_t check_p2p(const char *fn, const hcomm_comm_t *c, const void *buf,
-                                size_t bytes, int peer, int tag, int *count) {
-    HCOMM__TRY(check_usable(fn, c));
-    if (peer < 0 || peer >= c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "peer=%d outside 0..%d", peer, c->size - 1);
-    if (tag < 0 || tag > HCOMM__TAG_MAX)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "tag=%d outside 0..%d", tag, HCOMM__TAG_MAX);
-    if (bytes > 0 && buf == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, fn, "buffer is NULL with bytes=%zu", bytes);
-    return to_int(fn, "bytes", bytes, count);
+/* What precedes the p2p header on the wire. */
+typedef struct wire {
+    int32_t data_tag; /* rendezvous: the tag its payload travels with; 0 for eager */
+    int32_t pad;
+    uint64_t bytes;
+} wire_t;
+
+#define WIRE_HDR (sizeof(wire_t) + HCOMM__HDR_BYTES)
+
+typedef struct mpi_tx {
+    MPI_Request frame, data;
+    void *heap;
+    unsigned char stage[sizeof(hcomm__treq_t) - 2 * sizeof(MPI_Request) - sizeof(void *)];
+} mpi_tx_t;
+
+_Static_assert(sizeof(mpi_tx_t) <= sizeof(hcomm__treq_t), "mpi_tx_t fits a request");
+
+static mpi_impl_t *impl_of(hcomm_comm_t *c) {
+    return (mpi_impl_t *)c->impl;
 }
 
-static hcomm_result_t mismatch(const char *fn, size_t got, size_t want, int peer, int tag) {
-    return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                      "message from peer %d tag %d has %zu bytes, the receive expects %zu", peer,
-                      tag, got, want);
+static hcomm_result_t post_frame_recv(hcomm_comm_t *c, int i) {
+    mpi_impl_t *m = impl_of(c);
+    int rc = MPI_Irecv(m->rbuf[i], (int)m->rbuf_bytes, MPI_BYTE, MPI_ANY_SOURCE, FRAME_TAG,
+                       m->comm, &m->rreq[i]);
+    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(c->call_fn, "MPI_Irecv", rc);
 }
 
-/* Posts one non-blocking send or receive of bytes with peer and tag as a request. */
-static hcomm_result_t post_request(const char *fn, hcomm_comm_t *c, void *buf, size_t bytes,
-                                   int peer, int tag, bool is_recv, hcomm__req_t **req) {
+static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c) {
+    mpi_impl_t *m = impl_of(c);
+    size_t eager = c->eager_limit > 256 ? c->eager_limit : 256; /* notices always go eager */
+    m->rbuf_bytes = WIRE_HDR + eager;
+    m->next_tag = calloc((size_t)c->size, sizeof *m->next_tag);
+    void *ub = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &flag);
+    m->tag_ub = flag && ub ? *(int *)ub : 32767;
+    for (int i = 0; i < RECV_DEPTH; i++) {
+        m->rreq[i] = MPI_REQUEST_NULL;
+        m->rbuf[i] = malloc(m->rbuf_bytes);
+    }
+    for (int i = 0; i < RECV_DEPTH; i++)
+        if (!m->rbuf[i] || !m->next_tag)
+            return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for receive buffers");
+    for (int i = 0; i < RECV_DEPTH; i++)
+        HCOMM__TRY(post_frame_recv(c, i));
+    return HCOMM_OK;
+}
+
+static void frames_free(mpi_impl_t *m) {
+    for (int i = 0; i < RECV_DEPTH; i++) {
+        if (m->rreq[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&m->rreq[i]);
+            MPI_Wait(&m->rreq[i], MPI_STATUS_IGNORE);
+        }
+        free(m->rbuf[i]);
+    }
+    free(m->next_tag);
+}
+
+static int next_data_tag(mpi_impl_t *m, int peer) {
+    int span = m->tag_ub - DATA_TAG_MIN + 1;
+    int t = DATA_TAG_MIN + m->next_tag[peer];
+    m->next_tag[peer] = (m->next_tag[peer] + 1) % span;
+    return t;
+}
+
+static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
+                                     const void *payload, size_t bytes, bool rndv,
+                                     hcomm__treq_t *treq) {
+    mpi_impl_t *m = impl_of(c);
+    mpi_tx_t *tx = (mpi_tx_t *)treq;
     int n = 0;
-    HCOMM__TRY(check_p2p(fn, c, buf, bytes, peer, tag, &n));
-    hcomm__req_t *r = malloc(sizeof *r);
-    if (!r)
-        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for a request");
-    *r = (hcomm__req_t){.bytes = bytes, .peer = peer, .tag = tag, .is_recv = is_recv};
-    int rc = is_recv ? MPI_Irecv(buf, n, MPI_BYTE, peer, tag, mcomm(c), &r->req)
-                     : MPI_Isend(buf, n, MPI_BYTE, peer, tag, mcomm(c), &r->req);
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes + WIRE_HDR, &n));
+    size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
+    tx->frame = tx->data = MPI_REQUEST_NULL;
+    tx->heap = NULL;
+    unsigned char *buf = tx->stage;
+    if (wire_bytes > sizeof tx->stage && (buf = tx->heap = malloc(wire_bytes)) == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory staging %zu bytes",
+                          wire_bytes);
+    wire_t w = {.data_tag = rndv ? next_data_tag(m, peer) : 0, .bytes = bytes};
+    memcpy(buf, &w, sizeof w);
+    memcpy(buf + sizeof w, hdr, HCOMM__HDR_BYTES);
+    if (!rndv && bytes)
+        memcpy(buf + WIRE_HDR, payload, bytes);
+    int rc = MPI_Isend(buf, (int)wire_bytes, MPI_BYTE, peer, FRAME_TAG, m->comm, &tx->frame);
+    /* Synchronous mode: the send completes only once the receiver has matched it, as a
+     * rendezvous promises (and HCOMM_EAGER_LIMIT=0 tests rely on). */
+    if (rc == MPI_SUCCESS && rndv)
+        rc = MPI_Issend(payload, (int)bytes, MPI_BYTE, peer, w.data_tag, m->comm, &tx->data);
     if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_fail(fn, is_recv ? "MPI_Irecv" : "MPI_Isend", rc);
+        free(tx->heap);
+        tx->heap = NULL;
+        return mpi_fail(c->call_fn, rndv ? "MPI_Issend" : "MPI_Isend", rc);
     }
-    *req = r;
     return HCOMM_OK;
 }
 
-static hcomm_result_t mpi_isend(hcomm_comm_t *c, const void *buf, size_t bytes, int peer, int tag,
-                                hcomm__req_t **req) {
-    /* MPI_Isend takes the buffer as const; the cast only shares the posting code. */
-    return post_request(__func__, c, (void *)(uintptr_t)buf, bytes, peer, tag, false, req);
-}
-
-static hcomm_result_t mpi_irecv(hcomm_comm_t *c, void *buf, size_t bytes, int peer, int tag,
-                                hcomm__req_t **req) {
-    return post_request(__func__, c, buf, bytes, peer, tag, true, req);
-}
-
-/* A receive that timed out or was aborted can be cancelled; a send cannot (reliably). */
-static void abandon(hcomm_comm_t *c, hcomm__req_t *r, hcomm_result_t why) {
-    if (!r->is_recv) {
-        mark_broken(c, why, true);
-        return;
+static bool mpi_test_tx(hcomm_comm_t *c, hcomm__treq_t *treq, hcomm_result_t *res) {
+    mpi_tx_t *tx = (mpi_tx_t *)treq;
+    MPI_Request both[2] = {tx->frame, tx->data};
+    int done = 0;
+    int rc = MPI_Testall(2, both, &done, MPI_STATUSES_IGNORE);
+    tx->frame = both[0];
+    tx->data = both[1];
+    *res = rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(c->call_fn, "MPI_Testall (send)", rc);
+    if (done || rc != MPI_SUCCESS) {
+        free(tx->heap);
+        tx->heap = NULL;
+        return true;
     }
-    MPI_Cancel(&r->req);
-    MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    return false;
 }
 
-/* Result of a completed request: a receive of another size is a mismatch (MPI reports a
- * longer message as MPI_ERR_TRUNCATE, after consuming it). */
-static hcomm_result_t completed(const char *fn, const hcomm__req_t *r, int rc, MPI_Status *st) {
-    int cls = MPI_SUCCESS, got = 0;
-    if (rc != MPI_SUCCESS)
-        MPI_Error_class(rc, &cls);
-    if (r->is_recv && cls == MPI_ERR_TRUNCATE)
-        return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                          "message from peer %d tag %d is longer than the %zu bytes expected",
-                          r->peer, r->tag, r->bytes);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(fn, r->is_recv ? "MPI_Irecv" : "MPI_Isend", rc);
-    if (r->is_recv && MPI_Get_count(st, MPI_BYTE, &got) == MPI_SUCCESS && (size_t)got != r->bytes)
-        return mismatch(fn, (size_t)got, r->bytes, r->peer, r->tag);
-    return HCOMM_OK;
+/* Offers the frame in rbuf[rhead]; false when the p2p layer left it for later. */
+static bool offer(hcomm_comm_t *c, hcomm__deliver_fn_t deliver, const MPI_Status *st) {
+    mpi_impl_t *m = impl_of(c);
+    const unsigned char *buf = m->rbuf[m->rhead];
+    wire_t w;
+    memcpy(&w, buf, sizeof w);
+    hcomm__rndv_t rv = {(uint64_t)w.data_tag, 0};
+    const void *payload = w.data_tag ? NULL : buf + WIRE_HDR;
+    return deliver(c, st->MPI_SOURCE, buf + sizeof w, payload, (size_t)w.bytes,
+                   w.data_tag ? &rv : NULL);
 }
 
-static hcomm_result_t mpi_wait(hcomm_comm_t *c, hcomm__req_t *r) {
-    if (!r)
-        return hcomm__err(HCOMM_ERR_NULL, __func__, "request is NULL");
-    MPI_Status st;
-    test_ctx_t t = {&r->req, &st};
-    int rc = MPI_SUCCESS;
-    hcomm_result_t res = poll_until(__func__, r->is_recv ? "irecv" : "isend", test_step, &t, &rc);
-    if (res != HCOMM_OK)
-        abandon(c, r, res);
-    else
-        res = completed(__func__, r, rc, &st);
-    free(r);
-    return res;
-}
-
-static hcomm_result_t mpi_send(hcomm_comm_t *c, const void *buf, size_t bytes, int peer, int tag) {
-    hcomm__req_t *r = NULL;
-    HCOMM__TRY(mpi_isend(c, buf, bytes, peer, tag, &r));
-    return mpi_wait(c, r);
-}
-
-typedef struct {
-    MPI_Comm comm;
-    int peer, tag;
-    MPI_Message *msg;
-    MPI_Status *st;
-} probe_ctx_t;
-
-static int probe_step(void *ctx, int *done) {
-    probe_ctx_t *p = ctx;
-    return MPI_Improbe(p->peer, p->tag, p->comm, done, p->msg, p->st);
-}
-
-/* Takes a matched message of the wrong size out of MPI so the next one can arrive. */
-static hcomm_result_t discard(const char *fn, MPI_Message *msg, int got) {
-    void *sink = malloc(got > 0 ? (size_t)got : 1);
-    if (!sink) {
-        /* Receiving 0 bytes truncates (an error we expect) but still consumes the message. */
-        MPI_Mrecv(NULL, 0, MPI_BYTE, msg, MPI_STATUS_IGNORE);
-        return HCOMM_OK;
+static hcomm_result_t mpi_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
+    mpi_impl_t *m = impl_of(c);
+    for (;;) {
+        MPI_Status st;
+        if (m->held) {
+            st = m->held_st;
+        } else {
+            int done = 0;
+            int rc = MPI_Test(&m->rreq[m->rhead], &done, &st);
+            if (rc != MPI_SUCCESS)
+                return mpi_fail(c->call_fn, "MPI_Test (frame receive)", rc);
+            if (!done)
+                return HCOMM_OK;
+        }
+        if (!offer(c, deliver, &st)) {
+            m->held = true;
+            m->held_st = st;
+            return HCOMM_OK;
+        }
+        m->held = false;
+        HCOMM__TRY(post_frame_recv(c, m->rhead));
+        m->rhead = (m->rhead + 1) % RECV_DEPTH;
     }
-    int rc = MPI_Mrecv(sink, got, MPI_BYTE, msg, MPI_STATUS_IGNORE);
-    free(sink);
-    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(fn, "MPI_Mrecv", rc);
 }
 
-/* Matches the message first (MPI_Improbe), so its size is known before it is received. */
-static hcomm_result_t mpi_recv(hcomm_comm_t *c, void *buf, size_t bytes, int peer, int tag) {
-    int n = 0, got = 0, rc = MPI_SUCCESS;
-    HCOMM__TRY(check_p2p(__func__, c, buf, bytes, peer, tag, &n));
-    MPI_Message msg = MPI_MESSAGE_NULL;
-    MPI_Status st;
-    probe_ctx_t p = {mcomm(c), peer, tag, &msg, &st};
-    HCOMM__TRY(poll_until(__func__, "recv", probe_step, &p, &rc));
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(__func__, "MPI_Improbe", rc);
-    MPI_TRY(__func__, MPI_Get_count(&st, MPI_BYTE, &got));
-    if (got != n) {
-        HCOMM__TRY(discard(__func__, &msg, got));
-        return mismatch(__func__, (size_t)got, bytes, peer, tag);
-    }
-    MPI_TRY(__func__, MPI_Mrecv(buf, n, MPI_BYTE, &msg, MPI_STATUS_IGNORE));
-    return HCOMM_OK;
+static hcomm_result_t mpi_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
+                               size_t bytes, hcomm__treq_t *treq) {
+    mpi_tx_t *rx = (mpi_tx_t *)treq;
+    int n = 0;
+    HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes, &n));
+    rx->frame = rx->data = MPI_REQUEST_NULL;
+    rx->heap = NULL;
+    int rc = MPI_Irecv(dst, n, MPI_BYTE, src, (int)rv->a, impl_of(c)->comm, &rx->data);
+    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(c->call_fn, "MPI_Irecv", rc);
 }
+
+/* A receive can be cancelled; a started synchronous send cannot be, reliably. */
+static bool mpi_cancel(hcomm_comm_t *c, hcomm__treq_t *treq, bool is_tx) {
+    mpi_tx_t *r = (mpi_tx_t *)treq;
+    if (is_tx) {
+        hcomm_result_t res;
+        if (mpi_test_tx(c, treq, &res))
+            return true;
+        mark_broken(c, HCOMM_ERR_TIMEOUT, true);
+        return false;
+    }
+    if (r->data != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r->data);
+        MPI_Wait(&r->data, MPI_STATUS_IGNORE);
+    }
+    return true;
+}
+
+static bool mpi_world_aborted(hcomm_comm_t *c) {
+    (void)c;
+    return peer_aborted();
+}
+
+/* Node of each world rank (a hash of its host name), gathered once per launch. */
+static uint64_t *world_node;
+static int world_node_size;
+
+static bool mpi_shares_memory(hcomm_comm_t *c, int peer) {
+    int a = c->world_ranks[c->rank], b = c->world_ranks[peer];
+    if (!world_node || a >= world_node_size || b >= world_node_size)
+        return a == b;
+    return world_node[a] == world_node[b];
+}
+
+static hcomm__mem_kind_t mpi_mem_kind(hcomm_comm_t *c, const void *p) {
+    (void)c, (void)p;
+    return HCOMM__MEM_HOST;
+}
+
 
 /* --- collectives --- */
 
@@ -587,97 +679,6 @@ static hcomm_result_t detach_send(const char *fn, const void **send, size_t sn, 
     return HCOMM_OK;
 }
 
-/* --- agreeing on the call --- */
-
-/* Which collective a signature names; only equality across ranks matters. */
-typedef enum {
-    CALL_ALL_REDUCE,
-    CALL_REDUCE_SCATTER,
-    CALL_ALL_GATHER,
-    CALL_BROADCAST,
-    CALL_ALL_TO_ALLV,
-    CALL_BARRIER,
-    CALL_SPLIT,
-    CALL_KINDS
-} call_kind_t;
-
-static const char *const call_names[CALL_KINDS] = {
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_allv", "barrier", "split"};
-/* What a signature's count holds, per call. */
-static const char *const count_names[CALL_KINDS] = {"count", "count", "bytes_per_rank", "bytes",
-                                                    "count", "count", "count"};
-static const char *const op_names[HCOMM_AVG] = {"sum", "prod", "max", "min"};
-
-enum { SIG_CALL, SIG_DTYPE, SIG_OP, SIG_ROOT, SIG_COUNT, SIG_FIELDS };
-
-typedef struct {
-    int value, rank; /* MPI_2INT */
-} sig_entry_t;
-
-static void field_text(int call, int field, int value, char *buf, size_t n) {
-    const char *dname = "?";
-    switch (field) {
-    case SIG_CALL:
-        snprintf(buf, n, "%s", value >= 0 && value < CALL_KINDS ? call_names[value] : "?");
-        break;
-    case SIG_DTYPE:
-        hcomm_dtype_name((hcomm_dtype_t)value, &dname);
-        snprintf(buf, n, "dtype=%s", dname);
-        break;
-    case SIG_OP:
-        snprintf(buf, n, "op=%s", value >= 0 && value < HCOMM_AVG ? op_names[value] : "?");
-        break;
-    case SIG_ROOT:
-        snprintf(buf, n, "root=%d", value);
-        break;
-    default:
-        snprintf(buf, n, "%s=%d", count_names[call], value);
-        break;
-    }
-}
-
-/* Every rank computes the same message from the same reduced signature. */
-static hcomm_result_t disagreement(const char *fn, int call, int field, const sig_entry_t *hi,
-                                   const sig_entry_t *lo) {
-    char a[64], b[64];
-    field_text(call, field, hi->value, a, sizeof a);
-    field_text(call, field, -lo->value, b, sizeof b);
-    if (field == SIG_CALL)
-        return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                          "ranks called different collectives: rank %d called %s, rank %d "
-                          "called %s",
-                          hi->rank, a, lo->rank, b);
-    return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                      "ranks called %s with different arguments: %s on rank %d, %s on rank %d",
-                      call_names[call], a, hi->rank, b, lo->rank);
-}
-
-/* One small allreduce before every collective: if the ranks' signatures (call, dtype, op,
- * root, count) differ, every rank returns HCOMM_ERR_MISMATCH and no data moves, so the comm
- * stays usable. MPI itself would truncate, corrupt or hang on such calls. MAXLOC of each
- * field and of its negation gives its largest and smallest value and a rank holding each. */
-static hcomm_result_t agree_on_call(hcomm_comm_t *c, const char *fn, call_kind_t call,
-                                    hcomm_dtype_t dt, hcomm_op_t op, int root, int count) {
-    const int sig[SIG_FIELDS] = {(int)call, (int)dt, (int)op, root, count};
-    sig_entry_t *e = malloc(sizeof *e * 2 * SIG_FIELDS); /* a pending request may write it */
-    if (!e)
-        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the call signature");
-    for (int f = 0; f < SIG_FIELDS; f++) {
-        e[f] = (sig_entry_t){sig[f], c->rank};
-        e[SIG_FIELDS + f] = (sig_entry_t){-sig[f], c->rank};
-    }
-    MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, e, 2 * SIG_FIELDS, MPI_2INT, MPI_MAXLOC, mcomm(c), &req);
-    hcomm_result_t r = await_posted(c, fn, "MPI_Iallreduce of the call signature", rc, &req);
-    bool pending = r != HCOMM_OK && req != MPI_REQUEST_NULL; /* MPI may still write e */
-    for (int f = 0; r == HCOMM_OK && f < SIG_FIELDS; f++)
-        if (e[f].value != -e[SIG_FIELDS + f].value)
-            r = disagreement(fn, (int)call, f, &e[f], &e[SIG_FIELDS + f]);
-    if (!pending)
-        free(e);
-    return r;
-}
-
 static hcomm_result_t check_reduction(const char *fn, const hcomm_comm_t *c, hcomm_dtype_t dt,
                                       hcomm_op_t op) {
     HCOMM__TRY(check_usable(fn, c));
@@ -691,17 +692,16 @@ static hcomm_result_t check_reduction(const char *fn, const hcomm_comm_t *c, hco
 static hcomm_result_t mpi_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                      size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     int n = 0;
-    HCOMM__TRY(check_reduction(__func__, c, dt, op));
-    HCOMM__TRY(to_int(__func__, "count", count, &n));
-    HCOMM__TRY(agree_on_call(c, __func__, CALL_ALL_REDUCE, dt, op, 0, n));
+    HCOMM__TRY(check_reduction(c->call_fn, c, dt, op));
+    HCOMM__TRY(to_int(c->call_fn, "count", count, &n));
     size_t bytes = count * hcomm__dtype_size(dt);
     void *tmp = NULL;
     const void *src = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
     if (src != MPI_IN_PLACE)
-        HCOMM__TRY(detach_send(__func__, &src, bytes, recvbuf, bytes, &tmp));
+        HCOMM__TRY(detach_send(c->call_fn, &src, bytes, recvbuf, bytes, &tmp));
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallreduce(src, recvbuf, n, mpi_dtype(dt), mpi_objs.ops[op], mcomm(c), &req);
-    hcomm_result_t r = await_posted(c, __func__, "MPI_Iallreduce", rc, &req);
+    hcomm_result_t r = await_posted(c, c->call_fn, "MPI_Iallreduce", rc, &req);
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
         free(tmp); /* a pending request may still read tmp */
     return r;
@@ -710,19 +710,18 @@ static hcomm_result_t mpi_all_reduce(hcomm_comm_t *c, const void *sendbuf, void 
 static hcomm_result_t mpi_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                      size_t bytes_per_rank) {
     int n = 0;
-    HCOMM__TRY(check_usable(__func__, c));
-    HCOMM__TRY(to_int(__func__, "bytes_per_rank", bytes_per_rank, &n));
-    HCOMM__TRY(agree_on_call(c, __func__, CALL_ALL_GATHER, 0, 0, 0, n));
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    HCOMM__TRY(to_int(c->call_fn, "bytes_per_rank", bytes_per_rank, &n));
     size_t total = bytes_per_rank * (size_t)c->size;
     void *tmp = NULL;
     const void *src = sendbuf;
     if (sendbuf == (const char *)recvbuf + bytes_per_rank * (size_t)c->rank)
         src = MPI_IN_PLACE;
     else
-        HCOMM__TRY(detach_send(__func__, &src, bytes_per_rank, recvbuf, total, &tmp));
+        HCOMM__TRY(detach_send(c->call_fn, &src, bytes_per_rank, recvbuf, total, &tmp));
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallgather(src, n, MPI_BYTE, recvbuf, n, MPI_BYTE, mcomm(c), &req);
-    hcomm_result_t r = await_posted(c, __func__, "MPI_Iallgather", rc, &req);
+    hcomm_result_t r = await_posted(c, c->call_fn, "MPI_Iallgather", rc, &req);
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
         free(tmp);
     return r;
@@ -731,19 +730,18 @@ static hcomm_result_t mpi_all_gather(hcomm_comm_t *c, const void *sendbuf, void 
 static hcomm_result_t mpi_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                          size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     int n = 0;
-    HCOMM__TRY(check_reduction(__func__, c, dt, op));
-    HCOMM__TRY(to_int(__func__, "count", count, &n));
-    HCOMM__TRY(agree_on_call(c, __func__, CALL_REDUCE_SCATTER, dt, op, 0, n));
+    HCOMM__TRY(check_reduction(c->call_fn, c, dt, op));
+    HCOMM__TRY(to_int(c->call_fn, "count", count, &n));
     size_t es = hcomm__dtype_size(dt);
     void *tmp = NULL;
     const void *src = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
     if (src != MPI_IN_PLACE)
         HCOMM__TRY(
-            detach_send(__func__, &src, count * es * (size_t)c->size, recvbuf, count * es, &tmp));
+            detach_send(c->call_fn, &src, count * es * (size_t)c->size, recvbuf, count * es, &tmp));
     MPI_Request req = MPI_REQUEST_NULL;
     int rc =
         MPI_Ireduce_scatter_block(src, recvbuf, n, mpi_dtype(dt), mpi_objs.ops[op], mcomm(c), &req);
-    hcomm_result_t r = await_posted(c, __func__, "MPI_Ireduce_scatter_block", rc, &req);
+    hcomm_result_t r = await_posted(c, c->call_fn, "MPI_Ireduce_scatter_block", rc, &req);
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
         free(tmp);
     return r;
@@ -751,15 +749,14 @@ static hcomm_result_t mpi_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, v
 
 static hcomm_result_t mpi_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
     int n = 0;
-    HCOMM__TRY(check_usable(__func__, c));
+    HCOMM__TRY(check_usable(c->call_fn, c));
     if (root < 0 || root >= c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "root=%d outside 0..%d", root,
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, c->call_fn, "root=%d outside 0..%d", root,
                           c->size - 1);
-    HCOMM__TRY(to_int(__func__, "bytes", bytes, &n));
-    HCOMM__TRY(agree_on_call(c, __func__, CALL_BROADCAST, 0, 0, root, n));
+    HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Ibcast(buf, n, MPI_BYTE, root, mcomm(c), &req);
-    return await_posted(c, __func__, "MPI_Ibcast", rc, &req);
+    return await_posted(c, c->call_fn, "MPI_Ibcast", rc, &req);
 }
 
 /* Converts size_t counts and displacements to MPI's ints; *extent gets the bytes spanned. */
@@ -820,10 +817,10 @@ static hcomm_result_t agree_on_counts(hcomm_comm_t *c, const char *fn, const siz
     bool pending = r != HCOMM_OK && req != MPI_REQUEST_NULL; /* MPI may still write bad */
     if (r == HCOMM_OK && bad->pairs > 0)
         r = hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                       "rank %lld sends %lld bytes to rank %lld, which expects %lld (%lld "
-                       "send count(s) differ from the receivers' recvcounts; no data was moved)",
-                       (long long)bad->sender, (long long)bad->sent, (long long)bad->receiver,
-                       (long long)bad->expected, (long long)bad->pairs);
+                       "sendcounts[%lld]=%lld on rank %lld but recvcounts[%lld]=%lld on rank "
+                       "%lld; no data was moved",
+                       (long long)bad->receiver, (long long)bad->sent, (long long)bad->sender,
+                       (long long)bad->sender, (long long)bad->expected, (long long)bad->receiver);
     if (!pending)
         free(bad);
     return r;
@@ -833,27 +830,26 @@ static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                       const size_t *sendcounts, const size_t *sdispls,
                                       void *recvbuf, const size_t *recvcounts,
                                       const size_t *rdispls) {
-    HCOMM__TRY(check_usable(__func__, c));
+    HCOMM__TRY(check_usable(c->call_fn, c));
     int p = c->size;
     int *v = malloc(sizeof(int) * 4 * (size_t)p); /* send counts, sdispls, recv counts, rdispls */
     if (!v)
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for %d counts", 4 * p);
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for %d counts", 4 * p);
     void *tmp = NULL;
     const void *src = sendbuf;
     size_t sext = 0, rext = 0;
     MPI_Request req = MPI_REQUEST_NULL;
     hcomm_result_t r = HCOMM_OK;
-    HCOMM__TRY_GOTO(counts_to_int(__func__, "send", p, sendcounts, sdispls, v, v + p, &sext), r,
+    HCOMM__TRY_GOTO(counts_to_int(c->call_fn, "send", p, sendcounts, sdispls, v, v + p, &sext), r,
                     done);
     HCOMM__TRY_GOTO(
-        counts_to_int(__func__, "recv", p, recvcounts, rdispls, v + 2 * p, v + 3 * p, &rext), r,
+        counts_to_int(c->call_fn, "recv", p, recvcounts, rdispls, v + 2 * p, v + 3 * p, &rext), r,
         done);
-    HCOMM__TRY_GOTO(agree_on_call(c, __func__, CALL_ALL_TO_ALLV, 0, 0, 0, 0), r, done);
-    HCOMM__TRY_GOTO(agree_on_counts(c, __func__, sendcounts, recvcounts), r, done);
-    HCOMM__TRY_GOTO(detach_send(__func__, &src, sext, recvbuf, rext, &tmp), r, done);
+    HCOMM__TRY_GOTO(agree_on_counts(c, c->call_fn, sendcounts, recvcounts), r, done);
+    HCOMM__TRY_GOTO(detach_send(c->call_fn, &src, sext, recvbuf, rext, &tmp), r, done);
     int rc = MPI_Ialltoallv(src, v, v + p, MPI_BYTE, recvbuf, v + 2 * p, v + 3 * p, MPI_BYTE,
                             mcomm(c), &req);
-    r = await_posted(c, __func__, "MPI_Ialltoallv", rc, &req);
+    r = await_posted(c, c->call_fn, "MPI_Ialltoallv", rc, &req);
 done:
     if (r == HCOMM_OK || req == MPI_REQUEST_NULL) { /* a pending request may still read them */
         free(v);
@@ -862,48 +858,51 @@ done:
     return r;
 }
 
-/* The signature allreduce doubles as the barrier: no rank leaves it before all arrived. */
-static hcomm_result_t mpi_barrier(hcomm_comm_t *c) {
-    HCOMM__TRY(check_usable(__func__, c));
-    return agree_on_call(c, __func__, CALL_BARRIER, 0, 0, 0, 0);
-}
-
-/* MPI_Comm_split blocks and cannot time out, so a polled signature allreduce first proves that
- * every rank has arrived (and called split); the split after it cannot hang. */
+/* The algorithms layer has seen every rank arrive (a signature agreement over p2p) before it
+ * calls this, so the blocking MPI_Comm_split cannot hang. */
 static hcomm_result_t mpi_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
-    HCOMM__TRY(check_usable(__func__, c));
-    HCOMM__TRY(agree_on_call(c, __func__, CALL_SPLIT, 0, 0, 0, 0));
+    HCOMM__TRY(check_usable(c->call_fn, c));
     MPI_Comm mc = MPI_COMM_NULL;
-    MPI_TRY(__func__, MPI_Comm_split(mcomm(c), color < 0 ? MPI_UNDEFINED : color, key, &mc));
+    MPI_TRY(c->call_fn, MPI_Comm_split(mcomm(c), color < 0 ? MPI_UNDEFINED : color, key, &mc));
     *out = NULL;
     if (mc == MPI_COMM_NULL)
         return HCOMM_OK;
-    return adopt(__func__, mc, out);
+    return adopt(c->call_fn, mc, c, out);
 }
 
 static void mpi_destroy(hcomm_comm_t *c) {
     mpi_impl_t *impl = c->impl;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (impl && !finalized && impl->comm != MPI_COMM_NULL)
-        MPI_Comm_free(&impl->comm);
+    if (impl && !finalized) {
+        frames_free(impl);
+        if (impl->comm != MPI_COMM_NULL)
+            MPI_Comm_free(&impl->comm);
+    }
     free(impl);
     c->impl = NULL;
 }
 
-static const hcomm__backend_ops_t mpi_ops = {
-    .name = "mpi",
-    .send = mpi_send,
-    .recv = mpi_recv,
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
-    .wait = mpi_wait,
+static const hcomm__native_ops_t mpi_native = {
     .all_reduce = mpi_all_reduce,
     .all_gather = mpi_all_gather,
     .reduce_scatter = mpi_reduce_scatter,
     .broadcast = mpi_broadcast,
     .all_to_allv = mpi_all_to_allv,
-    .barrier = mpi_barrier,
+};
+
+static const hcomm__transport_t mpi_tr = {
+    .name = "mpi",
+    .send_frame = mpi_send_frame,
+    .test_tx = mpi_test_tx,
+    .poll = mpi_poll,
+    .pull = mpi_pull,
+    .test_rx = mpi_test_tx,
+    .cancel = mpi_cancel,
+    .world_aborted = mpi_world_aborted,
+    .shares_memory = mpi_shares_memory,
+    .mem_kind = mpi_mem_kind,
+    .native = &mpi_native,
     .split = mpi_split,
     .destroy = mpi_destroy,
 };
@@ -953,9 +952,36 @@ static hcomm_result_t agree(MPI_Comm ctrl, hcomm_result_t mine, int rank, int si
     return HCOMM_OK;
 }
 
+/* world_node[r] = a hash of world rank r's host name (polled: a rank that never arrives times
+ * out), so shares_memory can tell which peers are on this node. */
+static hcomm_result_t gather_nodes(int size) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = host; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    free(world_node);
+    world_node_size = 0;
+    world_node = malloc(sizeof *world_node * (size_t)size);
+    if (!world_node)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "out of memory for %d node ids", size);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_TRY("hcomm_launch",
+            MPI_Iallgather(&h, 1, MPI_UINT64_T, world_node, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+    MPI_Status st;
+    test_ctx_t t = {&req, &st};
+    int rc = MPI_SUCCESS;
+    HCOMM__TRY(poll_until(NULL, "hcomm_launch", "gathering host names", test_step, &t, &rc));
+    if (rc != MPI_SUCCESS)
+        return mpi_fail("hcomm_launch", "MPI_Iallgather", rc);
+    world_node_size = size;
+    return HCOMM_OK;
+}
+
 static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int size) {
     hcomm_comm_t *world = NULL;
     MPI_Comm ctrl = MPI_COMM_NULL;
+    HCOMM__TRY(gather_nodes(size));
     HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, &world));
     world->is_world = true;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl);

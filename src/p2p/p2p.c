@@ -1,0 +1,860 @@
+/* hcomm's point-to-point layer: matching, protocols and requests over any transport (see
+ * p2p.h for the rules it keeps). */
+#include "p2p/p2p.h"
+
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { REQ_POSTED, REQ_PULLING, REQ_RESCUED, REQ_DONE, REQ_GROUPED } req_state_t;
+
+/* A message that arrived before its receive. */
+typedef struct uxm {
+    struct uxm *next;
+    int src;
+    hcomm__env_t env;
+    void *data;    /* eager copy, or the rescue buffer of a pulled rendezvous message */
+    bool rndv;     /* the payload is still at the sender (unless pulled) */
+    bool pulled;   /* rescue: a pull into data was started */
+    bool arrived;  /* rescue pull finished */
+    size_t charged; /* bytes counted against the unexpected budget */
+    hcomm__rndv_t rv;
+    hcomm__treq_t rx;
+} uxm_t;
+
+struct hcomm__req {
+    hcomm_comm_t *c;
+    struct hcomm__req *next; /* posted queue, group list or free list */
+    req_state_t state;
+    bool is_recv, rndv;
+    hcomm__recv_mode_t mode;
+    int peer, channel, tag;
+    void *buf;
+    size_t cap;
+    hcomm__env_t env; /* sent, or matched */
+    uxm_t *rescued;   /* REQ_RESCUED: the unexpected message whose pull is still running */
+    hcomm_result_t res;
+    char msg[256];
+    hcomm__treq_t tr;
+};
+
+typedef struct peer_err {
+    uint32_t seq;
+    int src;
+    hcomm_result_t why;
+    char text[256];
+} peer_err_t;
+
+enum { MAX_PEER_ERRS = 8 };
+
+typedef struct p2p {
+    hcomm__req_t *posted_head, *posted_tail;
+    uxm_t *ux_head, *ux_tail;
+    size_t ux_bytes;
+    uxm_t *draining;  /* stale or refused rendezvous messages being pulled into scratch */
+    hcomm__req_t *free_reqs;
+    int free_count;
+    hcomm__req_t *group_head, *group_tail;
+    bool in_group;
+    int rescue; /* > 0 while a blocking send waits */
+    bool full;  /* a message could not be kept: the budget is spent */
+    int full_src, full_tag, full_channel;
+    size_t full_bytes;
+    bool coll_started;
+    uint32_t coll_done; /* last finished collective seq on this rank */
+    peer_err_t errs[MAX_PEER_ERRS];
+    int nerrs;
+} p2p_t;
+
+static const char *const channel_names[HCOMM__CH_COUNT] = {"user", "collective", "control"};
+
+static void p2p_free(void *p);
+
+static p2p_t *p2p_of(hcomm_comm_t *c) {
+    p2p_t *p = c->layer[HCOMM__LAYER_P2P];
+    if (p)
+        return p;
+    p = calloc(1, sizeof *p);
+    if (p) {
+        c->layer[HCOMM__LAYER_P2P] = p;
+        c->layer_free[HCOMM__LAYER_P2P] = p2p_free;
+    }
+    return p;
+}
+
+static void free_uxm_list(uxm_t *u) {
+    while (u) {
+        uxm_t *n = u->next;
+        free(u->data);
+        free(u);
+        u = n;
+    }
+}
+
+static void p2p_free(void *ptr) {
+    p2p_t *p = ptr;
+    free_uxm_list(p->ux_head);
+    free_uxm_list(p->draining);
+    while (p->free_reqs) {
+        hcomm__req_t *n = p->free_reqs->next;
+        free(p->free_reqs);
+        p->free_reqs = n;
+    }
+    free(p);
+}
+
+/* Seq a is before b, modulo 2^32. */
+static bool seq_before(uint32_t a, uint32_t b) {
+    return (int32_t)(a - b) < 0;
+}
+
+/* --- requests --- */
+
+static hcomm_result_t req_new(hcomm_comm_t *c, hcomm__req_t **out) {
+    p2p_t *p = p2p_of(c);
+    if (!p)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for point-to-point state");
+    hcomm__req_t *r = p->free_reqs;
+    if (r) {
+        p->free_reqs = r->next;
+        p->free_count--;
+    } else if ((r = malloc(sizeof *r)) == NULL) {
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a request");
+    }
+    memset(r, 0, offsetof(hcomm__req_t, tr));
+    r->c = c;
+    *out = r;
+    return HCOMM_OK;
+}
+
+/* Keeps a few requests for reuse, so steady traffic does not call malloc. */
+static void req_release(hcomm__req_t *r) {
+    p2p_t *p = p2p_of(r->c);
+    if (p && p->free_count < 64) {
+        r->next = p->free_reqs;
+        p->free_reqs = r;
+        p->free_count++;
+        return;
+    }
+    free(r);
+}
+
+static void req_finish(hcomm__req_t *r, hcomm_result_t res) {
+    r->state = REQ_DONE;
+    if (r->res == HCOMM_OK)
+        r->res = res;
+}
+
+/* Completes r with an error whose text is kept in the request (reported by whoever waits). */
+static void req_fail(hcomm__req_t *r, hcomm_result_t res, const char *fmt, ...)
+    HCOMM__PRINTF(3, 4);
+static void req_fail(hcomm__req_t *r, hcomm_result_t res, const char *fmt, ...) {
+    if (r->res == HCOMM_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+        va_end(ap);
+    }
+    req_finish(r, res);
+}
+
+/* --- rendezvous pulls that nobody keeps (stale or refused messages) --- */
+
+static void drain_rndv(hcomm_comm_t *c, int src, const hcomm__env_t *env, const hcomm__rndv_t *rv) {
+    p2p_t *p = p2p_of(c);
+    uxm_t *u = calloc(1, sizeof *u);
+    void *sink = u ? malloc(env->bytes ? env->bytes : 1) : NULL;
+    if (!sink) {
+        free(u);
+        HCOMM__LOG(HCOMM__LOG_WARN, HCOMM__SUB_P2P,
+                   "out of memory draining a %llu-byte message from rank %d",
+                   (unsigned long long)env->bytes, src);
+        return;
+    }
+    *u = (uxm_t){.src = src, .env = *env, .data = sink, .rndv = true, .rv = *rv};
+    if (c->tr->pull(c, src, rv, sink, env->bytes, &u->rx) != HCOMM_OK) {
+        free(sink);
+        free(u);
+        return;
+    }
+    u->next = p->draining;
+    p->draining = u;
+}
+
+static void advance_drains(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    for (uxm_t **pu = &p->draining; *pu;) {
+        hcomm_result_t res;
+        if (c->tr->test_rx(c, &(*pu)->rx, &res)) {
+            uxm_t *u = *pu;
+            *pu = u->next;
+            free(u->data);
+            free(u);
+        } else {
+            pu = &(*pu)->next;
+        }
+    }
+}
+
+/* --- matching --- */
+
+static bool key_matches(int peer, int channel, int tag, int src, const hcomm__env_t *env) {
+    return peer == src && channel == env->channel && tag == env->tag;
+}
+
+/* Checks the incoming size against the receive; on a mismatch the request fails. */
+static bool size_ok(hcomm__req_t *r, size_t bytes) {
+    if (r->mode == HCOMM__RECV_ALLOC || (r->mode == HCOMM__RECV_UPTO && bytes <= r->cap) ||
+        bytes == r->cap)
+        return true;
+    req_fail(r, HCOMM_ERR_MISMATCH,
+             "message from rank %d (%s tag %d) has %llu bytes, the receive expects %s%zu", r->peer,
+             channel_names[r->channel], r->tag, (unsigned long long)bytes,
+             r->mode == HCOMM__RECV_UPTO ? "at most " : "", r->cap);
+    return false;
+}
+
+static bool ensure_alloc(hcomm__req_t *r, size_t bytes) {
+    if (r->mode != HCOMM__RECV_ALLOC)
+        return true;
+    r->buf = malloc(bytes ? bytes : 1);
+    if (r->buf)
+        return true;
+    req_fail(r, HCOMM_ERR_NOMEM, "out of memory receiving %zu bytes from rank %d", bytes, r->peer);
+    return false;
+}
+
+/* Gives a matched eager payload or rendezvous handle to receive r. */
+static void land(hcomm_comm_t *c, hcomm__req_t *r, int src, const hcomm__env_t *env,
+                 const void *payload, const hcomm__rndv_t *rv) {
+    r->env = *env;
+    size_t bytes = (size_t)env->bytes;
+    if (!size_ok(r, bytes) || !ensure_alloc(r, bytes)) {
+        if (rv)
+            drain_rndv(c, src, env, rv);
+        return;
+    }
+    if (!rv) {
+        if (bytes)
+            memcpy(r->buf, payload, bytes);
+        req_finish(r, HCOMM_OK);
+        return;
+    }
+    hcomm_result_t res = c->tr->pull(c, src, rv, r->buf, bytes, &r->tr);
+    if (res != HCOMM_OK)
+        req_fail(r, res, "%s", hcomm_last_error());
+    else
+        r->state = REQ_PULLING;
+}
+
+static hcomm__req_t *take_posted(p2p_t *p, int src, const hcomm__env_t *env) {
+    hcomm__req_t *prev = NULL;
+    for (hcomm__req_t *r = p->posted_head; r; prev = r, r = r->next) {
+        if (!key_matches(r->peer, r->channel, r->tag, src, env))
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            p->posted_head = r->next;
+        if (p->posted_tail == r)
+            p->posted_tail = prev;
+        r->next = NULL;
+        return r;
+    }
+    return NULL;
+}
+
+static void record_peer_error(p2p_t *p, int src, const hcomm__env_t *env, const void *text) {
+    uint32_t seq = (uint32_t)env->tag;
+    if (p->coll_started && !seq_before(p->coll_done, seq))
+        return; /* a call this rank already finished */
+    peer_err_t *e = &p->errs[p->nerrs < MAX_PEER_ERRS ? p->nerrs++ : MAX_PEER_ERRS - 1];
+    size_t n = env->bytes < sizeof e->text - 1 ? (size_t)env->bytes : sizeof e->text - 1;
+    *e = (peer_err_t){.seq = seq, .src = src, .why = (hcomm_result_t)env->result};
+    if (text)
+        memcpy(e->text, text, n);
+    e->text[n] = '\0';
+}
+
+static bool stale(const p2p_t *p, const hcomm__env_t *env) {
+    return env->channel == HCOMM__CH_COLL && p->coll_started &&
+           !seq_before(p->coll_done, (uint32_t)env->tag);
+}
+
+/* Keeps an unmatched message; false (and the budget marked full) when it does not fit. */
+static bool keep_unexpected(p2p_t *p, hcomm_comm_t *c, int src, const hcomm__env_t *env,
+                            const void *payload, const hcomm__rndv_t *rv) {
+    size_t bytes = rv ? 0 : (size_t)env->bytes;
+    if (p->ux_bytes + bytes > c->unexpected_cap) {
+        p->full = true;
+        p->full_src = src;
+        p->full_tag = env->tag;
+        p->full_channel = env->channel;
+        p->full_bytes = (size_t)env->bytes;
+        return false;
+    }
+    uxm_t *u = calloc(1, sizeof *u);
+    void *data = bytes ? malloc(bytes) : NULL;
+    if (!u || (bytes && !data)) {
+        free(u);
+        free(data);
+        return false; /* offered again later */
+    }
+    *u = (uxm_t){.src = src, .env = *env, .data = data, .rndv = rv != NULL, .charged = bytes};
+    if (rv)
+        u->rv = *rv;
+    if (bytes)
+        memcpy(data, payload, bytes);
+    p->ux_bytes += bytes;
+    if (p->ux_tail)
+        p->ux_tail->next = u;
+    else
+        p->ux_head = u;
+    p->ux_tail = u;
+    return true;
+}
+
+/* The transport's delivery callback. */
+static bool deliver(hcomm_comm_t *c, int src, const void *hdr, const void *payload, size_t bytes,
+                    const hcomm__rndv_t *rv) {
+    p2p_t *p = p2p_of(c);
+    hcomm__env_t env;
+    memcpy(&env, hdr, sizeof env);
+    (void)bytes;
+    if (env.kind == HCOMM__ENV_ERROR) {
+        record_peer_error(p, src, &env, payload);
+        return true;
+    }
+    if (stale(p, &env)) {
+        if (rv)
+            drain_rndv(c, src, &env, rv);
+        return true;
+    }
+    hcomm__req_t *r = take_posted(p, src, &env);
+    if (r) {
+        land(c, r, src, &env, payload, rv);
+        return true;
+    }
+    return keep_unexpected(p, c, src, &env, payload, rv);
+}
+
+/* While a blocking send waits, unexpected rendezvous messages are pulled into the budget so the
+ * peer's send completes too (two ranks that send to each other, then receive). */
+static void rescue_unexpected(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    for (uxm_t *u = p->ux_head; u; u = u->next) {
+        size_t bytes = (size_t)u->env.bytes;
+        if (!u->rndv || u->pulled || p->ux_bytes + bytes > c->unexpected_cap)
+            continue;
+        u->data = malloc(bytes ? bytes : 1);
+        if (!u->data)
+            return;
+        if (c->tr->pull(c, u->src, &u->rv, u->data, bytes, &u->rx) != HCOMM_OK) {
+            free(u->data);
+            u->data = NULL;
+            return;
+        }
+        u->pulled = true;
+        u->charged = bytes;
+        p->ux_bytes += bytes;
+    }
+}
+
+static void advance_rescues(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    for (uxm_t *u = p->ux_head; u; u = u->next) {
+        hcomm_result_t res;
+        if (u->pulled && !u->arrived && c->tr->test_rx(c, &u->rx, &res))
+            u->arrived = true;
+    }
+}
+
+hcomm_result_t hcomm__progress(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    if (!p)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for point-to-point state");
+    p->full = false; /* set again if a message still does not fit */
+    HCOMM__TRY(c->tr->poll(c, deliver));
+    if (p->draining)
+        advance_drains(c);
+    if (p->rescue > 0) {
+        rescue_unexpected(c);
+        advance_rescues(c);
+    }
+    return HCOMM_OK;
+}
+
+/* --- posting --- */
+
+static hcomm_result_t check_peer(hcomm_comm_t *c, int peer, int channel) {
+    if (peer < 0 || peer >= c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, c->call_fn, "peer=%d outside 0..%d", peer,
+                          c->size - 1);
+    if (channel < 0 || channel >= HCOMM__CH_COUNT)
+        return hcomm__err(HCOMM_ERR_INTERNAL, c->call_fn, "channel=%d is not a channel", channel);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t start_send(hcomm__req_t *r) {
+    hcomm_comm_t *c = r->c;
+    r->rndv = r->env.bytes > c->eager_limit;
+    r->state = REQ_POSTED;
+    hcomm_result_t res =
+        c->tr->send_frame(c, r->peer, &r->env, r->buf, (size_t)r->env.bytes, r->rndv, &r->tr);
+    if (res != HCOMM_OK)
+        req_fail(r, res, "%s", hcomm_last_error());
+    return HCOMM_OK;
+}
+
+static hcomm_result_t start_recv(hcomm__req_t *r);
+
+static void group_add(p2p_t *p, hcomm__req_t *r) {
+    r->state = REQ_GROUPED;
+    r->next = NULL;
+    if (p->group_tail)
+        p->group_tail->next = r;
+    else
+        p->group_head = r;
+    p->group_tail = r;
+}
+
+hcomm_result_t hcomm__isend(hcomm_comm_t *c, int channel, int tag, int peer, const void *buf,
+                            size_t bytes, const hcomm__env_t *desc, hcomm__req_t **req) {
+    HCOMM__TRY(check_peer(c, peer, channel));
+    hcomm__req_t *r;
+    HCOMM__TRY(req_new(c, &r));
+    if (desc)
+        r->env = *desc;
+    r->env.kind = HCOMM__ENV_DATA;
+    r->env.channel = (uint8_t)channel;
+    r->env.tag = tag;
+    r->env.bytes = bytes;
+    r->peer = peer;
+    r->channel = channel;
+    r->tag = tag;
+    r->buf = (void *)(uintptr_t)buf; /* sends only read it */
+    *req = r;
+    if (p2p_of(c)->in_group) {
+        group_add(p2p_of(c), r);
+        return HCOMM_OK;
+    }
+    return start_send(r);
+}
+
+/* Takes the first unexpected message of r's key, if any. */
+static uxm_t *take_unexpected(p2p_t *p, const hcomm__req_t *r) {
+    uxm_t *prev = NULL;
+    for (uxm_t *u = p->ux_head; u; prev = u, u = u->next) {
+        if (!key_matches(r->peer, r->channel, r->tag, u->src, &u->env))
+            continue;
+        if (prev)
+            prev->next = u->next;
+        else
+            p->ux_head = u->next;
+        if (p->ux_tail == u)
+            p->ux_tail = prev;
+        u->next = NULL;
+        return u;
+    }
+    return NULL;
+}
+
+/* Copies a rescued message once its pull finished; frees the unexpected entry. */
+static void finish_rescued(hcomm__req_t *r) {
+    uxm_t *u = r->rescued;
+    p2p_t *p = p2p_of(r->c);
+    if (r->res == HCOMM_OK && u->env.bytes)
+        memcpy(r->buf, u->data, (size_t)u->env.bytes);
+    p->ux_bytes -= u->charged;
+    free(u->data);
+    free(u);
+    r->rescued = NULL;
+    req_finish(r, HCOMM_OK);
+}
+
+static void land_unexpected(hcomm__req_t *r, uxm_t *u) {
+    p2p_t *p = p2p_of(r->c);
+    if (u->rndv && !u->pulled) {
+        land(r->c, r, u->src, &u->env, NULL, &u->rv);
+        free(u);
+        return;
+    }
+    if (u->rndv) { /* rescued: its data is (or will be) in u->data */
+        r->env = u->env;
+        if (size_ok(r, (size_t)u->env.bytes) && ensure_alloc(r, (size_t)u->env.bytes)) {
+            r->rescued = u;
+            r->state = REQ_RESCUED;
+            return;
+        }
+        p->ux_bytes -= u->charged; /* r failed; the pull may still be writing u->data */
+        u->charged = 0;
+        u->next = p->draining;
+        p->draining = u;
+        return;
+    }
+    land(r->c, r, u->src, &u->env, u->data, NULL);
+    p->ux_bytes -= u->charged;
+    free(u->data);
+    free(u);
+}
+
+static hcomm_result_t start_recv(hcomm__req_t *r) {
+    p2p_t *p = p2p_of(r->c);
+    r->state = REQ_POSTED;
+    uxm_t *u = take_unexpected(p, r);
+    if (u) {
+        land_unexpected(r, u);
+        return HCOMM_OK;
+    }
+    if (p->posted_tail)
+        p->posted_tail->next = r;
+    else
+        p->posted_head = r;
+    p->posted_tail = r;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__irecv(hcomm_comm_t *c, int channel, int tag, int peer, void *buf, size_t cap,
+                            hcomm__recv_mode_t mode, hcomm__req_t **req) {
+    HCOMM__TRY(check_peer(c, peer, channel));
+    hcomm__req_t *r;
+    HCOMM__TRY(req_new(c, &r));
+    r->is_recv = true;
+    r->mode = mode;
+    r->peer = peer;
+    r->channel = channel;
+    r->tag = tag;
+    r->buf = mode == HCOMM__RECV_ALLOC ? NULL : buf;
+    r->cap = cap;
+    *req = r;
+    if (p2p_of(c)->in_group) {
+        group_add(p2p_of(c), r);
+        return HCOMM_OK;
+    }
+    return start_recv(r);
+}
+
+/* --- completion --- */
+
+/* Advances r without polling the transport; true once it is done. */
+static bool advance(hcomm__req_t *r) {
+    hcomm_comm_t *c = r->c;
+    hcomm_result_t res = HCOMM_OK;
+    switch (r->state) {
+    case REQ_POSTED:
+        if (!r->is_recv && c->tr->test_tx(c, &r->tr, &res))
+            req_finish(r, res);
+        break;
+    case REQ_PULLING:
+        if (c->tr->test_rx(c, &r->tr, &res))
+            req_finish(r, res);
+        break;
+    case REQ_RESCUED:
+        if (!r->rescued->arrived && c->tr->test_rx(c, &r->rescued->rx, &res))
+            r->rescued->arrived = true;
+        if (r->rescued->arrived)
+            finish_rescued(r);
+        break;
+    default:
+        break;
+    }
+    return r->state == REQ_DONE;
+}
+
+hcomm_result_t hcomm__test(hcomm__req_t *r, bool *done) {
+    HCOMM__TRY(hcomm__progress(r->c));
+    *done = advance(r);
+    return HCOMM_OK;
+}
+
+static void unpost(p2p_t *p, hcomm__req_t *r) {
+    hcomm__req_t *prev = NULL;
+    for (hcomm__req_t *q = p->posted_head; q; prev = q, q = q->next)
+        if (q == r) {
+            if (prev)
+                prev->next = q->next;
+            else
+                p->posted_head = q->next;
+            if (p->posted_tail == q)
+                p->posted_tail = prev;
+            return;
+        }
+}
+
+/* Gives up r after a timeout or abort; the transport never touches its buffer afterwards. */
+static void cancel(hcomm__req_t *r) {
+    hcomm_comm_t *c = r->c;
+    if (r->state == REQ_POSTED && r->is_recv)
+        unpost(p2p_of(c), r);
+    else if (r->state == REQ_POSTED || r->state == REQ_PULLING)
+        c->tr->cancel(c, &r->tr, !r->is_recv);
+    else if (r->state == REQ_RESCUED)
+        r->rescued = NULL; /* its entry stays reachable from nowhere: leaked, never written */
+}
+
+static const char *what_awaited(const hcomm__req_t *r, char *buf, size_t cap) {
+    if (r->is_recv)
+        snprintf(buf, cap, "a message from rank %d (%s channel, tag %d)", r->peer,
+                 channel_names[r->channel], r->tag);
+    else
+        snprintf(buf, cap, "rank %d to receive a %llu-byte message (%s channel, tag %d)", r->peer,
+                 (unsigned long long)r->env.bytes, channel_names[r->channel], r->tag);
+    return buf;
+}
+
+/* Why a wait on r must end now (HCOMM_OK: keep waiting). */
+static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
+    hcomm_comm_t *c = r->c;
+    p2p_t *p = p2p_of(c);
+    char what[160];
+    if (r->channel == HCOMM__CH_COLL) {
+        int src;
+        hcomm_result_t why;
+        char text[256];
+        if (hcomm__peer_error(c, (uint32_t)r->tag, &src, &why, text, sizeof text))
+            return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn,
+                              "%s", text);
+    }
+    if (c->tr->world_aborted(c))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "another rank failed while this rank waited for %s",
+                          what_awaited(r, what, sizeof what));
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this communicator");
+    if (p->full && r->is_recv)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
+                          "cannot keep a %zu-byte message from rank %d (%s channel, tag %d) that "
+                          "no receive has matched: %zu bytes of unexpected messages are held, "
+                          "HCOMM_UNEXPECTED_BYTES=%zu",
+                          p->full_bytes, p->full_src, channel_names[p->full_channel],
+                          p->full_tag, p->ux_bytes, c->unexpected_cap);
+    if (waited > c->timeout_s)
+        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn, "waited %g s for %s (seq %u, HCOMM_TIMEOUT)",
+                          c->timeout_s, what_awaited(r, what, sizeof what), (unsigned)c->call_seq);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t report(hcomm__req_t *r) {
+    if (r->res == HCOMM_OK)
+        return HCOMM_OK;
+    return hcomm__err(r->res, r->c->call_fn, "%s", r->msg[0] ? r->msg : hcomm_strerror(r->res));
+}
+
+/* Blocks until r is done or must be given up. */
+static hcomm_result_t complete(hcomm__req_t *r) {
+    hcomm_comm_t *c = r->c;
+    p2p_t *p = p2p_of(c);
+    bool blocking_send = !r->is_recv;
+    if (blocking_send)
+        p->rescue++;
+    hcomm_result_t res = HCOMM_OK;
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    for (;;) {
+        res = hcomm__progress(c);
+        if (res != HCOMM_OK || advance(r))
+            break;
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 63) == 0 && (res = wait_verdict(r, waited)) != HCOMM_OK) {
+            char keep[512];
+            snprintf(keep, sizeof keep, "%s", hcomm_last_error());
+            if (hcomm__progress(c) == HCOMM_OK && advance(r)) { /* it completed meanwhile */
+                res = HCOMM_OK;
+                break;
+            }
+            hcomm__err_text(res, keep);
+            cancel(r);
+            break;
+        }
+    }
+    if (blocking_send)
+        p->rescue--;
+    return res;
+}
+
+hcomm_result_t hcomm__wait(hcomm__req_t *r, hcomm__env_t *env, void **data) {
+    hcomm_result_t res = complete(r);
+    if (res == HCOMM_OK)
+        res = report(r);
+    if (env)
+        *env = r->env;
+    if (data)
+        *data = res == HCOMM_OK && r->mode == HCOMM__RECV_ALLOC ? r->buf : NULL;
+    if (res != HCOMM_OK && r->mode == HCOMM__RECV_ALLOC && r->state == REQ_DONE)
+        free(r->buf);
+    req_release(r);
+    return res;
+}
+
+hcomm_result_t hcomm__wait_all(hcomm__req_t **reqs, int n) {
+    hcomm_result_t first = HCOMM_OK;
+    char msg[512] = "";
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i])
+            continue;
+        hcomm_result_t r = hcomm__wait(reqs[i], NULL, NULL);
+        reqs[i] = NULL;
+        if (r != HCOMM_OK && first == HCOMM_OK) {
+            first = r;
+            snprintf(msg, sizeof msg, "%s", hcomm_last_error());
+        }
+    }
+    if (first != HCOMM_OK) /* later failures must not overwrite the first one's message */
+        hcomm__err_text(first, msg);
+    return first;
+}
+
+hcomm_result_t hcomm__send(hcomm_comm_t *c, int channel, int tag, int peer, const void *buf,
+                           size_t bytes, const hcomm__env_t *desc) {
+    hcomm__req_t *r;
+    HCOMM__TRY(hcomm__isend(c, channel, tag, peer, buf, bytes, desc, &r));
+    return hcomm__wait(r, NULL, NULL);
+}
+
+hcomm_result_t hcomm__recv(hcomm_comm_t *c, int channel, int tag, int peer, void *buf, size_t cap,
+                           hcomm__recv_mode_t mode, hcomm__env_t *env) {
+    hcomm__req_t *r;
+    HCOMM__TRY(hcomm__irecv(c, channel, tag, peer, buf, cap, mode, &r));
+    return hcomm__wait(r, env, NULL);
+}
+
+hcomm_result_t hcomm__probe(hcomm_comm_t *c, int channel, int tag, int peer, hcomm__env_t *env) {
+    HCOMM__TRY(check_peer(c, peer, channel));
+    hcomm__req_t probe = {.c = c, .is_recv = true, .peer = peer, .channel = channel, .tag = tag};
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    for (;;) {
+        HCOMM__TRY(hcomm__progress(c));
+        for (uxm_t *u = p2p_of(c)->ux_head; u; u = u->next)
+            if (key_matches(peer, channel, tag, u->src, &u->env)) {
+                *env = u->env;
+                return HCOMM_OK;
+            }
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 63) == 0)
+            HCOMM__TRY(wait_verdict(&probe, waited));
+    }
+}
+
+/* --- groups --- */
+
+hcomm_result_t hcomm__group_start(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    if (!p)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for point-to-point state");
+    if (p->in_group)
+        return hcomm__err(HCOMM_ERR_STATE, c->call_fn, "a batch is already open on this comm");
+    p->in_group = true;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__group_end(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    if (!p || !p->in_group)
+        return hcomm__err(HCOMM_ERR_STATE, c->call_fn, "no batch is open on this comm");
+    p->in_group = false;
+    hcomm__req_t *list = p->group_head;
+    p->group_head = p->group_tail = NULL;
+    int n = 0;
+    for (hcomm__req_t *r = list; r; r = r->next)
+        n++;
+    hcomm__req_t **all = malloc(sizeof *all * (size_t)(n ? n : 1));
+    if (!all)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a batch of %d", n);
+    int k = 0;
+    for (hcomm__req_t *r = list; r; r = r->next)
+        all[k++] = r;
+    for (int i = 0; i < n; i++) /* receives first: a peer's matching send then finds them */
+        if (all[i]->is_recv) {
+            all[i]->next = NULL;
+            start_recv(all[i]);
+        }
+    for (int i = 0; i < n; i++)
+        if (!all[i]->is_recv) {
+            all[i]->next = NULL;
+            start_send(all[i]);
+        }
+    hcomm_result_t res = hcomm__wait_all(all, n);
+    free(all);
+    return res;
+}
+
+/* --- collective bookkeeping --- */
+
+hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t why,
+                                   const char *text) {
+    hcomm__env_t env = {.kind = HCOMM__ENV_ERROR, .channel = HCOMM__CH_CTRL, .tag = (int32_t)seq,
+                        .result = (int32_t)why};
+    size_t n = strlen(text);
+    if (n > 255)
+        n = 255;
+    env.bytes = n;
+    for (int peer = 0; peer < c->size; peer++) {
+        if (peer == c->rank)
+            continue;
+        hcomm__treq_t tx;
+        /* Eager whatever the limit: a notice must never wait for its receiver. */
+        HCOMM__TRY(c->tr->send_frame(c, peer, &env, text, n, false, &tx));
+    }
+    return HCOMM_OK;
+}
+
+bool hcomm__peer_error(hcomm_comm_t *c, uint32_t seq, int *src, hcomm_result_t *why, char *text,
+                       size_t cap) {
+    p2p_t *p = p2p_of(c);
+    for (int i = 0; p && i < p->nerrs; i++)
+        if (p->errs[i].seq == seq) {
+            *src = p->errs[i].src;
+            *why = p->errs[i].why;
+            snprintf(text, cap, "%s", p->errs[i].text);
+            return true;
+        }
+    return false;
+}
+
+/* Drops what is left of finished calls: their unexpected messages and notices. */
+void hcomm__coll_done(hcomm_comm_t *c, uint32_t seq) {
+    p2p_t *p = p2p_of(c);
+    if (!p)
+        return;
+    p->coll_started = true;
+    p->coll_done = seq;
+    int k = 0;
+    for (int i = 0; i < p->nerrs; i++)
+        if (seq_before(seq, p->errs[i].seq))
+            p->errs[k++] = p->errs[i];
+    p->nerrs = k;
+    uxm_t *prev = NULL;
+    for (uxm_t *u = p->ux_head; u;) {
+        uxm_t *next = u->next;
+        if (!stale(p, &u->env) || (u->pulled && !u->arrived)) {
+            prev = u;
+            u = next;
+            continue;
+        }
+        if (prev)
+            prev->next = next;
+        else
+            p->ux_head = next;
+        if (p->ux_tail == u)
+            p->ux_tail = prev;
+        if (u->rndv && !u->pulled)
+            drain_rndv(c, u->src, &u->env, &u->rv);
+        p->ux_bytes -= u->charged;
+        free(u->data);
+        free(u);
+        u = next;
+    }
+    if (p->full && p->ux_bytes < c->unexpected_cap)
+        p->full = false;
+}
+
+size_t hcomm__unexpected_bytes(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    return p ? p->ux_bytes : 0;
+}

@@ -1,0 +1,101 @@
+/* hcomm's point-to-point layer, one implementation over every transport.
+ *
+ * Every message carries an envelope {channel, tag, bytes, call signature, dtype, shape}.
+ * Channels keep user traffic (PP), collective-algorithm traffic (tag = the call's sequence
+ * number) and control messages (peer-failure notices) apart, so they never match each other.
+ * Matching follows MPI: a posted-receive queue and an unexpected-message queue per
+ * communicator, keyed by (source, channel, tag) and searched in posting / arrival order, so
+ * messages of one key are non-overtaking, receives match in the order posted, and a blocking
+ * receive never takes a message an earlier irecv matches (it is an irecv plus a wait).
+ * Messages up to c->eager_limit bytes go eager; larger ones rendezvous (the receiver pulls
+ * the data once, straight from the sender's buffer into the posted receive buffer). Eager
+ * messages that arrive before their receive are kept, up to c->unexpected_cap bytes per
+ * communicator; past that the waiting call fails naming the peer and tag. While a rank waits
+ * in a blocking send it also pulls unexpected rendezvous messages into that budget, so two
+ * peers that both send and then receive always complete.
+ * Requests carry their own result and message: whoever waits gets the error of that request.
+ * Not thread-safe per communicator (one thread drives a comm), as the transport. */
+#ifndef HCOMM_C_P2P_H_
+#define HCOMM_C_P2P_H_
+
+#include "transport/transport.h"
+
+typedef enum { HCOMM__CH_USER = 0, HCOMM__CH_COLL, HCOMM__CH_CTRL, HCOMM__CH_COUNT } hcomm__channel_t;
+
+/* The call a collective message belongs to; peers compare it field by field. */
+typedef struct hcomm__sig {
+    uint32_t call; /* the algorithms layer's call kind */
+    int32_t dtype, op, root;
+    uint64_t count; /* elements or bytes, as the call defines */
+    uint64_t extra; /* a digest of what count cannot say (DP tensor lists) */
+} hcomm__sig_t;
+
+enum { HCOMM__ENV_DATA = 1, HCOMM__ENV_ERROR = 2 };
+
+typedef struct hcomm__env {
+    uint8_t kind;    /* HCOMM__ENV_* */
+    uint8_t channel; /* hcomm__channel_t */
+    uint8_t has_desc;
+    uint8_t ndim;
+    int32_t tag;
+    int32_t dtype;
+    int32_t result; /* ENV_ERROR: the failing rank's result */
+    uint64_t bytes;
+    hcomm__sig_t sig;
+    int64_t shape[HCOMM_MAX_DIMS];
+} hcomm__env_t;
+
+_Static_assert(sizeof(hcomm__env_t) <= HCOMM__HDR_BYTES, "the envelope fits a frame header");
+
+typedef struct hcomm__req hcomm__req_t;
+
+/* How a receive treats the incoming size: exactly cap bytes (else HCOMM_ERR_MISMATCH, the
+ * message consumed), up to cap, or any size into a buffer p2p allocates (freed by the caller
+ * with free() after hcomm__wait returned it). */
+typedef enum { HCOMM__RECV_EXACT, HCOMM__RECV_UPTO, HCOMM__RECV_ALLOC } hcomm__recv_mode_t;
+
+/* Starts sending bytes from buf to peer with (channel, tag). desc (may be NULL) supplies the
+ * envelope's sig, dtype and shape. buf must stay untouched until the request completes. */
+hcomm_result_t hcomm__isend(hcomm_comm_t *c, int channel, int tag, int peer, const void *buf,
+                            size_t bytes, const hcomm__env_t *desc, hcomm__req_t **req);
+hcomm_result_t hcomm__irecv(hcomm_comm_t *c, int channel, int tag, int peer, void *buf, size_t cap,
+                            hcomm__recv_mode_t mode, hcomm__req_t **req);
+/* Makes progress; *done tells whether req completed (then wait returns at once). */
+hcomm_result_t hcomm__test(hcomm__req_t *req, bool *done);
+/* Completes and frees req. env (may be NULL) gets the matched envelope of a receive; *data
+ * (may be NULL) the buffer of an HCOMM__RECV_ALLOC receive. On a timeout or abort the
+ * request is cancelled. */
+hcomm_result_t hcomm__wait(hcomm__req_t *req, hcomm__env_t *env, void **data);
+/* Completes and frees every request (NULL entries skipped); the first failure is returned. */
+hcomm_result_t hcomm__wait_all(hcomm__req_t **reqs, int n);
+hcomm_result_t hcomm__send(hcomm_comm_t *c, int channel, int tag, int peer, const void *buf,
+                           size_t bytes, const hcomm__env_t *desc);
+hcomm_result_t hcomm__recv(hcomm_comm_t *c, int channel, int tag, int peer, void *buf, size_t cap,
+                           hcomm__recv_mode_t mode, hcomm__env_t *env);
+/* Waits until a message of (channel, tag) from peer is available that no posted receive
+ * took, and fills env with its envelope without receiving it; the next receive of that key
+ * gets it. */
+hcomm_result_t hcomm__probe(hcomm_comm_t *c, int channel, int tag, int peer, hcomm__env_t *env);
+
+/* A batch: between group_start and group_end, isend/irecv only record; group_end posts the
+ * receives, then the sends, and completes them all, whatever order peers posted theirs in.
+ * The requests the batch handed out are completed and freed by group_end. */
+hcomm_result_t hcomm__group_start(hcomm_comm_t *c);
+hcomm_result_t hcomm__group_end(hcomm_comm_t *c);
+
+/* Collective-call bookkeeping. A rank whose own checks failed in call seq tells every peer
+ * (one control message each, text included); peers waiting on that call's messages fail with
+ * the notice (see hcomm__peer_error). coll_done marks seq finished on this rank: later
+ * messages of it (and older calls) are dropped on arrival instead of kept. */
+hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t why,
+                                   const char *text);
+/* True when a peer's notice for seq arrived: *src, *why and text (cap bytes) tell it. */
+bool hcomm__peer_error(hcomm_comm_t *c, uint32_t seq, int *src, hcomm_result_t *why, char *text,
+                       size_t cap);
+void hcomm__coll_done(hcomm_comm_t *c, uint32_t seq);
+/* One progress round (poll the transport, advance pulls): for waits outside p2p requests. */
+hcomm_result_t hcomm__progress(hcomm_comm_t *c);
+/* Unexpected-message bytes held now (for tests and the leak check). */
+size_t hcomm__unexpected_bytes(hcomm_comm_t *c);
+
+#endif /* HCOMM_C_P2P_H_ */

@@ -1,0 +1,745 @@
+/* The local transport: every rank is a thread of this process and peers share memory.
+ *
+ * Frames travel through one single-producer single-consumer ring per (sender, receiver) pair
+ * of a communicator, allocated by the sender on first use. The sender publishes a slot with a
+ * release store of the ring's tail; the receiver reads it after an acquire load and frees the
+ * slot with a release store of the head: no mutex on the path. An eager payload of up to
+ * INLINE_BYTES rides in the slot, a larger one in a heap copy; a rendezvous frame carries the
+ * sender's buffer address, the receiver copies straight from it (one copy) and sets the
+ * sender's done flag. When a ring is full the sender keeps the frame in its own overflow list
+ * and pushes it on a later progress call, so a send never blocks in the transport.
+ *
+ * Native collectives post buffer pointers and the call's signature in per-rank slots, meet at
+ * a barrier (an atomic counter and generation), check the signatures, and then read each
+ * other's buffers directly. Reductions are done chunk by chunk, each chunk by one rank in rank
+ * order 0..n-1, so every rank gets bit-identical results equal to a serial left-to-right
+ * reduction. Every wait checks the world's abort flag, the comm's hcomm_comm_abort() flag and
+ * its timeout, so a failed or missing rank turns into an error instead of a hang. */
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RING_SLOTS = 64, INLINE_BYTES = 256, SMALL_REDUCE_BYTES = 256 };
+
+typedef struct local_world {
+    atomic_int aborted; /* set once any rank's function fails or a wait timed out */
+} local_world_t;
+
+typedef struct frame {
+    unsigned char hdr[HCOMM__HDR_BYTES];
+    size_t bytes;
+    bool rndv;
+    const void *src_buf; /* rendezvous: the sender's buffer */
+    atomic_int *done;    /* rendezvous: the sender's completion flag */
+    void *heap;          /* eager payload above INLINE_BYTES */
+    unsigned char inl[INLINE_BYTES];
+} frame_t;
+
+typedef struct ring {
+    _Alignas(64) atomic_size_t head; /* consumer */
+    _Alignas(64) atomic_size_t tail; /* producer */
+    frame_t slot[RING_SLOTS];
+} ring_t;
+
+typedef struct pending {
+    struct pending *next;
+    frame_t f;
+} pending_t;
+
+/* What one rank posts for a native collective; valid from its first barrier to its last. */
+typedef struct local_slot {
+    hcomm__posted_sig_t sig;
+    const void *send;
+    void *aux;
+    const size_t *counts, *displs, *rcounts;
+    int color, key;
+} local_slot_t;
+
+typedef struct local_shared {
+    local_world_t *world;
+    int size;
+    atomic_int refs;
+    _Alignas(64) atomic_uint bar_count;
+    _Alignas(64) atomic_uint bar_gen;
+    local_slot_t *slots;    /* [size] */
+    _Atomic(ring_t *) *rings; /* [size * size], sender-major; NULL until first use */
+} local_shared_t;
+
+/* One rank's view of a communicator. */
+typedef struct local_comm {
+    local_shared_t *sh;
+    pending_t **ovf_head, **ovf_tail; /* [size] frames waiting for ring space, per receiver */
+    int ovf_count;
+} local_comm_t;
+
+typedef struct local_tx {
+    atomic_int done;
+} local_tx_t;
+
+_Static_assert(sizeof(local_tx_t) <= sizeof(hcomm__treq_t), "local_tx_t fits a request");
+
+static const hcomm__transport_t local_tr;
+
+static local_comm_t *lc_of(hcomm_comm_t *c) {
+    return (local_comm_t *)c->impl;
+}
+
+static local_shared_t *shared_of(hcomm_comm_t *c) {
+    return lc_of(c)->sh;
+}
+
+static local_shared_t *shared_new(local_world_t *world, int size) {
+    local_shared_t *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return NULL;
+    sh->slots = calloc((size_t)size, sizeof *sh->slots);
+    sh->rings = calloc((size_t)size * (size_t)size, sizeof *sh->rings);
+    if (!sh->slots || !sh->rings) {
+        free(sh->slots);
+        free((void *)sh->rings);
+        free(sh);
+        return NULL;
+    }
+    sh->world = world;
+    sh->size = size;
+    atomic_init(&sh->refs, size);
+    return sh;
+}
+
+/* Frees a ring's undelivered heap payloads (the comm is going away). */
+static void ring_free(ring_t *r) {
+    if (!r)
+        return;
+    for (size_t i = atomic_load(&r->head); i != atomic_load(&r->tail); i++)
+        free(r->slot[i % RING_SLOTS].heap);
+    free(r);
+}
+
+static void shared_release(local_shared_t *sh) {
+    if (atomic_fetch_sub(&sh->refs, 1) != 1)
+        return;
+    for (int i = 0; i < sh->size * sh->size; i++)
+        ring_free(atomic_load(&sh->rings[i]));
+    free(sh->slots);
+    free((void *)sh->rings);
+    free(sh);
+}
+
+static local_comm_t *lc_new(local_shared_t *sh, int size) {
+    local_comm_t *lc = calloc(1, sizeof *lc);
+    if (!lc)
+        return NULL;
+    lc->sh = sh;
+    lc->ovf_head = calloc((size_t)size, sizeof *lc->ovf_head);
+    lc->ovf_tail = calloc((size_t)size, sizeof *lc->ovf_tail);
+    if (!lc->ovf_head || !lc->ovf_tail) {
+        free(lc->ovf_head);
+        free(lc->ovf_tail);
+        free(lc);
+        return NULL;
+    }
+    return lc;
+}
+
+/* --- waiting --- */
+
+/* Why a wait must end now, or HCOMM_OK to keep waiting. what names the awaited event. */
+static hcomm_result_t wait_verdict(hcomm_comm_t *c, double waited, const char *what) {
+    if (atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "another rank failed or timed out while this rank waited for %s", what);
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this communicator");
+    if (waited > c->timeout_s) {
+        /* The ranks are out of step for good: stop every other wait in this world too. */
+        atomic_store(&shared_of(c)->world->aborted, 1);
+        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
+                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT); a rank did not make the "
+                          "matching call",
+                          c->timeout_s, what, (unsigned)c->call_seq);
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
+        double waited = hcomm__backoff(&b);
+        if (waited > 0.0 || (b.iter & 63) == 0) {
+            hcomm_result_t v = wait_verdict(c, waited, "every rank of the group to arrive");
+            /* The barrier may have completed while the abort was raised: it stands. */
+            if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
+                return v;
+        }
+    }
+    return HCOMM_OK;
+}
+
+/* All ranks of c meet. A rank that left an earlier barrier of an aborted world left its
+ * arrival counted, so nobody arrives once the world has aborted. */
+static hcomm_result_t barrier(hcomm_comm_t *c) {
+    local_shared_t *sh = shared_of(c);
+    if (atomic_load(&sh->world->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
+    unsigned gen = atomic_load_explicit(&sh->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&sh->bar_count, 1, memory_order_acq_rel) ==
+        (unsigned)sh->size - 1) {
+        atomic_store_explicit(&sh->bar_count, 0, memory_order_relaxed);
+        atomic_store_explicit(&sh->bar_gen, gen + 1, memory_order_release);
+        return HCOMM_OK;
+    }
+    return wait_gen_change(c, &sh->bar_gen, gen);
+}
+
+/* --- frames --- */
+
+static ring_t *ring_to(hcomm_comm_t *c, int peer) {
+    local_shared_t *sh = shared_of(c);
+    _Atomic(ring_t *) *cell = &sh->rings[(size_t)c->rank * (size_t)sh->size + (size_t)peer];
+    ring_t *r = atomic_load_explicit(cell, memory_order_acquire);
+    if (r)
+        return r;
+    r = calloc(1, sizeof *r);
+    if (r)
+        atomic_store_explicit(cell, r, memory_order_release); /* only this rank writes it */
+    return r;
+}
+
+static bool ring_push(ring_t *r, const frame_t *f) {
+    size_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    if (tail - atomic_load_explicit(&r->head, memory_order_acquire) >= RING_SLOTS)
+        return false;
+    r->slot[tail % RING_SLOTS] = *f;
+    atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+    return true;
+}
+
+/* Pushes the frames that waited for ring space to peer, oldest first. */
+static void flush_overflow(hcomm_comm_t *c, int peer) {
+    local_comm_t *lc = lc_of(c);
+    ring_t *r = lc->ovf_head[peer] ? ring_to(c, peer) : NULL;
+    while (r && lc->ovf_head[peer] && ring_push(r, &lc->ovf_head[peer]->f)) {
+        pending_t *p = lc->ovf_head[peer];
+        lc->ovf_head[peer] = p->next;
+        if (!p->next)
+            lc->ovf_tail[peer] = NULL;
+        lc->ovf_count--;
+        free(p);
+    }
+}
+
+static hcomm_result_t enqueue(hcomm_comm_t *c, int peer, const frame_t *f) {
+    local_comm_t *lc = lc_of(c);
+    flush_overflow(c, peer);
+    ring_t *r = lc->ovf_head[peer] ? NULL : ring_to(c, peer);
+    if (r && ring_push(r, f))
+        return HCOMM_OK;
+    pending_t *p = malloc(sizeof *p);
+    if (!p)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory queueing a message to rank %d",
+                          peer);
+    p->next = NULL;
+    p->f = *f;
+    if (lc->ovf_tail[peer])
+        lc->ovf_tail[peer]->next = p;
+    else
+        lc->ovf_head[peer] = p;
+    lc->ovf_tail[peer] = p;
+    lc->ovf_count++;
+    return HCOMM_OK;
+}
+
+static hcomm_result_t local_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
+                                       const void *payload, size_t bytes, bool rndv,
+                                       hcomm__treq_t *tx) {
+    local_tx_t *t = (local_tx_t *)tx;
+    frame_t f;
+    memcpy(f.hdr, hdr, HCOMM__HDR_BYTES);
+    f.bytes = bytes;
+    f.rndv = rndv;
+    f.src_buf = payload;
+    f.done = &t->done;
+    f.heap = NULL;
+    atomic_init(&t->done, rndv ? 0 : 1);
+    if (!rndv && bytes > INLINE_BYTES) {
+        f.heap = malloc(bytes);
+        if (!f.heap)
+            return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
+                              "out of memory buffering a %zu-byte message to rank %d", bytes, peer);
+        memcpy(f.heap, payload, bytes);
+    } else if (!rndv && bytes > 0) {
+        memcpy(f.inl, payload, bytes);
+    }
+    hcomm_result_t r = enqueue(c, peer, &f);
+    if (r != HCOMM_OK)
+        free(f.heap);
+    return r;
+}
+
+static bool local_test_tx(hcomm_comm_t *c, hcomm__treq_t *tx, hcomm_result_t *res) {
+    (void)c;
+    *res = HCOMM_OK;
+    return atomic_load_explicit(&((local_tx_t *)tx)->done, memory_order_acquire) != 0;
+}
+
+/* Delivers the frames waiting in src's ring to this rank, in order. */
+static void drain_ring(hcomm_comm_t *c, int src, hcomm__deliver_fn_t deliver) {
+    local_shared_t *sh = shared_of(c);
+    ring_t *r = atomic_load_explicit(&sh->rings[(size_t)src * (size_t)sh->size + (size_t)c->rank],
+                                     memory_order_acquire);
+    if (!r)
+        return;
+    size_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    size_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+    for (; head != tail; head++) {
+        frame_t *f = &r->slot[head % RING_SLOTS];
+        hcomm__rndv_t rv = {(uint64_t)(uintptr_t)f->src_buf, (uint64_t)(uintptr_t)f->done};
+        const void *payload = f->rndv ? NULL : f->heap ? f->heap : f->inl;
+        if (!deliver(c, src, f->hdr, payload, f->bytes, f->rndv ? &rv : NULL))
+            break;
+        free(f->heap);
+        atomic_store_explicit(&r->head, head + 1, memory_order_release);
+    }
+}
+
+static hcomm_result_t local_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
+    local_comm_t *lc = lc_of(c);
+    for (int p = 0; lc->ovf_count > 0 && p < c->size; p++)
+        flush_overflow(c, p);
+    for (int s = 0; s < c->size; s++)
+        drain_ring(c, s, deliver);
+    return HCOMM_OK;
+}
+
+/* The one copy of a rendezvous message: from the sender's buffer into the destination. */
+static hcomm_result_t local_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
+                                 size_t bytes, hcomm__treq_t *rx) {
+    (void)c, (void)src;
+    if (bytes > 0 && dst != NULL)
+        memcpy(dst, (const void *)(uintptr_t)rv->a, bytes);
+    atomic_store_explicit((atomic_int *)(uintptr_t)rv->b, 1, memory_order_release);
+    atomic_init(&((local_tx_t *)rx)->done, 1);
+    return HCOMM_OK;
+}
+
+/* A rendezvous send whose receiver may still copy from its buffer cannot be called back. */
+static bool local_cancel(hcomm_comm_t *c, hcomm__treq_t *r, bool is_tx) {
+    hcomm_result_t res;
+    return !is_tx || local_test_tx(c, r, &res);
+}
+
+static bool local_world_aborted(hcomm_comm_t *c) {
+    return atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed) != 0;
+}
+
+static bool local_shares_memory(hcomm_comm_t *c, int peer) {
+    (void)c, (void)peer;
+    return true;
+}
+
+static hcomm__mem_kind_t local_mem_kind(hcomm_comm_t *c, const void *p) {
+    (void)c, (void)p;
+    return HCOMM__MEM_SHARED;
+}
+
+/* --- native collectives over posted slots --- */
+
+static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
+    return &shared_of(c)->slots[r];
+}
+
+/* Posts this rank's slot with the signature the algorithms layer set. */
+static void post(hcomm_comm_t *c, local_slot_t slot) {
+    if (c->posted)
+        slot.sig = *c->posted;
+    shared_of(c)->slots[c->rank] = slot; /* published to peers by the barrier that follows */
+}
+
+static bool same_sig(const hcomm__posted_sig_t *a, const hcomm__posted_sig_t *b) {
+    return memcmp(a->words, b->words, sizeof a->words) == 0;
+}
+
+/* The barrier after posting, then the check that every peer posted the same call. Every rank
+ * sees the same slots, so all pass or all fail; a failing call leaves the slots for the caller
+ * to read until posted_release. */
+static hcomm_result_t arrive(hcomm_comm_t *c) {
+    HCOMM__TRY(barrier(c));
+    const local_slot_t *first = slot_of(c, 0);
+    for (int r = 0; r < c->size; r++) {
+        const local_slot_t *p = slot_of(c, r);
+        if (p->sig.failed != HCOMM_OK || !same_sig(&p->sig, &first->sig))
+            return HCOMM_ERR_MISMATCH;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t local_posted_only(hcomm_comm_t *c) {
+    post(c, (local_slot_t){0});
+    return arrive(c);
+}
+
+static const hcomm__posted_sig_t *local_posted_sig(hcomm_comm_t *c, int rank) {
+    return &slot_of(c, rank)->sig;
+}
+
+static hcomm_result_t local_posted_release(hcomm_comm_t *c) {
+    return barrier(c);
+}
+
+/* Chunk [lo, hi) of rank r's share when n items are split over size ranks. */
+static void chunk(size_t n, int size, int r, size_t *lo, size_t *hi) {
+    size_t base = n / (size_t)size, rem = n % (size_t)size, rr = (size_t)r;
+    *lo = rr * base + (rr < rem ? rr : rem);
+    *hi = *lo + base + (rr < rem ? 1 : 0);
+}
+
+/* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order. */
+static void reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size_t n, hcomm_dtype_t dt,
+                          hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt);
+    if (n == 0)
+        return;
+    memcpy(dst, (const char *)slot_of(c, 0)->send + off * es, n * es);
+    for (int r = 1; r < c->size; r++)
+        hcomm__reduce(dst, (const char *)slot_of(c, r)->send + off * es, n, dt, op);
+}
+
+/* Small messages: every rank reduces the whole vector itself (no chunk exchange), into a stack
+ * buffer, since recvbuf may be a peer's input until everyone has read it. */
+static hcomm_result_t small_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    _Alignas(16) unsigned char tmp[SMALL_REDUCE_BYTES];
+    post(c, (local_slot_t){.send = sendbuf});
+    HCOMM__TRY(arrive(c));
+    reduce_posted(c, tmp, 0, count, dt, op);
+    HCOMM__TRY(barrier(c));
+    if (count > 0)
+        memcpy(recvbuf, tmp, count * hcomm__dtype_size(dt));
+    return HCOMM_OK;
+}
+
+static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), lo, hi;
+    if (count * es <= SMALL_REDUCE_BYTES)
+        return small_all_reduce(c, sendbuf, recvbuf, count, dt, op);
+    chunk(count, c->size, c->rank, &lo, &hi);
+    void *mine = malloc((hi - lo) * es + 1);
+    if (!mine)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes",
+                          (hi - lo) * es);
+    post(c, (local_slot_t){.send = sendbuf, .aux = mine});
+    hcomm_result_t res = arrive(c);
+    if (res == HCOMM_OK) {
+        reduce_posted(c, mine, lo, hi - lo, dt, op);
+        res = barrier(c); /* every chunk done; every input read */
+    }
+    for (int r = 0; res == HCOMM_OK && r < c->size; r++) {
+        size_t rlo, rhi;
+        chunk(count, c->size, r, &rlo, &rhi);
+        if (rhi > rlo)
+            memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
+    }
+    if (res == HCOMM_OK)
+        res = barrier(c); /* nobody reads my chunk any more */
+    free(mine); /* after a mismatch peers read only the slots' signatures */
+    return res;
+}
+
+static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt);
+    void *mine = malloc(count * es + 1);
+    if (!mine)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", count * es);
+    post(c, (local_slot_t){.send = sendbuf});
+    hcomm_result_t res = arrive(c);
+    if (res == HCOMM_OK) {
+        reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
+        res = barrier(c); /* inputs read: recvbuf may alias one of them */
+    }
+    if (res == HCOMM_OK && count > 0)
+        memcpy(recvbuf, mine, count * es);
+    free(mine);
+    return res;
+}
+
+static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t bytes) {
+    post(c, (local_slot_t){.send = sendbuf});
+    HCOMM__TRY(arrive(c));
+    for (int r = 0; r < c->size; r++) {
+        char *dst = (char *)recvbuf + (size_t)r * bytes;
+        if (bytes > 0 && dst != slot_of(c, r)->send) /* in place: peers read this very block */
+            memcpy(dst, slot_of(c, r)->send, bytes);
+    }
+    return barrier(c);
+}
+
+static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
+    post(c, (local_slot_t){.send = buf});
+    HCOMM__TRY(arrive(c));
+    if (c->rank != root && bytes > 0)
+        memcpy(buf, slot_of(c, root)->send, bytes);
+    return barrier(c);
+}
+
+/* Every rank sees every rank's send and receive counts, so all of them find the same first
+ * differing pair (by receiver, then sender) and fail together before any data moves. */
+static hcomm_result_t check_pair_counts(hcomm_comm_t *c) {
+    for (int r = 0; r < c->size; r++)
+        for (int s = 0; s < c->size; s++) {
+            size_t sent = slot_of(c, s)->counts[r], want = slot_of(c, r)->rcounts[s];
+            if (sent != want)
+                return hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn,
+                                  "sendcounts[%d]=%zu on rank %d but recvcounts[%d]=%zu on rank "
+                                  "%d; no data was moved",
+                                  r, sent, s, s, want, r);
+        }
+    return HCOMM_OK;
+}
+
+/* A count mismatch is reported here, after the signatures agreed (see transport.h). */
+static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
+                                        const size_t *sendcounts, const size_t *sdispls,
+                                        void *recvbuf, const size_t *recvcounts,
+                                        const size_t *rdispls) {
+    post(c, (local_slot_t){
+                .send = sendbuf, .counts = sendcounts, .displs = sdispls, .rcounts = recvcounts});
+    HCOMM__TRY(arrive(c));
+    hcomm_result_t bad = check_pair_counts(c);
+    if (bad != HCOMM_OK) {
+        hcomm_result_t r = barrier(c);
+        return r != HCOMM_OK ? r : bad;
+    }
+    for (int s = 0; s < c->size; s++) {
+        const local_slot_t *src = slot_of(c, s);
+        if (src->counts[c->rank])
+            memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank],
+                   src->counts[c->rank]);
+    }
+    return barrier(c);
+}
+
+static const hcomm__native_ops_t local_native = {
+    .all_reduce = local_all_reduce,
+    .all_gather = local_all_gather,
+    .reduce_scatter = local_reduce_scatter,
+    .broadcast = local_broadcast,
+    .all_to_allv = local_all_to_allv,
+};
+
+/* --- split --- */
+
+typedef struct member {
+    int key, rank;
+} member_t;
+
+static int member_cmp(const void *a, const void *b) {
+    const member_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Lists the members with this rank's color, ordered by (key, rank). */
+static int collect_members(hcomm_comm_t *c, int color, member_t *out) {
+    int m = 0;
+    for (int r = 0; r < c->size; r++)
+        if (slot_of(c, r)->color == color)
+            out[m++] = (member_t){slot_of(c, r)->key, r};
+    qsort(out, (size_t)m, sizeof *out, member_cmp);
+    return m;
+}
+
+static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, const member_t *mem,
+                                       int m, hcomm_comm_t **out) {
+    int me = 0;
+    while (mem[me].rank != c->rank)
+        me++;
+    local_comm_t *lc = lc_new(sh, m);
+    hcomm_comm_t *nc = lc ? hcomm__comm_alloc(&local_tr, lc, me, m, c) : NULL;
+    if (!nc) {
+        if (lc) {
+            free(lc->ovf_head);
+            free(lc->ovf_tail);
+            free(lc);
+        }
+        shared_release(sh);
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a communicator");
+    }
+    for (int i = 0; i < m; i++)
+        nc->world_ranks[i] = c->world_ranks[mem[i].rank];
+    *out = nc;
+    return HCOMM_OK;
+}
+
+/* Every rank posts (color, key); the first member of each group creates the group's shared
+ * state and posts it; the members pick it up. */
+static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
+    *out = NULL;
+    member_t *mem = malloc(sizeof *mem * (size_t)c->size);
+    post(c, (local_slot_t){.color = color < 0 ? -1 : color, .key = key});
+    hcomm_result_t res = arrive(c);
+    if (res != HCOMM_OK) {
+        free(mem);
+        return res;
+    }
+    int m = (color >= 0 && mem) ? collect_members(c, color, mem) : 0;
+    if (m > 0 && mem[0].rank == c->rank)
+        shared_of(c)->slots[c->rank].aux = shared_new(shared_of(c)->world, m);
+    res = barrier(c);
+    if (res == HCOMM_OK && color >= 0) {
+        local_shared_t *group = mem ? slot_of(c, mem[0].rank)->aux : NULL;
+        if (!group)
+            res = hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a group");
+        else
+            res = make_member_comm(c, group, mem, m, out);
+    }
+    hcomm_result_t after = barrier(c); /* slots are read; they may be reused */
+    free(mem);
+    return res != HCOMM_OK ? res : after;
+}
+
+static void local_destroy(hcomm_comm_t *c) {
+    local_comm_t *lc = lc_of(c);
+    if (!lc)
+        return;
+    for (int p = 0; p < c->size; p++)
+        while (lc->ovf_head[p]) {
+            pending_t *n = lc->ovf_head[p]->next;
+            free(lc->ovf_head[p]->f.heap);
+            free(lc->ovf_head[p]);
+            lc->ovf_head[p] = n;
+        }
+    shared_release(lc->sh);
+    free(lc->ovf_head);
+    free(lc->ovf_tail);
+    free(lc);
+    c->impl = NULL;
+}
+
+static const hcomm__transport_t local_tr = {
+    .name = "local",
+    .send_frame = local_send_frame,
+    .test_tx = local_test_tx,
+    .poll = local_poll,
+    .pull = local_pull,
+    .test_rx = local_test_tx,
+    .cancel = local_cancel,
+    .world_aborted = local_world_aborted,
+    .shares_memory = local_shares_memory,
+    .mem_kind = local_mem_kind,
+    .native = &local_native,
+    .posted_only = local_posted_only,
+    .posted_sig = local_posted_sig,
+    .posted_release = local_posted_release,
+    .split = local_split,
+    .destroy = local_destroy,
+};
+
+/* --- launcher --- */
+
+typedef struct rank_thread {
+    pthread_t tid;
+    hcomm_comm_t *world;
+    hcomm_rank_fn_t fn;
+    void *arg;
+    local_world_t *lw;
+    hcomm_result_t result;
+    char message[512]; /* the rank's last error, carried to the launching thread */
+} rank_thread_t;
+
+static void *rank_main(void *p) {
+    rank_thread_t *t = p;
+    t->result = t->fn(t->world, t->arg);
+    if (t->result != HCOMM_OK) {
+        strncpy(t->message, hcomm_last_error(), sizeof t->message - 1);
+        atomic_store(&t->lw->aborted, 1);
+    }
+    return NULL;
+}
+
+static hcomm_result_t make_world(local_world_t *lw, int n, rank_thread_t *th) {
+    local_shared_t *sh = shared_new(lw, n);
+    if (!sh)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate a world of %d", n);
+    for (int r = 0; r < n; r++) {
+        local_comm_t *lc = lc_new(sh, n);
+        th[r].world = lc ? hcomm__comm_alloc(&local_tr, lc, r, n, NULL) : NULL;
+        if (!th[r].world) {
+            if (lc) {
+                free(lc->ovf_head);
+                free(lc->ovf_tail);
+                free(lc);
+            }
+            for (int k = r; k < n; k++) /* drop the references no comm will release */
+                shared_release(sh);
+            return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate rank %d", r);
+        }
+        th[r].world->is_world = true;
+        for (int i = 0; i < n; i++)
+            th[r].world->world_ranks[i] = i;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t run_threads(rank_thread_t *th, int n) {
+    int started = 0;
+    hcomm_result_t res = HCOMM_OK;
+    for (; started < n; started++)
+        if (pthread_create(&th[started].tid, NULL, rank_main, &th[started]) != 0)
+            break;
+    if (started < n) {
+        atomic_store(&th[0].lw->aborted, 1); /* the started ranks would wait forever */
+        res = hcomm__err(HCOMM_ERR_BACKEND, "hcomm_launch", "cannot start thread for rank %d: %s",
+                         started, strerror(errno));
+    }
+    for (int r = 0; r < started; r++)
+        pthread_join(th[r].tid, NULL);
+    return res;
+}
+
+/* The first failing rank's result and message, re-recorded on the launching thread; ranks
+ * that only saw the abort or a peer's failure come after the rank that caused it. */
+static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
+    int first = -1;
+    for (int r = 0; r < n; r++) {
+        if (th[r].result == HCOMM_OK)
+            continue;
+        bool echo = th[r].result == HCOMM_ERR_ABORTED || th[r].result == HCOMM_ERR_PEER;
+        bool first_echo = first >= 0 && (th[first].result == HCOMM_ERR_ABORTED ||
+                                         th[first].result == HCOMM_ERR_PEER);
+        if (first < 0 || (first_echo && !echo))
+            first = r;
+    }
+    if (first < 0)
+        return HCOMM_OK;
+    const char *msg = th[first].message[0] ? th[first].message : "(no hcomm error message)";
+    return hcomm__err(th[first].result, "hcomm_launch", "rank %d failed with %s: %s", first,
+                      hcomm_result_name(th[first].result), msg);
+}
+
+hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
+    local_world_t lw;
+    atomic_init(&lw.aborted, 0);
+    rank_thread_t *th = calloc((size_t)n, sizeof *th);
+    if (!th)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
+    for (int r = 0; r < n; r++)
+        th[r] = (rank_thread_t){.fn = fn, .arg = arg, .lw = &lw, .result = HCOMM_OK};
+    hcomm_result_t res = make_world(&lw, n, th);
+    if (res == HCOMM_OK)
+        res = run_threads(th, n);
+    if (res == HCOMM_OK)
+        res = first_failure(th, n);
+    for (int r = 0; r < n; r++)
+        hcomm__comm_free(th[r].world);
+    free(th);
+    return res;
+}

@@ -1,0 +1,142 @@
+/* The transport: the one thing each backend writes. It moves frames (a fixed-size header that
+ * the p2p layer fills, plus a payload) between the ranks of a communicator, and optionally runs
+ * native collectives. Everything else (matching, tags, channels, checks, algorithms) lives
+ * above it and is written once for every backend; see docs/architecture.md.
+ *
+ * A frame is sent eager (the payload travels with the header; the send completes at once) or
+ * rendezvous (the header carries a handle; the payload stays in the sender's buffer until the
+ * receiver pulls it straight into its destination, and the send completes then). Frames from
+ * one source arrive in the order they were sent. Buffers are host memory today; a device
+ * transport (NCCL, HCCL) reports HCOMM__MEM_DEVICE from mem_kind and moves frames as group
+ * calls on a stream, so it adds a transport, not a new interface (docs/architecture.md).
+ *
+ * Threading: one thread drives a communicator at a time (the rank that owns it); only
+ * hcomm_comm_abort() touches a communicator from another thread, through its atomic flag. */
+#ifndef HCOMM_C_TRANSPORT_H_
+#define HCOMM_C_TRANSPORT_H_
+
+#include "core/internal.h"
+
+#include <stdatomic.h>
+
+/* Bytes of the header the p2p layer puts in every frame (its envelope). */
+#define HCOMM__HDR_BYTES 128
+
+/* Opaque per-operation state a transport keeps inside the caller's request. */
+typedef union hcomm__treq {
+    uint64_t u[48];
+    void *p[1];
+} hcomm__treq_t;
+
+/* What a receiver needs to pull a rendezvous payload; filled by the sending transport. */
+typedef struct hcomm__rndv {
+    uint64_t a, b;
+} hcomm__rndv_t;
+
+typedef enum { HCOMM__MEM_HOST = 0, HCOMM__MEM_SHARED, HCOMM__MEM_DEVICE } hcomm__mem_kind_t;
+
+/* Called by poll for each arrived frame, per source in send order. payload is the eager data
+ * (valid during the call) or NULL with rv set for a rendezvous frame. Returns false to leave
+ * the frame with the transport (it is offered again on a later poll, before any later frame). */
+typedef bool (*hcomm__deliver_fn_t)(hcomm_comm_t *c, int src, const void *hdr, const void *payload,
+                                    size_t bytes, const hcomm__rndv_t *rv);
+
+/* Native collectives: same contracts as the public calls in hcomm/core.h (op is never AVG),
+ * called only after the algorithms layer checked the call on every rank. */
+typedef struct hcomm__native_ops {
+    hcomm_result_t (*all_reduce)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op);
+    hcomm_result_t (*all_gather)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                 size_t bytes_per_rank);
+    hcomm_result_t (*reduce_scatter)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+    hcomm_result_t (*broadcast)(hcomm_comm_t *c, void *buf, size_t bytes, int root);
+    hcomm_result_t (*all_to_allv)(hcomm_comm_t *c, const void *sendbuf, const size_t *sendcounts,
+                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                  const size_t *rdispls);
+} hcomm__native_ops_t;
+
+/* A shared-memory transport checks calls itself: each rank posts its call's signature next to
+ * its buffers, so a collective there needs no signature message at all. */
+typedef struct hcomm__posted_sig {
+    uint64_t words[6];       /* the algorithms layer's signature, compared word by word */
+    hcomm_result_t failed;   /* HCOMM_OK, or why this rank's own checks failed */
+    const char *failed_text; /* its message, valid until the call returns */
+} hcomm__posted_sig_t;
+
+typedef struct hcomm__transport {
+    const char *name;
+    /* Sends one frame to peer; hdr has HCOMM__HDR_BYTES. rndv: payload stays in place until
+     * pulled. tx must stay alive (not moved) until test_tx reports it complete. */
+    hcomm_result_t (*send_frame)(hcomm_comm_t *c, int peer, const void *hdr, const void *payload,
+                                 size_t bytes, bool rndv, hcomm__treq_t *tx);
+    /* Non-blocking: true when tx completed (*res tells how). */
+    bool (*test_tx)(hcomm_comm_t *c, hcomm__treq_t *tx, hcomm_result_t *res);
+    /* Delivers arrived frames; fails only when the transport itself broke. */
+    hcomm_result_t (*poll)(hcomm_comm_t *c, hcomm__deliver_fn_t deliver);
+    /* Starts copying the rendezvous payload of a delivered frame into dst (bytes of it). */
+    hcomm_result_t (*pull)(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
+                           size_t bytes, hcomm__treq_t *rx);
+    bool (*test_rx)(hcomm_comm_t *c, hcomm__treq_t *rx, hcomm_result_t *res);
+    /* Gives up a pending tx or rx (abort, timeout): afterwards the transport never touches its
+     * buffer. Returns false when that cannot be promised (the communicator is then unusable). */
+    bool (*cancel)(hcomm_comm_t *c, hcomm__treq_t *r, bool is_tx);
+    /* True once the world is going down (a rank function failed). */
+    bool (*world_aborted)(hcomm_comm_t *c);
+    /* True when peer shares this rank's memory (threads, or processes on one node). */
+    bool (*shares_memory)(hcomm_comm_t *c, int peer);
+    hcomm__mem_kind_t (*mem_kind)(hcomm_comm_t *c, const void *p);
+    /* Native collectives; NULL entries are not offered. */
+    const hcomm__native_ops_t *native;
+    /* Shared-memory call check (NULL entries when the transport has none). Before a native
+     * collective the algorithms layer sets c->posted; the collective posts it with its buffers
+     * and, after its first barrier, returns HCOMM_ERR_MISMATCH without moving data when any
+     * rank's posted signature differs from rank 0's or says it failed. The caller then reads
+     * every rank's with posted_sig and calls posted_release (all ranks do). posted_only is the
+     * same meeting without a collective: a rank whose own checks failed joins its peers' call
+     * through it, and hcomm_barrier is one. */
+    hcomm_result_t (*posted_only)(hcomm_comm_t *c);
+    const hcomm__posted_sig_t *(*posted_sig)(hcomm_comm_t *c, int rank);
+    hcomm_result_t (*posted_release)(hcomm_comm_t *c);
+    /* As MPI_Comm_split; color < 0 gives *out = NULL. Fills the new comm's world_ranks. */
+    hcomm_result_t (*split)(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
+    /* Frees c->impl and whatever the transport owns; the caller frees c itself. */
+    void (*destroy)(hcomm_comm_t *c);
+} hcomm__transport_t;
+
+/* State an upper layer keeps per communicator, created on first use, freed with the comm. */
+typedef enum { HCOMM__LAYER_P2P, HCOMM__LAYER_ALGO, HCOMM__LAYER_COUNT } hcomm__layer_t;
+
+struct hcomm_comm {
+    const hcomm__transport_t *tr;
+    void *impl;       /* transport state */
+    int rank, size;   /* this rank's index, members */
+    int *world_ranks; /* [size] members as world ranks, malloc'ed */
+    bool is_world;    /* the communicator handed to a rank function; not destroyable */
+    bool has_ctx;     /* a domain context is built on it (one at a time); set by src/domain */
+    double timeout_s; /* any wait on this comm fails after this long (HCOMM_TIMEOUT) */
+    size_t eager_limit;     /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
+    size_t unexpected_cap;  /* HCOMM_UNEXPECTED_BYTES */
+    atomic_int aborted;     /* hcomm_comm_abort() was called */
+    const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
+    const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
+    uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
+    void *layer[HCOMM__LAYER_COUNT];
+    void (*layer_free[HCOMM__LAYER_COUNT])(void *);
+};
+
+/* Allocates a comm with world_ranks[size] and the settings of parent (or of the environment
+ * when parent is NULL); NULL on out-of-memory. */
+hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int rank, int size,
+                                const hcomm_comm_t *parent);
+/* Frees the upper layers' state, calls tr->destroy, then frees the comm. */
+void hcomm__comm_free(hcomm_comm_t *c);
+/* The settings every new world starts with, read once per launch (malformed: an error). */
+hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *eager,
+                                    size_t *unexpected);
+
+/* Launchers, one per backend (hcomm_launch picks one). */
+hcomm_result_t hcomm__local_launch(int nranks, hcomm_rank_fn_t fn, void *arg);
+hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg);
+
+#endif /* HCOMM_C_TRANSPORT_H_ */
