@@ -165,10 +165,16 @@ static hcomm_result_t wait_verdict(hcomm_comm_t *c, double waited, const char *w
     return HCOMM_OK;
 }
 
+static void flush_overflow(hcomm_comm_t *c, int peer);
+
 static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
     while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
+        /* Eager sends count as done once queued: frames still waiting for ring space must
+         * move on while this rank waits here, or a peer that receives them never arrives. */
+        for (int p = 0; lc_of(c)->ovf_count > 0 && p < c->size; p++)
+            flush_overflow(c, p);
         double waited = hcomm__backoff(&b);
         if (waited > 0.0 || (b.iter & 63) == 0) {
             hcomm_result_t v = wait_verdict(c, waited, "every rank of the group to arrive");
