@@ -253,10 +253,9 @@ double hcomm__backoff(hcomm__backoff_t *b) {
         return 0.0;
     if (b->start == 0.0)
         b->start = hcomm__now();
-    double waited = 0.0;
     if ((i & 63) == 0) {
-        waited = hcomm__now() - b->start;
-        b->napping = waited > 2e-3;
+        b->waited = hcomm__now() - b->start;
+        b->napping = b->waited > 2e-3;
     }
     if (b->napping) {
         struct timespec ts = {0, 20 * 1000};
@@ -264,5 +263,5 @@ double hcomm__backoff(hcomm__backoff_t *b) {
     } else {
         sched_yield();
     }
-    return waited;
+    return b->waited;
 }

@@ -66,10 +66,12 @@ double hcomm__now(void);
 typedef struct hcomm__backoff {
     double start;
     unsigned long iter;
+    double waited; /* seconds, refreshed every 64 iterations */
     bool napping;
 } hcomm__backoff_t;
 void hcomm__backoff_init(hcomm__backoff_t *b);
-/* Seconds since init (read every 64 iterations; 0 before). Call once per polling round. */
+/* Seconds since the wait began (refreshed every 64 iterations). Call once per polling round;
+ * check the verdict (timeout, abort) whenever (b->iter & 63) == 0. */
 double hcomm__backoff(hcomm__backoff_t *b);
 
 #endif /* HCOMM_C_INTERNAL_H_ */

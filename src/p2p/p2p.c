@@ -49,13 +49,12 @@ typedef struct peer_err {
     char text[256];
 } peer_err_t;
 
-enum { MAX_PEER_ERRS = 8 };
-
 typedef struct p2p {
     hcomm__req_t *posted_head, *posted_tail;
     uxm_t *ux_head, *ux_tail;
     size_t ux_bytes;
     uxm_t *draining;  /* stale or refused rendezvous messages being pulled into scratch */
+    hcomm__req_t *detached; /* sends nobody waits for (peer-failure notices) */
     hcomm__req_t *free_reqs;
     int free_count;
     hcomm__req_t *group_head, *group_tail;
@@ -66,8 +65,8 @@ typedef struct p2p {
     size_t full_bytes;
     bool coll_started;
     uint32_t coll_done; /* last finished collective seq on this rank */
-    peer_err_t errs[MAX_PEER_ERRS];
-    int nerrs;
+    peer_err_t *errs; /* one per failed call this rank has not finished yet */
+    int nerrs, errs_cap;
 } p2p_t;
 
 static const char *const channel_names[HCOMM__CH_COUNT] = {"user", "collective", "control"};
@@ -99,6 +98,12 @@ static void p2p_free(void *ptr) {
     p2p_t *p = ptr;
     free_uxm_list(p->ux_head);
     free_uxm_list(p->draining);
+    free(p->errs);
+    while (p->detached) {
+        hcomm__req_t *n = p->detached->next;
+        free(p->detached);
+        p->detached = n;
+    }
     while (p->free_reqs) {
         hcomm__req_t *n = p->free_reqs->next;
         free(p->free_reqs);
@@ -270,9 +275,22 @@ static hcomm__req_t *take_posted(p2p_t *p, int src, const hcomm__env_t *env) {
 
 static void record_peer_error(p2p_t *p, int src, const hcomm__env_t *env, const void *text) {
     uint32_t seq = (uint32_t)env->tag;
+    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_P2P, "notice from rank %d for seq %u (done %u)", src,
+               (unsigned)seq, (unsigned)p->coll_done);
     if (p->coll_started && !seq_before(p->coll_done, seq))
         return; /* a call this rank already finished */
-    peer_err_t *e = &p->errs[p->nerrs < MAX_PEER_ERRS ? p->nerrs++ : MAX_PEER_ERRS - 1];
+    for (int i = 0; i < p->nerrs; i++)
+        if (p->errs[i].seq == seq)
+            return; /* the first notice of a call is the one reported */
+    if (p->nerrs == p->errs_cap) {
+        int cap = p->errs_cap ? 2 * p->errs_cap : 8;
+        peer_err_t *grown = realloc(p->errs, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return; /* the call then ends by its timeout, not by the notice */
+        p->errs = grown;
+        p->errs_cap = cap;
+    }
+    peer_err_t *e = &p->errs[p->nerrs++];
     size_t n = env->bytes < sizeof e->text - 1 ? (size_t)env->bytes : sizeof e->text - 1;
     *e = (peer_err_t){.seq = seq, .src = src, .why = (hcomm_result_t)env->result};
     if (text)
@@ -373,6 +391,8 @@ static void advance_rescues(hcomm_comm_t *c) {
     }
 }
 
+static void advance_detached(hcomm_comm_t *c);
+
 hcomm_result_t hcomm__progress(hcomm_comm_t *c) {
     p2p_t *p = p2p_of(c);
     if (!p)
@@ -381,11 +401,29 @@ hcomm_result_t hcomm__progress(hcomm_comm_t *c) {
     HCOMM__TRY(c->tr->poll(c, deliver));
     if (p->draining)
         advance_drains(c);
+    if (p->detached)
+        advance_detached(c);
     if (p->rescue > 0) {
         rescue_unexpected(c);
         advance_rescues(c);
     }
     return HCOMM_OK;
+}
+
+static bool advance(hcomm__req_t *r);
+
+/* Frees detached sends once the transport is done with them. */
+static void advance_detached(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    for (hcomm__req_t **pr = &p->detached; *pr;) {
+        hcomm__req_t *r = *pr;
+        if (advance(r)) {
+            *pr = r->next;
+            req_release(r);
+        } else {
+            pr = &r->next;
+        }
+    }
 }
 
 /* --- posting --- */
@@ -645,7 +683,11 @@ static hcomm_result_t report(hcomm__req_t *r) {
     return hcomm__err(r->res, r->c->call_fn, "%s", r->msg[0] ? r->msg : hcomm_strerror(r->res));
 }
 
-/* Blocks until r is done or must be given up. */
+/* Blocks until r is done or must be given up. A blocking send pulls unexpected rendezvous
+ * messages into the unexpected budget at once (so two ranks that send to each other, then
+ * receive, complete); any other wait does so once it has lasted 2 ms, so code that assumes
+ * buffered sends (a receive of tag 6 while the peer blocks sending tag 5) completes within the
+ * budget, while traffic received in order keeps its single copy. */
 static hcomm_result_t complete(hcomm__req_t *r) {
     hcomm_comm_t *c = r->c;
     p2p_t *p = p2p_of(c);
@@ -655,11 +697,16 @@ static hcomm_result_t complete(hcomm__req_t *r) {
     hcomm_result_t res = HCOMM_OK;
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
+    bool rescuing = blocking_send;
     for (;;) {
         res = hcomm__progress(c);
         if (res != HCOMM_OK || advance(r))
             break;
         double waited = hcomm__backoff(&b);
+        if (!rescuing && b.napping) { /* see start_rescue */
+            rescuing = true;
+            p->rescue++;
+        }
         if ((b.iter & 63) == 0 && (res = wait_verdict(r, waited)) != HCOMM_OK) {
             char keep[512];
             snprintf(keep, sizeof keep, "%s", hcomm_last_error());
@@ -672,7 +719,7 @@ static hcomm_result_t complete(hcomm__req_t *r) {
             break;
         }
     }
-    if (blocking_send)
+    if (rescuing)
         p->rescue--;
     return res;
 }
@@ -728,17 +775,29 @@ hcomm_result_t hcomm__probe(hcomm_comm_t *c, int channel, int tag, int peer, hco
     hcomm__req_t probe = {.c = c, .is_recv = true, .peer = peer, .channel = channel, .tag = tag};
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
-    for (;;) {
-        HCOMM__TRY(hcomm__progress(c));
-        for (uxm_t *u = p2p_of(c)->ux_head; u; u = u->next)
+    p2p_t *p = p2p_of(c);
+    hcomm_result_t res = HCOMM_OK;
+    bool rescuing = false, found = false;
+    while (res == HCOMM_OK && !found) {
+        res = hcomm__progress(c);
+        for (uxm_t *u = p->ux_head; res == HCOMM_OK && u && !found; u = u->next)
             if (key_matches(peer, channel, tag, u->src, &u->env)) {
                 *env = u->env;
-                return HCOMM_OK;
+                found = true;
             }
+        if (found || res != HCOMM_OK)
+            break;
         double waited = hcomm__backoff(&b);
+        if (!rescuing && b.napping) { /* as in complete() */
+            rescuing = true;
+            p->rescue++;
+        }
         if ((b.iter & 63) == 0)
-            HCOMM__TRY(wait_verdict(&probe, waited));
+            res = wait_verdict(&probe, waited);
     }
+    if (rescuing)
+        p->rescue--;
+    return res;
 }
 
 /* --- groups --- */
@@ -788,18 +847,32 @@ hcomm_result_t hcomm__group_end(hcomm_comm_t *c) {
 
 hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t why,
                                    const char *text) {
-    hcomm__env_t env = {.kind = HCOMM__ENV_ERROR, .channel = HCOMM__CH_CTRL, .tag = (int32_t)seq,
-                        .result = (int32_t)why};
+    p2p_t *p = p2p_of(c);
     size_t n = strlen(text);
     if (n > 255)
         n = 255;
-    env.bytes = n;
-    for (int peer = 0; peer < c->size; peer++) {
+    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_P2P, "rank %d tells its peers seq %u failed: %s",
+               c->rank, (unsigned)seq, text);
+    for (int peer = 0; p && peer < c->size; peer++) {
         if (peer == c->rank)
             continue;
-        hcomm__treq_t tx;
+        hcomm__req_t *r;
+        HCOMM__TRY(req_new(c, &r));
+        /* The text lives in the request: the transport may read it after this returns. */
+        r->env = (hcomm__env_t){.kind = HCOMM__ENV_ERROR, .channel = HCOMM__CH_CTRL,
+                                .tag = (int32_t)seq, .result = (int32_t)why, .bytes = n};
+        memcpy(r->msg, text, n);
+        r->peer = peer;
+        r->channel = HCOMM__CH_CTRL;
+        r->state = REQ_POSTED;
         /* Eager whatever the limit: a notice must never wait for its receiver. */
-        HCOMM__TRY(c->tr->send_frame(c, peer, &env, text, n, false, &tx));
+        hcomm_result_t res = c->tr->send_frame(c, peer, &r->env, r->msg, n, false, &r->tr);
+        if (res != HCOMM_OK) {
+            req_release(r);
+            return res;
+        }
+        r->next = p->detached;
+        p->detached = r;
     }
     return HCOMM_OK;
 }

@@ -176,7 +176,7 @@ static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigne
         for (int p = 0; lc_of(c)->ovf_count > 0 && p < c->size; p++)
             flush_overflow(c, p);
         double waited = hcomm__backoff(&b);
-        if (waited > 0.0 || (b.iter & 63) == 0) {
+        if ((b.iter & 63) == 0) {
             hcomm_result_t v = wait_verdict(c, waited, "every rank of the group to arrive");
             /* The barrier may have completed while the abort was raised: it stands. */
             if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)

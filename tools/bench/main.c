@@ -4,6 +4,7 @@
  * (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1), so that
  * busbw is comparable to the hardware's link bandwidth whatever the rank count.
  * (nccl-tests, doc/PERFORMANCE.md.) Time is the slowest rank's mean over --iters. */
+#include "compare.h"
 #include "hcomm/api.h"
 
 #include <stdio.h>
@@ -18,6 +19,7 @@ static const char *const op_names[] = {"all_reduce", "all_gather", "reduce_scatt
 
 typedef struct opts {
     const char *backend;
+    int compare;
     int nranks, iters, warmup, check;
     size_t min_bytes, max_bytes;
     double factor;
@@ -175,6 +177,8 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     int rank, n;
     hcomm_comm_rank(w, &rank);
     hcomm_comm_size(w, &n);
+    if (o->compare)
+        return hcomm_bench_compare(w);
     for (int op = 0; op < NUM_OPS; op++) {
         if (!o->ops[op])
             continue;
@@ -190,7 +194,10 @@ static void usage(FILE *f) {
                "  --backend B     local or mpi (default: $HCOMM_BACKEND or local)\n"
                "  -n, --ranks N   ranks for the local backend (default 8; mpi: the job's size)\n"
                "  --op OP         all_reduce, all_gather, reduce_scatter, broadcast, all_to_all "
-               "or all (default all)\n"
+               "or all (default all);\n"
+               "                  compare: 8 B all_reduce and p2p latency against raw MPI, 16 MiB "
+               "p2p\n"
+               "                  bandwidth against memcpy, as ratios from one run\n"
                "  -b BYTES        smallest size (default 1024)\n"
                "  -e BYTES        largest size (default 4194304)\n"
                "  -f FACTOR       size multiplier between rows (default 4)\n"
@@ -242,6 +249,9 @@ static int parse_int(const char *flag, const char *v, int *out, int min) {
 }
 
 static int select_op(opts_t *o, const char *v) {
+    o->compare = strcmp(v, "compare") == 0;
+    if (o->compare)
+        return 0;
     int all = strcmp(v, "all") == 0, found = 0;
     for (int i = 0; i < NUM_OPS; i++) {
         o->ops[i] = all || strcmp(v, op_names[i]) == 0;

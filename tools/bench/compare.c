@@ -1,0 +1,219 @@
+/* hcomm-bench --op compare: hcomm against the engine underneath, measured in the same run on
+ * the same buffers, as ratios (timings on a shared machine are noisy; ratios from one run are
+ * what can be compared).
+ *   all_reduce 8 B      hcomm_all_reduce vs raw MPI_Allreduce (mpi) on MPI_COMM_WORLD
+ *   p2p 8 B one way     hcomm_pp_send/recv ping-pong (half the round trip) vs MPI_Send/Recv
+ *   p2p 16 MiB          a rendezvous hcomm_pp_send between rank pairs (all pairs at once) vs
+ *                       memcpy of the same size with every rank copying at once
+ * Each figure is the median over iterations of the slowest rank's time. */
+#include "compare.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(HCOMM_BENCH_MPI)
+#include <mpi.h>
+#endif
+
+enum { LAT_ITERS = 2000, BW_ITERS = 10 };
+#define BW_BYTES ((size_t)16 << 20)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+/* The slowest rank's value of each sample. */
+static hcomm_result_t slowest(hcomm_comm_t *w, double *t, int n) {
+    return hcomm_all_reduce(w, t, t, (size_t)n, HCOMM_F64, HCOMM_MAX);
+}
+
+typedef hcomm_result_t (*step_fn)(hcomm_comm_t *w, void *ctx);
+
+/* Median seconds of one step over iters, after a warm-up, synchronized by a barrier. */
+static hcomm_result_t time_steps(hcomm_comm_t *w, step_fn step, void *ctx, int iters,
+                                 double *med) {
+    double *t = malloc(sizeof *t * (size_t)iters);
+    hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
+    for (int i = 0; r == HCOMM_OK && i < iters / 10 + 1; i++)
+        r = step(w, ctx);
+    if (r == HCOMM_OK)
+        r = hcomm_barrier(w);
+    for (int i = 0; r == HCOMM_OK && i < iters; i++) {
+        double t0 = now_s();
+        r = step(w, ctx);
+        t[i] = now_s() - t0;
+    }
+    if (r == HCOMM_OK)
+        r = slowest(w, t, iters);
+    if (r == HCOMM_OK)
+        *med = median(t, iters);
+    free(t);
+    return r;
+}
+
+typedef struct ctx {
+    int rank, size;
+    double in, out;
+    hcomm_tensor_t small, big;
+    void *copy_dst;
+} ctx_t;
+
+static hcomm_result_t hcomm_ar(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    return hcomm_all_reduce(w, &c->in, &c->out, 1, HCOMM_F64, HCOMM_SUM);
+}
+
+/* Rank 0 and 1 ping-pong; a step is one round trip. */
+static hcomm_result_t hcomm_pingpong(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    if (c->rank == 0) {
+        hcomm_result_t r = hcomm_pp_send(w, &c->small, 1, 1);
+        return r == HCOMM_OK ? hcomm_pp_recv(w, &c->small, 1, 1) : r;
+    }
+    if (c->rank == 1) {
+        hcomm_result_t r = hcomm_pp_recv(w, &c->small, 0, 1);
+        return r == HCOMM_OK ? hcomm_pp_send(w, &c->small, 0, 1) : r;
+    }
+    return HCOMM_OK;
+}
+
+/* Even ranks send BW_BYTES to the next odd rank, all pairs at once. */
+static hcomm_result_t hcomm_stream(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    if (c->rank % 2 == 0 && c->rank + 1 < c->size)
+        return hcomm_pp_send(w, &c->big, c->rank + 1, 2);
+    if (c->rank % 2 == 1)
+        return hcomm_pp_recv(w, &c->big, c->rank - 1, 2);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t memcpy_all(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    (void)w;
+    memcpy(c->copy_dst, c->big.data, BW_BYTES);
+    return HCOMM_OK;
+}
+
+#if defined(HCOMM_BENCH_MPI)
+static hcomm_result_t mpi_ar(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    (void)w;
+    return MPI_Allreduce(&c->in, &c->out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS
+               ? HCOMM_OK
+               : HCOMM_ERR_BACKEND;
+}
+
+static hcomm_result_t mpi_pingpong(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    (void)w;
+    double *x = c->small.data;
+    if (c->rank == 0) {
+        MPI_Send(x, 1, MPI_DOUBLE, 1, 1, MPI_COMM_WORLD);
+        MPI_Recv(x, 1, MPI_DOUBLE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (c->rank == 1) {
+        MPI_Recv(x, 1, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(x, 1, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
+    }
+    return HCOMM_OK;
+}
+#endif
+
+static void line(int rank, const char *what, double hc, const char *ref_name, double ref,
+                 const char *unit, double scale) {
+    if (rank != 0)
+        return;
+    if (ref > 0)
+        printf("%-28s hcomm %10.3f %s   %-22s %10.3f %s   ratio %.2f\n", what, hc * scale, unit,
+               ref_name, ref * scale, unit, hc / ref);
+    else
+        printf("%-28s hcomm %10.3f %s\n", what, hc * scale, unit);
+}
+
+static bool is_mpi(hcomm_comm_t *w) {
+    const char *name = "";
+    hcomm_comm_backend(w, &name);
+    return strcmp(name, "mpi") == 0;
+}
+
+static hcomm_result_t latency_rows(hcomm_comm_t *w, ctx_t *c) {
+    double hc = 0, ref = 0;
+    hcomm_result_t r = time_steps(w, hcomm_ar, c, LAT_ITERS, &hc);
+#if defined(HCOMM_BENCH_MPI)
+    if (r == HCOMM_OK && is_mpi(w))
+        r = time_steps(w, mpi_ar, c, LAT_ITERS, &ref);
+#endif
+    if (r != HCOMM_OK)
+        return r;
+    line(c->rank, "all_reduce 8 B", hc, "MPI_Allreduce", ref, "us", 1e6);
+    if (c->size < 2)
+        return HCOMM_OK;
+    ref = 0;
+    r = time_steps(w, hcomm_pingpong, c, LAT_ITERS, &hc);
+#if defined(HCOMM_BENCH_MPI)
+    if (r == HCOMM_OK && is_mpi(w))
+        r = time_steps(w, mpi_pingpong, c, LAT_ITERS, &ref);
+#endif
+    if (r == HCOMM_OK)
+        line(c->rank, "p2p 8 B one way", hc / 2, "MPI_Send/Recv", ref / 2, "us", 1e6);
+    return r;
+}
+
+static hcomm_result_t bandwidth_rows(hcomm_comm_t *w, ctx_t *c) {
+    if (c->size < 2)
+        return HCOMM_OK;
+    double hc = 0, ref = 0;
+    hcomm_result_t r = time_steps(w, hcomm_stream, c, BW_ITERS, &hc);
+    if (r == HCOMM_OK)
+        r = time_steps(w, memcpy_all, c, BW_ITERS, &ref);
+    if (r != HCOMM_OK)
+        return r;
+    /* As bandwidths the ratio inverts: hcomm's share of what memcpy moves. */
+    if (c->rank == 0)
+        printf("%-28s hcomm %10.3f GB/s   %-22s %10.3f GB/s   share %.2f\n", "p2p 16 MiB (pairs)",
+               (double)BW_BYTES / hc / 1e9, "memcpy (all ranks)", (double)BW_BYTES / ref / 1e9,
+               ref / hc);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w) {
+    ctx_t c = {.in = 1.0};
+    hcomm_comm_rank(w, &c.rank);
+    hcomm_comm_size(w, &c.size);
+    double x = 0;
+    int64_t one = 1, big = (int64_t)(BW_BYTES / sizeof(float));
+    hcomm_tensor_init(&c.small, &x, HCOMM_F64, 1, &one);
+    void *src = malloc(BW_BYTES);
+    c.copy_dst = malloc(BW_BYTES);
+    if (!src || !c.copy_dst) {
+        free(src);
+        free(c.copy_dst);
+        return HCOMM_ERR_NOMEM;
+    }
+    memset(src, 1, BW_BYTES);
+    memset(c.copy_dst, 2, BW_BYTES);
+    hcomm_tensor_init(&c.big, src, HCOMM_F32, 1, &big);
+    if (c.rank == 0)
+        printf("#\n# compare, %d ranks, backend %s: median of the slowest rank per iteration\n",
+               c.size, is_mpi(w) ? "mpi" : "local");
+    hcomm_result_t r = latency_rows(w, &c);
+    if (r == HCOMM_OK)
+        r = bandwidth_rows(w, &c);
+    free(src);
+    free(c.copy_dst);
+    return r;
+}
