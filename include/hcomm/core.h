@@ -167,26 +167,37 @@ HCOMM_API hcomm_result_t hcomm_mem_free(void *ptr);
  *  HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
 HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
 
-/* Raw collectives. Algorithm today is "native", the backend's own: on the local backend a
- * one-copy direct (mesh) scheme over shared memory (each rank reduces 1/n of the buffer reading
- * every peer's input in rank order, then every rank copies the n reduced chunks: a
- * reduce_scatter + all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done
- * as direct loads), which gives bit-identical results on every rank; on the mpi backend Open
- * MPI's non-blocking collectives (polled, so they can time out) with hcomm's reduction kernels
- * as user ops: identical on every rank, though the association may differ from local's.
- * Both backends check that every rank made the same call (collective, count, dtype, op, root)
- * and fail on every rank with HCOMM_ERR_MISMATCH otherwise (AVG and SUM are not told apart:
- * AVG runs as SUM, then each rank divides).
+/* Raw collectives. Algorithms (docs/architecture.md): on the local backend a one-copy direct
+ * (mesh) scheme over shared memory (each rank reduces 1/n of the buffer reading every peer's
+ * input in rank order, then every rank copies the n reduced chunks: a reduce_scatter +
+ * all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done as direct
+ * loads), which gives on every rank the bits of a serial left-to-right reduction; on the mpi
+ * backend an all_reduce of at most 4 KiB runs hcomm's own recursive doubling over its p2p
+ * layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first), and
+ * larger or other collectives run Open MPI's non-blocking ones (polled, so they time out) with
+ * hcomm's reduction kernels as user ops. Every rank gets identical bits; the association may
+ * differ between backends and algorithms (the ops are commutative).
+ *
+ * Checks: every rank must make the same call (collective, count, dtype, op with SUM and AVG
+ * told apart, root; DP tensor lists too); otherwise every rank fails with HCOMM_ERR_MISMATCH
+ * and one wording, e.g. "hcomm_all_reduce: count=8 on rank 0 but count=5 on rank 1". The check
+ * rides in the call's own messages (mpi all_reduce <= 4 KiB) or shared-memory slots (local);
+ * before an Open MPI collective it is a small signature exchange, which the environment
+ * variable HCOMM_CHECK controls: always (default), first (the first call of each signature per
+ * communicator), off (none: a mismatch then shows as MPI's error, wrong data or a timeout).
  *
  * Each collective below is called by every rank of the communicator, in the same order, even
- * with a zero size (buffers may then be NULL). Buffers are host memory. Argument checks are
- * rank-local: a rank whose check fails returns without communicating, and its peers then fail with
- * HCOMM_ERR_ABORTED (inside hcomm_launch, once that rank's function returns the error) or
- * HCOMM_ERR_TIMEOUT. On the mpi backend a count or byte size above INT_MAX fails with
- * HCOMM_ERR_UNSUPPORTED, and a communicator whose collective timed out, was aborted or failed
- * inside MPI stays unusable: later calls on it return that same error.
+ * with a zero size (buffers may then be NULL). Buffers are host memory. A rank whose argument
+ * check fails still joins the call: it returns its own error, its peers HCOMM_ERR_PEER naming it
+ * and its message, nothing moves and the communicator stays usable. Input and output buffers
+ * either are the documented in-place form or share no byte (a partial overlap is
+ * HCOMM_ERR_INVALID_ARG). On the mpi backend a count or byte size above INT_MAX fails with
+ * HCOMM_ERR_UNSUPPORTED, and a communicator whose Open MPI collective timed out, was aborted or
+ * failed inside MPI stays unusable: later calls on it return that same error.
  * Common errors of the five: HCOMM_ERR_NULL (comm; a buffer with a nonzero size),
- * HCOMM_ERR_MISMATCH, HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED,
+ * HCOMM_ERR_INVALID_ARG (partial overlap), HCOMM_ERR_MISMATCH, HCOMM_ERR_PEER, HCOMM_ERR_NOMEM,
+ * HCOMM_ERR_TIMEOUT (the message names the call, the peer awaited, channel, tag and sequence
+ * number; each rank prints its last calls, see HCOMM_TRACE_FILE), HCOMM_ERR_ABORTED,
  * HCOMM_ERR_UNSUPPORTED, HCOMM_ERR_BACKEND; more are listed per function.
  * Thread-safe for distinct comms. */
 

@@ -28,10 +28,12 @@ extern "C" {
  *  AVG divides the sum by the group size (integer dtypes truncate). @p grads is an array of
  *  @p n contiguous host tensors, any shape and dtype, reduced in place.
  *  Collective over @p dp_group: every member passes the same list of shapes and dtypes, the
- *  same op and the same bucket_bytes; a rank whose argument checks fail returns without
- *  communicating (see core.h).
+ *  same op and the same bucket_bytes (a list in another order, or with other dtypes or
+ *  shapes, is HCOMM_ERR_MISMATCH on every rank: a digest of the list rides in every bucket's
+ *  call signature); a rank whose argument checks fail still joins the call and its peers
+ *  return HCOMM_ERR_PEER (see core.h).
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (n < 0, op not SUM/AVG), HCOMM_ERR_DTYPE,
- *  HCOMM_ERR_SHAPE, HCOMM_ERR_MISMATCH (members' buckets differ), HCOMM_ERR_NOMEM,
+ *  HCOMM_ERR_SHAPE, HCOMM_ERR_MISMATCH (members' lists differ), HCOMM_ERR_PEER, HCOMM_ERR_NOMEM,
  *  HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: a bucket of more than
  *  INT_MAX elements), HCOMM_ERR_BACKEND. Thread-safe for distinct groups. */
 HCOMM_API hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t *grads,

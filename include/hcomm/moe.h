@@ -43,7 +43,7 @@ typedef struct hcomm_moe_handle hcomm_moe_handle_t;
  *  group.
  *  The token checks are rank-local, so their outcome travels with the count exchange: a rank
  *  whose tokens or expert ids are bad fails with its own error (HCOMM_ERR_NULL, _SHAPE,
- *  _DTYPE, _INVALID_ARG) and every other rank fails with HCOMM_ERR_ABORTED instead of waiting;
+ *  _DTYPE, _INVALID_ARG) and every other rank fails with HCOMM_ERR_PEER instead of waiting;
  *  ranks that disagree on H or dtype all fail with HCOMM_ERR_MISMATCH. *handle is NULL after
  *  any failure. */
 HCOMM_API hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,

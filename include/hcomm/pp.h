@@ -3,8 +3,14 @@
  * @brief Pipeline-parallel point-to-point: activations forward, gradients backward.
  *
  * The stage-to-stage transfers of a micro-batch pipeline schedule (GPipe, Huang et al. 2019);
- * as in Megatron-LM's p2p_communication with variable shapes, a tensor's shape travels ahead
- * of its data. Point-to-point, not
+ * as in Megatron-LM's p2p_communication with variable shapes, a tensor's dtype and shape travel
+ * in the envelope of its one message, on hcomm's user channel, so PP tags never meet
+ * collective traffic on the same group. Small tensors (HCOMM_EAGER_LIMIT, default 8 KiB) are
+ * buffered and a send returns at once; larger ones are copied once, straight into the
+ * receiver's tensor, and the send returns when that copy is done. A receive that waits more
+ * than 2 ms, and a blocking send, accept peers' messages of other tags into the unexpected
+ * buffer (HCOMM_UNEXPECTED_BYTES, default 256 MiB), so a stage that sends and then receives
+ * while its neighbour does the same completes. Point-to-point, not
  * collective: only the two ranks of a transfer call, the sender a send and the receiver a
  * matching receive (same tag). Tensors are contiguous host tensors of any dtype and shape,
  * including zero elements (data may then be NULL).

@@ -8,13 +8,15 @@
  * @p group is the TP group from hcomm_ctx_group(), or any communicator.
  * Calls marked "collective" communicate over @p group: every member calls them, in the same
  * order, with the same shapes, dtype, dim and op, also for tensors with no elements; a rank
- * whose argument checks fail returns without communicating (see core.h). Calls marked "local"
+ * whose argument checks fail still joins the call, and its peers return HCOMM_ERR_PEER at once
+ * (see core.h). in and out either are the same tensor (where a call allows it) or share no
+ * byte (HCOMM_ERR_INVALID_ARG). Calls marked "local"
  * do not communicate. Thread-safe for distinct groups; one call at a time per group.
  * Errors (all functions): HCOMM_ERR_NULL (a tensor, its data with elements, or group is
  * NULL), HCOMM_ERR_DTYPE (in and out dtypes differ, or unknown), HCOMM_ERR_SHAPE (out shape
  * not as stated, or the split dim not divisible by the group size: the message names the dim
  * and the sizes), HCOMM_ERR_INVALID_ARG (dim out of range, bad op); collective calls also
- * HCOMM_ERR_NOMEM, HCOMM_ERR_MISMATCH (members disagree on the size), HCOMM_ERR_TIMEOUT,
+ * HCOMM_ERR_NOMEM, HCOMM_ERR_MISMATCH (members disagree on the size), HCOMM_ERR_PEER, HCOMM_ERR_TIMEOUT,
  * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: more than INT_MAX elements or bytes),
  * HCOMM_ERR_BACKEND.
  */
