@@ -37,6 +37,8 @@ struct hcomm__req {
     size_t cap;
     hcomm__env_t env; /* sent, or matched */
     uxm_t *rescued;   /* REQ_RESCUED: the unexpected message whose pull is still running */
+    bool expect;      /* the sender's dtype and shape must equal expected's */
+    hcomm__env_t expected;
     hcomm_result_t res;
     char msg[256];
     hcomm__treq_t tr;
@@ -223,6 +225,44 @@ static bool size_ok(hcomm__req_t *r, size_t bytes) {
     return false;
 }
 
+static hcomm_tensor_t tensor_of(const hcomm__env_t *e) {
+    hcomm_tensor_t t = {.dtype = (hcomm_dtype_t)e->dtype, .ndim = e->ndim};
+    for (int i = 0; i < e->ndim && i < HCOMM_MAX_DIMS; i++)
+        t.shape[i] = e->shape[i];
+    return t;
+}
+
+static const char *dtype_text(int32_t dt) {
+    const char *name = "?";
+    if (hcomm__dtype_valid((hcomm_dtype_t)dt))
+        hcomm_dtype_name((hcomm_dtype_t)dt, &name);
+    return name;
+}
+
+/* A receive that stated a tensor: the sender's dtype and shape must be the same, checked
+ * before any byte lands ("peer 0 sent f32 [4, 8], expected f32 [4, 9]"). */
+static bool desc_ok(hcomm__req_t *r, const hcomm__env_t *env) {
+    if (!r->expect)
+        return true;
+    const hcomm__env_t *x = &r->expected;
+    bool same = env->has_desc && env->dtype == x->dtype && env->ndim == x->ndim;
+    for (int i = 0; same && i < x->ndim && i < HCOMM_MAX_DIMS; i++)
+        same = env->shape[i] == x->shape[i];
+    if (same)
+        return true;
+    if (!env->has_desc) {
+        req_fail(r, HCOMM_ERR_MISMATCH, "peer %d sent a message that is not a tensor (tag %d)",
+                 r->peer, r->tag);
+        return false;
+    }
+    hcomm_tensor_t got = tensor_of(env), want = tensor_of(x);
+    char gs[160], ws[160];
+    req_fail(r, HCOMM_ERR_MISMATCH, "peer %d sent %s %s, expected %s %s", r->peer,
+             dtype_text(env->dtype), hcomm__shape_str(&got, gs, sizeof gs), dtype_text(x->dtype),
+             hcomm__shape_str(&want, ws, sizeof ws));
+    return false;
+}
+
 static bool ensure_alloc(hcomm__req_t *r, size_t bytes) {
     if (r->mode != HCOMM__RECV_ALLOC)
         return true;
@@ -238,7 +278,7 @@ static void land(hcomm_comm_t *c, hcomm__req_t *r, int src, const hcomm__env_t *
                  const void *payload, const hcomm__rndv_t *rv) {
     r->env = *env;
     size_t bytes = (size_t)env->bytes;
-    if (!size_ok(r, bytes) || !ensure_alloc(r, bytes)) {
+    if (!desc_ok(r, env) || !size_ok(r, bytes) || !ensure_alloc(r, bytes)) {
         if (rv)
             drain_rndv(c, src, env, rv);
         return;
@@ -523,7 +563,8 @@ static void land_unexpected(hcomm__req_t *r, uxm_t *u) {
     }
     if (u->rndv) { /* rescued: its data is (or will be) in u->data */
         r->env = u->env;
-        if (size_ok(r, (size_t)u->env.bytes) && ensure_alloc(r, (size_t)u->env.bytes)) {
+        if (desc_ok(r, &u->env) && size_ok(r, (size_t)u->env.bytes) &&
+            ensure_alloc(r, (size_t)u->env.bytes)) {
             r->rescued = u;
             r->state = REQ_RESCUED;
             return;
@@ -568,6 +609,28 @@ hcomm_result_t hcomm__irecv(hcomm_comm_t *c, int channel, int tag, int peer, voi
     r->tag = tag;
     r->buf = mode == HCOMM__RECV_ALLOC ? NULL : buf;
     r->cap = cap;
+    *req = r;
+    if (p2p_of(c)->in_group) {
+        group_add(p2p_of(c), r);
+        return HCOMM_OK;
+    }
+    return start_recv(r);
+}
+
+hcomm_result_t hcomm__irecv_tensor(hcomm_comm_t *c, int channel, int tag, int peer, void *buf,
+                                   size_t cap, const hcomm__env_t *expected, hcomm__req_t **req) {
+    HCOMM__TRY(check_peer(c, peer, channel));
+    hcomm__req_t *r;
+    HCOMM__TRY(req_new(c, &r));
+    r->is_recv = true;
+    r->mode = HCOMM__RECV_EXACT;
+    r->peer = peer;
+    r->channel = channel;
+    r->tag = tag;
+    r->buf = buf;
+    r->cap = cap;
+    r->expect = true;
+    r->expected = *expected;
     *req = r;
     if (p2p_of(c)->in_group) {
         group_add(p2p_of(c), r);
@@ -812,35 +875,57 @@ hcomm_result_t hcomm__group_start(hcomm_comm_t *c) {
     return HCOMM_OK;
 }
 
-hcomm_result_t hcomm__group_end(hcomm_comm_t *c) {
+/* Posts the batch's receives, then its sends; *all (may be NULL) gets the requests. */
+static hcomm_result_t post_group(hcomm_comm_t *c, hcomm__req_t ***all, int *n) {
     p2p_t *p = p2p_of(c);
     if (!p || !p->in_group)
         return hcomm__err(HCOMM_ERR_STATE, c->call_fn, "no batch is open on this comm");
     p->in_group = false;
     hcomm__req_t *list = p->group_head;
     p->group_head = p->group_tail = NULL;
-    int n = 0;
+    *n = 0;
     for (hcomm__req_t *r = list; r; r = r->next)
-        n++;
-    hcomm__req_t **all = malloc(sizeof *all * (size_t)(n ? n : 1));
-    if (!all)
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a batch of %d", n);
+        (*n)++;
+    hcomm__req_t **v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
+    if (!v)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a batch of %d", *n);
     int k = 0;
     for (hcomm__req_t *r = list; r; r = r->next)
-        all[k++] = r;
-    for (int i = 0; i < n; i++) /* receives first: a peer's matching send then finds them */
-        if (all[i]->is_recv) {
-            all[i]->next = NULL;
-            start_recv(all[i]);
+        v[k++] = r;
+    for (int i = 0; i < *n; i++) /* receives first: a peer's matching send then finds them */
+        if (v[i]->is_recv) {
+            v[i]->next = NULL;
+            start_recv(v[i]);
         }
-    for (int i = 0; i < n; i++)
-        if (!all[i]->is_recv) {
-            all[i]->next = NULL;
-            start_send(all[i]);
+    for (int i = 0; i < *n; i++)
+        if (!v[i]->is_recv) {
+            v[i]->next = NULL;
+            start_send(v[i]);
         }
+    *all = v;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__group_post(hcomm_comm_t *c) {
+    hcomm__req_t **all = NULL;
+    int n = 0;
+    HCOMM__TRY(post_group(c, &all, &n));
+    free(all);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__group_end(hcomm_comm_t *c) {
+    hcomm__req_t **all = NULL;
+    int n = 0;
+    HCOMM__TRY(post_group(c, &all, &n));
     hcomm_result_t res = hcomm__wait_all(all, n);
     free(all);
     return res;
+}
+
+bool hcomm__group_open(hcomm_comm_t *c) {
+    p2p_t *p = c->layer[HCOMM__LAYER_P2P];
+    return p && p->in_group;
 }
 
 /* --- collective bookkeeping --- */

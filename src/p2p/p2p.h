@@ -60,6 +60,11 @@ hcomm_result_t hcomm__isend(hcomm_comm_t *c, int channel, int tag, int peer, con
                             size_t bytes, const hcomm__env_t *desc, hcomm__req_t **req);
 hcomm_result_t hcomm__irecv(hcomm_comm_t *c, int channel, int tag, int peer, void *buf, size_t cap,
                             hcomm__recv_mode_t mode, hcomm__req_t **req);
+/* As hcomm__irecv (exactly cap bytes into buf), and the sender's envelope must carry the
+ * dtype and shape of expected (has_desc set): otherwise HCOMM_ERR_MISMATCH naming both, checked
+ * before any byte lands (the message is consumed). */
+hcomm_result_t hcomm__irecv_tensor(hcomm_comm_t *c, int channel, int tag, int peer, void *buf,
+                                   size_t cap, const hcomm__env_t *expected, hcomm__req_t **req);
 /* Makes progress; *done tells whether req completed (then wait returns at once). */
 hcomm_result_t hcomm__test(hcomm__req_t *req, bool *done);
 /* Completes and frees req. env (may be NULL) gets the matched envelope of a receive; *data
@@ -82,6 +87,10 @@ hcomm_result_t hcomm__probe(hcomm_comm_t *c, int channel, int tag, int peer, hco
  * The requests the batch handed out are completed and freed by group_end. */
 hcomm_result_t hcomm__group_start(hcomm_comm_t *c);
 hcomm_result_t hcomm__group_end(hcomm_comm_t *c);
+/* As group_end but returns once everything is posted: the requests stay their creators' to
+ * wait on. */
+hcomm_result_t hcomm__group_post(hcomm_comm_t *c);
+bool hcomm__group_open(hcomm_comm_t *c);
 
 /* Collective-call bookkeeping. A rank whose own checks failed in call seq tells every peer
  * (one control message each, text included); peers waiting on that call's messages fail with

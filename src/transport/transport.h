@@ -105,7 +105,12 @@ typedef struct hcomm__transport {
 } hcomm__transport_t;
 
 /* State an upper layer keeps per communicator, created on first use, freed with the comm. */
-typedef enum { HCOMM__LAYER_P2P, HCOMM__LAYER_ALGO, HCOMM__LAYER_COUNT } hcomm__layer_t;
+typedef enum {
+    HCOMM__LAYER_P2P,
+    HCOMM__LAYER_ALGO,
+    HCOMM__LAYER_PRIMS,
+    HCOMM__LAYER_COUNT
+} hcomm__layer_t;
 
 struct hcomm_comm {
     const hcomm__transport_t *tr;
