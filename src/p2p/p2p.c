@@ -35,12 +35,13 @@ struct hcomm__req {
     int peer, channel, tag;
     void *buf;
     size_t cap;
-    hcomm__env_t env; /* sent, or matched */
-    uxm_t *rescued;   /* REQ_RESCUED: the unexpected message whose pull is still running */
-    bool expect;      /* the sender's dtype and shape must equal expected's */
-    hcomm__env_t expected;
+    uxm_t *rescued; /* REQ_RESCUED: the unexpected message whose pull is still running */
+    bool expect;    /* the sender's dtype and shape must equal expected's */
     hcomm_result_t res;
-    char msg[256];
+    /* Not cleared per request (a latency-bound exchange pays for every byte it touches): */
+    hcomm__env_t env; /* sent, or matched; set before use */
+    hcomm__env_t expected;
+    char msg[256]; /* valid when res != HCOMM_OK */
     hcomm__treq_t tr;
 };
 
@@ -132,7 +133,7 @@ static hcomm_result_t req_new(hcomm_comm_t *c, hcomm__req_t **out) {
     } else if ((r = malloc(sizeof *r)) == NULL) {
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a request");
     }
-    memset(r, 0, offsetof(hcomm__req_t, tr));
+    memset(r, 0, offsetof(hcomm__req_t, env));
     r->c = c;
     *out = r;
     return HCOMM_OK;
@@ -507,6 +508,8 @@ hcomm_result_t hcomm__isend(hcomm_comm_t *c, int channel, int tag, int peer, con
     HCOMM__TRY(req_new(c, &r));
     if (desc)
         r->env = *desc;
+    else
+        memset(&r->env, 0, sizeof r->env);
     r->env.kind = HCOMM__ENV_DATA;
     r->env.channel = (uint8_t)channel;
     r->env.tag = tag;
@@ -603,6 +606,7 @@ hcomm_result_t hcomm__irecv(hcomm_comm_t *c, int channel, int tag, int peer, voi
     hcomm__req_t *r;
     HCOMM__TRY(req_new(c, &r));
     r->is_recv = true;
+    memset(&r->env, 0, sizeof r->env); /* what hcomm__wait reports if nothing matches */
     r->mode = mode;
     r->peer = peer;
     r->channel = channel;
@@ -623,6 +627,7 @@ hcomm_result_t hcomm__irecv_tensor(hcomm_comm_t *c, int channel, int tag, int pe
     hcomm__req_t *r;
     HCOMM__TRY(req_new(c, &r));
     r->is_recv = true;
+    memset(&r->env, 0, sizeof r->env);
     r->mode = HCOMM__RECV_EXACT;
     r->peer = peer;
     r->channel = channel;

@@ -5,8 +5,12 @@
  *   p2p 8 B one way     hcomm_pp_send/recv ping-pong (half the round trip) vs MPI_Send/Recv
  *   p2p 16 MiB          a rendezvous hcomm_pp_send between rank pairs (all pairs at once) vs
  *                       memcpy of the same size with every rank copying at once
+ *   pp_send_recv N B    hcomm_pp_send/recv ping-pong vs the p2p layer's own send/recv under it
+ *                       (PP's overhead), 8 B to 64 MiB, and raw MPI_Send/Recv on mpi
  * Each figure is the median over iterations of the slowest rank's time. */
 #include "compare.h"
+
+#include "p2p/p2p.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,6 +24,7 @@
 
 enum { LAT_ITERS = 2000, BW_ITERS = 10 };
 #define BW_BYTES ((size_t)16 << 20)
+#define COPY_BYTES (BW_BYTES * 4) /* room for the 64 MiB pp_send_recv row */
 
 static double now_s(void) {
     struct timespec ts;
@@ -69,7 +74,7 @@ static hcomm_result_t time_steps(hcomm_comm_t *w, step_fn step, void *ctx, int i
 typedef struct ctx {
     int rank, size;
     double in, out;
-    hcomm_tensor_t small, big;
+    hcomm_tensor_t small, big, sized;
     void *copy_dst;
 } ctx_t;
 
@@ -102,6 +107,37 @@ static hcomm_result_t hcomm_stream(hcomm_comm_t *w, void *p) {
     return HCOMM_OK;
 }
 
+/* Ping-pong of c->sized between ranks 0 and 1 through the p2p layer directly. */
+static hcomm_result_t p2p_pingpong(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    size_t n = hcomm__tensor_bytes(&c->sized);
+    if (c->rank == 0) {
+        hcomm_result_t r = hcomm__send(w, HCOMM__CH_USER, 1, 1, c->sized.data, n, NULL);
+        return r == HCOMM_OK ? hcomm__recv(w, HCOMM__CH_USER, 1, 1, c->sized.data, n,
+                                           HCOMM__RECV_EXACT, NULL)
+                             : r;
+    }
+    if (c->rank == 1) {
+        hcomm_result_t r = hcomm__recv(w, HCOMM__CH_USER, 1, 0, c->sized.data, n,
+                                       HCOMM__RECV_EXACT, NULL);
+        return r == HCOMM_OK ? hcomm__send(w, HCOMM__CH_USER, 1, 0, c->sized.data, n, NULL) : r;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t pp_pingpong(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    if (c->rank == 0) {
+        hcomm_result_t r = hcomm_pp_send(w, &c->sized, 1, 1);
+        return r == HCOMM_OK ? hcomm_pp_recv(w, &c->sized, 1, 1) : r;
+    }
+    if (c->rank == 1) {
+        hcomm_result_t r = hcomm_pp_recv(w, &c->sized, 0, 1);
+        return r == HCOMM_OK ? hcomm_pp_send(w, &c->sized, 0, 1) : r;
+    }
+    return HCOMM_OK;
+}
+
 static hcomm_result_t memcpy_all(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
     (void)w;
@@ -110,6 +146,20 @@ static hcomm_result_t memcpy_all(hcomm_comm_t *w, void *p) {
 }
 
 #if defined(HCOMM_BENCH_MPI)
+static hcomm_result_t mpi_sized_pingpong(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    (void)w;
+    int n = (int)hcomm__tensor_bytes(&c->sized);
+    if (c->rank == 0) {
+        MPI_Send(c->sized.data, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+        MPI_Recv(c->sized.data, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (c->rank == 1) {
+        MPI_Recv(c->sized.data, n, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(c->sized.data, n, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+    }
+    return HCOMM_OK;
+}
+
 static hcomm_result_t mpi_ar(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
     (void)w;
@@ -190,6 +240,43 @@ static hcomm_result_t bandwidth_rows(hcomm_comm_t *w, ctx_t *c) {
     return HCOMM_OK;
 }
 
+/* One-way time of a ping-pong of bytes: PP, the p2p layer under it, raw MPI on mpi. */
+static hcomm_result_t pp_row(hcomm_comm_t *w, ctx_t *c, size_t bytes) {
+    int64_t n = (int64_t)bytes;
+    hcomm_tensor_init(&c->sized, c->copy_dst, HCOMM_U8, 1, &n);
+    int iters = bytes >= (1u << 20) ? 20 : bytes >= 65536 ? 200 : 2000;
+    double pp = 0, raw = 0, mpi = 0;
+    hcomm_result_t r = time_steps(w, pp_pingpong, c, iters, &pp);
+    if (r == HCOMM_OK)
+        r = time_steps(w, p2p_pingpong, c, iters, &raw);
+#if defined(HCOMM_BENCH_MPI)
+    if (r == HCOMM_OK && is_mpi(w))
+        r = time_steps(w, mpi_sized_pingpong, c, iters, &mpi);
+#endif
+    if (r != HCOMM_OK || c->rank != 0)
+        return r;
+    printf("%12zu %12.3f %12.3f %8.3f %+9.1f%%", bytes, pp / 2 * 1e6, raw / 2 * 1e6,
+           (double)bytes / (pp / 2) / 1e9, 100.0 * (pp - raw) / raw);
+    if (mpi > 0)
+        printf(" %12.3f %8.2f", mpi / 2 * 1e6, pp / mpi);
+    printf("\n");
+    return HCOMM_OK;
+}
+
+static hcomm_result_t pp_rows(hcomm_comm_t *w, ctx_t *c) {
+    if (c->size < 2)
+        return HCOMM_OK;
+    if (c->rank == 0)
+        printf("#\n# pp_send_recv (rank 0 <-> 1 ping-pong, one-way time)\n#%11s %12s %12s %8s "
+               "%10s %12s %8s\n",
+               "size(B)", "pp(us)", "p2p(us)", "GB/s", "pp-p2p", "MPI(us)", "pp/MPI");
+    hcomm_result_t r = HCOMM_OK;
+    static const size_t sizes[] = {8, 64, 512, 4096, 65536, 262144, 2 << 20, 16 << 20, 64 << 20};
+    for (size_t i = 0; r == HCOMM_OK && i < sizeof sizes / sizeof *sizes; i++)
+        r = pp_row(w, c, sizes[i]);
+    return r;
+}
+
 hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w) {
     ctx_t c = {.in = 1.0};
     hcomm_comm_rank(w, &c.rank);
@@ -198,14 +285,14 @@ hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w) {
     int64_t one = 1, big = (int64_t)(BW_BYTES / sizeof(float));
     hcomm_tensor_init(&c.small, &x, HCOMM_F64, 1, &one);
     void *src = malloc(BW_BYTES);
-    c.copy_dst = malloc(BW_BYTES);
+    c.copy_dst = malloc(COPY_BYTES);
     if (!src || !c.copy_dst) {
         free(src);
         free(c.copy_dst);
         return HCOMM_ERR_NOMEM;
     }
     memset(src, 1, BW_BYTES);
-    memset(c.copy_dst, 2, BW_BYTES);
+    memset(c.copy_dst, 2, COPY_BYTES);
     hcomm_tensor_init(&c.big, src, HCOMM_F32, 1, &big);
     if (c.rank == 0)
         printf("#\n# compare, %d ranks, backend %s: median of the slowest rank per iteration\n",
@@ -213,6 +300,8 @@ hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w) {
     hcomm_result_t r = latency_rows(w, &c);
     if (r == HCOMM_OK)
         r = bandwidth_rows(w, &c);
+    if (r == HCOMM_OK)
+        r = pp_rows(w, &c);
     free(src);
     free(c.copy_dst);
     return r;
