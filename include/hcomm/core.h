@@ -238,6 +238,38 @@ HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendb
                                            void *recvbuf, const size_t *recvcounts,
                                            const size_t *rdispls);
 
+/** A pending nonblocking collective. Opaque. */
+typedef struct hcomm_request hcomm_request_t;
+
+/* Nonblocking collectives: the same contract, checks and results as the blocking calls above,
+ * issued without waiting. Every rank issues the same sequence on a communicator; operations
+ * run in issue order (several may be in flight) on a worker thread that hcomm starts for the
+ * communicator at its first nonblocking call and owns, so the caller's thread keeps computing
+ * and needs no progress calls (on MPI without MPI_THREAD_MULTIPLE they run at once instead).
+ * Buffers must stay untouched until the request completes. *req gets the request: complete it
+ * with hcomm_wait() or hcomm_test(). A rank whose argument check fails still issues its part
+ * (its peers' request then fails with HCOMM_ERR_PEER) and gets its own error from the request.
+ * Errors at issue: HCOMM_ERR_NULL (comm, req), HCOMM_ERR_NOMEM, HCOMM_ERR_BACKEND (no worker);
+ * at completion: those of the blocking call. */
+
+/** Nonblocking hcomm_all_reduce(). */
+HCOMM_API hcomm_result_t hcomm_iall_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count, hcomm_dtype_t dtype, hcomm_op_t op,
+                                           hcomm_request_t **req);
+/** Nonblocking hcomm_all_gather() (@p bytes per rank). */
+HCOMM_API hcomm_result_t hcomm_iall_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t bytes, hcomm_request_t **req);
+/** Nonblocking hcomm_reduce_scatter(). */
+HCOMM_API hcomm_result_t hcomm_ireduce_scatter(hcomm_comm_t *comm, const void *sendbuf,
+                                               void *recvbuf, size_t recvcount, hcomm_dtype_t dtype,
+                                               hcomm_op_t op, hcomm_request_t **req);
+/** Blocks until @p req completed, frees it and returns its result. Call from the thread that
+ *  issued it. Errors: HCOMM_ERR_NULL, the collective's. */
+HCOMM_API hcomm_result_t hcomm_wait(hcomm_request_t *req);
+/** *done = 1 when @p req completed; it is then freed (as MPI_Test) and its result returned.
+ *  Errors: HCOMM_ERR_NULL, the collective's. */
+HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
+
 /** A rank's body: called once per rank with that rank's world communicator. */
 typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
 

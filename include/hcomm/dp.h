@@ -3,8 +3,10 @@
  * @brief Data-parallel gradient reduction over many buffers in one call, bucketed
  *        (as PyTorch DDP, Li et al. 2020, "PyTorch Distributed").
  *
- * Unlike DDP, buckets are reduced one after another when called, not overlapped with the
- * backward pass.
+ * Two forms: hcomm_dp_all_reduce_grads() reduces every bucket when called, after the backward
+ * pass; the reducer (hcomm_dp_reducer_*) overlaps the reduction with the backward pass as DDP
+ * does: buckets are fixed at registration, each one's all_reduce starts (nonblocking) as soon as
+ * its last gradient is marked ready, and one call at the end of backward waits for the rest.
  */
 #ifndef HCOMM_C_DP_H_
 #define HCOMM_C_DP_H_
@@ -38,6 +40,39 @@ extern "C" {
  *  INT_MAX elements), HCOMM_ERR_BACKEND. Thread-safe for distinct groups. */
 HCOMM_API hcomm_result_t hcomm_dp_all_reduce_grads(hcomm_comm_t *dp_group, hcomm_tensor_t *grads,
                                                    int n, hcomm_op_t op, size_t bucket_bytes);
+
+/** A DDP-style gradient reducer over a fixed list of gradient tensors. Opaque. */
+typedef struct hcomm_dp_reducer hcomm_dp_reducer_t;
+
+/** Registers @p n gradient tensors (contiguous host tensors, any shapes and dtypes; the
+ *  descriptors are copied, the data must stay allocated until destroy) for reduction with
+ *  @p op (HCOMM_SUM or HCOMM_AVG) over @p dp_group. Buckets are formed once, as DDP does, in
+ *  reverse registration order (gradients of the last layers are produced first): consecutive
+ *  tensors of one dtype up to @p bucket_bytes bytes (0 = HCOMM_DP_BUCKET_BYTES_DEFAULT; a larger
+ *  tensor forms a bucket alone, reduced in place; tensors without elements are skipped).
+ *  Collective over @p dp_group: every member registers the same list of dtypes and shapes (a
+ *  different list is HCOMM_ERR_MISMATCH on every rank, checked here once) with the same op and
+ *  bucket_bytes. Errors: as hcomm_dp_all_reduce_grads(), HCOMM_ERR_NULL (@p out). */
+HCOMM_API hcomm_result_t hcomm_dp_reducer_create(hcomm_comm_t *dp_group, const hcomm_tensor_t *grads,
+                                                 int n, hcomm_op_t op, size_t bucket_bytes,
+                                                 hcomm_dp_reducer_t **out);
+/** Marks gradient @p index (registration order) as final for this step. When it completes its
+ *  bucket, and every earlier bucket has started, the bucket's all_reduce starts without
+ *  waiting (buckets start in bucket order on every rank, so ranks that mark gradients in
+ *  different orders still reduce the right buffers). The bucket's tensors must not change until
+ *  hcomm_dp_reducer_finish(). Local to the calling rank (it may issue a nonblocking collective).
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (index out of range), HCOMM_ERR_STATE (marked
+ *  twice in one step), and those of hcomm_iall_reduce(). */
+HCOMM_API hcomm_result_t hcomm_dp_reducer_mark_ready(hcomm_dp_reducer_t *r, int index);
+/** Ends the step: starts the buckets not started yet (a gradient never marked is reduced as it
+ *  is, and reported), waits for every bucket and writes the results back into the gradients;
+ *  the reducer is then ready for the next step. Collective over the group. *wait_s (may be
+ *  NULL) gets the seconds spent waiting here: the reduction time the backward pass did not hide.
+ *  Errors: those of the all_reduce, HCOMM_ERR_STATE (some gradient was not marked; the message
+ *  names the first). */
+HCOMM_API hcomm_result_t hcomm_dp_reducer_finish(hcomm_dp_reducer_t *r, double *wait_s);
+/** Frees the reducer (no step may be in flight). NULL is a no-op. Local. */
+HCOMM_API hcomm_result_t hcomm_dp_reducer_destroy(hcomm_dp_reducer_t *r);
 
 #ifdef __cplusplus
 }

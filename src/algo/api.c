@@ -1,7 +1,7 @@
 /* The public raw collectives, barrier and split: thin wrappers that name the call, check the
  * arguments (a rank whose check fails still joins the call, so its peers fail at once with
  * HCOMM_ERR_PEER), then hand it to the algorithms layer. */
-#include "algo/coll.h"
+#include "algo/async.h"
 
 /* Runs body with the call named fn on comm; a failed argument check joins the peers' call. */
 #define HCOMM__PUBLIC_CALL(comm, checks, body)                                                     \
@@ -164,4 +164,54 @@ hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key, hcomm_co
     HCOMM__CHECK_NULL(out);
     *out = NULL;
     HCOMM__PUBLIC_CALL(comm, HCOMM_OK, hcomm__coll_split(comm, color, key, out));
+}
+
+/* --- nonblocking forms: the same checks; a failing rank issues its part of the call --- */
+
+#define HCOMM__ISSUE(comm, req, checks, body)                                                      \
+    do {                                                                                           \
+        HCOMM__CHECK_NULL(comm);                                                                   \
+        HCOMM__CHECK_NULL(req);                                                                    \
+        *(req) = NULL;                                                                             \
+        hcomm__enter(comm, __func__);                                                              \
+        hcomm_result_t chk_ = (checks);                                                            \
+        hcomm_result_t res_ = chk_ != HCOMM_OK ? hcomm__icoll_fail(comm, chk_, req) : (body);      \
+        return hcomm__leave(comm, res_);                                                           \
+    } while (0)
+
+hcomm_result_t hcomm_iall_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                 size_t count, hcomm_dtype_t dtype, hcomm_op_t op,
+                                 hcomm_request_t **req) {
+    HCOMM__ISSUE(comm, req, all_reduce_checks(comm, sendbuf, recvbuf, count, dtype, op),
+                 hcomm__icoll(comm, HCOMM__IALL_REDUCE, sendbuf, recvbuf, count, dtype, op, req));
+}
+
+hcomm_result_t hcomm_iall_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                 size_t bytes, hcomm_request_t **req) {
+    HCOMM__ISSUE(comm, req, all_gather_checks(comm, sendbuf, recvbuf, bytes),
+                 hcomm__icoll(comm, HCOMM__IALL_GATHER, sendbuf, recvbuf, bytes, HCOMM_U8,
+                              HCOMM_SUM, req));
+}
+
+hcomm_result_t hcomm_ireduce_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t recvcount, hcomm_dtype_t dtype, hcomm_op_t op,
+                                     hcomm_request_t **req) {
+    HCOMM__ISSUE(comm, req,
+                 reduce_scatter_checks(comm, sendbuf, recvbuf, recvcount, dtype, op),
+                 hcomm__icoll(comm, HCOMM__IREDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
+                              op, req));
+}
+
+hcomm_result_t hcomm_wait(hcomm_request_t *req) {
+    HCOMM__CHECK_NULL(req);
+    return hcomm__request_wait(req);
+}
+
+hcomm_result_t hcomm_test(hcomm_request_t *req, int *done) {
+    HCOMM__CHECK_NULL(req);
+    HCOMM__CHECK_NULL(done);
+    bool d = false;
+    hcomm__request_done(req, &d);
+    *done = d;
+    return d ? hcomm__request_wait(req) : HCOMM_OK;
 }

@@ -80,8 +80,8 @@ static hcomm_result_t reduce_bucket(hcomm_comm_t *g, hcomm_tensor_t *grads, cons
 static hcomm_result_t dp_buckets(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
                                  hcomm_op_t op, size_t bucket_bytes);
 
-static hcomm_result_t check_grads(const char *fn, const hcomm_tensor_t *grads, int n,
-                                  hcomm_op_t op) {
+hcomm_result_t hcomm__dp_check_grads(const char *fn, const hcomm_tensor_t *grads, int n,
+                                     hcomm_op_t op) {
     if (n < 0)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "n=%d is negative", n);
     if (op != HCOMM_SUM && op != HCOMM_AVG)
@@ -99,7 +99,7 @@ static hcomm_result_t check_grads(const char *fn, const hcomm_tensor_t *grads, i
 
 /* FNV-1a over the list's dtypes and shapes, and a short text of it for messages: peers compare
  * the digest in every bucket's signature, so lists in another order fail instead of mixing. */
-static uint64_t list_digest(const hcomm_tensor_t *grads, int n, char *desc, size_t cap) {
+uint64_t hcomm__dp_list_digest(const hcomm_tensor_t *grads, int n, char *desc, size_t cap) {
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
     MIX(n);
@@ -124,11 +124,11 @@ static uint64_t list_digest(const hcomm_tensor_t *grads, int n, char *desc, size
 static hcomm_result_t dp_all_reduce(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, int n,
                                     hcomm_op_t op, size_t bucket_bytes) {
     const char *fn = dp_group->call_fn;
-    hcomm_result_t chk = check_grads(fn, grads, n, op);
+    hcomm_result_t chk = hcomm__dp_check_grads(fn, grads, n, op);
     if (chk != HCOMM_OK)
         return hcomm__coll_fail(dp_group, chk);
     char desc[200];
-    hcomm__coll_set_extra(dp_group, list_digest(grads, n, desc, sizeof desc), desc);
+    hcomm__coll_set_extra(dp_group, hcomm__dp_list_digest(grads, n, desc, sizeof desc), desc);
     hcomm_result_t res = dp_buckets(dp_group, grads, n, op, bucket_bytes);
     hcomm__coll_clear_extra(dp_group);
     return res;

@@ -34,4 +34,10 @@ static inline hcomm_result_t hcomm__alloc(const char *fn, size_t bytes, void **o
     return HCOMM_OK;
 }
 
+/* DP helpers shared by the one-shot call and the reducer (dp.c). */
+hcomm_result_t hcomm__dp_check_grads(const char *fn, const hcomm_tensor_t *grads, int n,
+                                     hcomm_op_t op);
+/* A digest of the list's dtypes and shapes, and a short text of it (cap bytes) for messages. */
+uint64_t hcomm__dp_list_digest(const hcomm_tensor_t *grads, int n, char *desc, size_t cap);
+
 #endif /* HCOMM_C_PRIMS_H_ */

@@ -348,6 +348,10 @@ static bool local_shares_memory(hcomm_comm_t *c, int peer) {
     return true;
 }
 
+static bool local_threads_ok(void) {
+    return true;
+}
+
 static hcomm__mem_kind_t local_mem_kind(hcomm_comm_t *c, const void *p) {
     (void)c, (void)p;
     return HCOMM__MEM_SHARED;
@@ -641,6 +645,7 @@ static const hcomm__transport_t local_tr = {
     .world_aborted = local_world_aborted,
     .shares_memory = local_shares_memory,
     .mem_kind = local_mem_kind,
+    .threads_ok = local_threads_ok,
     .native = &local_native,
     .posted_only = local_posted_only,
     .posted_sig = local_posted_sig,

@@ -661,6 +661,11 @@ static bool mpi_shares_memory(hcomm_comm_t *c, int peer) {
     return world_node[a] == world_node[b];
 }
 
+static bool mpi_threads_ok(void) {
+    int level = MPI_THREAD_SINGLE;
+    return MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
+}
+
 static hcomm__mem_kind_t mpi_mem_kind(hcomm_comm_t *c, const void *p) {
     (void)c, (void)p;
     return HCOMM__MEM_HOST;
@@ -911,6 +916,7 @@ static const hcomm__transport_t mpi_tr = {
     .world_aborted = mpi_world_aborted,
     .shares_memory = mpi_shares_memory,
     .mem_kind = mpi_mem_kind,
+    .threads_ok = mpi_threads_ok,
     .native = &mpi_native,
     .split = mpi_split,
     .destroy = mpi_destroy,

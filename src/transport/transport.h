@@ -86,6 +86,9 @@ typedef struct hcomm__transport {
     /* True when peer shares this rank's memory (threads, or processes on one node). */
     bool (*shares_memory)(hcomm_comm_t *c, int peer);
     hcomm__mem_kind_t (*mem_kind)(hcomm_comm_t *c, const void *p);
+    /* True when distinct communicators may be driven from distinct threads at once (the
+     * nonblocking collectives then run on a worker thread of their own). */
+    bool (*threads_ok)(void);
     /* Native collectives; NULL entries are not offered. */
     const hcomm__native_ops_t *native;
     /* Shared-memory call check (NULL entries when the transport has none). Before a native
@@ -109,6 +112,7 @@ typedef enum {
     HCOMM__LAYER_P2P,
     HCOMM__LAYER_ALGO,
     HCOMM__LAYER_PRIMS,
+    HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
 

@@ -1,0 +1,79 @@
+/* Nonblocking collectives: several in flight complete in issue order with the blocking calls'
+ * results, blocking calls interleave with them, test() reports completion, a bad argument on
+ * one rank fails its peers' request with HCOMM_ERR_PEER. HCOMM_TEST_MPI */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { N = 5, COUNT = 3001 };
+
+static hcomm_result_t in_flight(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int p = t_size(w), r = t_rank(w);
+    float *in = malloc(sizeof(float) * N * COUNT), *out = malloc(sizeof(float) * N * COUNT);
+    double *g = malloc(sizeof(double) * (size_t)p * 7);
+    for (int k = 0; k < N * COUNT; k++)
+        in[k] = (float)((r + k) % 13), out[k] = -1.0f;
+    hcomm_request_t *q[N + 1];
+    for (int i = 0; i < N; i++)
+        T_TRY(hcomm_iall_reduce(w, in + i * COUNT, out + i * COUNT, COUNT, HCOMM_F32,
+                                i % 2 ? HCOMM_MAX : HCOMM_SUM, &q[i]));
+    double mine[7];
+    for (int k = 0; k < 7; k++)
+        mine[k] = r * 10 + k;
+    T_TRY(hcomm_iall_gather(w, mine, g, sizeof mine, &q[N]));
+    int32_t one = 1, sum = 0; /* a blocking call on the same comm meanwhile */
+    T_TRY(hcomm_all_reduce(w, &one, &sum, 1, HCOMM_I32, HCOMM_SUM));
+    T_EQ_INT(sum, p);
+    int done = 0;
+    hcomm_result_t tr = HCOMM_OK;
+    while (!done && tr == HCOMM_OK) /* completion comes from the worker, no progress calls */
+        tr = hcomm_test(q[N], &done);
+    T_TRY(tr);
+    for (int i = 0; i < N; i++)
+        T_TRY(hcomm_wait(q[i]));
+    long bad = 0;
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < COUNT; k++) {
+            float want = 0;
+            for (int s = 0; s < p; s++) {
+                float v = (float)((s + i * COUNT + k) % 13);
+                want = i % 2 ? (s == 0 || v > want ? v : want) : want + v;
+            }
+            bad += out[i * COUNT + k] != want;
+        }
+    T_CHECK(bad == 0, "%ld wrong elements of in-flight all_reduces", bad);
+    for (int s = 0; s < p; s++)
+        for (int k = 0; k < 7; k++)
+            bad += g[s * 7 + k] != s * 10 + k;
+    T_CHECK(bad == 0, "%ld wrong elements of the in-flight all_gather", bad);
+    /* reduce_scatter, and a bad argument on the last rank. */
+    float rs_out[4] = {0};
+    float *rs_in = malloc(sizeof(float) * 4 * (size_t)p);
+    for (int k = 0; k < 4 * p; k++)
+        rs_in[k] = 1.0f;
+    hcomm_request_t *rq = NULL;
+    T_TRY(hcomm_ireduce_scatter(w, rs_in, rs_out, 4, HCOMM_F32, HCOMM_SUM, &rq));
+    T_TRY(hcomm_wait(rq));
+    T_CHECK(rs_out[0] == (float)p && rs_out[3] == (float)p, "reduce_scatter gave %g", rs_out[0]);
+    if (p > 1) {
+        hcomm_dtype_t dt = r == p - 1 ? (hcomm_dtype_t)99 : HCOMM_F32;
+        T_TRY(hcomm_iall_reduce(w, in, out, 4, dt, HCOMM_SUM, &rq));
+        hcomm_result_t res = hcomm_wait(rq);
+        T_EQ_INT(res, r == p - 1 ? HCOMM_ERR_DTYPE : HCOMM_ERR_PEER);
+        T_TRY(hcomm_iall_reduce(w, &one, &sum, 1, HCOMM_I32, HCOMM_SUM, &rq));
+        T_TRY(hcomm_wait(rq));
+        T_EQ_INT(sum, p);
+    }
+    free(rs_in);
+    free(in);
+    free(out);
+    free(g);
+    return hcomm_barrier(w);
+}
+
+int main(void) {
+    t_for_each_world(in_flight, NULL, 8);
+    return t_finish("test_icoll");
+}
