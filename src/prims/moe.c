@@ -942,10 +942,10 @@ static hcomm_result_t check_pass(pass_t *ps, const hcomm_moe_handle_t *h, const 
     if (float_only && !float_dtype(ps->in->dtype))
         return hcomm__err(HCOMM_ERR_DTYPE, fn, "%s->dtype=%s, expected f16, bf16, f32 or f64",
                           in_name, hcomm__dtype_str(ps->in->dtype));
-    if (!float_only && h->topk)
+    ps->rb = (size_t)ps->in->shape[1] * hcomm__dtype_size(ps->in->dtype);
+    if (!float_only && h->topk) /* the top-1 passes copy; a top-k handle needs the sums */
         return hcomm__err(HCOMM_ERR_STATE, fn,
                           "handle comes from hcomm_moe_dispatch_topk: use the _topk passes");
-    ps->rb = (size_t)ps->in->shape[1] * hcomm__dtype_size(ps->in->dtype);
     return HCOMM_OK;
 }
 
