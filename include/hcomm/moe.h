@@ -8,8 +8,10 @@
  * to the rank owning expert_ids[i] (top-1), exchanging the counts inside, then the rows with one
  * all_to_allv; the received rows are grouped by local expert (expert-major, source rank next,
  * original order within a source). Dropless: no capacity factor, no token is dropped or
- * padded, so R (rows received) varies by rank and batch. For top-k routing pass each token k
- * times (N = tokens * k rows) and weight the k combined rows. Combine sends expert outputs back
+ * padded, so R (rows received) varies by rank and batch. Top-k routing with weights, empty
+ * slots and capacity is hcomm_moe_dispatch_topk and its passes below; the top-1 calls run on
+ * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
+ * combine that is a plain copy). Combine sends expert outputs back
  * and restores the original token order. The backward passes reuse the routing: dispatch_bwd
  * is a combine, combine_bwd a dispatch. Shapes are in rows and elements.
  * Dispatch, combine and the backward passes are collective over the EP group (every member
@@ -152,7 +154,9 @@ HCOMM_API hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle,
  *  zeros. Deterministic, independent of the EP size, batch-invariant (dropless). Keeps y in
  *  the handle for hcomm_moe_combine_topk_bwd. Collective (one token exchange).
  *  Errors (rank-local checks fail the peers with HCOMM_ERR_PEER): HCOMM_ERR_NULL, _SHAPE,
- *  _DTYPE, _STATE (handle not from hcomm_moe_dispatch_topk), and the transport's errors. */
+ *  _DTYPE (not a float dtype), and the transport's errors. A handle from
+ *  hcomm_moe_dispatch works too (k = 1, weight 1), but keeps no y for combine_topk_bwd; the
+ *  top-1 passes refuse a top-k handle with HCOMM_ERR_STATE. */
 HCOMM_API hcomm_result_t hcomm_moe_combine_topk(hcomm_moe_handle_t *handle,
                                                 const hcomm_tensor_t *expert_out,
                                                 hcomm_tensor_t *out);
