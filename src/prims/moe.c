@@ -826,14 +826,52 @@ static double load_f64(const void *row, int64_t c) {
     return d;
 }
 
+/* A row of f16, bf16 or f32 as f32, and back (rounded to nearest even). */
+static void row_to_f32(hcomm_dtype_t dt, const void *row, int64_t cols, float *out) {
+    if (dt == HCOMM_F32) {
+        memcpy(out, row, sizeof(float) * (size_t)cols);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++)
+        out[c] = load_f32(dt, row, c);
+}
+
+static void row_from_f32(hcomm_dtype_t dt, const float *in, int64_t cols, void *row) {
+    if (dt == HCOMM_F32) {
+        memcpy(row, in, sizeof(float) * (size_t)cols);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++)
+        store_f32(dt, row, c, in[c]);
+}
+
+/* acc (+)= w * y over one row: the first term initialises, so one term is exact (sign of zero
+ * included); f32 for f16/bf16/f32 (y converted into tmp), f64 for f64. */
+static void add_row(hcomm_dtype_t dt, const char *y, int64_t cols, float w, bool first, void *acc,
+                    float *tmp) {
+    if (dt == HCOMM_F64) {
+        double *a = acc;
+        for (int64_t c = 0; c < cols; c++) {
+            double v = (double)w * load_f64(y, c);
+            a[c] = first ? v : a[c] + v;
+        }
+        return;
+    }
+    float *a = acc;
+    row_to_f32(dt, y, cols, tmp);
+    if (first)
+        for (int64_t c = 0; c < cols; c++)
+            a[c] = w * tmp[c];
+    else
+        for (int64_t c = 0; c < cols; c++)
+            a[c] += w * tmp[c];
+}
+
 /* out[t] = sum over kept slots j in slot order of (weighted ? w[t, j] : 1) * pairs[slot],
- * accumulated in f32 (f64 for f64) starting from the first term (so one term is exact, sign
- * of zero included) and rounded once; zeros for a token with no kept slot. */
+ * rounded once; zeros for a token with no kept slot. acc and tmp hold cols doubles each. */
 static void sum_slots(const hcomm_moe_handle_t *h, const char *pairs, hcomm_dtype_t dt,
-                      int64_t cols, bool weighted, char *out, void *acc) {
+                      int64_t cols, bool weighted, char *out, void *acc, float *tmp) {
     size_t rb = (size_t)cols * hcomm__dtype_size(dt);
-    float *a32 = acc;
-    double *a64 = acc;
     for (int64_t t = 0; t < h->n; t++) {
         bool first = true;
         for (int j = 0; j < h->k; j++) {
@@ -841,25 +879,15 @@ static void sum_slots(const hcomm_moe_handle_t *h, const char *pairs, hcomm_dtyp
             if (p < 0)
                 continue;
             float w = weighted ? h->weights[t * h->k + j] : 1.0f;
-            const char *row = pairs + (size_t)p * rb;
-            for (int64_t c = 0; c < cols; c++) {
-                if (dt == HCOMM_F64) {
-                    double v = (double)w * load_f64(row, c);
-                    a64[c] = first ? v : a64[c] + v;
-                } else {
-                    float v = w * load_f32(dt, row, c);
-                    a32[c] = first ? v : a32[c] + v;
-                }
-            }
+            add_row(dt, pairs + (size_t)p * rb, cols, w, first, acc, tmp);
             first = false;
         }
-        char *dst = out + (size_t)t * rb;
-        for (int64_t c = 0; c < cols; c++) {
-            if (dt == HCOMM_F64)
-                memcpy(dst + 8 * (size_t)c, first ? &(double){0} : &a64[c], 8);
-            else
-                store_f32(dt, dst, c, first ? 0.0f : a32[c]);
-        }
+        if (first)
+            memset(acc, 0, (size_t)cols * sizeof(double));
+        if (dt == HCOMM_F64)
+            memcpy(out + (size_t)t * rb, acc, rb);
+        else
+            row_from_f32(dt, acc, cols, out + (size_t)t * rb);
     }
 }
 
@@ -971,14 +999,15 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
     HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)cols * sizeof(double), &acc), res, done);
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * (size_t)cols * sizeof(double), &acc), res, done);
     HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, ps->in->data, pairs, ps->rb), res, done);
     if (!h->topk) /* top-1: every token has exactly one slot, copied as bytes */
         for (int64_t p = 0; p < h->npair; p++)
             memcpy((char *)ps->out->data + (size_t)h->pair_slot[p] * ps->rb,
                    pairs + (size_t)p * ps->rb, ps->rb);
     else
-        sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, acc);
+        sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, acc,
+                  (float *)((double *)acc + cols));
     if (keep_y) { /* combine_bwd's weight gradients need y */
         free(h->y);
         h->y = pairs;
