@@ -8,8 +8,10 @@
  * to the rank owning expert_ids[i] (top-1), exchanging the counts inside, then the rows with one
  * all_to_allv; the received rows are grouped by local expert (expert-major, source rank next,
  * original order within a source). Dropless: no capacity factor, no token is dropped or
- * padded, so R (rows received) varies by rank and batch. For top-k routing pass each token k
- * times (N = tokens * k rows) and weight the k combined rows. Combine sends expert outputs back
+ * padded, so R (rows received) varies by rank and batch. Top-k routing with weights, empty
+ * slots and capacity is hcomm_moe_dispatch_topk and its passes below; the top-1 calls run on
+ * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
+ * combine that is a plain copy). Combine sends expert outputs back
  * and restores the original token order. The backward passes reuse the routing: dispatch_bwd
  * is a combine, combine_bwd a dispatch. Shapes are in rows and elements.
  * Dispatch, combine and the backward passes are collective over the EP group (every member
@@ -68,6 +70,115 @@ HCOMM_API hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle,
 HCOMM_API hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle,
                                                 const hcomm_tensor_t *grad_recv,
                                                 hcomm_tensor_t *grad_tokens);
+/* ---- Top-k routing with weights (GShard; Megatron-Core MoEAlltoAllTokenDispatcher; DeepEP) ----
+ * topk_ids [T, k] (int32, row-major) names k experts per token, -1 an empty slot;
+ * topk_weights [T, k] (f32) weights them. A token with several experts on one rank travels to
+ * that rank once; the rank expands it into one received row per (token, slot), so R counts
+ * slots. Received rows are expert-major: local expert, then source rank, then token, then slot.
+ * Combine sends every (token, slot) output back to the token's rank and sums there in slot
+ * order j = 0..k-1 (accumulating in f32 for f16/bf16/f32, f64 for f64), so out is bitwise the
+ * same for any EP size and does not depend on other ranks' batches (dropless mode). */
+
+/** How dispatch treats more slots for one expert than its capacity. */
+typedef enum hcomm_moe_drop {
+    HCOMM_MOE_DROP_POSITION = 0, /**< keep the earliest slots (token order, then slot order) */
+    HCOMM_MOE_DROP_PROBS = 1,    /**< keep the highest weights; ties keep the earliest slot */
+} hcomm_moe_drop_t;
+
+/** Options of hcomm_moe_dispatch_topk; NULL means dropless. Every rank passes the same. */
+typedef struct hcomm_moe_options {
+    /** <= 0: dropless (default). > 0: each source rank keeps at most
+     *  capacity = min(ceil(T_max * k / E * capacity_factor), T_max * k) slots per expert, with
+     *  T_max the largest T of any rank (one extra all_reduce of one int64). */
+    double capacity_factor;
+    hcomm_moe_drop_t drop_policy; /**< which slots to keep past capacity */
+} hcomm_moe_options_t;
+
+/** The layout step of dispatch, rank-local (no communication), thread-safe.
+ *  @p topk_ids [num_tokens, k] int32 in -1..num_experts-1 (NULL allowed when num_tokens = 0).
+ *  Writes @p tokens_per_rank [ep_size] (distinct tokens sent to each rank: a token with several
+ *  experts on one rank counts once), @p tokens_per_expert [num_experts] (non-empty slots per
+ *  expert) and, if not NULL, @p perm [num_tokens * k] (int64): the slots t * k + j of the
+ *  non-empty entries, expert-major, stable (token, then slot order); the first
+ *  sum(tokens_per_expert) entries are written. Experts are contiguous: rank p owns
+ *  [p * E / ep_size, (p + 1) * E / ep_size).
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (num_tokens < 0, k < 1, ep_size < 1,
+ *  num_experts not a positive multiple of ep_size, an id outside -1..num_experts-1; the message
+ *  names the entry and its value, e.g. "hcomm_moe_layout: topk_ids[3][1]=9 outside -1..7"). */
+HCOMM_API hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_tokens, int k,
+                                          int num_experts, int ep_size, int64_t *tokens_per_rank,
+                                          int64_t *tokens_per_expert, int64_t *perm);
+
+/** Top-k dispatch of @p tokens [T, H] (any dtype; H >= 1; T >= 0 and may differ by rank) by
+ *  @p topk_ids [T, k] (int32, -1 = empty) with @p topk_weights [T, k] (f32, or NULL for
+ *  weight 1) over @p ep_group. Collective over ep_group, one call per rank in the same order.
+ *  Moves data with one count exchange and one token exchange (plus one all_reduce of the
+ *  maximum T in capacity mode). On success *handle owns the received rows [R, H] expert-major
+ *  (read them with hcomm_moe_received(), offsets with hcomm_moe_expert_offsets(), drops with
+ *  hcomm_moe_dropped()). The handle keeps the group and a copy of the ids and weights.
+ *  Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE, _INVALID_ARG: k, ids,
+ *  weights not finite, options) ride on the count exchange: the failing rank returns its own
+ *  error, every other rank HCOMM_ERR_PEER, and the group stays usable. num_experts not a
+ *  positive multiple of the group size fails on every rank without communicating (it must be
+ *  the same everywhere). Ranks that disagree on H or dtype: HCOMM_ERR_MISMATCH on all. Also
+ *  HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX),
+ *  _BACKEND. Not thread-safe per group (one call on a group at a time). */
+HCOMM_API hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group,
+                                                 const hcomm_tensor_t *tokens,
+                                                 const int32_t *topk_ids, const float *topk_weights,
+                                                 int k, int num_experts,
+                                                 const hcomm_moe_options_t *options,
+                                                 hcomm_moe_handle_t **handle);
+
+/** Dispatches @p tokens [T, H'] (any dtype and H') again with the routing of @p handle, no
+ *  count exchange: @p recv [R, H'] (same dtype) gets the rows hcomm_moe_received() would.
+ *  Collective over the handle's group (one token exchange). Errors: as combine. */
+HCOMM_API hcomm_result_t hcomm_moe_redispatch(hcomm_moe_handle_t *handle,
+                                              const hcomm_tensor_t *tokens, hcomm_tensor_t *recv);
+
+/** Start offset of each local expert's rows in the received rows: @p offsets [E / P + 1]
+ *  (int64), offsets[E / P] = R. Local, thread-safe. Errors: HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_moe_expert_offsets(const hcomm_moe_handle_t *handle,
+                                                  int64_t *offsets);
+
+/** What capacity dropped on this rank: @p dropped_per_expert [E] (may be NULL) slots of this
+ *  rank's tokens dropped per global expert, *total (may be NULL) their sum, *capacity (may be
+ *  NULL) the per-expert capacity (-1 when dropless). Local, thread-safe. HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle,
+                                           int64_t *dropped_per_expert, int64_t *total,
+                                           int64_t *capacity);
+
+/** Top-k combine: @p expert_out [R, H'] (f16, bf16, f32 or f64; rows in received order) ->
+ *  @p out [T, H'] (same dtype), out[t] = sum over j = 0..k-1 of w[t, j] * y[t, j] in slot
+ *  order, accumulated in f32 (f64 for f64) and rounded once; a token with no kept slot gets
+ *  zeros. Deterministic, independent of the EP size, batch-invariant (dropless). Keeps y in
+ *  the handle for hcomm_moe_combine_topk_bwd. Collective (one token exchange).
+ *  Errors (rank-local checks fail the peers with HCOMM_ERR_PEER): HCOMM_ERR_NULL, _SHAPE,
+ *  _DTYPE (not a float dtype), and the transport's errors. A handle from
+ *  hcomm_moe_dispatch works too (k = 1, weight 1), but keeps no y for combine_topk_bwd; the
+ *  top-1 passes refuse a top-k handle with HCOMM_ERR_STATE. */
+HCOMM_API hcomm_result_t hcomm_moe_combine_topk(hcomm_moe_handle_t *handle,
+                                                const hcomm_tensor_t *expert_out,
+                                                hcomm_tensor_t *out);
+
+/** Backward of hcomm_moe_combine_topk: @p grad_out [T, H'] -> @p grad_expert_out [R, H']
+ *  (row of slot (t, j) = w[t, j] * grad_out[t], rounded once) and, if not NULL,
+ *  @p grad_weights [T, k] (f32) = <grad_out[t], y[t, j]> accumulated in f32 (f64 for f64) in
+ *  column order, 0 for empty or dropped slots; grad_weights needs a combine with the same H'
+ *  before (else HCOMM_ERR_STATE). Collective (one token exchange). Errors: as combine. */
+HCOMM_API hcomm_result_t hcomm_moe_combine_topk_bwd(hcomm_moe_handle_t *handle,
+                                                    const hcomm_tensor_t *grad_out,
+                                                    hcomm_tensor_t *grad_expert_out,
+                                                    float *grad_weights);
+
+/** Backward of hcomm_moe_dispatch_topk: @p grad_recv [R, H] -> @p grad_tokens [T, H] (same
+ *  float dtype), grad_tokens[t] = sum of the gradients of t's kept slots in slot order
+ *  (unweighted, accumulated as in combine; zeros for a token with none). Collective. Errors:
+ *  as combine. */
+HCOMM_API hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
+                                                     const hcomm_tensor_t *grad_recv,
+                                                     hcomm_tensor_t *grad_tokens);
+
 /** Frees @p handle (NULL is a no-op). Local. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle);
 

@@ -1,50 +1,298 @@
 /* Mixture-of-experts dispatch and combine over the EP group (GShard, Lepikhin et al. 2020;
- * the data path of Megatron-Core's MoEAlltoAllTokenDispatcher).
+ * the data path of Megatron-Core's MoEAlltoAllTokenDispatcher; DeepEP's send-once layout).
  *
- * Dispatch: tokens are stably sorted by expert id (experts are contiguous per rank, so this
- * also sorts by destination), counts are exchanged, rows move with one all_to_allv, and the
- * received rows (source-major) are reordered to expert-major. The handle keeps both
- * permutations and the per-peer row counts, so every later pass is a pure data path:
- *   forward route  (dispatch, combine_bwd): in[N] -sort-> all_to_allv -reorder-> out[R]
- *   backward route (combine, dispatch_bwd): in[R] -unreorder-> all_to_allv -unsort-> out[N]
- */
+ * Dispatch: the layout step counts, per destination rank, the distinct tokens with a kept slot
+ * there and, per (rank, local expert), the slots. One count exchange (an all_to_allv of a meta
+ * row per peer, which also carries each rank's argument-check status) and one token exchange
+ * (each token once per destination rank, followed by a header of k local-expert ids per row)
+ * follow. The receiver expands every row into one row per slot, expert-major. The handle keeps
+ * three orders and the maps between them:
+ *   tokens [n]        the caller's order; slot t*k+j is (token t, slot j)
+ *   pairs  [npair]    slots sent, rank-major, then token, then slot (source side)
+ *   recv   [r]        slots received, expert-major, then source, then token, then slot
+ * Every later pass is a pure data path over one all_to_allv:
+ *   redispatch:            tokens -> (distinct rows) -> recv
+ *   combine, dispatch_bwd: recv -> pairs, then a slot-ordered sum per token at the source
+ *   combine_bwd:           pairs (w * grad) -> recv
+ * Summing at the source in slot order is what makes combine independent of the EP layout and
+ * of other ranks' batches; the price is that combine returns one row per slot. */
 #include "hcomm/moe.h"
 #include "prims/prims.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 struct hcomm_moe_handle {
     hcomm_comm_t *group;
-    int size, num_local;        /* EP group size, experts per rank */
-    int64_t n, r, h;            /* tokens sent, rows received, row width of the dispatch */
-    hcomm_dtype_t dtype;        /* of the dispatched tokens */
-    int64_t *send_rows;         /* [size] rows to each rank; sorted order is rank-major */
-    int64_t *send_off;          /* [size] first sorted row for each rank */
-    int64_t *recv_rows;         /* [size] rows from each rank */
-    int64_t *recv_off;          /* [size] first raw (source-major) row from each rank */
-    int64_t *sorted_to_token;   /* [n] sorted position -> original token index */
-    int64_t *recv_to_raw;       /* [r] expert-major row -> raw received row */
-    int64_t *tokens_per_expert; /* [num_local] */
-    void *recv;                 /* [r, h] received tokens, expert-major */
+    int size, num_local, k; /* EP group size, experts per rank, slots per token */
+    bool topk;              /* false: the top-1 calls, whose passes copy rows of any dtype */
+    int64_t n, r, h, npair; /* tokens, rows received, row width, slots sent */
+    int64_t capacity;       /* per expert and source rank; -1 dropless */
+    hcomm_dtype_t dtype;    /* of the dispatched tokens */
+    int64_t *send_rows;     /* [size] distinct tokens to each rank */
+    int64_t *send_off;      /* [size] first entry of send_tok for each rank */
+    int64_t *send_tok;      /* [sum send_rows] token of each sent row, rank-major */
+    int64_t *pair_rows;     /* [size] slots to each rank */
+    int64_t *pair_off;      /* [size] first pair of each rank */
+    int64_t *pair_slot;     /* [npair] slot t*k+j of each pair */
+    int64_t *slot_pair;     /* [n*k] pair of each slot; -1 empty or dropped */
+    float *weights;         /* [n*k] copy of topk_weights (1 when none were given) */
+    int64_t *dropped;       /* [size*num_local] this rank's dropped slots per expert */
+    int64_t *recv_rows;     /* [size] distinct rows from each rank */
+    int64_t *recv_off;      /* [size] first compacted distinct row from each rank */
+    int64_t *rpair_rows;    /* [size] slots from each rank */
+    int64_t *rpair_off;     /* [size] first raw (source-major) slot from each rank */
+    int64_t *rpair_row;     /* [r] compacted distinct row of each raw slot */
+    int64_t *out_pair;      /* [r] raw slot of each expert-major row */
+    int64_t *expert_off;    /* [num_local + 1] first row of each local expert */
+    void *recv;             /* [r, h] received rows, expert-major */
+    void *y;                /* [npair, y_h] the last combine's inputs, pair order */
+    int64_t y_h;
+    hcomm_dtype_t y_dtype;
 };
 
-/* What each rank tells each peer before the rows move: its argument-check status (so a rank
- * with bad input fails every rank instead of leaving them waiting), its row layout (so a
- * disagreement is reported, not mis-delivered) and its per-expert counts for that peer. */
-enum { META_STATUS, META_H, META_DTYPE, META_COUNTS };
+/* The meta row each rank sends each peer before the tokens move: its argument-check status
+ * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
+ * (so a disagreement is reported, not mis-delivered) and its counts for that peer. */
+enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_COUNTS };
 
 static int64_t *alloc_i64(size_t n) {
     return calloc(n ? n : 1, sizeof(int64_t));
 }
 
-static void exclusive_scan(const int64_t *counts, int64_t *offsets, int n) {
+static int64_t exclusive_scan(const int64_t *counts, int64_t *offsets, int n) {
     int64_t sum = 0;
     for (int i = 0; i < n; i++) {
         offsets[i] = sum;
         sum += counts[i];
     }
+    return sum;
 }
+
+static bool float_dtype(hcomm_dtype_t dt) {
+    return dt == HCOMM_F32 || dt == HCOMM_F64 || dt == HCOMM_F16 || dt == HCOMM_BF16;
+}
+
+/* ---- layout: counts, stable expert-major permutation, capacity ---- */
+
+/* Counts tokens per rank (a token once per rank) and slots per expert over the slots keep
+ * marks (NULL: every non-empty slot); perm (may be NULL) gets the expert-major order. scratch
+ * holds ep_size + num_experts entries. */
+static void count_layout(const int32_t *ids, const uint8_t *keep, int64_t n, int k, int num_experts,
+                         int ep_size, int64_t *per_rank, int64_t *per_expert, int64_t *perm,
+                         int64_t *scratch) {
+    int64_t *last = scratch, *next = scratch + ep_size;
+    int num_local = num_experts / ep_size;
+    memset(per_rank, 0, sizeof(int64_t) * (size_t)ep_size);
+    memset(per_expert, 0, sizeof(int64_t) * (size_t)num_experts);
+    for (int p = 0; p < ep_size; p++)
+        last[p] = -1;
+    for (int64_t s = 0; s < n * k; s++) {
+        if (ids[s] < 0 || (keep && !keep[s]))
+            continue;
+        int p = ids[s] / num_local;
+        per_expert[ids[s]]++;
+        if (last[p] != s / k) {
+            last[p] = s / k;
+            per_rank[p]++;
+        }
+    }
+    if (perm == NULL)
+        return;
+    exclusive_scan(per_expert, next, num_experts);
+    for (int64_t s = 0; s < n * k; s++)
+        if (ids[s] >= 0 && (keep == NULL || keep[s]))
+            perm[next[ids[s]]++] = s;
+}
+
+/* One slot of an expert over capacity, for the probs policy's sort. */
+typedef struct ranked {
+    float w;
+    int64_t slot;
+} ranked_t;
+
+/* Highest weight first; ties (and NaN, ranked lowest) keep the earlier slot: a total order,
+ * so qsort's instability cannot show. */
+static int by_weight(const void *a, const void *b) {
+    const ranked_t *x = a, *y = b;
+    float wx = isnan(x->w) ? -INFINITY : x->w, wy = isnan(y->w) ? -INFINITY : y->w;
+    if (wx != wy)
+        return wx > wy ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Clears keep for the slots of one expert past capacity (seg: its slots in token order). */
+static hcomm_result_t drop_segment(const char *fn, const int64_t *seg, int64_t cnt, int64_t cap,
+                                   const float *w, int policy, uint8_t *keep) {
+    if (cnt <= cap)
+        return HCOMM_OK;
+    if (policy == HCOMM_MOE_DROP_POSITION || w == NULL) {
+        for (int64_t i = cap; i < cnt; i++)
+            keep[seg[i]] = 0;
+        return HCOMM_OK;
+    }
+    ranked_t *rk = malloc(sizeof *rk * (size_t)cnt);
+    if (rk == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory ranking %lld slots", (long long)cnt);
+    for (int64_t i = 0; i < cnt; i++)
+        rk[i] = (ranked_t){w[seg[i]], seg[i]};
+    qsort(rk, (size_t)cnt, sizeof *rk, by_weight);
+    for (int64_t i = cap; i < cnt; i++)
+        keep[rk[i].slot] = 0;
+    free(rk);
+    return HCOMM_OK;
+}
+
+/* ---- argument checks (rank-local; their outcome rides on the count exchange) ---- */
+
+static hcomm_result_t check_ids(const char *fn, const int32_t *ids, int64_t n, int k,
+                                int num_experts, bool allow_empty) {
+    if (n > 0 && ids == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL with %s=%lld tokens",
+                          allow_empty ? "topk_ids" : "expert_ids", allow_empty ? "T" : "N",
+                          (long long)n);
+    int lo = allow_empty ? -1 : 0;
+    for (int64_t s = 0; s < n * k; s++) {
+        if (ids[s] >= lo && ids[s] < num_experts)
+            continue;
+        if (!allow_empty)
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "expert_ids[%lld]=%d outside 0..%d",
+                              (long long)s, (int)ids[s], num_experts - 1);
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "topk_ids[%lld][%d]=%d outside -1..%d",
+                          (long long)(s / k), (int)(s % k), (int)ids[s], num_experts - 1);
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t check_layout_args(const char *fn, int64_t n, int k, int num_experts,
+                                        int ep_size) {
+    if (n < 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "num_tokens=%lld, expected >= 0",
+                          (long long)n);
+    if (k < 1)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "k=%d, expected >= 1", k);
+    if (ep_size < 1 || num_experts < 1 || num_experts % ep_size != 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "num_experts=%d is not a positive multiple of the ep_group size %d",
+                          num_experts, ep_size);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_tokens, int k, int num_experts,
+                                int ep_size, int64_t *tokens_per_rank, int64_t *tokens_per_expert,
+                                int64_t *perm) {
+    HCOMM__CHECK_NULL(tokens_per_rank);
+    HCOMM__CHECK_NULL(tokens_per_expert);
+    HCOMM__TRY(check_layout_args(__func__, num_tokens, k, num_experts, ep_size));
+    HCOMM__TRY(check_ids(__func__, topk_ids, num_tokens, k, num_experts, true));
+    int64_t *scratch = alloc_i64((size_t)ep_size + (size_t)num_experts);
+    if (scratch == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for %d counts",
+                          ep_size + num_experts);
+    count_layout(topk_ids, NULL, num_tokens, k, num_experts, ep_size, tokens_per_rank,
+                 tokens_per_expert, perm, scratch);
+    free(scratch);
+    return HCOMM_OK;
+}
+
+/* What a dispatch was asked to do. */
+typedef struct dispatch_args {
+    const char *fn;
+    const hcomm_tensor_t *tokens;
+    const int32_t *ids;
+    const float *weights;
+    int k, num_experts;
+    bool topk, capacity_mode;
+    double capacity_factor;
+    int policy;
+} dispatch_args_t;
+
+static hcomm_result_t check_options(const char *fn, const hcomm_moe_options_t *o) {
+    if (o == NULL)
+        return HCOMM_OK;
+    if (!isfinite(o->capacity_factor))
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "options->capacity_factor=%g is not finite",
+                          o->capacity_factor);
+    if (o->drop_policy != HCOMM_MOE_DROP_POSITION && o->drop_policy != HCOMM_MOE_DROP_PROBS)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "options->drop_policy=%d is not HCOMM_MOE_DROP_POSITION or "
+                          "HCOMM_MOE_DROP_PROBS",
+                          (int)o->drop_policy);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t check_weights(const char *fn, const float *w, int64_t n, int k) {
+    for (int64_t s = 0; w != NULL && s < n * k; s++)
+        if (!isfinite(w[s]))
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "topk_weights[%lld][%d]=%g is not finite",
+                              (long long)(s / k), (int)(s % k), (double)w[s]);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_options_t *o) {
+    const char *fn = a->fn;
+    HCOMM__TRY(hcomm__tensor_check(fn, "tokens", a->tokens, NULL));
+    if (a->tokens->ndim != 2)
+        return hcomm__err(HCOMM_ERR_SHAPE, fn, "tokens->ndim=%d, expected 2 ([%s, H])",
+                          a->tokens->ndim, a->topk ? "T" : "N");
+    if (!a->topk)
+        return check_ids(fn, a->ids, a->tokens->shape[0], 1, a->num_experts, false);
+    if (a->tokens->shape[1] < 1)
+        return hcomm__err(HCOMM_ERR_SHAPE, fn, "tokens->shape[1]=%lld (hidden), expected >= 1",
+                          (long long)a->tokens->shape[1]);
+    if (a->k < 1)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "k=%d, expected >= 1", a->k);
+    HCOMM__TRY(check_ids(fn, a->ids, a->tokens->shape[0], a->k, a->num_experts, true));
+    HCOMM__TRY(check_weights(fn, a->weights, a->tokens->shape[0], a->k));
+    return check_options(fn, o);
+}
+
+/* ---- the handle ---- */
+
+static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t n, int k) {
+    hcomm_moe_handle_t *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return NULL;
+    size_t p = (size_t)g->size, slots = (size_t)(n * k);
+    *h = (hcomm_moe_handle_t){
+        .group = g, .size = g->size, .num_local = num_local, .n = n, .k = k, .capacity = -1};
+    h->send_rows = alloc_i64(p);
+    h->send_off = alloc_i64(p);
+    h->pair_rows = alloc_i64(p);
+    h->pair_off = alloc_i64(p);
+    h->recv_rows = alloc_i64(p);
+    h->recv_off = alloc_i64(p);
+    h->rpair_rows = alloc_i64(p);
+    h->rpair_off = alloc_i64(p);
+    h->slot_pair = alloc_i64(slots);
+    h->dropped = alloc_i64(p * (size_t)num_local);
+    h->expert_off = alloc_i64((size_t)num_local + 1);
+    h->weights = malloc(sizeof(float) * (slots ? slots : 1));
+    if (!h->send_rows || !h->send_off || !h->pair_rows || !h->pair_off || !h->recv_rows ||
+        !h->recv_off || !h->rpair_rows || !h->rpair_off || !h->slot_pair || !h->dropped ||
+        !h->expert_off || !h->weights) {
+        hcomm_moe_handle_free(h);
+        return NULL;
+    }
+    return h;
+}
+
+hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
+    if (handle == NULL)
+        return HCOMM_OK;
+    void *owned[] = {handle->send_rows, handle->send_off,  handle->send_tok,  handle->pair_rows,
+                     handle->pair_off,  handle->pair_slot, handle->slot_pair, handle->weights,
+                     handle->dropped,   handle->recv_rows, handle->recv_off,  handle->rpair_rows,
+                     handle->rpair_off, handle->rpair_row, handle->out_pair,  handle->expert_off,
+                     handle->recv,      handle->y};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        free(owned[i]);
+    free(handle);
+    return HCOMM_OK;
+}
+
+/* ---- moving rows ---- */
 
 /* all_to_allv of rows of row_bytes: counts and offsets in rows, one per peer. */
 static hcomm_result_t exchange_rows(const char *fn, hcomm_comm_t *g, const void *sendbuf,
@@ -66,117 +314,186 @@ static hcomm_result_t exchange_rows(const char *fn, hcomm_comm_t *g, const void 
     return res;
 }
 
-/* Forward route: in [n rows] in token order -> out [r rows] expert-major. */
-static hcomm_result_t route_forward(const char *fn, const hcomm_moe_handle_t *h, const void *in,
-                                    void *out, size_t rb) {
-    char *sbuf = NULL, *rbuf = NULL;
+/* Slots forward: pairs [npair rows] in pair order -> out [r rows] expert-major. */
+static hcomm_result_t route_pairs_fwd(const char *fn, const hcomm_moe_handle_t *h,
+                                      const void *pairs, void *out, size_t rb) {
+    char *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->n * rb, (void **)&sbuf), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&rbuf), res, done);
-    for (int64_t j = 0; j < h->n; j++)
-        memcpy(sbuf + (size_t)j * rb, (const char *)in + (size_t)h->sorted_to_token[j] * rb, rb);
-    HCOMM__TRY_GOTO(exchange_rows(fn, h->group, sbuf, h->send_rows, h->send_off, rbuf, h->recv_rows,
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&raw), res, done);
+    HCOMM__TRY_GOTO(exchange_rows(fn, h->group, pairs, h->pair_rows, h->pair_off, raw,
+                                  h->rpair_rows, h->rpair_off, rb),
+                    res, done);
+    for (int64_t i = 0; i < h->r; i++)
+        memcpy((char *)out + (size_t)i * rb, raw + (size_t)h->out_pair[i] * rb, rb);
+done:
+    free(raw);
+    return res;
+}
+
+/* Slots backward: in [r rows] expert-major -> pairs [npair rows] in pair order. */
+static hcomm_result_t route_pairs_bwd(const char *fn, const hcomm_moe_handle_t *h, const void *in,
+                                      void *pairs, size_t rb) {
+    char *raw = NULL;
+    hcomm_result_t res;
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&raw), res, done);
+    for (int64_t i = 0; i < h->r; i++)
+        memcpy(raw + (size_t)h->out_pair[i] * rb, (const char *)in + (size_t)i * rb, rb);
+    res = exchange_rows(fn, h->group, raw, h->rpair_rows, h->rpair_off, pairs, h->pair_rows,
+                        h->pair_off, rb);
+done:
+    free(raw);
+    return res;
+}
+
+/* Tokens forward with the stored routing: in [n rows] -> out [r rows], each token sent once
+ * per rank and expanded there. */
+static hcomm_result_t route_tokens(const char *fn, const hcomm_moe_handle_t *h, const void *in,
+                                   void *out, size_t rb) {
+    int64_t nsend = h->send_off[h->size - 1] + h->send_rows[h->size - 1];
+    int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
+    char *sbuf = NULL, *raw = NULL;
+    hcomm_result_t res;
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)nsend * rb, (void **)&sbuf), res, done);
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)nrecv * rb, (void **)&raw), res, done);
+    for (int64_t i = 0; i < nsend; i++)
+        memcpy(sbuf + (size_t)i * rb, (const char *)in + (size_t)h->send_tok[i] * rb, rb);
+    HCOMM__TRY_GOTO(exchange_rows(fn, h->group, sbuf, h->send_rows, h->send_off, raw, h->recv_rows,
                                   h->recv_off, rb),
                     res, done);
-    for (int64_t k = 0; k < h->r; k++)
-        memcpy((char *)out + (size_t)k * rb, rbuf + (size_t)h->recv_to_raw[k] * rb, rb);
+    for (int64_t i = 0; i < h->r; i++)
+        memcpy((char *)out + (size_t)i * rb, raw + (size_t)h->rpair_row[h->out_pair[i]] * rb, rb);
 done:
     free(sbuf);
-    free(rbuf);
+    free(raw);
     return res;
 }
 
-/* Backward route: in [r rows] expert-major -> out [n rows] in token order. */
-static hcomm_result_t route_backward(const char *fn, const hcomm_moe_handle_t *h, const void *in,
-                                     void *out, size_t rb) {
-    char *sbuf = NULL, *rbuf = NULL;
-    hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&rbuf), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->n * rb, (void **)&sbuf), res, done);
-    for (int64_t k = 0; k < h->r; k++)
-        memcpy(rbuf + (size_t)h->recv_to_raw[k] * rb, (const char *)in + (size_t)k * rb, rb);
-    HCOMM__TRY_GOTO(exchange_rows(fn, h->group, rbuf, h->recv_rows, h->recv_off, sbuf, h->send_rows,
-                                  h->send_off, rb),
-                    res, done);
-    for (int64_t j = 0; j < h->n; j++)
-        memcpy((char *)out + (size_t)h->sorted_to_token[j] * rb, sbuf + (size_t)j * rb, rb);
-done:
-    free(sbuf);
-    free(rbuf);
-    return res;
-}
+/* ---- dispatch ---- */
 
-/* Rank-local checks of dispatch arguments; the result travels to every peer. */
-static hcomm_result_t check_tokens(const char *fn, const hcomm_tensor_t *tokens, const int32_t *ids,
-                                   int num_experts) {
-    HCOMM__TRY(hcomm__tensor_check(fn, "tokens", tokens, NULL));
-    if (tokens->ndim != 2)
-        return hcomm__err(HCOMM_ERR_SHAPE, fn, "tokens->ndim=%d, expected 2 ([N, H])",
-                          tokens->ndim);
-    int64_t n = tokens->shape[0];
-    if (n > 0 && ids == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'expert_ids' is NULL with N=%lld tokens",
-                          (long long)n);
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= num_experts)
-            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "expert_ids[%lld]=%d outside 0..%d",
-                              (long long)i, (int)ids[i], num_experts - 1);
+/* Capacity mode: the per-expert capacity from the largest T of any rank (GShard's
+ * expert capacity), so every rank computes the same number. A rank whose checks failed
+ * still joins with T = 0. */
+static hcomm_result_t find_capacity(const dispatch_args_t *a, hcomm_moe_handle_t *h) {
+    int64_t t = h->n, t_max = 0;
+    HCOMM__TRY(hcomm__coll_all_reduce(h->group, &t, &t_max, 1, HCOMM_I64, HCOMM_MAX));
+    double cap = ceil((double)t_max * a->k / a->num_experts * a->capacity_factor);
+    h->capacity = cap < (double)(t_max * a->k) ? (int64_t)cap : t_max * a->k;
     return HCOMM_OK;
 }
 
-/* Stable counting sort of tokens by expert: counts[e] tokens for expert e and sorted position
- * -> token index. next is scratch of num_experts. */
-static void sort_by_expert(const int32_t *ids, int64_t n, int num_experts, int64_t *counts,
-                           int64_t *next, int64_t *sorted_to_token) {
-    for (int64_t i = 0; i < n; i++)
-        counts[ids[i]]++;
-    exclusive_scan(counts, next, num_experts);
-    for (int64_t i = 0; i < n; i++)
-        sorted_to_token[next[ids[i]]++] = i;
-}
-
-static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t n) {
-    hcomm_moe_handle_t *h = calloc(1, sizeof *h);
-    if (h == NULL)
-        return NULL;
-    size_t p = (size_t)g->size;
-    *h = (hcomm_moe_handle_t){.group = g, .size = g->size, .num_local = num_local, .n = n};
-    h->send_rows = alloc_i64(p);
-    h->send_off = alloc_i64(p);
-    h->recv_rows = alloc_i64(p);
-    h->recv_off = alloc_i64(p);
-    h->sorted_to_token = alloc_i64((size_t)n);
-    h->tokens_per_expert = alloc_i64((size_t)num_local);
-    if (!h->send_rows || !h->send_off || !h->recv_rows || !h->recv_off || !h->sorted_to_token ||
-        !h->tokens_per_expert) {
-        hcomm_moe_handle_free(h);
-        return NULL;
+/* keep[s]: slot s is routed (not empty, not dropped); counts the drops per expert. */
+static hcomm_result_t mark_kept(const dispatch_args_t *a, hcomm_moe_handle_t *h, uint8_t *keep) {
+    int64_t slots = h->n * h->k, e_all = a->num_experts;
+    for (int64_t s = 0; s < slots; s++)
+        keep[s] = a->ids[s] >= 0;
+    if (h->capacity < 0)
+        return HCOMM_OK;
+    int64_t *perm = alloc_i64((size_t)slots), *cnt = alloc_i64((size_t)(e_all + h->size)),
+            *scratch = alloc_i64((size_t)(e_all + h->size));
+    hcomm_result_t res = HCOMM_OK;
+    if (!perm || !cnt || !scratch) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the layout of %lld slots",
+                         (long long)slots);
+        goto done;
     }
-    return h;
+    count_layout(a->ids, NULL, h->n, h->k, a->num_experts, h->size, cnt + e_all, cnt, perm,
+                 scratch);
+    const int64_t *seg = perm;
+    for (int64_t e = 0; e < e_all && res == HCOMM_OK; seg += cnt[e], e++) {
+        h->dropped[e] = cnt[e] > h->capacity ? cnt[e] - h->capacity : 0;
+        res = drop_segment(a->fn, seg, cnt[e], h->capacity, a->weights, a->policy, keep);
+    }
+done:
+    free(perm);
+    free(cnt);
+    free(scratch);
+    return res;
 }
 
-/* Routes this rank's tokens: fills sorted_to_token, send_rows/off and the meta rows for every
- * peer (meta is [size][META_COUNTS + num_local]). */
-static hcomm_result_t plan_send(const char *fn, hcomm_moe_handle_t *h, const int32_t *ids,
-                                int64_t *meta) {
-    int num_experts = h->size * h->num_local, w = META_COUNTS + h->num_local;
-    int64_t *counts = alloc_i64(2 * (size_t)num_experts);
-    if (counts == NULL)
-        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
-    sort_by_expert(ids, h->n, num_experts, counts, counts + num_experts, h->sorted_to_token);
+/* Counting pass: distinct rows and slots per rank, slots per (rank, local expert) in meta. */
+static void count_send(const hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t *keep,
+                       int64_t *meta, int64_t *last) {
+    int w = META_COUNTS + h->num_local;
     for (int p = 0; p < h->size; p++)
-        for (int l = 0; l < h->num_local; l++) {
-            meta[p * w + META_COUNTS + l] = counts[p * h->num_local + l];
-            h->send_rows[p] += counts[p * h->num_local + l];
+        last[p] = -1;
+    for (int64_t s = 0; s < h->n * h->k; s++) {
+        if (!keep[s])
+            continue;
+        int p = ids[s] / h->num_local;
+        meta[p * w + META_COUNTS + ids[s] % h->num_local]++;
+        h->pair_rows[p]++;
+        if (last[p] != s / h->k) {
+            last[p] = s / h->k;
+            h->send_rows[p]++;
         }
-    exclusive_scan(h->send_rows, h->send_off, h->size);
-    free(counts);
-    return HCOMM_OK;
+    }
 }
 
-/* From the peers' meta rows: fails if a peer failed or disagrees, else fills the receive
- * side: recv_rows/off, tokens_per_expert and the expert-major reorder. */
-static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
+/* Placing pass: send_tok, pair_slot, slot_pair and the header (k local experts per sent row,
+ * -1 where the slot goes elsewhere). scratch holds 3 * size entries. */
+static void place_send(hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t *keep, int32_t *hdr,
+                       int64_t *scratch) {
+    int64_t *last = scratch, *row = scratch + h->size, *pcur = scratch + 2 * h->size;
+    int64_t nsend = exclusive_scan(h->send_rows, h->send_off, h->size);
+    exclusive_scan(h->pair_rows, h->pair_off, h->size);
+    memset(hdr, 0xff, sizeof(int32_t) * (size_t)(nsend * h->k)); /* every entry -1 */
+    for (int p = 0; p < h->size; p++) {
+        last[p] = -1;
+        row[p] = h->send_off[p] - 1;
+        pcur[p] = h->pair_off[p];
+    }
+    for (int64_t s = 0; s < h->n * h->k; s++) {
+        h->slot_pair[s] = -1;
+        if (!keep[s])
+            continue;
+        int64_t t = s / h->k;
+        int p = ids[s] / h->num_local;
+        if (last[p] != t) {
+            last[p] = t;
+            h->send_tok[++row[p]] = t;
+        }
+        hdr[row[p] * h->k + s % h->k] = ids[s] % h->num_local;
+        h->pair_slot[pcur[p]] = s;
+        h->slot_pair[s] = pcur[p]++;
+    }
+}
+
+/* Routes this rank's tokens and fills the counts of the meta rows ([size][META_COUNTS +
+ * num_local]); *hdr gets the headers of the sent rows. */
+static hcomm_result_t plan_send(const dispatch_args_t *a, hcomm_moe_handle_t *h, int64_t *meta,
+                                int32_t **hdr) {
+    uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
+    int64_t *scratch = alloc_i64(3 * (size_t)h->size);
+    hcomm_result_t res = HCOMM_OK;
+    if (keep == NULL || scratch == NULL) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the layout");
+        goto done;
+    }
+    HCOMM__TRY_GOTO(mark_kept(a, h, keep), res, done);
+    count_send(h, a->ids, keep, meta, scratch);
+    int64_t nsend = 0;
+    for (int p = 0; p < h->size; p++) {
+        nsend += h->send_rows[p];
+        h->npair += h->pair_rows[p];
+    }
+    h->send_tok = alloc_i64((size_t)nsend);
+    h->pair_slot = alloc_i64((size_t)h->npair);
+    *hdr = malloc(sizeof(int32_t) * (size_t)(nsend * h->k) + 1);
+    if (!h->send_tok || !h->pair_slot || !*hdr) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for %lld sent rows",
+                         (long long)nsend);
+        goto done;
+    }
+    place_send(h, a->ids, keep, *hdr, scratch);
+done:
+    free(keep);
+    free(scratch);
+    return res;
+}
+
+/* Fails if a peer failed its checks or disagrees on the rows. */
+static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
+                                  const int64_t *meta) {
     int w = META_COUNTS + h->num_local;
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
@@ -184,83 +501,230 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
             return hcomm__err(HCOMM_ERR_PEER, fn,
                               "rank %d of ep_group failed its argument checks with %s", s,
                               hcomm_result_name((hcomm_result_t)m[META_STATUS]));
+    }
+    for (int s = 0; s < h->size; s++) {
+        const int64_t *m = meta + s * w;
         if (m[META_H] != h->h || m[META_DTYPE] != (int64_t)h->dtype)
             return hcomm__err(HCOMM_ERR_MISMATCH, fn,
                               "rank %d sent tokens of %s [*, %lld], this rank %s [*, %lld]", s,
                               hcomm__dtype_str((hcomm_dtype_t)m[META_DTYPE]), (long long)m[META_H],
                               hcomm__dtype_str(h->dtype), (long long)h->h);
+    }
+    return HCOMM_OK;
+}
+
+/* The receive side from the peers' meta rows: row and slot counts per source, rows per local
+ * expert and their offsets. */
+static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
+    int w = META_COUNTS + h->num_local;
+    HCOMM__TRY(check_peers(fn, h, meta));
+    int64_t *per_expert = alloc_i64((size_t)h->num_local);
+    if (per_expert == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+    for (int s = 0; s < h->size; s++) {
+        const int64_t *m = meta + s * w;
+        h->recv_rows[s] = m[META_ROWS];
         for (int l = 0; l < h->num_local; l++) {
-            h->recv_rows[s] += m[META_COUNTS + l];
-            h->tokens_per_expert[l] += m[META_COUNTS + l];
+            h->rpair_rows[s] += m[META_COUNTS + l];
+            per_expert[l] += m[META_COUNTS + l];
         }
-        h->r += h->recv_rows[s];
     }
     exclusive_scan(h->recv_rows, h->recv_off, h->size);
-    h->recv_to_raw = alloc_i64((size_t)h->r);
-    if (h->recv_to_raw == NULL)
+    h->r = exclusive_scan(h->rpair_rows, h->rpair_off, h->size);
+    h->expert_off[h->num_local] = exclusive_scan(per_expert, h->expert_off, h->num_local);
+    free(per_expert);
+    h->rpair_row = alloc_i64((size_t)h->r);
+    h->out_pair = alloc_i64((size_t)h->r);
+    if (!h->rpair_row || !h->out_pair)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %lld received rows",
                           (long long)h->r);
-    /* Raw rows from source s are expert-sorted; walk expert-major, then source. */
-    int64_t k = 0;
-    for (int l = 0; l < h->num_local; l++)
-        for (int s = 0; s < h->size; s++) {
-            const int64_t *m = meta + s * w;
-            int64_t base = h->recv_off[s];
-            for (int e = 0; e < l; e++)
-                base += m[META_COUNTS + e];
-            for (int64_t t = 0; t < m[META_COUNTS + l]; t++)
-                h->recv_to_raw[k++] = base + t;
-        }
     return HCOMM_OK;
 }
 
 /* Exchanges the meta rows: every rank gets one row from each peer. */
 static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const int64_t *send,
                                     int64_t *recv) {
-    size_t p = (size_t)h->size, w = (size_t)(META_COUNTS + h->num_local) * sizeof(int64_t);
-    size_t *v = malloc(2 * p * sizeof *v);
-    if (v == NULL)
-        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 2 * p);
-    for (size_t i = 0; i < p; i++) {
-        v[i] = w;
-        v[p + i] = i * w;
+    int64_t *ones = alloc_i64((size_t)h->size), *off = alloc_i64((size_t)h->size);
+    hcomm_result_t res = HCOMM_OK;
+    if (ones == NULL || off == NULL) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d counts", h->size);
+        goto done;
     }
-    hcomm_result_t res = hcomm__coll_all_to_allv(h->group, send, v, v + p, recv, v, v + p);
-    free(v);
+    for (int p = 0; p < h->size; p++) {
+        ones[p] = 1;
+        off[p] = p;
+    }
+    res = exchange_rows(fn, h->group, send, ones, off, recv, ones, off,
+                        (size_t)(META_COUNTS + h->num_local) * sizeof(int64_t));
+done:
+    free(ones);
+    free(off);
     return res;
 }
 
-/* The collective part of dispatch once the group and num_experts are known good. */
-static hcomm_result_t dispatch(const char *fn, hcomm_moe_handle_t *h, const hcomm_tensor_t *tokens,
-                               const int32_t *ids, hcomm_result_t local) {
+/* Byte counts and offsets of the first token exchange: each peer's rows, then their headers
+ * (the peer's k int32 each). v is [4][size]: send counts, send offsets, recv counts, recv. */
+static void token_bytes(const hcomm_moe_handle_t *h, const int64_t *meta, size_t rb, size_t *v) {
+    size_t p = (size_t)h->size, soff = 0, roff = 0;
+    int w = META_COUNTS + h->num_local;
+    for (size_t i = 0; i < p; i++) {
+        v[i] = (size_t)h->send_rows[i] * (rb + sizeof(int32_t) * (size_t)h->k);
+        v[p + i] = soff;
+        soff += v[i];
+        v[2 * p + i] =
+            (size_t)h->recv_rows[i] * (rb + sizeof(int32_t) * (size_t)meta[i * w + META_K]);
+        v[3 * p + i] = roff;
+        roff += v[2 * p + i];
+    }
+}
+
+/* Packs each peer's rows and headers (token_bytes' layout). */
+static void pack_tokens(const hcomm_moe_handle_t *h, const void *tokens, const int32_t *hdr,
+                        size_t rb, const size_t *soff, char *buf) {
+    for (int p = 0; p < h->size; p++) {
+        char *dst = buf + soff[p];
+        const int64_t *tok = h->send_tok + h->send_off[p];
+        for (int64_t i = 0; i < h->send_rows[p]; i++)
+            memcpy(dst + (size_t)i * rb, (const char *)tokens + (size_t)tok[i] * rb, rb);
+        memcpy(dst + (size_t)h->send_rows[p] * rb, hdr + h->send_off[p] * h->k,
+               sizeof(int32_t) * (size_t)(h->send_rows[p] * h->k));
+    }
+}
+
+/* Expands source s's rows into expert-major rows by their headers; next[l] is the next row
+ * of local expert l for this source. A header that disagrees with the counts is an error. */
+static hcomm_result_t expand_source(const char *fn, hcomm_moe_handle_t *h, int s, int ks,
+                                    const char *msg, size_t rb, int64_t *next, int64_t *q) {
+    const char *hdr = msg + (size_t)h->recv_rows[s] * rb;
+    for (int64_t i = 0; i < h->recv_rows[s]; i++)
+        for (int j = 0; j < ks; j++) {
+            int32_t l;
+            memcpy(&l, hdr + sizeof l * (size_t)(i * ks + j), sizeof l);
+            if (l < 0)
+                continue;
+            if (l >= h->num_local || *q >= h->rpair_off[s] + h->rpair_rows[s])
+                return hcomm__err(HCOMM_ERR_INTERNAL, fn,
+                                  "rank %d sent a row header that disagrees with its counts", s);
+            int64_t k = next[l]++;
+            memcpy((char *)h->recv + (size_t)k * rb, msg + (size_t)i * rb, rb);
+            h->out_pair[k] = *q;
+            h->rpair_row[(*q)++] = h->recv_off[s] + i;
+        }
+    return HCOMM_OK;
+}
+
+/* Expert-major placement of every source's rows: local expert, then source, then token. */
+static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                 const char *raw, const size_t *roff, size_t rb) {
+    int w = META_COUNTS + h->num_local;
+    int64_t *next = alloc_i64((size_t)h->num_local);
+    hcomm_result_t res = HCOMM_OK;
+    if (next == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+    for (int s = 0; s < h->size && res == HCOMM_OK; s++) {
+        int64_t q = h->rpair_off[s];
+        for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
+            next[l] = h->expert_off[l];
+            for (int s2 = 0; s2 < s; s2++)
+                next[l] += meta[s2 * w + META_COUNTS + l];
+        }
+        res = expand_source(fn, h, s, (int)meta[s * w + META_K], raw + roff[s], rb, next, &q);
+    }
+    free(next);
+    return res;
+}
+
+/* The token exchange of a first dispatch: rows plus headers, then expansion into h->recv. */
+static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                  const void *tokens, const int32_t *hdr) {
+    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype), p = (size_t)h->size;
+    size_t *v = malloc(4 * p * sizeof *v);
+    char *sbuf = NULL, *raw = NULL;
+    hcomm_result_t res = HCOMM_OK;
+    if (v == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 4 * p);
+    token_bytes(h, meta, rb, v);
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res, done);
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw), res, done);
+    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, &h->recv), res, done);
+    pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
+    HCOMM__TRY_GOTO(hcomm__coll_all_to_allv(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p),
+                    res, done);
+    res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
+done:
+    free(v);
+    free(sbuf);
+    free(raw);
+    return res;
+}
+
+/* The collective part of dispatch once the group and num_experts are known good; local is
+ * this rank's check result, which every peer learns from the count exchange. */
+static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
+                               hcomm_result_t local) {
     int w = META_COUNTS + h->num_local;
     int64_t *meta_send = alloc_i64((size_t)(h->size * w)),
             *meta_recv = alloc_i64((size_t)(h->size * w));
+    int32_t *hdr = NULL;
     hcomm_result_t res = HCOMM_OK;
     if (!meta_send || !meta_recv) {
-        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+        res = hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for counts");
         goto done;
     }
+    if (a->capacity_mode)
+        HCOMM__TRY_GOTO(find_capacity(a, h), res, done);
     if (local == HCOMM_OK)
-        local = plan_send(fn, h, ids, meta_send);
+        local = plan_send(a, h, meta_send, &hdr);
     for (int p = 0; p < h->size; p++) {
-        meta_send[p * w + META_STATUS] = local;
-        meta_send[p * w + META_H] = h->h;
-        meta_send[p * w + META_DTYPE] = h->dtype;
+        int64_t *m = meta_send + p * w;
+        m[META_STATUS] = local;
+        m[META_H] = h->h;
+        m[META_DTYPE] = h->dtype;
+        m[META_K] = h->k;
+        m[META_ROWS] = h->send_rows[p];
     }
-    HCOMM__TRY_GOTO(exchange_meta(fn, h, meta_send, meta_recv), res, done);
+    HCOMM__TRY_GOTO(exchange_meta(a->fn, h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
     }
-    HCOMM__TRY_GOTO(plan_recv(fn, h, meta_recv), res, done);
-    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, &h->recv), res, done);
-    res = route_forward(fn, h, tokens->data, h->recv, rb);
+    HCOMM__TRY_GOTO(plan_recv(a->fn, h, meta_recv), res, done);
+    res = move_tokens(a->fn, h, meta_recv, a->tokens->data, hdr);
 done:
     free(meta_send);
     free(meta_recv);
+    free(hdr);
     return res;
+}
+
+/* Checks, allocates the handle and runs the collective part; shared by both dispatch calls. */
+static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
+                                    const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
+    /* num_experts is the same on every rank: failing here fails them all. */
+    if (a->num_experts < 1 || a->num_experts % g->size != 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
+                          "num_experts=%d is not a positive multiple of the ep_group size %d",
+                          a->num_experts, g->size);
+    /* Token checks are rank-local: a failure still joins the count exchange, flagged. */
+    hcomm_result_t local = check_dispatch(a, o);
+    bool ok = local == HCOMM_OK;
+    hcomm_moe_handle_t *h =
+        handle_alloc(g, a->num_experts / g->size, ok ? a->tokens->shape[0] : 0, ok ? a->k : 1);
+    if (h == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the routing handle");
+    h->topk = a->topk;
+    h->h = ok ? a->tokens->shape[1] : 0;
+    h->dtype = ok ? a->tokens->dtype : HCOMM_F32;
+    for (int64_t s = 0; s < h->n * h->k; s++)
+        h->weights[s] = a->weights ? a->weights[s] : 1.0f;
+    hcomm__enter(g, a->fn);
+    hcomm_result_t res = hcomm__leave(g, dispatch(a, h, local));
+    if (res != HCOMM_OK) {
+        hcomm_moe_handle_free(h);
+        return res;
+    }
+    *out = h;
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
@@ -269,29 +733,34 @@ hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *
     HCOMM__CHECK_NULL(handle);
     *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
-    /* num_experts is the same on every rank: failing here fails them all. */
-    if (num_experts < 1 || num_experts % ep_group->size != 0)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
-                          "num_experts=%d is not a positive multiple of the ep_group size %d",
-                          num_experts, ep_group->size);
-    /* Token checks are rank-local: a failure still joins the count exchange, flagged. */
-    hcomm_result_t local = check_tokens(__func__, tokens, expert_ids, num_experts);
-    bool ok = local == HCOMM_OK;
-    hcomm_moe_handle_t *h =
-        handle_alloc(ep_group, num_experts / ep_group->size, ok ? tokens->shape[0] : 0);
-    if (h == NULL)
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for the routing handle");
-    h->h = ok ? tokens->shape[1] : 0;
-    h->dtype = ok ? tokens->dtype : HCOMM_F32;
-    hcomm__enter(ep_group, __func__);
-    hcomm_result_t res = hcomm__leave(ep_group, dispatch(__func__, h, tokens, expert_ids, local));
-    if (res != HCOMM_OK) {
-        hcomm_moe_handle_free(h);
-        return res;
-    }
-    *handle = h;
-    return HCOMM_OK;
+    dispatch_args_t a = {
+        .fn = __func__, .tokens = tokens, .ids = expert_ids, .k = 1, .num_experts = num_experts};
+    return dispatch_call(ep_group, &a, NULL, handle);
 }
+
+hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
+                                       const int32_t *topk_ids, const float *topk_weights, int k,
+                                       int num_experts, const hcomm_moe_options_t *options,
+                                       hcomm_moe_handle_t **handle) {
+    HCOMM__CHECK_NULL(handle);
+    *handle = NULL;
+    HCOMM__CHECK_NULL(ep_group);
+    dispatch_args_t a = {.fn = __func__,
+                         .tokens = tokens,
+                         .ids = topk_ids,
+                         .weights = topk_weights,
+                         .k = k,
+                         .num_experts = num_experts,
+                         .topk = true};
+    if (options != NULL && options->capacity_factor > 0) {
+        a.capacity_mode = true;
+        a.capacity_factor = options->capacity_factor;
+        a.policy = (int)options->drop_policy;
+    }
+    return dispatch_call(ep_group, &a, options, handle);
+}
+
+/* ---- reading the handle ---- */
 
 hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle, hcomm_tensor_t *recv,
                                   int64_t *tokens_per_expert) {
@@ -300,11 +769,168 @@ hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle, hcomm_tensor
     *recv = (hcomm_tensor_t){.data = handle->recv, .dtype = handle->dtype, .ndim = 2};
     recv->shape[0] = handle->r;
     recv->shape[1] = handle->h;
-    if (tokens_per_expert)
-        memcpy(tokens_per_expert, handle->tokens_per_expert,
-               sizeof(int64_t) * (size_t)handle->num_local);
+    for (int l = 0; tokens_per_expert && l < handle->num_local; l++)
+        tokens_per_expert[l] = handle->expert_off[l + 1] - handle->expert_off[l];
     return HCOMM_OK;
 }
+
+hcomm_result_t hcomm_moe_expert_offsets(const hcomm_moe_handle_t *handle, int64_t *offsets) {
+    HCOMM__CHECK_NULL(handle);
+    HCOMM__CHECK_NULL(offsets);
+    memcpy(offsets, handle->expert_off, sizeof(int64_t) * (size_t)(handle->num_local + 1));
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle, int64_t *dropped_per_expert,
+                                 int64_t *total, int64_t *capacity) {
+    HCOMM__CHECK_NULL(handle);
+    int e_all = handle->size * handle->num_local;
+    int64_t sum = 0;
+    for (int e = 0; e < e_all; e++)
+        sum += handle->dropped[e];
+    if (dropped_per_expert)
+        memcpy(dropped_per_expert, handle->dropped, sizeof(int64_t) * (size_t)e_all);
+    if (total)
+        *total = sum;
+    if (capacity)
+        *capacity = handle->capacity;
+    return HCOMM_OK;
+}
+
+/* ---- arithmetic of combine and the backward passes ---- */
+
+static float load_f32(hcomm_dtype_t dt, const void *row, int64_t c) {
+    uint16_t u;
+    float f;
+    if (dt == HCOMM_F32) {
+        memcpy(&f, (const char *)row + 4 * (size_t)c, 4);
+        return f;
+    }
+    memcpy(&u, (const char *)row + 2 * (size_t)c, 2);
+    return dt == HCOMM_F16 ? hcomm__f16_to_f32(u) : hcomm__bf16_to_f32(u);
+}
+
+static void store_f32(hcomm_dtype_t dt, void *row, int64_t c, float f) {
+    uint16_t u;
+    if (dt == HCOMM_F32) {
+        memcpy((char *)row + 4 * (size_t)c, &f, 4);
+        return;
+    }
+    u = dt == HCOMM_F16 ? hcomm__f32_to_f16(f) : hcomm__f32_to_bf16(f);
+    memcpy((char *)row + 2 * (size_t)c, &u, 2);
+}
+
+static double load_f64(const void *row, int64_t c) {
+    double d;
+    memcpy(&d, (const char *)row + 8 * (size_t)c, 8);
+    return d;
+}
+
+/* A row of f16, bf16 or f32 as f32, and back (rounded to nearest even). */
+static void row_to_f32(hcomm_dtype_t dt, const void *row, int64_t cols, float *out) {
+    if (dt == HCOMM_F32) {
+        memcpy(out, row, sizeof(float) * (size_t)cols);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++)
+        out[c] = load_f32(dt, row, c);
+}
+
+static void row_from_f32(hcomm_dtype_t dt, const float *in, int64_t cols, void *row) {
+    if (dt == HCOMM_F32) {
+        memcpy(row, in, sizeof(float) * (size_t)cols);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++)
+        store_f32(dt, row, c, in[c]);
+}
+
+/* acc (+)= w * y over one row: the first term initialises, so one term is exact (sign of zero
+ * included); f32 for f16/bf16/f32 (y converted into tmp), f64 for f64. */
+static void add_row(hcomm_dtype_t dt, const char *y, int64_t cols, float w, bool first, void *acc,
+                    float *tmp) {
+    if (dt == HCOMM_F64) {
+        double *a = acc;
+        for (int64_t c = 0; c < cols; c++) {
+            double v = (double)w * load_f64(y, c);
+            a[c] = first ? v : a[c] + v;
+        }
+        return;
+    }
+    float *a = acc;
+    row_to_f32(dt, y, cols, tmp);
+    if (first)
+        for (int64_t c = 0; c < cols; c++)
+            a[c] = w * tmp[c];
+    else
+        for (int64_t c = 0; c < cols; c++)
+            a[c] += w * tmp[c];
+}
+
+/* out[t] = sum over kept slots j in slot order of (weighted ? w[t, j] : 1) * pairs[slot],
+ * rounded once; zeros for a token with no kept slot. acc and tmp hold cols doubles each. */
+static void sum_slots(const hcomm_moe_handle_t *h, const char *pairs, hcomm_dtype_t dt,
+                      int64_t cols, bool weighted, char *out, void *acc, float *tmp) {
+    size_t rb = (size_t)cols * hcomm__dtype_size(dt);
+    for (int64_t t = 0; t < h->n; t++) {
+        bool first = true;
+        for (int j = 0; j < h->k; j++) {
+            int64_t p = h->slot_pair[t * h->k + j];
+            if (p < 0)
+                continue;
+            float w = weighted ? h->weights[t * h->k + j] : 1.0f;
+            add_row(dt, pairs + (size_t)p * rb, cols, w, first, acc, tmp);
+            first = false;
+        }
+        if (first)
+            memset(acc, 0, (size_t)cols * sizeof(double));
+        if (dt == HCOMM_F64)
+            memcpy(out + (size_t)t * rb, acc, rb);
+        else
+            row_from_f32(dt, acc, cols, out + (size_t)t * rb);
+    }
+}
+
+/* pairs[p] = w[slot] * grad_out[token of slot], rounded once to dt. */
+static void scale_to_pairs(const hcomm_moe_handle_t *h, const char *grad_out, hcomm_dtype_t dt,
+                           int64_t cols, char *pairs) {
+    size_t rb = (size_t)cols * hcomm__dtype_size(dt);
+    for (int64_t p = 0; p < h->npair; p++) {
+        int64_t s = h->pair_slot[p];
+        const char *src = grad_out + (size_t)(s / h->k) * rb;
+        char *dst = pairs + (size_t)p * rb;
+        for (int64_t c = 0; c < cols; c++) {
+            if (dt == HCOMM_F64) {
+                double v = (double)h->weights[s] * load_f64(src, c);
+                memcpy(dst + 8 * (size_t)c, &v, 8);
+            } else {
+                store_f32(dt, dst, c, h->weights[s] * load_f32(dt, src, c));
+            }
+        }
+    }
+}
+
+/* grad_w[t, j] = <grad_out[t], y[slot]> in column order, f32 (f64 for f64); 0 if not kept. */
+static void weight_grads(const hcomm_moe_handle_t *h, const char *grad_out, float *grad_w) {
+    hcomm_dtype_t dt = h->y_dtype;
+    size_t rb = (size_t)h->y_h * hcomm__dtype_size(dt);
+    for (int64_t s = 0; s < h->n * h->k; s++) {
+        int64_t p = h->slot_pair[s];
+        const char *g = grad_out + (size_t)(s / h->k) * rb,
+                   *y = (const char *)h->y + (size_t)p * rb;
+        float a32 = 0;
+        double a64 = 0;
+        for (int64_t c = 0; p >= 0 && c < h->y_h; c++) {
+            if (dt == HCOMM_F64)
+                a64 += load_f64(g, c) * load_f64(y, c);
+            else
+                a32 += load_f32(dt, g, c) * load_f32(dt, y, c);
+        }
+        grad_w[s] = dt == HCOMM_F64 ? (float)a64 : a32;
+    }
+}
+
+/* ---- the passes over a handle ---- */
 
 /* Checks t is [rows, cols] (cols < 0: any width). */
 static hcomm_result_t check_rows(const char *fn, const char *name, const hcomm_tensor_t *t,
@@ -321,72 +947,178 @@ static hcomm_result_t check_rows(const char *fn, const char *name, const hcomm_t
                       hcomm__shape_str(t, got, sizeof got), want);
 }
 
-/* Checks in [in_rows, width] and out [out_rows, the same width] of one dtype; cols < 0 lets
- * the width be any; *rb is the row size in bytes. */
-static hcomm_result_t check_route(const char *fn, const hcomm_moe_handle_t *h, const char *in_name,
-                                  const hcomm_tensor_t *in, int64_t in_rows, const char *out_name,
-                                  const hcomm_tensor_t *out, int64_t out_rows, int64_t cols,
-                                  size_t *rb) {
+/* What one pass moves: in [in_rows, cols] -> out [out_rows, cols], one dtype. */
+typedef struct pass {
+    const char *fn;
+    const hcomm_tensor_t *in;
+    hcomm_tensor_t *out;
+    size_t rb;
+    float *grad_w;
+} pass_t;
+
+/* Checks in [in_rows, width] and out [out_rows, the same width] of one dtype (float_only: a
+ * summing pass); cols < 0 lets the width be any. */
+static hcomm_result_t check_pass(pass_t *ps, const hcomm_moe_handle_t *h, const char *in_name,
+                                 int64_t in_rows, const char *out_name, int64_t out_rows,
+                                 int64_t cols, bool float_only) {
+    const char *fn = ps->fn;
     if (h == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'handle' is NULL");
-    HCOMM__TRY(check_rows(fn, in_name, in, in_rows, cols));
-    HCOMM__TRY(check_rows(fn, out_name, out, out_rows, in->shape[1]));
-    HCOMM__TRY(hcomm__same_dtype(fn, in_name, in, out_name, out));
-    *rb = (size_t)in->shape[1] * hcomm__dtype_size(in->dtype);
+    HCOMM__TRY(check_rows(fn, in_name, ps->in, in_rows, cols));
+    HCOMM__TRY(check_rows(fn, out_name, ps->out, out_rows, ps->in->shape[1]));
+    HCOMM__TRY(hcomm__same_dtype(fn, in_name, ps->in, out_name, ps->out));
+    if (float_only && !float_dtype(ps->in->dtype))
+        return hcomm__err(HCOMM_ERR_DTYPE, fn, "%s->dtype=%s, expected f16, bf16, f32 or f64",
+                          in_name, hcomm__dtype_str(ps->in->dtype));
+    ps->rb = (size_t)ps->in->shape[1] * hcomm__dtype_size(ps->in->dtype);
+    if (!float_only && h->topk) /* the top-1 passes copy; a top-k handle needs the sums */
+        return hcomm__err(HCOMM_ERR_STATE, fn,
+                          "handle comes from hcomm_moe_dispatch_topk: use the _topk passes");
     return HCOMM_OK;
+}
+
+typedef hcomm_result_t (*pass_body_t)(hcomm_moe_handle_t *h, const pass_t *ps);
+
+/* Runs a collective pass: a rank whose checks failed joins its peers' exchange so they fail
+ * with HCOMM_ERR_PEER instead of waiting. */
+static hcomm_result_t run_pass(hcomm_moe_handle_t *h, const pass_t *ps, hcomm_result_t chk,
+                               pass_body_t body) {
+    if (h == NULL)
+        return chk;
+    hcomm__enter(h->group, ps->fn);
+    if (chk != HCOMM_OK)
+        return hcomm__leave(h->group, hcomm__coll_fail(h->group, chk));
+    return hcomm__leave(h->group, body(h, ps));
+}
+
+/* recv -> pairs, then each token's slots copied (top-1) or summed in slot order. */
+static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bool weighted,
+                                     bool keep_y) {
+    char *pairs = NULL;
+    void *acc = NULL;
+    hcomm_result_t res;
+    int64_t cols = ps->in->shape[1];
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * (size_t)cols * sizeof(double), &acc), res, done);
+    HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, ps->in->data, pairs, ps->rb), res, done);
+    if (!h->topk) /* top-1: every token has exactly one slot, copied as bytes */
+        for (int64_t p = 0; p < h->npair; p++)
+            memcpy((char *)ps->out->data + (size_t)h->pair_slot[p] * ps->rb,
+                   pairs + (size_t)p * ps->rb, ps->rb);
+    else
+        sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, acc,
+                  (float *)((double *)acc + cols));
+    if (keep_y) { /* combine_bwd's weight gradients need y */
+        free(h->y);
+        h->y = pairs;
+        h->y_h = cols;
+        h->y_dtype = ps->in->dtype;
+        pairs = NULL;
+    }
+done:
+    free(pairs);
+    free(acc);
+    return res;
+}
+
+static hcomm_result_t combine_body(hcomm_moe_handle_t *h, const pass_t *ps) {
+    return back_to_tokens(h, ps, true, h->topk);
+}
+
+static hcomm_result_t dispatch_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) {
+    return back_to_tokens(h, ps, false, false);
+}
+
+/* pairs from grad_out (copied for top-1, weighted for top-k), then forward to recv. */
+static hcomm_result_t combine_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) {
+    char *pairs = NULL;
+    hcomm_result_t res;
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
+    if (!h->topk)
+        for (int64_t p = 0; p < h->npair; p++)
+            memcpy(pairs + (size_t)p * ps->rb,
+                   (const char *)ps->in->data + (size_t)h->pair_slot[p] * ps->rb, ps->rb);
+    else
+        scale_to_pairs(h, ps->in->data, ps->in->dtype, ps->in->shape[1], pairs);
+    if (ps->grad_w)
+        weight_grads(h, ps->in->data, ps->grad_w);
+    res = route_pairs_fwd(ps->fn, h, pairs, ps->out->data, ps->rb);
+done:
+    free(pairs);
+    return res;
+}
+
+static hcomm_result_t redispatch_body(hcomm_moe_handle_t *h, const pass_t *ps) {
+    return route_tokens(ps->fn, h, ps->in->data, ps->out->data, ps->rb);
 }
 
 hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
                                  hcomm_tensor_t *out) {
-    size_t rb = 0;
-    hcomm_result_t chk = check_route(__func__, handle, "expert_out", expert_out, handle ? handle->r : 0,
-                           "out", out, handle ? handle->n : 0, -1, &rb);
-    if (handle == NULL)
-        return chk;
-    hcomm__enter(handle->group, __func__);
-    if (chk != HCOMM_OK)
-        return hcomm__leave(handle->group, hcomm__coll_fail(handle->group, chk));
-    return hcomm__leave(handle->group, route_backward(__func__, handle, expert_out->data, out->data, rb));
+    pass_t ps = {__func__, expert_out, out, 0, NULL};
+    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r : 0, "out",
+                                    handle ? handle->n : 0, -1, false);
+    return run_pass(handle, &ps, chk, combine_body);
 }
 
 hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_out,
                                      hcomm_tensor_t *grad_expert_out) {
-    size_t rb = 0;
-    hcomm_result_t chk = check_route(__func__, handle, "grad_out", grad_out, handle ? handle->n : 0,
-                           "grad_expert_out", grad_expert_out, handle ? handle->r : 0, -1, &rb);
-    if (handle == NULL)
-        return chk;
-    hcomm__enter(handle->group, __func__);
-    if (chk != HCOMM_OK)
-        return hcomm__leave(handle->group, hcomm__coll_fail(handle->group, chk));
-    return hcomm__leave(handle->group, route_forward(__func__, handle, grad_out->data, grad_expert_out->data, rb));
+    pass_t ps = {__func__, grad_out, grad_expert_out, 0, NULL};
+    hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
+                                    "grad_expert_out", handle ? handle->r : 0, -1, false);
+    return run_pass(handle, &ps, chk, combine_bwd_body);
 }
 
 hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_recv,
                                       hcomm_tensor_t *grad_tokens) {
-    size_t rb = 0;
-    hcomm_result_t chk = check_route(__func__, handle, "grad_recv", grad_recv, handle ? handle->r : 0,
-                           "grad_tokens", grad_tokens, handle ? handle->n : 0,
-                           handle ? handle->h : 0, &rb);
-    if (handle == NULL)
-        return chk;
-    hcomm__enter(handle->group, __func__);
-    if (chk != HCOMM_OK)
-        return hcomm__leave(handle->group, hcomm__coll_fail(handle->group, chk));
-    return hcomm__leave(handle->group, route_backward(__func__, handle, grad_recv->data, grad_tokens->data, rb));
+    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL};
+    hcomm_result_t chk = check_pass(&ps, handle, "grad_recv", handle ? handle->r : 0, "grad_tokens",
+                                    handle ? handle->n : 0, handle ? handle->h : 0, false);
+    return run_pass(handle, &ps, chk, dispatch_bwd_body);
 }
 
-hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
-    if (handle == NULL)
+hcomm_result_t hcomm_moe_redispatch(hcomm_moe_handle_t *handle, const hcomm_tensor_t *tokens,
+                                    hcomm_tensor_t *recv) {
+    pass_t ps = {__func__, tokens, recv, 0, NULL};
+    hcomm_result_t chk = check_pass(&ps, handle, "tokens", handle ? handle->n : 0, "recv",
+                                    handle ? handle->r : 0, -1, false);
+    if (chk == HCOMM_ERR_STATE) /* both kinds of handle redispatch */
+        chk = HCOMM_OK;
+    return run_pass(handle, &ps, chk, redispatch_body);
+}
+
+hcomm_result_t hcomm_moe_combine_topk(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
+                                      hcomm_tensor_t *out) {
+    pass_t ps = {__func__, expert_out, out, 0, NULL};
+    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r : 0, "out",
+                                    handle ? handle->n : 0, -1, true);
+    return run_pass(handle, &ps, chk, combine_body);
+}
+
+hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
+                                           const hcomm_tensor_t *grad_recv,
+                                           hcomm_tensor_t *grad_tokens) {
+    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL};
+    hcomm_result_t chk = check_pass(&ps, handle, "grad_recv", handle ? handle->r : 0, "grad_tokens",
+                                    handle ? handle->n : 0, handle ? handle->h : 0, true);
+    return run_pass(handle, &ps, chk, dispatch_bwd_body);
+}
+
+/* Weight gradients need the y of a combine with the same width and dtype. */
+static hcomm_result_t check_y(const pass_t *ps, const hcomm_moe_handle_t *h) {
+    if (ps->grad_w == NULL || (h->y && h->y_h == ps->in->shape[1] && h->y_dtype == ps->in->dtype))
         return HCOMM_OK;
-    free(handle->send_rows);
-    free(handle->send_off);
-    free(handle->recv_rows);
-    free(handle->recv_off);
-    free(handle->sorted_to_token);
-    free(handle->recv_to_raw);
-    free(handle->tokens_per_expert);
-    free(handle->recv);
-    free(handle);
-    return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_STATE, ps->fn,
+                      "grad_weights needs a hcomm_moe_combine_topk of %s [*, %lld] before",
+                      hcomm__dtype_str(ps->in->dtype), (long long)ps->in->shape[1]);
+}
+
+hcomm_result_t hcomm_moe_combine_topk_bwd(hcomm_moe_handle_t *handle,
+                                          const hcomm_tensor_t *grad_out,
+                                          hcomm_tensor_t *grad_expert_out, float *grad_weights) {
+    pass_t ps = {__func__, grad_out, grad_expert_out, 0, grad_weights};
+    hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
+                                    "grad_expert_out", handle ? handle->r : 0, -1, true);
+    if (chk == HCOMM_OK)
+        chk = check_y(&ps, handle);
+    return run_pass(handle, &ps, chk, combine_bwd_body);
 }
