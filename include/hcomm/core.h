@@ -155,12 +155,14 @@ HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);
  *  afterwards. Local to the calling rank; not thread-safe with calls on @p comm.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (seconds out of range or NaN). */
 HCOMM_API hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double seconds);
-/** Allocates @p bytes of host memory for communication buffers into @p *ptr, freed with
- *  hcomm_mem_free(). Any buffer works with every call; buffers from here may let a transport
- *  move data once between ranks of one node. Local, thread-safe.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM. */
+/** Allocates @p bytes of host memory for communication buffers into @p *ptr (page-aligned),
+ *  freed with hcomm_mem_free(). The memory is a POSIX shared-memory object, so processes of one
+ *  node (mpi backend) can map each other's buffers and move data once; any other buffer still
+ *  works with every call. Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM (also when /dev/shm is full). */
 HCOMM_API hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr);
-/** Frees memory from hcomm_mem_alloc() (NULL is a no-op). Local, thread-safe. Errors: none. */
+/** Frees memory from hcomm_mem_alloc() (NULL is a no-op). Local, thread-safe.
+ *  Errors: HCOMM_ERR_INVALID_ARG (@p ptr did not come from hcomm_mem_alloc). */
 HCOMM_API hcomm_result_t hcomm_mem_free(void *ptr);
 /** Blocks until every rank of @p comm has called it. Collective. Errors: HCOMM_ERR_NULL,
  *  HCOMM_ERR_MISMATCH (a peer is in another collective), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,

@@ -1,12 +1,20 @@
 /* Communicators: the object every transport fills, its settings and public queries, abort,
  * destroy, and hcomm_launch, which picks the backend that runs the ranks. */
+/* MAP_ANONYMOUS is a BSD/Linux extension, outside strict POSIX. */
+#define _DEFAULT_SOURCE
 #include "transport/transport.h"
 
 #include "core/env.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *eager,
                                     size_t *unexpected) {
@@ -133,17 +141,107 @@ hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
                       "backend=\"%s\" is unknown (expected \"local\" or \"mpi\")", backend);
 }
 
-/* Plain host memory today: every transport here moves any buffer, and the local one shares
- * the whole address space. A transport with registration or a node segment plugs in here. */
+/* Communication buffers live in POSIX shared-memory objects (/dev/shm), so a peer process on
+ * the same node can map a buffer by name and move data once (the one-node fast path of the
+ * algorithms layer); within one process (local backend) any buffer is shared already. The
+ * registry maps each buffer to its object; any other buffer still works with every call. */
+typedef struct shm_buf {
+    struct shm_buf *next;
+    void *base;
+    size_t bytes;
+    char name[48];
+} shm_buf_t;
+
+static pthread_mutex_t shm_mu = PTHREAD_MUTEX_INITIALIZER;
+static shm_buf_t *shm_bufs;
+static atomic_uint shm_counter;
+
+/* A named shared object; NULL when /dev/shm cannot hold it. posix_fallocate reserves the pages
+ * now: a sparse object on a full tmpfs would raise SIGBUS at first touch instead. */
+static void *shm_map(size_t bytes, char *name) {
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return NULL;
+    void *p = MAP_FAILED;
+    if (posix_fallocate(fd, 0, (off_t)bytes) == 0)
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p != MAP_FAILED)
+        return p;
+    shm_unlink(name);
+    return NULL;
+}
+
+/* Falls back to private memory (no name: not shareable) when /dev/shm is small or missing. */
+static hcomm_result_t shm_create(size_t bytes, shm_buf_t *b) {
+    snprintf(b->name, sizeof b->name, "/hcomm-%d-%u", (int)getpid(),
+             atomic_fetch_add(&shm_counter, 1));
+    void *p = shm_map(bytes, b->name);
+    if (p == NULL) {
+        b->name[0] = '\0';
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    if (p == MAP_FAILED)
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_mem_alloc", "cannot map bytes=%zu: %s", bytes,
+                          strerror(errno));
+    b->base = p;
+    b->bytes = bytes;
+    return HCOMM_OK;
+}
+
 hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr) {
     HCOMM__CHECK_NULL(ptr);
-    *ptr = malloc(bytes ? bytes : 1);
-    if (*ptr == NULL)
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "cannot allocate bytes=%zu", bytes);
+    *ptr = NULL;
+    shm_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for bytes=%zu", bytes);
+    hcomm_result_t r = shm_create(bytes ? bytes : 1, b);
+    if (r != HCOMM_OK) {
+        free(b);
+        return r;
+    }
+    pthread_mutex_lock(&shm_mu);
+    b->next = shm_bufs;
+    shm_bufs = b;
+    pthread_mutex_unlock(&shm_mu);
+    *ptr = b->base;
     return HCOMM_OK;
 }
 
 hcomm_result_t hcomm_mem_free(void *ptr) {
-    free(ptr);
+    if (!ptr)
+        return HCOMM_OK;
+    pthread_mutex_lock(&shm_mu);
+    shm_buf_t **pb = &shm_bufs;
+    while (*pb && (*pb)->base != ptr)
+        pb = &(*pb)->next;
+    shm_buf_t *b = *pb;
+    if (b)
+        *pb = b->next;
+    pthread_mutex_unlock(&shm_mu);
+    if (!b)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
+                          "ptr=%p did not come from hcomm_mem_alloc (or was freed already)", ptr);
+    munmap(b->base, b->bytes);
+    if (b->name[0])
+        shm_unlink(b->name);
+    free(b);
     return HCOMM_OK;
+}
+
+bool hcomm__mem_shared(const void *p, const char **name, size_t *offset) {
+    bool found = false;
+    pthread_mutex_lock(&shm_mu);
+    for (shm_buf_t *b = shm_bufs; b && !found; b = b->next) {
+        uintptr_t base = (uintptr_t)b->base, q = (uintptr_t)p;
+        if (b->name[0] && q >= base && q < base + b->bytes) {
+            found = true;
+            if (name)
+                *name = b->name;
+            if (offset)
+                *offset = q - base;
+        }
+    }
+    pthread_mutex_unlock(&shm_mu);
+    return found;
 }

@@ -667,8 +667,8 @@ static bool mpi_threads_ok(void) {
 }
 
 static hcomm__mem_kind_t mpi_mem_kind(hcomm_comm_t *c, const void *p) {
-    (void)c, (void)p;
-    return HCOMM__MEM_HOST;
+    (void)c;
+    return hcomm__mem_shared(p, NULL, NULL) ? HCOMM__MEM_SHARED : HCOMM__MEM_HOST;
 }
 
 

@@ -144,6 +144,10 @@ void hcomm__comm_free(hcomm_comm_t *c);
 hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *eager,
                                     size_t *unexpected);
 
+/* True when p lies in a buffer from hcomm_mem_alloc: *name (may be NULL) gets its shared-memory
+ * object, which a process on this node can shm_open and map, *offset p's place in it. */
+bool hcomm__mem_shared(const void *p, const char **name, size_t *offset);
+
 /* Launchers, one per backend (hcomm_launch picks one). */
 hcomm_result_t hcomm__local_launch(int nranks, hcomm_rank_fn_t fn, void *arg);
 hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg);
