@@ -68,8 +68,10 @@ hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *c
 }
 
 hcomm_result_t hcomm__env_validate(const char *fn) {
+    static const char *const checks[] = {"always", "first", "off"};
     double t;
+    int mode;
     HCOMM__TRY(hcomm__env_timeout(fn, &t));
-    HCOMM__TRY(hcomm__log_init(fn));
-    return HCOMM_OK;
+    HCOMM__TRY(hcomm__env_choice(fn, "HCOMM_CHECK", checks, 3, 0, &mode));
+    return hcomm__log_init(fn);
 }
