@@ -1,5 +1,5 @@
-/* Helpers shared by the primitives (tp, pp, moe, dp). Primitives reach the transport only
- * through the algorithms layer (collectives) and the backend's point-to-point entries. */
+/* Helpers shared by the primitives (tp, pp, moe, dp). Primitives communicate only through the
+ * algorithms layer (collectives) and hcomm's p2p layer (PP), never a transport directly. */
 #ifndef HCOMM_C_PRIMS_H_
 #define HCOMM_C_PRIMS_H_
 
