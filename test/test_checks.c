@@ -30,8 +30,8 @@ static void expect_error(hcomm_result_t got, hcomm_result_t want, const char *wh
             size, rank, hcomm_result_name(got), hcomm_result_name(want), msg);
     for (int i = 0; i < n; i++)
         T_CHECK(strstr(msg, parts[i]) != NULL,
-                "%s (world %d, rank %d): message '%s' does not contain '%s'", what, size, rank,
-                msg, parts[i]);
+                "%s (world %d, rank %d): message '%s' does not contain '%s'", what, size, rank, msg,
+                parts[i]);
 }
 
 /* all_reduce SUM of f32[8] = (rank + 1) * (i + 1): the communicator still works and gives
@@ -110,8 +110,8 @@ static void expect_peer_failure(hcomm_comm_t *c, int bad, hcomm_result_t got,
     snprintf(name, sizeof name, "rank %d", bad);
     const char *parts[1] = {name};
     expect_error(got, HCOMM_ERR_PEER, what, r, p, parts, 1);
-    T_CHECK(secs < 1.0, "%s (world %d, rank %d): HCOMM_ERR_PEER after %.3f s, expected < 1 s",
-            what, p, r, secs);
+    T_CHECK(secs < 1.0, "%s (world %d, rank %d): HCOMM_ERR_PEER after %.3f s, expected < 1 s", what,
+            p, r, secs);
 }
 
 static hcomm_result_t bad_arguments(hcomm_comm_t *c) {
@@ -150,8 +150,9 @@ static hcomm_result_t bad_arguments(hcomm_comm_t *c) {
         for (int q = 0; q < p; q++)
             for (int k = 0; k < 3; k++) {
                 float got = out[row * 3 * p + q * 3 + k], want = (float)(q * 10 + row * 3 + k);
-                T_CHECK(got == want, "tp_all_gather (world %d, rank %d): [%d, %d] = %g, expected %g",
-                        p, r, row, q * 3 + k, (double)got, (double)want);
+                T_CHECK(got == want,
+                        "tp_all_gather (world %d, rank %d): [%d, %d] = %g, expected %g", p, r, row,
+                        q * 3 + k, (double)got, (double)want);
             }
     free(out);
 

@@ -9,8 +9,8 @@
 
 enum { NG = 6 };
 
-static const hcomm_dtype_t dts[NG] = {HCOMM_F32, HCOMM_F32, HCOMM_F64, HCOMM_BF16, HCOMM_I32,
-                                      HCOMM_F32};
+static const hcomm_dtype_t dts[NG] = {HCOMM_F32,  HCOMM_F32, HCOMM_F64,
+                                      HCOMM_BF16, HCOMM_I32, HCOMM_F32};
 static const int64_t lens[NG] = {5, 0, 17, 9, 4, 33};
 
 static double val(int rank, int g, int64_t i, int step) {

@@ -149,7 +149,8 @@ static hcomm_result_t recv_nothing(hcomm_comm_t *w, void *arg) {
     if (w->rank != 0)
         return HCOMM_OK;
     int x = 0;
-    hcomm_result_t r = hcomm__recv(w, HCOMM__CH_USER, 0, w->size - 1, &x, sizeof x, HCOMM__RECV_EXACT, NULL);
+    hcomm_result_t r =
+        hcomm__recv(w, HCOMM__CH_USER, 0, w->size - 1, &x, sizeof x, HCOMM__RECV_EXACT, NULL);
     T_CHECK(r == HCOMM_ERR_TIMEOUT, "recv nobody sends returned %s (%s)", hcomm_result_name(r),
             hcomm_last_error());
     T_CHECK(strstr(hcomm_last_error(), "HCOMM_TIMEOUT") != NULL, "got '%s'", hcomm_last_error());
@@ -219,8 +220,7 @@ static void launches(void) {
     T_CHECK(r == want, "rank %d: launch with a failing rank returned %s, expected %s", mpi_rank,
             hcomm_result_name(r), hcomm_result_name(want));
     if (mpi_rank == 0)
-        T_CHECK(waited >= 0.0 && waited < 60.0,
-                "rank 0 waited %.1f s for the failed rank", waited);
+        T_CHECK(waited >= 0.0 && waited < 60.0, "rank 0 waited %.1f s for the failed rank", waited);
     /* The next world starts clean. */
     T_OK(hcomm_launch("mpi", 0, sum_ranks, NULL));
     timeout_ends_wait();

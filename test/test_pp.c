@@ -114,8 +114,8 @@ static void test_pipeline_skip_sides(hcomm_comm_t *g) {
     hcomm_tensor_t s = make(HCOMM_BF16, 3, SHAPE_A, rank, 300);
     hcomm_tensor_t r = make(HCOMM_BF16, 3, SHAPE_A, -1, 0);
     bool first = rank == 0, last = rank == p - 1;
-    T_OK(hcomm_pp_send_recv(g, last ? NULL : &s, last ? 5 : rank + 1, 0, &r,
-                            first ? -1 : rank - 1, 0));
+    T_OK(hcomm_pp_send_recv(g, last ? NULL : &s, last ? 5 : rank + 1, 0, &r, first ? -1 : rank - 1,
+                            0));
     if (!first)
         expect_msg(&r, rank - 1, 300, "pipeline forward");
     /* Gradients go back: the last stage only sends, the first only receives. */

@@ -119,8 +119,7 @@ static hcomm_result_t one_f_one_b(pipe_t *p) {
             if (p->stage == 0)
                 in = act(seq_len(m), p->H, 0.0f);
             else
-                expect_act(&in, seq_len(m), p->H, act_val(p, p->stage - 1, m), "forward input",
-                           m);
+                expect_act(&in, seq_len(m), p->H, act_val(p, p->stage - 1, m), "forward input", m);
         }
         hcomm_mem_free(gin.data);
     }
@@ -210,7 +209,8 @@ static hcomm_result_t requests(hcomm_comm_t *g) {
     else {
         hcomm_tensor_t d;
         T_TRY(hcomm_pp_probe(g, peer, 9, &d));
-        T_CHECK(d.ndim == 3 && d.shape[0] == 5 && d.dtype == HCOMM_F32, "probe gave ndim %d", d.ndim);
+        T_CHECK(d.ndim == 3 && d.shape[0] == 5 && d.dtype == HCOMM_F32, "probe gave ndim %d",
+                d.ndim);
         hcomm_tensor_t x = act(d.shape[0], d.shape[2], 0.0f);
         T_TRY(hcomm_pp_recv(g, &x, peer, 9));
         expect_act(&x, 5, 3, 3.0f, "probed message", 0);

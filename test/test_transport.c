@@ -193,8 +193,7 @@ static hcomm_result_t group_any_order(hcomm_comm_t *c, size_t n) {
     T_TRY(hcomm__group_end(c));
     for (int q = 0; q < p; q++)
         if (q != c->rank)
-            expect_words(in + (size_t)q * n, n, q, tag * 10 + c->rank, "group, any order",
-                         c->size);
+            expect_words(in + (size_t)q * n, n, q, tag * 10 + c->rank, "group, any order", c->size);
     free(out);
     free(in);
     return HCOMM_OK;
@@ -351,8 +350,8 @@ static hcomm_result_t envelope(hcomm_comm_t *c) {
     hcomm__req_t *rs[MSGS] = {0};
     for (int m = 0; m < MSGS; m++) {
         size_t n = 1;
-        want[m] = (hcomm__env_t){.has_desc = 1, .dtype = dtypes[m], .ndim = (uint8_t)ndims[m],
-                                 .tag = TAG_ENVELOPE + m};
+        want[m] = (hcomm__env_t){
+            .has_desc = 1, .dtype = dtypes[m], .ndim = (uint8_t)ndims[m], .tag = TAG_ENVELOPE + m};
         for (int d = 0; d < ndims[m]; d++) {
             want[m].shape[d] = shapes[m][d];
             n *= (size_t)shapes[m][d];
@@ -400,8 +399,8 @@ static hcomm_result_t envelope(hcomm_comm_t *c) {
     int32_t *in = xcalloc(bytes / 4, 4);
     if (!in)
         return HCOMM_ERR_NOMEM;
-    T_TRY(hcomm__recv(c, HCOMM__CH_USER, TAG_ENVELOPE + 1, src, in, bytes, HCOMM__RECV_EXACT,
-                      NULL));
+    T_TRY(
+        hcomm__recv(c, HCOMM__CH_USER, TAG_ENVELOPE + 1, src, in, bytes, HCOMM__RECV_EXACT, NULL));
     expect_words(in, bytes / 4, src, TAG_ENVELOPE + 1, "receive sized by probe", c->size);
     free(in);
 
@@ -449,8 +448,8 @@ static hcomm_result_t size_mismatch(hcomm_comm_t *c, size_t n) {
     T_TRY(hcomm__isend(c, HCOMM__CH_USER, tag, next_of(c), out, (n + 1) * 4, NULL, &rs[0]));
     T_TRY(hcomm__isend(c, HCOMM__CH_USER, tag, next_of(c), out + n + 1, n * 4, NULL, &rs[1]));
     if (n <= SMALL_WORDS) {
-        R_MISMATCH(hcomm__recv(c, HCOMM__CH_USER, tag, prev_of(c), in, n * 4, HCOMM__RECV_EXACT,
-                               NULL));
+        R_MISMATCH(
+            hcomm__recv(c, HCOMM__CH_USER, tag, prev_of(c), in, n * 4, HCOMM__RECV_EXACT, NULL));
         memset(in, 0, (n + 1) * 4);
         T_TRY(hcomm__recv(c, HCOMM__CH_USER, tag, prev_of(c), in, n * 4, HCOMM__RECV_EXACT, NULL));
     } else {
@@ -481,8 +480,8 @@ static hcomm_result_t send_send_cycle(hcomm_comm_t *c) {
         return HCOMM_ERR_NOMEM;
     fill(out, n, c->rank, TAG_CYCLE);
     T_TRY(hcomm__send(c, HCOMM__CH_USER, TAG_CYCLE, next_of(c), out, n * 4, NULL));
-    T_TRY(hcomm__recv(c, HCOMM__CH_USER, TAG_CYCLE, prev_of(c), in, n * 4, HCOMM__RECV_EXACT,
-                      NULL));
+    T_TRY(
+        hcomm__recv(c, HCOMM__CH_USER, TAG_CYCLE, prev_of(c), in, n * 4, HCOMM__RECV_EXACT, NULL));
     expect_words(in, n, prev_of(c), TAG_CYCLE, "send/send cycle, 4 MiB", c->size);
     free(out);
     free(in);
@@ -506,15 +505,14 @@ static hcomm_result_t eager_burst_then_barrier(hcomm_comm_t *c) {
     if (c->rank == 0) {
         for (int m = 0; m < BURST; m++) {
             fill(out[m], 2, 0, 1000 + m);
-            T_TRY(hcomm__isend(c, HCOMM__CH_USER, TAG_BURST, 1, out[m], sizeof out[m], NULL,
-                               &rs[m]));
+            T_TRY(
+                hcomm__isend(c, HCOMM__CH_USER, TAG_BURST, 1, out[m], sizeof out[m], NULL, &rs[m]));
         }
         T_TRY(hcomm__wait_all(rs, BURST));
     }
     T_TRY(hcomm_barrier(c));
     for (int m = 0; c->rank == 1 && m < BURST; m++) {
-        T_TRY(hcomm__recv(c, HCOMM__CH_USER, TAG_BURST, 0, in, sizeof in, HCOMM__RECV_EXACT,
-                          NULL));
+        T_TRY(hcomm__recv(c, HCOMM__CH_USER, TAG_BURST, 0, in, sizeof in, HCOMM__RECV_EXACT, NULL));
         if (!expect_words(in, 2, 0, 1000 + m, "eager burst received after the sender moved on",
                           c->size))
             return HCOMM_ERR_MISMATCH;
@@ -592,15 +590,14 @@ static hcomm_result_t stream(hcomm_comm_t *c, int msgs) {
                                HCOMM__RECV_EXACT, &rr[i]));
         for (int i = 0; i < k; i++) {
             fill(out[i], LEAK_WORDS, c->rank, base + i);
-            T_TRY(hcomm__isend(c, HCOMM__CH_USER, TAG_LEAK, next_of(c), out[i], sizeof out[i],
-                               NULL, &rs[i]));
+            T_TRY(hcomm__isend(c, HCOMM__CH_USER, TAG_LEAK, next_of(c), out[i], sizeof out[i], NULL,
+                               &rs[i]));
         }
         T_TRY(hcomm__wait_all(rr, k));
         T_TRY(hcomm__wait_all(rs, k));
         /* Checking the first and last of each window keeps the loop cheap. */
         if (!expect_words(in[0], LEAK_WORDS, prev_of(c), base, "leak stream", c->size) ||
-            !expect_words(in[k - 1], LEAK_WORDS, prev_of(c), base + k - 1, "leak stream",
-                          c->size))
+            !expect_words(in[k - 1], LEAK_WORDS, prev_of(c), base + k - 1, "leak stream", c->size))
             return HCOMM_ERR_MISMATCH;
     }
     return HCOMM_OK;

@@ -53,9 +53,9 @@ typedef struct hcomm_dp_reducer hcomm_dp_reducer_t;
  *  Collective over @p dp_group: every member registers the same list of dtypes and shapes (a
  *  different list is HCOMM_ERR_MISMATCH on every rank, checked here once) with the same op and
  *  bucket_bytes. Errors: as hcomm_dp_all_reduce_grads(), HCOMM_ERR_NULL (@p out). */
-HCOMM_API hcomm_result_t hcomm_dp_reducer_create(hcomm_comm_t *dp_group, const hcomm_tensor_t *grads,
-                                                 int n, hcomm_op_t op, size_t bucket_bytes,
-                                                 hcomm_dp_reducer_t **out);
+HCOMM_API hcomm_result_t hcomm_dp_reducer_create(hcomm_comm_t *dp_group,
+                                                 const hcomm_tensor_t *grads, int n, hcomm_op_t op,
+                                                 size_t bucket_bytes, hcomm_dp_reducer_t **out);
 /** Marks gradient @p index (registration order) as final for this step. When it completes its
  *  bucket, and every earlier bucket has started, the bucket's all_reduce starts without
  *  waiting (buckets start in bucket order on every rank, so ranks that mark gradients in

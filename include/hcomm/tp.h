@@ -16,9 +16,9 @@
  * NULL), HCOMM_ERR_DTYPE (in and out dtypes differ, or unknown), HCOMM_ERR_SHAPE (out shape
  * not as stated, or the split dim not divisible by the group size: the message names the dim
  * and the sizes), HCOMM_ERR_INVALID_ARG (dim out of range, bad op); collective calls also
- * HCOMM_ERR_NOMEM, HCOMM_ERR_MISMATCH (members disagree on the size), HCOMM_ERR_PEER, HCOMM_ERR_TIMEOUT,
- * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: more than INT_MAX elements or bytes),
- * HCOMM_ERR_BACKEND.
+ * HCOMM_ERR_NOMEM, HCOMM_ERR_MISMATCH (members disagree on the size), HCOMM_ERR_PEER,
+ * HCOMM_ERR_TIMEOUT, HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: more than INT_MAX elements or
+ * bytes), HCOMM_ERR_BACKEND.
  */
 #ifndef HCOMM_C_TP_H_
 #define HCOMM_C_TP_H_

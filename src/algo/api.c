@@ -8,7 +8,7 @@
     do {                                                                                           \
         hcomm__enter(comm, __func__);                                                              \
         hcomm_result_t chk_ = (checks);                                                            \
-        hcomm_result_t res_ = chk_ != HCOMM_OK ? hcomm__coll_fail(comm, chk_) : (body);           \
+        hcomm_result_t res_ = chk_ != HCOMM_OK ? hcomm__coll_fail(comm, chk_) : (body);            \
         return hcomm__leave(comm, res_);                                                           \
     } while (0)
 
@@ -58,8 +58,8 @@ static hcomm_result_t broadcast_checks(hcomm_comm_t *c, void *buf, size_t bytes,
         return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm_broadcast", "root=%d outside 0..%d", root,
                           c->size - 1);
     if (bytes > 0 && buf == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, "hcomm_broadcast", "argument 'buf' is NULL with bytes=%zu",
-                          bytes);
+        return hcomm__err(HCOMM_ERR_NULL, "hcomm_broadcast",
+                          "argument 'buf' is NULL with bytes=%zu", bytes);
     return HCOMM_OK;
 }
 
@@ -128,8 +128,8 @@ static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
     const char *fn = "hcomm_all_to_allv";
     if (!sendcounts || !sdispls || !recvcounts || !rdispls)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL",
-                          !sendcounts ? "sendcounts"
-                          : !sdispls  ? "sdispls"
+                          !sendcounts   ? "sendcounts"
+                          : !sdispls    ? "sdispls"
                           : !recvcounts ? "recvcounts"
                                         : "rdispls");
     for (int p = 0; p < c->size; p++)
@@ -147,11 +147,9 @@ hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf, const 
                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                  const size_t *rdispls) {
     HCOMM__CHECK_NULL(comm);
-    HCOMM__PUBLIC_CALL(comm,
-                       all_to_allv_checks(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                          rdispls),
-                       hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf,
-                                               recvcounts, rdispls));
+    HCOMM__PUBLIC_CALL(
+        comm, all_to_allv_checks(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls),
+        hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls));
 }
 
 hcomm_result_t hcomm_barrier(hcomm_comm_t *comm) {
@@ -188,18 +186,17 @@ hcomm_result_t hcomm_iall_reduce(hcomm_comm_t *comm, const void *sendbuf, void *
 
 hcomm_result_t hcomm_iall_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                  size_t bytes, hcomm_request_t **req) {
-    HCOMM__ISSUE(comm, req, all_gather_checks(comm, sendbuf, recvbuf, bytes),
-                 hcomm__icoll(comm, HCOMM__IALL_GATHER, sendbuf, recvbuf, bytes, HCOMM_U8,
-                              HCOMM_SUM, req));
+    HCOMM__ISSUE(
+        comm, req, all_gather_checks(comm, sendbuf, recvbuf, bytes),
+        hcomm__icoll(comm, HCOMM__IALL_GATHER, sendbuf, recvbuf, bytes, HCOMM_U8, HCOMM_SUM, req));
 }
 
 hcomm_result_t hcomm_ireduce_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t recvcount, hcomm_dtype_t dtype, hcomm_op_t op,
                                      hcomm_request_t **req) {
-    HCOMM__ISSUE(comm, req,
-                 reduce_scatter_checks(comm, sendbuf, recvbuf, recvcount, dtype, op),
-                 hcomm__icoll(comm, HCOMM__IREDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
-                              op, req));
+    HCOMM__ISSUE(
+        comm, req, reduce_scatter_checks(comm, sendbuf, recvbuf, recvcount, dtype, op),
+        hcomm__icoll(comm, HCOMM__IREDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, req));
 }
 
 hcomm_result_t hcomm_wait(hcomm_request_t *req) {

@@ -158,8 +158,13 @@ hcomm_result_t hcomm__icoll(hcomm_comm_t *c, hcomm__icoll_t kind, const void *se
     hcomm_request_t *q = calloc(1, sizeof *q);
     if (!q)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a request");
-    *q = (hcomm_request_t){.kind = (op_kind_t)kind, .fn = c->call_fn, .send = send, .recv = recv,
-                           .count = count, .dt = dt, .op = op};
+    *q = (hcomm_request_t){.kind = (op_kind_t)kind,
+                           .fn = c->call_fn,
+                           .send = send,
+                           .recv = recv,
+                           .count = count,
+                           .dt = dt,
+                           .op = op};
     return submit(c, q, req);
 }
 

@@ -27,9 +27,9 @@ typedef enum {
     CALL_KINDS
 } call_kind_t;
 
-static const char *const call_names[CALL_KINDS] = {
-    "(failed call)", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
-    "all_to_allv",   "barrier",    "split"};
+static const char *const call_names[CALL_KINDS] = {"(failed call)", "all_reduce", "reduce_scatter",
+                                                   "all_gather",    "broadcast",  "all_to_allv",
+                                                   "barrier",       "split"};
 static const char *const count_names[CALL_KINDS] = {"count", "count", "recvcount", "bytes",
                                                     "bytes", "count", "count",     "count"};
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
@@ -42,7 +42,7 @@ typedef struct flight {
     uint32_t seq;
     hcomm__sig_t sig;
     const char *state; /* "running", "done", or a result name */
-    bool timed_out; /* its wait ended by HCOMM_TIMEOUT (no clock is read per call: latency) */
+    bool timed_out;    /* its wait ended by HCOMM_TIMEOUT (no clock is read per call: latency) */
 } flight_t;
 
 typedef struct algo {
@@ -167,8 +167,7 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
         snprintf(buf, n, "dtype=%s", dname);
         break;
     case 2:
-        snprintf(buf, n, "op=%s",
-                 s->op >= 0 && s->op < HCOMM_OP_COUNT ? op_names[s->op] : "?");
+        snprintf(buf, n, "op=%s", s->op >= 0 && s->op < HCOMM_OP_COUNT ? op_names[s->op] : "?");
         break;
     case 3:
         snprintf(buf, n, "root=%d", s->root);
@@ -235,7 +234,11 @@ static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, h
     k->a = algo_of(c);
     if (!k->a)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
-    k->sig = (hcomm__sig_t){.call = kind, .dtype = dt, .op = op, .root = root, .count = count,
+    k->sig = (hcomm__sig_t){.call = kind,
+                            .dtype = dt,
+                            .op = op,
+                            .root = root,
+                            .count = count,
                             .extra = kind == CALL_FAILED ? 0 : k->a->extra};
     k->seq = ++k->a->seq;
     c->call_seq = k->seq;
@@ -262,9 +265,12 @@ static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s) {
 }
 
 static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
-    return (hcomm__sig_t){.call = (uint32_t)p->words[0], .dtype = (int32_t)p->words[1],
-                          .op = (int32_t)p->words[2], .root = (int32_t)p->words[3],
-                          .count = p->words[4], .extra = p->words[5]};
+    return (hcomm__sig_t){.call = (uint32_t)p->words[0],
+                          .dtype = (int32_t)p->words[1],
+                          .op = (int32_t)p->words[2],
+                          .root = (int32_t)p->words[3],
+                          .count = p->words[4],
+                          .extra = p->words[5]};
 }
 
 /* After a posted check failed on every rank: the same verdict, worded from the slots. */
@@ -293,7 +299,7 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
  * failed rank's own message is the thread's last error already. */
 #define RUN_POSTED(k, call)                                                                        \
     do {                                                                                           \
-        hcomm__posted_sig_t ps_ = posted_of(&(k)->sig);                                           \
+        hcomm__posted_sig_t ps_ = posted_of(&(k)->sig);                                            \
         (k)->c->posted = &ps_;                                                                     \
         hcomm_result_t r_ = (call);                                                                \
         (k)->c->posted = NULL;                                                                     \
@@ -324,7 +330,7 @@ static bool shm_coll(const hcomm_comm_t *c) {
 
 typedef struct rd {
     call_t *k;
-    void *acc;         /* the running result, count elements */
+    void *acc;          /* the running result, count elements */
     unsigned char *tmp; /* RD_MAX_BYTES: what the partner sent */
     size_t count, bytes;
     hcomm_dtype_t dt;
@@ -453,8 +459,9 @@ static hcomm_result_t all_reduce_call(call_t *k, const void *sendbuf, void *recv
     hcomm_comm_t *c = k->c;
     hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
     if (shm_coll(c))
-        RUN_POSTED(k, finish_avg(c, recvbuf, count, dt, op,
-                                 c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, native)));
+        RUN_POSTED(k,
+                   finish_avg(c, recvbuf, count, dt, op,
+                              c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, native)));
     hcomm_result_t res;
     if (count * hcomm__dtype_size(dt) <= RD_MAX_BYTES)
         res = rd_all_reduce(k, sendbuf, recvbuf, count, dt, op);
@@ -488,9 +495,9 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
     hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTER, dt, op, 0, count));
     if (shm_coll(c))
-        RUN_POSTED(&k, finish_avg(c, recvbuf, count, dt, op,
-                                  c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt,
-                                                                native)));
+        RUN_POSTED(
+            &k, finish_avg(c, recvbuf, count, dt, op,
+                           c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, native)));
     hcomm_result_t res = agree(&k);
     if (res == HCOMM_OK)
         res = c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, native);

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
-static const char *const subsys_names[HCOMM__SUB_COUNT] = {
-    "transport", "p2p", "algo", "domain", "pp", "moe", "dp", "launch"};
+static const char *const subsys_names[HCOMM__SUB_COUNT] = {"transport", "p2p", "algo", "domain",
+                                                           "pp",        "moe", "dp",   "launch"};
 
 static struct {
     pthread_once_t once;

@@ -6,7 +6,12 @@
 
 #include "core/internal.h"
 
-typedef enum { HCOMM__LOG_ERROR, HCOMM__LOG_WARN, HCOMM__LOG_INFO, HCOMM__LOG_DEBUG } hcomm__log_level_t;
+typedef enum {
+    HCOMM__LOG_ERROR,
+    HCOMM__LOG_WARN,
+    HCOMM__LOG_INFO,
+    HCOMM__LOG_DEBUG
+} hcomm__log_level_t;
 
 typedef enum {
     HCOMM__SUB_TRANSPORT,

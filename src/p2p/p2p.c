@@ -17,10 +17,10 @@ typedef struct uxm {
     struct uxm *next;
     int src;
     hcomm__env_t env;
-    void *data;    /* eager copy, or the rescue buffer of a pulled rendezvous message */
-    bool rndv;     /* the payload is still at the sender (unless pulled) */
-    bool pulled;   /* rescue: a pull into data was started */
-    bool arrived;  /* rescue pull finished */
+    void *data;     /* eager copy, or the rescue buffer of a pulled rendezvous message */
+    bool rndv;      /* the payload is still at the sender (unless pulled) */
+    bool pulled;    /* rescue: a pull into data was started */
+    bool arrived;   /* rescue pull finished */
     size_t charged; /* bytes counted against the unexpected budget */
     hcomm__rndv_t rv;
     hcomm__treq_t rx;
@@ -56,7 +56,7 @@ typedef struct p2p {
     hcomm__req_t *posted_head, *posted_tail;
     uxm_t *ux_head, *ux_tail;
     size_t ux_bytes;
-    uxm_t *draining;  /* stale or refused rendezvous messages being pulled into scratch */
+    uxm_t *draining;        /* stale or refused rendezvous messages being pulled into scratch */
     hcomm__req_t *detached; /* sends nobody waits for (peer-failure notices) */
     hcomm__req_t *free_reqs;
     int free_count;
@@ -68,7 +68,7 @@ typedef struct p2p {
     size_t full_bytes;
     bool coll_started;
     uint32_t coll_done; /* last finished collective seq on this rank */
-    peer_err_t *errs; /* one per failed call this rank has not finished yet */
+    peer_err_t *errs;   /* one per failed call this rank has not finished yet */
     int nerrs, errs_cap;
 } p2p_t;
 
@@ -158,8 +158,7 @@ static void req_finish(hcomm__req_t *r, hcomm_result_t res) {
 }
 
 /* Completes r with an error whose text is kept in the request (reported by whoever waits). */
-static void req_fail(hcomm__req_t *r, hcomm_result_t res, const char *fmt, ...)
-    HCOMM__PRINTF(3, 4);
+static void req_fail(hcomm__req_t *r, hcomm_result_t res, const char *fmt, ...) HCOMM__PRINTF(3, 4);
 static void req_fail(hcomm__req_t *r, hcomm_result_t res, const char *fmt, ...) {
     if (r->res == HCOMM_OK) {
         va_list ap;
@@ -722,8 +721,8 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
         hcomm_result_t why;
         char text[256];
         if (hcomm__peer_error(c, (uint32_t)r->tag, &src, &why, text, sizeof text))
-            return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn,
-                              "%s", text);
+            return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s",
+                              text);
     }
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
@@ -737,11 +736,12 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
                           "cannot keep a %zu-byte message from rank %d (%s channel, tag %d) that "
                           "no receive has matched: %zu bytes of unexpected messages are held, "
                           "HCOMM_UNEXPECTED_BYTES=%zu",
-                          p->full_bytes, p->full_src, channel_names[p->full_channel],
-                          p->full_tag, p->ux_bytes, c->unexpected_cap);
+                          p->full_bytes, p->full_src, channel_names[p->full_channel], p->full_tag,
+                          p->ux_bytes, c->unexpected_cap);
     if (waited > c->timeout_s)
-        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn, "waited %g s for %s (seq %u, HCOMM_TIMEOUT)",
-                          c->timeout_s, what_awaited(r, what, sizeof what), (unsigned)c->call_seq);
+        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
+                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT)", c->timeout_s,
+                          what_awaited(r, what, sizeof what), (unsigned)c->call_seq);
     return HCOMM_OK;
 }
 
@@ -949,8 +949,11 @@ hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t
         hcomm__req_t *r;
         HCOMM__TRY(req_new(c, &r));
         /* The text lives in the request: the transport may read it after this returns. */
-        r->env = (hcomm__env_t){.kind = HCOMM__ENV_ERROR, .channel = HCOMM__CH_CTRL,
-                                .tag = (int32_t)seq, .result = (int32_t)why, .bytes = n};
+        r->env = (hcomm__env_t){.kind = HCOMM__ENV_ERROR,
+                                .channel = HCOMM__CH_CTRL,
+                                .tag = (int32_t)seq,
+                                .result = (int32_t)why,
+                                .bytes = n};
         memcpy(r->msg, text, n);
         r->peer = peer;
         r->channel = HCOMM__CH_CTRL;

@@ -13,7 +13,7 @@
 struct hcomm_pp_req {
     hcomm_comm_t *g;
     hcomm__req_t *r;
-    hcomm_tensor_t *any_out; /* receive by envelope: where the tensor goes */
+    hcomm_tensor_t *any_out;   /* receive by envelope: where the tensor goes */
     struct hcomm_pp_req *next; /* the open group's list */
 };
 
@@ -112,8 +112,7 @@ static hcomm_result_t post_send(hcomm_comm_t *g, const hcomm_tensor_t *t, int pe
                                 hcomm_pp_req_t **req) {
     hcomm__env_t d = desc_of(t);
     hcomm__req_t *r = NULL;
-    HCOMM__TRY(
-        hcomm__isend(g, HCOMM__CH_USER, tag, peer, t->data, hcomm__tensor_bytes(t), &d, &r));
+    HCOMM__TRY(hcomm__isend(g, HCOMM__CH_USER, tag, peer, t->data, hcomm__tensor_bytes(t), &d, &r));
     return req_wrap(g, r, NULL, req);
 }
 
@@ -121,8 +120,8 @@ static hcomm_result_t post_recv(hcomm_comm_t *g, hcomm_tensor_t *t, int peer, in
                                 hcomm_pp_req_t **req) {
     hcomm__env_t d = desc_of(t);
     hcomm__req_t *r = NULL;
-    HCOMM__TRY(hcomm__irecv_tensor(g, HCOMM__CH_USER, tag, peer, t->data, hcomm__tensor_bytes(t),
-                                   &d, &r));
+    HCOMM__TRY(
+        hcomm__irecv_tensor(g, HCOMM__CH_USER, tag, peer, t->data, hcomm__tensor_bytes(t), &d, &r));
     return req_wrap(g, r, NULL, req);
 }
 
@@ -377,8 +376,7 @@ static hcomm_result_t exchange(hcomm_comm_t *g, const side_t *s) {
 }
 
 hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *send, int send_peer,
-                                  int send_tag, hcomm_tensor_t *recv, int recv_peer,
-                                  int recv_tag) {
+                                  int send_tag, hcomm_tensor_t *recv, int recv_peer, int recv_tag) {
     side_t s = {.send = send_peer == -1 ? NULL : send,
                 .send_peer = send_peer,
                 .send_tag = send_tag,
@@ -439,8 +437,7 @@ hcomm_result_t hcomm_pp_recv_forward(hcomm_comm_t *pp, hcomm_tensor_t *in, int f
     PP_CALL(pp, helper(pp, NULL, 0, in, -1, flags));
 }
 
-hcomm_result_t hcomm_pp_send_backward(hcomm_comm_t *pp, const hcomm_tensor_t *grad_in,
-                                      int flags) {
+hcomm_result_t hcomm_pp_send_backward(hcomm_comm_t *pp, const hcomm_tensor_t *grad_in, int flags) {
     PP_CALL(pp, helper(pp, grad_in, -1, NULL, 0, flags));
 }
 
@@ -463,8 +460,7 @@ hcomm_result_t hcomm_pp_send_forward_recv_forward(hcomm_comm_t *pp, const hcomm_
     PP_CALL(pp, helper(pp, out, +1, in, -1, flags));
 }
 
-hcomm_result_t hcomm_pp_send_backward_recv_backward(hcomm_comm_t *pp,
-                                                    const hcomm_tensor_t *grad_in,
+hcomm_result_t hcomm_pp_send_backward_recv_backward(hcomm_comm_t *pp, const hcomm_tensor_t *grad_in,
                                                     hcomm_tensor_t *grad_out, int flags) {
     PP_CALL(pp, helper(pp, grad_in, -1, grad_out, +1, flags));
 }

@@ -23,8 +23,8 @@ static hcomm_result_t check_pair(const tp_call_t *c, hcomm_comm_t *group, const 
         return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
     HCOMM__TRY(hcomm__tensor_check(c->fn, c->in, in, numel));
     HCOMM__TRY(hcomm__tensor_check(c->fn, c->out, out, NULL));
-    if (in->data != out->data && hcomm__overlaps(in->data, hcomm__tensor_bytes(in), out->data,
-                                                 hcomm__tensor_bytes(out)))
+    if (in->data != out->data &&
+        hcomm__overlaps(in->data, hcomm__tensor_bytes(in), out->data, hcomm__tensor_bytes(out)))
         return hcomm__err(HCOMM_ERR_INVALID_ARG, c->fn,
                           "%s->data and %s->data partially overlap; pass the same tensor (in "
                           "place, where allowed) or separate buffers",
@@ -99,7 +99,8 @@ static void concat_to_stack(const char *src, char *dst, int size, size_t outer, 
 }
 
 static hcomm_result_t tp_all_reduce_body(const tp_call_t *c, hcomm_comm_t *group,
-                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, hcomm_op_t op) {
+                                         const hcomm_tensor_t *in, hcomm_tensor_t *out,
+                                         hcomm_op_t op) {
     size_t n = 0;
     TP_CHECK(group, check_pair(c, group, in, out, &n));
     TP_CHECK(group, hcomm__tensor_same_shape(c->fn, c->in, in, c->out, out));
@@ -108,7 +109,7 @@ static hcomm_result_t tp_all_reduce_body(const tp_call_t *c, hcomm_comm_t *group
 }
 
 static hcomm_result_t tp_all_gather_body(const tp_call_t *c, hcomm_comm_t *group,
-                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
+                                         const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
     int d = 0;
     TP_CHECK(group, check_pair(c, group, in, out, NULL));
     TP_CHECK(group, hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
@@ -126,8 +127,8 @@ static hcomm_result_t tp_all_gather_body(const tp_call_t *c, hcomm_comm_t *group
 }
 
 static hcomm_result_t tp_reduce_scatter_body(const tp_call_t *c, hcomm_comm_t *group,
-                                        const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim,
-                                        hcomm_op_t op) {
+                                             const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim,
+                                             hcomm_op_t op) {
     int d = 0;
     size_t n = 0;
     TP_CHECK(group, check_pair(c, group, in, out, &n));

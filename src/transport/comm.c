@@ -34,15 +34,15 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int ra
         free(wr);
         return NULL;
     }
-    *c = (hcomm_comm_t){.tr = tr, .impl = impl, .rank = rank, .size = size, .world_ranks = wr,
-                        .call_fn = "hcomm"};
+    *c = (hcomm_comm_t){
+        .tr = tr, .impl = impl, .rank = rank, .size = size, .world_ranks = wr, .call_fn = "hcomm"};
     atomic_init(&c->aborted, 0);
     if (parent) {
         c->timeout_s = parent->timeout_s;
         c->eager_limit = parent->eager_limit;
         c->unexpected_cap = parent->unexpected_cap;
-    } else if (hcomm__comm_settings("hcomm", &c->timeout_s, &c->eager_limit,
-                                    &c->unexpected_cap) != HCOMM_OK) {
+    } else if (hcomm__comm_settings("hcomm", &c->timeout_s, &c->eager_limit, &c->unexpected_cap) !=
+               HCOMM_OK) {
         c->timeout_s = 300.0; /* launch validated the environment before any comm exists */
         c->eager_limit = 8192;
         c->unexpected_cap = (size_t)256 << 20;

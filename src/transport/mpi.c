@@ -399,7 +399,7 @@ static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c);
 /* Wraps mc (owned from here on: freed on failure) into a new hcomm comm; parent (may be NULL)
  * passes on its settings. */
 static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *parent,
-                           hcomm_comm_t **out) {
+                            hcomm_comm_t **out) {
     int rank = 0, size = 0;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &rank);
@@ -478,8 +478,8 @@ static mpi_impl_t *impl_of(hcomm_comm_t *c) {
 
 static hcomm_result_t post_frame_recv(hcomm_comm_t *c, int i) {
     mpi_impl_t *m = impl_of(c);
-    int rc = MPI_Irecv(m->rbuf[i], (int)m->rbuf_bytes, MPI_BYTE, MPI_ANY_SOURCE, FRAME_TAG,
-                       m->comm, &m->rreq[i]);
+    int rc = MPI_Irecv(m->rbuf[i], (int)m->rbuf_bytes, MPI_BYTE, MPI_ANY_SOURCE, FRAME_TAG, m->comm,
+                       &m->rreq[i]);
     return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(c->call_fn, "MPI_Irecv", rc);
 }
 
@@ -670,7 +670,6 @@ static hcomm__mem_kind_t mpi_mem_kind(hcomm_comm_t *c, const void *p) {
     (void)c;
     return hcomm__mem_shared(p, NULL, NULL) ? HCOMM__MEM_SHARED : HCOMM__MEM_HOST;
 }
-
 
 /* --- collectives --- */
 

@@ -118,15 +118,15 @@ typedef enum {
 
 struct hcomm_comm {
     const hcomm__transport_t *tr;
-    void *impl;       /* transport state */
-    int rank, size;   /* this rank's index, members */
-    int *world_ranks; /* [size] members as world ranks, malloc'ed */
-    bool is_world;    /* the communicator handed to a rank function; not destroyable */
-    bool has_ctx;     /* a domain context is built on it (one at a time); set by src/domain */
-    double timeout_s; /* any wait on this comm fails after this long (HCOMM_TIMEOUT) */
-    size_t eager_limit;     /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
-    size_t unexpected_cap;  /* HCOMM_UNEXPECTED_BYTES */
-    atomic_int aborted;     /* hcomm_comm_abort() was called */
+    void *impl;            /* transport state */
+    int rank, size;        /* this rank's index, members */
+    int *world_ranks;      /* [size] members as world ranks, malloc'ed */
+    bool is_world;         /* the communicator handed to a rank function; not destroyable */
+    bool has_ctx;          /* a domain context is built on it (one at a time); set by src/domain */
+    double timeout_s;      /* any wait on this comm fails after this long (HCOMM_TIMEOUT) */
+    size_t eager_limit;    /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
+    size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
+    atomic_int aborted;    /* hcomm_comm_abort() was called */
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */

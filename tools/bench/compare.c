@@ -50,8 +50,7 @@ static hcomm_result_t slowest(hcomm_comm_t *w, double *t, int n) {
 typedef hcomm_result_t (*step_fn)(hcomm_comm_t *w, void *ctx);
 
 /* Median seconds of one step over iters, after a warm-up, synchronized by a barrier. */
-static hcomm_result_t time_steps(hcomm_comm_t *w, step_fn step, void *ctx, int iters,
-                                 double *med) {
+static hcomm_result_t time_steps(hcomm_comm_t *w, step_fn step, void *ctx, int iters, double *med) {
     double *t = malloc(sizeof *t * (size_t)iters);
     hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (int i = 0; r == HCOMM_OK && i < iters / 10 + 1; i++)
@@ -113,13 +112,13 @@ static hcomm_result_t p2p_pingpong(hcomm_comm_t *w, void *p) {
     size_t n = hcomm__tensor_bytes(&c->sized);
     if (c->rank == 0) {
         hcomm_result_t r = hcomm__send(w, HCOMM__CH_USER, 1, 1, c->sized.data, n, NULL);
-        return r == HCOMM_OK ? hcomm__recv(w, HCOMM__CH_USER, 1, 1, c->sized.data, n,
-                                           HCOMM__RECV_EXACT, NULL)
-                             : r;
+        return r == HCOMM_OK
+                   ? hcomm__recv(w, HCOMM__CH_USER, 1, 1, c->sized.data, n, HCOMM__RECV_EXACT, NULL)
+                   : r;
     }
     if (c->rank == 1) {
-        hcomm_result_t r = hcomm__recv(w, HCOMM__CH_USER, 1, 0, c->sized.data, n,
-                                       HCOMM__RECV_EXACT, NULL);
+        hcomm_result_t r =
+            hcomm__recv(w, HCOMM__CH_USER, 1, 0, c->sized.data, n, HCOMM__RECV_EXACT, NULL);
         return r == HCOMM_OK ? hcomm__send(w, HCOMM__CH_USER, 1, 0, c->sized.data, n, NULL) : r;
     }
     return HCOMM_OK;
