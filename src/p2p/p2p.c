@@ -37,6 +37,7 @@ struct hcomm__req {
     size_t cap;
     uxm_t *rescued; /* REQ_RESCUED: the unexpected message whose pull is still running */
     bool expect;    /* the sender's dtype and shape must equal expected's */
+    bool abandoned; /* given up while the transport may still touch it: never reused */
     hcomm_result_t res;
     /* Not cleared per request (a latency-bound exchange pays for every byte it touches): */
     hcomm__env_t env; /* sent, or matched; set before use */
@@ -691,12 +692,15 @@ static void unpost(p2p_t *p, hcomm__req_t *r) {
 }
 
 /* Gives up r after a timeout or abort; the transport never touches its buffer afterwards. */
+/* The transport may still write into a request it could not cancel (a rendezvous send whose
+ * receiver copies later sets its done flag), so such a request is never reused. */
 static void cancel(hcomm__req_t *r) {
     hcomm_comm_t *c = r->c;
     if (r->state == REQ_POSTED && r->is_recv)
         unpost(p2p_of(c), r);
-    else if (r->state == REQ_POSTED || r->state == REQ_PULLING)
-        c->tr->cancel(c, &r->tr, !r->is_recv);
+    else if ((r->state == REQ_POSTED || r->state == REQ_PULLING) &&
+             !c->tr->cancel(c, &r->tr, !r->is_recv))
+        r->abandoned = true;
     else if (r->state == REQ_RESCUED)
         r->rescued = NULL; /* its entry stays reachable from nowhere: leaked, never written */
 }
@@ -716,7 +720,9 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     hcomm_comm_t *c = r->c;
     p2p_t *p = p2p_of(c);
     char what[160];
-    if (r->channel == HCOMM__CH_COLL) {
+    /* A send of a failed call still completes: its receiver drops the message as stale on
+     * arrival (pulling a rendezvous payload into scratch), so only receives end early here. */
+    if (r->channel == HCOMM__CH_COLL && r->is_recv) {
         int src;
         hcomm_result_t why;
         char text[256];
@@ -802,7 +808,8 @@ hcomm_result_t hcomm__wait(hcomm__req_t *r, hcomm__env_t *env, void **data) {
         *data = res == HCOMM_OK && r->mode == HCOMM__RECV_ALLOC ? r->buf : NULL;
     if (res != HCOMM_OK && r->mode == HCOMM__RECV_ALLOC && r->state == REQ_DONE)
         free(r->buf);
-    req_release(r);
+    if (!r->abandoned)
+        req_release(r);
     return res;
 }
 
