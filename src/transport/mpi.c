@@ -47,6 +47,8 @@
 #define FRAME_TAG 1
 #define DATA_TAG_MIN 2
 #define RECV_DEPTH 4
+#define STAGE_SLOTS 64
+#define STAGE_BYTES 512
 
 typedef struct mpi_impl {
     MPI_Comm comm;
@@ -64,6 +66,12 @@ typedef struct mpi_impl {
     MPI_Status held_st;
     int *next_tag; /* [size] the data tag of the next rendezvous to each peer */
     int tag_ub;
+    /* Small eager frames are sent from a ring of staging slots the transport owns, so the
+     * caller's send completes at once (no MPI_Test on its critical path); a slot is reused
+     * once its MPI_Isend completed, else the frame takes the per-request path. */
+    unsigned char (*stage)[STAGE_BYTES];
+    MPI_Request sreq[STAGE_SLOTS];
+    int snext;
 } mpi_impl_t;
 
 /* MPI objects created once per MPI session; freed when MPI is finalized. Launch and wrap
@@ -496,6 +504,9 @@ static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c) {
         m->rreq[i] = MPI_REQUEST_NULL;
         m->rbuf[i] = malloc(m->rbuf_bytes);
     }
+    for (int i = 0; i < STAGE_SLOTS; i++)
+        m->sreq[i] = MPI_REQUEST_NULL;
+    m->stage = malloc(sizeof *m->stage * STAGE_SLOTS); /* NULL: every frame uses its request */
     for (int i = 0; i < RECV_DEPTH; i++)
         if (!m->rbuf[i] || !m->next_tag)
             return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for receive buffers");
@@ -504,7 +515,25 @@ static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c) {
     return HCOMM_OK;
 }
 
+/* A staged send still in flight keeps its slot's memory alive: then the slots are leaked. */
+static void stage_free(mpi_impl_t *m) {
+    bool busy = false;
+    for (int i = 0; i < STAGE_SLOTS; i++) {
+        int done = 1;
+        if (m->sreq[i] != MPI_REQUEST_NULL)
+            MPI_Test(&m->sreq[i], &done, MPI_STATUS_IGNORE);
+        if (!done) {
+            MPI_Request_free(&m->sreq[i]);
+            busy = true;
+        }
+    }
+    if (!busy)
+        free(m->stage);
+    m->stage = NULL;
+}
+
 static void frames_free(mpi_impl_t *m) {
+    stage_free(m);
     for (int i = 0; i < RECV_DEPTH; i++) {
         if (m->rreq[i] != MPI_REQUEST_NULL) {
             MPI_Cancel(&m->rreq[i]);
@@ -522,6 +551,37 @@ static int next_data_tag(mpi_impl_t *m, int peer) {
     return t;
 }
 
+/* A free staging slot (its earlier send completed), or NULL. */
+static unsigned char *stage_slot(mpi_impl_t *m, MPI_Request **req) {
+    int i = m->snext, done = 1;
+    if (!m->stage)
+        return NULL;
+    if (m->sreq[i] != MPI_REQUEST_NULL && MPI_Test(&m->sreq[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return NULL;
+    if (!done)
+        return NULL;
+    m->snext = (i + 1) % STAGE_SLOTS;
+    *req = &m->sreq[i];
+    return m->stage[i];
+}
+
+static hcomm_result_t send_staged(hcomm_comm_t *c, int peer, const void *hdr, const void *payload,
+                                  size_t bytes, bool *sent) {
+    mpi_impl_t *m = impl_of(c);
+    MPI_Request *req = NULL;
+    unsigned char *buf = stage_slot(m, &req);
+    *sent = buf != NULL;
+    if (!buf)
+        return HCOMM_OK;
+    wire_t w = {.bytes = bytes};
+    memcpy(buf, &w, sizeof w);
+    memcpy(buf + sizeof w, hdr, HCOMM__HDR_BYTES);
+    if (bytes)
+        memcpy(buf + WIRE_HDR, payload, bytes);
+    int rc = MPI_Isend(buf, (int)(WIRE_HDR + bytes), MPI_BYTE, peer, FRAME_TAG, m->comm, req);
+    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(c->call_fn, "MPI_Isend", rc);
+}
+
 static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
                                      const void *payload, size_t bytes, bool rndv,
                                      hcomm__treq_t *treq) {
@@ -533,6 +593,12 @@ static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
     tx->frame = tx->data = MPI_REQUEST_NULL;
     tx->heap = NULL;
+    if (!rndv && wire_bytes <= STAGE_BYTES) {
+        bool sent = false;
+        HCOMM__TRY(send_staged(c, peer, hdr, payload, bytes, &sent));
+        if (sent)
+            return HCOMM_OK; /* tx has no request left: complete */
+    }
     unsigned char *buf = tx->stage;
     if (wire_bytes > sizeof tx->stage && (buf = tx->heap = malloc(wire_bytes)) == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory staging %zu bytes",
