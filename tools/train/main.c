@@ -2,6 +2,7 @@
  * tensor, pipeline, data and expert parallelism, with hand-written forward and backward.
  * Every byte between ranks goes through hcomm; the same seed gives the same losses on every
  * layout (see test/test_train_parity.sh). */
+#include "ckpt.h"
 #include "train.h"
 
 #include <errno.h>
@@ -49,6 +50,29 @@ static int check_not_duplicated(const train_opts_t *o) {
     return -1;
 }
 
+/* Checks that the text is long enough for its sequences and that the prompt can be read. */
+static int check_corpus(const train_opts_t *o, const corpus_t *c) {
+    const size_t val = c->len - c->train_len, need = (size_t)o->seq + 2;
+    if (c->train_len < need || val < need) {
+        fprintf(stderr,
+                "hcomm-train: --data %s has %zu bytes of training text and %zu held out; --seq "
+                "%d needs at least %zu of each (the held-out part is the last 10%% of --data, "
+                "or --val-data)\n",
+                o->data, c->train_len, val, o->seq, need);
+        return -1;
+    }
+    for (const char *p = o->sample > 0 ? o->prompt : ""; *p != '\0'; p++) {
+        if (memchr(c->chars, (unsigned char)*p, (size_t)c->vocab) == NULL) {
+            fprintf(stderr,
+                    "hcomm-train: --prompt: the character '%c' (byte 0x%02x) never occurs in the "
+                    "text, so the model cannot read it; use characters of --data\n",
+                    *p, (unsigned char)*p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     train_opts_t opts;
     corpus_t corpus;
@@ -60,21 +84,18 @@ int main(int argc, char **argv) {
     }
     if (check_not_duplicated(&opts) != 0)
         return 2;
-    if (corpus_load(opts.data, &corpus, stderr) != 0)
+    if (corpus_load(opts.data, opts.val_data, opts.binary, &corpus, stderr) != 0)
         return 1;
-    if (corpus.len < (size_t)opts.seq + 2) {
-        fprintf(stderr, "hcomm-train: --data %s has %zu bytes; --seq %d needs at least %d\n",
-                opts.data, corpus.len, opts.seq, opts.seq + 2);
+    ckpt_t ck = {0};
+    if (check_corpus(&opts, &corpus) != 0 || check_metrics_path(opts.metrics) != 0 ||
+        (opts.resume != NULL && ckpt_load(opts.resume, &opts, &corpus, &ck, stderr) != 0)) {
         corpus_free(&corpus);
         return 1;
     }
-    if (check_metrics_path(opts.metrics) != 0) {
-        corpus_free(&corpus);
-        return 1;
-    }
-    train_job_t job = {&opts, &corpus};
+    atomic_int explained = 0;
+    train_job_t job = {&opts, &corpus, opts.resume != NULL ? &ck : NULL, &explained};
     hcomm_result_t r = hcomm_launch(opts.backend, opts_world_size(&opts), train_rank, &job);
-    if (r != HCOMM_OK) {
+    if (r != HCOMM_OK && atomic_load(&explained) == 0) {
         fprintf(stderr, "hcomm-train: training failed: %s: %s\n", hcomm_result_name(r),
                 hcomm_last_error());
         if (r == HCOMM_ERR_INVALID_ARG && strcmp(opts_backend(&opts), "mpi") == 0)
@@ -83,6 +104,7 @@ int main(int argc, char **argv) {
                     "equal the number of processes mpirun starts\n",
                     opts_world_size(&opts));
     }
+    ckpt_free(&ck);
     corpus_free(&corpus);
     return r == HCOMM_OK ? 0 : 1;
 }

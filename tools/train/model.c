@@ -2,6 +2,7 @@
  * calls that join the shards (TP region mappings, MoE dispatch/combine). */
 #include "model.h"
 
+#include "ckpt.h"
 #include "data.h"
 #include "nn.h"
 
@@ -63,32 +64,80 @@ hcomm_tensor_t train_view2(double *data, int64_t rows, int64_t cols) {
 
 /* ---------------------------------------------------------------- parameters */
 
-typedef enum shard { SHARD_NONE, SHARD_ROWS, SHARD_COLS } shard_t;
-
 /* Tensor ids seed each tensor's own random stream, so a rank that keeps only some tensors
  * still draws exactly what the 1-rank model draws for them. */
 enum { ID_EMB_CUR = 1, ID_EMB_PREV, ID_W1, ID_W2, ID_ROUTER, ID_HEAD, ID_EXPERT0 = 100 };
 
-/* Draws the full [rows, cols] tensor N(0, std^2) (zeros when std is 0) and keeps part
- * @p part of @p parts along @p how. */
-static void param_init(model_t *m, param_t *p, uint64_t seed, int id, int64_t rows, int64_t cols,
-                       double std, shard_t how, int part, int parts) {
-    double *full = zeros_alloc(rows * cols);
-    rng_t r;
-    rng_seed(&r, seed, (uint64_t)id);
-    for (int64_t i = 0; std != 0.0 && i < rows * cols; i++)
-        full[i] = std * rng_normal(&r);
+/* Indices in model_tensors(): the dense ones, then 4 per expert, then the head's two. */
+enum { GI_EMB_CUR, GI_EMB_PREV, GI_W1, GI_B1, GI_W2, GI_B2, GI_ROUTER, GI_EXPERT0 };
+
+int model_tensors(const train_opts_t *o, int vocab, model_tensor_t *out) {
+    const int64_t C = o->hidden, F = 4 * C, Fe = 2 * C, V = vocab;
+    const int E = o->experts;
+    static const char *const dense[] = {"emb_cur", "emb_prev", "tp.w1", "tp.b1",
+                                        "tp.w2",   "tp.b2",    "router"};
+    const int64_t shapes[][2] = {{V, C}, {V, C}, {C, F}, {1, F}, {F, C}, {1, C}, {C, E}};
+    const int64_t eshapes[][2] = {{C, Fe}, {1, Fe}, {Fe, C}, {1, C}};
+    static const char *const enames[] = {"w1", "b1", "w2", "b2"};
+    int n = 0;
+    for (int i = 0; i < GI_EXPERT0; i++, n++) {
+        snprintf(out[n].name, sizeof out[n].name, "%s", dense[i]);
+        out[n].rows = shapes[i][0];
+        out[n].cols = shapes[i][1];
+    }
+    for (int e = 0; e < E; e++) {
+        for (int k = 0; k < 4; k++, n++) {
+            snprintf(out[n].name, sizeof out[n].name, "expert%d.%s", e, enames[k]);
+            out[n].rows = eshapes[k][0];
+            out[n].cols = eshapes[k][1];
+        }
+    }
+    snprintf(out[n].name, sizeof out[n].name, "head.w");
+    out[n].rows = C;
+    out[n++].cols = V;
+    snprintf(out[n].name, sizeof out[n].name, "head.b");
+    out[n].rows = 1;
+    out[n++].cols = V;
+    return n;
+}
+
+/* Keeps part @p part of @p parts along @p how of the full [rows, cols] tensor @p full. */
+static void shard_copy(double *dst, const double *full, int64_t rows, int64_t cols, shard_t how,
+                       int part, int parts) {
+    const int64_t r = how == SHARD_ROWS ? rows / parts : rows;
+    const int64_t c = how == SHARD_COLS ? cols / parts : cols;
+    const int64_t r0 = how == SHARD_ROWS ? part * r : 0, c0 = how == SHARD_COLS ? part * c : 0;
+    for (int64_t i = 0; i < r; i++)
+        memcpy(dst + i * c, full + (r0 + i) * cols + c0, (size_t)c * sizeof(double));
+}
+
+/* Draws the full [rows, cols] tensor N(0, std^2) (zeros when std is 0), or takes it and its
+ * momentum from the checkpoint m->ck, and keeps part @p part of @p parts along @p how. */
+static void param_init(model_t *m, param_t *p, uint64_t seed, int id, int gi, int64_t rows,
+                       int64_t cols, double std, shard_t how, int part, int parts) {
     p->sharded = how != SHARD_NONE;
+    p->gi = gi;
+    p->how = how;
+    p->part = part;
+    p->parts = parts;
     p->rows = how == SHARD_ROWS ? rows / parts : rows;
     p->cols = how == SHARD_COLS ? cols / parts : cols;
     p->w = zeros_alloc(p->rows * p->cols);
     p->g = zeros_alloc(p->rows * p->cols);
     p->v = zeros_alloc(p->rows * p->cols);
-    int64_t r0 = how == SHARD_ROWS ? part * p->rows : 0;
-    int64_t c0 = how == SHARD_COLS ? part * p->cols : 0;
-    for (int64_t i = 0; i < p->rows; i++)
-        memcpy(p->w + i * p->cols, full + (r0 + i) * cols + c0, (size_t)p->cols * sizeof(double));
-    free(full);
+    if (m->ck != NULL) {
+        const ckpt_tensor_t *t = &m->ck->t[gi];
+        shard_copy(p->w, t->w, rows, cols, how, part, parts);
+        shard_copy(p->v, t->v, rows, cols, how, part, parts);
+    } else {
+        double *full = zeros_alloc(rows * cols);
+        rng_t r;
+        rng_seed(&r, seed, (uint64_t)id);
+        for (int64_t i = 0; std != 0.0 && i < rows * cols; i++)
+            full[i] = std * rng_normal(&r);
+        shard_copy(p->w, full, rows, cols, how, part, parts);
+        free(full);
+    }
     m->params[m->nparams++] = p;
 }
 
@@ -101,28 +150,30 @@ static void init_dense_units(model_t *m, const train_opts_t *o, const train_rt_t
     const int C = m->C, F = m->F, V = m->V;
     const uint64_t s = o->seed;
     if (m->unit_lo <= UNIT_EMBED && UNIT_EMBED < m->unit_hi) {
-        param_init(m, &m->emb_cur, s, ID_EMB_CUR, V, C, 0.5, SHARD_NONE, 0, 1);
-        param_init(m, &m->emb_prev, s, ID_EMB_PREV, V, C, 0.5, SHARD_NONE, 0, 1);
+        param_init(m, &m->emb_cur, s, ID_EMB_CUR, GI_EMB_CUR, V, C, 0.5, SHARD_NONE, 0, 1);
+        param_init(m, &m->emb_prev, s, ID_EMB_PREV, GI_EMB_PREV, V, C, 0.5, SHARD_NONE, 0, 1);
     }
     if (m->unit_lo <= UNIT_TP && UNIT_TP < m->unit_hi) {
         /* Column-parallel W1 (and b1), row-parallel W2: rank t keeps hidden units t*Fs... */
-        param_init(m, &m->w1, s, ID_W1, C, F, 1.0 / sqrt((double)C), SHARD_COLS, rt->tp_rank,
+        param_init(m, &m->w1, s, ID_W1, GI_W1, C, F, 1.0 / sqrt((double)C), SHARD_COLS, rt->tp_rank,
                    rt->tp_size);
-        param_init(m, &m->b1, s, 0, 1, F, 0.0, SHARD_COLS, rt->tp_rank, rt->tp_size);
-        param_init(m, &m->w2, s, ID_W2, F, C, 0.5 / sqrt((double)F), SHARD_ROWS, rt->tp_rank,
+        param_init(m, &m->b1, s, 0, GI_B1, 1, F, 0.0, SHARD_COLS, rt->tp_rank, rt->tp_size);
+        param_init(m, &m->w2, s, ID_W2, GI_W2, F, C, 0.5 / sqrt((double)F), SHARD_ROWS, rt->tp_rank,
                    rt->tp_size);
-        param_init(m, &m->b2, s, 0, 1, C, 0.0, SHARD_NONE, 0, 1);
+        param_init(m, &m->b2, s, 0, GI_B2, 1, C, 0.0, SHARD_NONE, 0, 1);
     }
     if (m->unit_lo <= UNIT_HEAD && UNIT_HEAD < m->unit_hi) {
-        param_init(m, &m->head_w, s, ID_HEAD, C, V, 0.2 / sqrt((double)C), SHARD_NONE, 0, 1);
-        param_init(m, &m->head_b, s, 0, 1, V, 0.0, SHARD_NONE, 0, 1);
+        param_init(m, &m->head_w, s, ID_HEAD, GI_EXPERT0 + 4 * m->E, C, V, 0.2 / sqrt((double)C),
+                   SHARD_NONE, 0, 1);
+        param_init(m, &m->head_b, s, 0, GI_EXPERT0 + 4 * m->E + 1, 1, V, 0.0, SHARD_NONE, 0, 1);
     }
 }
 
 static void init_moe_unit(model_t *m, const train_opts_t *o, const train_rt_t *rt) {
     const int C = m->C, Fe = m->Fe;
     const uint64_t s = o->seed;
-    param_init(m, &m->router, s, ID_ROUTER, C, m->E, 1.0 / sqrt((double)C), SHARD_NONE, 0, 1);
+    param_init(m, &m->router, s, ID_ROUTER, GI_ROUTER, C, m->E, 1.0 / sqrt((double)C), SHARD_NONE,
+               0, 1);
     /* EP rank p owns experts [p*E/P, (p+1)*E/P), the layout hcomm_moe_dispatch routes to. */
     m->E_local = m->E / rt->ep_size;
     m->expert_lo = rt->ep_rank * m->E_local;
@@ -130,19 +181,21 @@ static void init_moe_unit(model_t *m, const train_opts_t *o, const train_rt_t *r
     memset(m->experts, 0, (size_t)m->E_local * sizeof(expert_t));
     for (int j = 0; j < m->E_local; j++) {
         expert_t *ex = &m->experts[j];
-        int id = ID_EXPERT0 + 2 * (m->expert_lo + j);
-        param_init(m, &ex->w1, s, id, C, Fe, 1.0 / sqrt((double)C), SHARD_COLS, rt->etp_rank,
+        int id = ID_EXPERT0 + 2 * (m->expert_lo + j), gi = GI_EXPERT0 + 4 * (m->expert_lo + j);
+        param_init(m, &ex->w1, s, id, gi, C, Fe, 1.0 / sqrt((double)C), SHARD_COLS, rt->etp_rank,
                    rt->etp_size);
-        param_init(m, &ex->b1, s, 0, 1, Fe, 0.0, SHARD_COLS, rt->etp_rank, rt->etp_size);
-        param_init(m, &ex->w2, s, id + 1, Fe, C, 0.5 / sqrt((double)Fe), SHARD_ROWS, rt->etp_rank,
-                   rt->etp_size);
-        param_init(m, &ex->b2, s, 0, 1, C, 0.0, SHARD_NONE, 0, 1);
+        param_init(m, &ex->b1, s, 0, gi + 1, 1, Fe, 0.0, SHARD_COLS, rt->etp_rank, rt->etp_size);
+        param_init(m, &ex->w2, s, id + 1, gi + 2, Fe, C, 0.5 / sqrt((double)Fe), SHARD_ROWS,
+                   rt->etp_rank, rt->etp_size);
+        param_init(m, &ex->b2, s, 0, gi + 3, 1, C, 0.0, SHARD_NONE, 0, 1);
         ex->w1.expert = ex->b1.expert = ex->w2.expert = ex->b2.expert = 1;
     }
 }
 
-void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *rt) {
+void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *rt,
+                const struct ckpt *ck) {
     memset(m, 0, sizeof *m);
+    m->ck = ck;
     m->C = o->hidden;
     m->V = vocab;
     m->F = 4 * o->hidden;
@@ -157,6 +210,14 @@ void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *
     init_dense_units(m, o, rt);
     if (m->unit_lo <= UNIT_MOE && UNIT_MOE < m->unit_hi)
         init_moe_unit(m, o, rt);
+    /* One copy of each shard goes into a checkpoint: DP (or expert-DP) replica 0's, and of an
+     * unsharded tensor, TP rank 0's. */
+    for (int i = 0; i < m->nparams; i++) {
+        param_t *p = m->params[i];
+        p->owner =
+            (p->expert ? rt->edp_rank : rt->dp_rank) == 0 && (p->sharded || rt->tp_rank == 0);
+    }
+    m->ck = NULL;
 }
 
 void model_free(model_t *m) {

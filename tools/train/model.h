@@ -23,7 +23,7 @@ typedef struct train_rt {
     hcomm_comm_t *world, *tp, *pp, *dp_cp, *ep, *etp, *edp;
     int world_rank, world_size;
     int tp_rank, tp_size, stage, pp_size, dp_rank, dp_size;
-    int ep_rank, ep_size, etp_rank, etp_size, edp_size;
+    int ep_rank, ep_size, etp_rank, etp_size, edp_rank, edp_size;
     int prev, next; /* PP neighbours as ranks of the PP group, -1 at the ends */
     double comm_s;  /* seconds spent inside hcomm calls */
     double mark;    /* when the current hcomm call started */
@@ -53,17 +53,25 @@ hcomm_tensor_t train_view2(double *data, int64_t rows, int64_t cols);
             return train_fail_call((rt), #call, tr_r_);                                            \
     } while (0)
 
+typedef enum shard { SHARD_NONE, SHARD_ROWS, SHARD_COLS } shard_t;
+
 /* A parameter tensor: this rank's shard, its gradient and its momentum buffer. */
 typedef struct param {
     double *w, *g, *v;
     int64_t rows, cols;
-    int expert;  /* 1: gradient summed over the expert-DP group; 0: over DP x CP */
-    int sharded; /* 1: split over the (expert-)TP group; 0: the same on every TP rank */
+    int gi;          /* index in model_tensors() */
+    shard_t how;     /* how the full tensor is split over the TP group */
+    int part, parts; /* this shard is part `part` of `parts` */
+    int owner;       /* 1: this rank's copy of the shard goes into a checkpoint */
+    int expert;      /* 1: gradient summed over the expert-DP group; 0: over DP x CP */
+    int sharded;     /* 1: split over the (expert-)TP group; 0: the same on every TP rank */
 } param_t;
 
 typedef struct expert {
     param_t w1, b1, w2, b2; /* [C, Fe/etp], [Fe/etp], [Fe/etp, C], [C] */
 } expert_t;
+
+struct ckpt;
 
 typedef struct model {
     int C, V, F, Fe, E;   /* width, vocabulary, TP FFN width, expert FFN width, experts */
@@ -77,6 +85,7 @@ typedef struct model {
     param_t head_w, head_b;    /* [C, V], [V] */
     param_t **params;          /* the allocated parameters of this rank */
     int nparams;
+    const struct ckpt *ck; /* during model_init: the checkpoint to load, or NULL */
 } model_t;
 
 /* Everything one micro-batch keeps between its forward and its backward (buffers from the
@@ -95,9 +104,22 @@ typedef struct mb_cache {
     double loss;                   /* sum of the token losses */
 } mb_cache_t;
 
-/* Builds this rank's share of the model: every rank draws the full tensors from the seed and
- * keeps its shards, so every layout starts from the same weights. */
-void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *rt);
+/* One tensor of the full model: its name and full shape. */
+typedef struct model_tensor {
+    char name[32];
+    int64_t rows, cols;
+} model_tensor_t;
+
+/* The tensors of the full model in a fixed order (the checkpoint's); @p out has room for
+ * 9 + 4 * experts. Returns their number. */
+int model_tensors(const train_opts_t *o, int vocab, model_tensor_t *out);
+
+struct ckpt;
+/* Builds this rank's share of the model: every rank draws the full tensors from the seed (or
+ * takes them and their momentum from checkpoint @p ck, when not NULL) and keeps its shards,
+ * so every layout starts from the same weights. */
+void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *rt,
+                const struct ckpt *ck);
 void model_free(model_t *m);
 void model_zero_grads(model_t *m);
 /* v = momentum * v + g; w -= lr * v. */

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum opt_kind { OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STRING } opt_kind_t;
+/* OPT_FLAG takes no value and sets an int to 1. */
+typedef enum opt_kind { OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STRING, OPT_FLAG } opt_kind_t;
 
 /* Bits of opt_def_t.open: which ends of a number flag's range are excluded. */
 enum { LO_OPEN = 1, HI_OPEN = 2 };
@@ -53,6 +54,20 @@ static const opt_def_t OPTS[] = {
     OPT_STR_("data", data, "/usr/share/common-licenses/GPL-3", "training text file"),
     OPT_STR_("metrics", metrics, "", "write CSV step,loss,... to this file"),
     OPT_INT_("log-every", log_every, "10", 1, 1 << 30, "steps between progress lines"),
+    OPT_STR_("val-data", val_data, "", "held-out text (default: the last 10% of --data)"),
+    OPT_INT_("eval-every", eval_every, "50", 1, 1 << 30,
+             "steps between validation losses (also at the end)"),
+    OPT_("binary", OPT_FLAG, binary, NULL, "off",
+         "train on a file that is not text (NUL bytes, >1% non-UTF-8)", 0, 0, 0),
+    OPT_INT_("sample", sample, "200", 0, 1 << 20, "characters to generate at the end; 0: none"),
+    OPT_STR_("prompt", prompt, "The ", "text the sample continues"),
+    OPT_DBL_("temperature", temperature, "0.8", 0.0, 100.0, 0,
+             "sampling temperature; 0: greedy (seeded by --seed)"),
+    OPT_STR_("save", save, "", "checkpoint directory, written every --save-every and at the end"),
+    OPT_INT_("save-every", save_every, "0", 0, 100000000,
+             "steps between checkpoints; 0: only at the end"),
+    OPT_STR_("resume", resume, "",
+             "continue from the latest checkpoint in this directory; --steps stays the total"),
 };
 #define NUM_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -126,6 +141,9 @@ static int opt_set(const opt_def_t *d, const char *value, train_opts_t *o, FILE 
     case OPT_STRING:
         *(const char **)(void *)field = value;
         break;
+    case OPT_FLAG:
+        *(int *)(void *)field = 1;
+        break;
     }
     if (bad == PARSE_SYNTAX) {
         const char *what = d->kind == OPT_DOUBLE ? "a number" : "an integer";
@@ -178,6 +196,11 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                 o->tp, 4 * o->hidden, 2 * o->hidden);
         return -1;
     }
+    if (o->sample > 0 && o->prompt[0] == '\0') {
+        fprintf(err, "hcomm-train: --prompt is empty; the sample needs at least one character "
+                     "to continue (or pass --sample 0)\n");
+        return -1;
+    }
     const char *backend = opts_backend(o);
     if (strcmp(backend, "local") != 0 && strcmp(backend, "mpi") != 0) {
         if (o->backend != NULL)
@@ -220,6 +243,14 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
             fprintf(err, "hcomm-train: unknown flag '%s' (see --help)\n", arg);
             return -1;
         }
+        if (d->kind == OPT_FLAG) {
+            if (eq != NULL) {
+                fprintf(err, "hcomm-train: --%s takes no value\n", d->name);
+                return -1;
+            }
+            opt_set(d, "", o, err);
+            continue;
+        }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (value == NULL) {
             fprintf(err, "hcomm-train: --%s needs a value (see --help)\n", d->name);
@@ -232,8 +263,11 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
     /* The default --ep must not break a layout that never mentions experts: 2 where it fits. */
     if (!ep_given)
         o->ep = o->dp % 2 == 0 && o->experts % 2 == 0 ? 2 : 1;
-    if (o->metrics != NULL && o->metrics[0] == '\0')
-        o->metrics = NULL;
+    /* An empty string is "none" for the optional paths. */
+    const char **paths[] = {&o->metrics, &o->val_data, &o->save, &o->resume};
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)
+        if (*paths[k] != NULL && (*paths[k])[0] == '\0')
+            *paths[k] = NULL;
     return opts_validate(o, err);
 }
 
@@ -243,8 +277,11 @@ void opts_usage(FILE *out) {
                  "layer, softmax head) with hcomm over tp x pp x dp ranks.\n\nflags:\n");
     for (int i = 0; i < NUM_OPTS; i++) {
         char left[40];
-        snprintf(left, sizeof left, "--%s %s", OPTS[i].name,
-                 OPTS[i].kind == OPT_STRING ? "S" : (OPTS[i].kind == OPT_DOUBLE ? "X" : "N"));
+        snprintf(
+            left, sizeof left, "--%s %s", OPTS[i].name,
+            OPTS[i].kind == OPT_FLAG
+                ? ""
+                : (OPTS[i].kind == OPT_STRING ? "S" : (OPTS[i].kind == OPT_DOUBLE ? "X" : "N")));
         const char *d = OPTS[i].shown[0] ? OPTS[i].shown : "none";
         fprintf(out, "  %-20s %s (default: %s)\n", left, OPTS[i].help, d);
     }
