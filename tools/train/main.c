@@ -50,8 +50,25 @@ static int check_not_duplicated(const train_opts_t *o) {
     return -1;
 }
 
-/* Checks that the text is long enough for its sequences and that the prompt can be read. */
-static int check_corpus(const train_opts_t *o, const corpus_t *c) {
+/* Whether every byte of @p s is in the vocabulary. */
+static int readable(const corpus_t *c, const char *s) {
+    for (; *s != '\0'; s++)
+        if (memchr(c->chars, (unsigned char)*s, (size_t)c->vocab) == NULL)
+            return 0;
+    return 1;
+}
+
+/* Checks that the text is long enough for its sequences and that the prompt can be read; picks
+ * the default prompt: "The ", or the text's first characters where it has no "The ". */
+static int check_corpus(train_opts_t *o, const corpus_t *c) {
+    static char first[5];
+    if (o->prompt == NULL && readable(c, "The ")) {
+        o->prompt = "The ";
+    } else if (o->prompt == NULL) {
+        for (size_t i = 0; i < 4 && i < c->len; i++)
+            first[i] = (char)c->chars[c->ids[i]];
+        o->prompt = first;
+    }
     const size_t val = c->len - c->train_len, need = (size_t)o->seq + 2;
     if (c->train_len < need || val < need) {
         fprintf(stderr,

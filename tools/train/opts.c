@@ -60,7 +60,9 @@ static const opt_def_t OPTS[] = {
     OPT_("binary", OPT_FLAG, binary, NULL, "off",
          "train on a file that is not text (NUL bytes, >1% non-UTF-8)", 0, 0, 0),
     OPT_INT_("sample", sample, "200", 0, 1 << 20, "characters to generate at the end; 0: none"),
-    OPT_STR_("prompt", prompt, "The ", "text the sample continues"),
+    OPT_("prompt", OPT_STRING, prompt, NULL,
+         "\"The \" if --data has those characters, else its first 4", "text the sample continues",
+         0, 0, 0),
     OPT_DBL_("temperature", temperature, "0.8", 0.0, 100.0, 0,
              "sampling temperature; 0: greedy (seeded by --seed)"),
     OPT_STR_("save", save, "", "checkpoint directory, written every --save-every and at the end"),
@@ -196,7 +198,7 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                 o->tp, 4 * o->hidden, 2 * o->hidden);
         return -1;
     }
-    if (o->sample > 0 && o->prompt[0] == '\0') {
+    if (o->sample > 0 && o->prompt != NULL && o->prompt[0] == '\0') {
         fprintf(err, "hcomm-train: --prompt is empty; the sample needs at least one character "
                      "to continue (or pass --sample 0)\n");
         return -1;
