@@ -66,6 +66,12 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__backend_ops_t *ops, void *impl, int
 /* Calls ops->destroy then frees the comm and its world_ranks. */
 void hcomm__comm_free(hcomm_comm_t *c);
 
+/* The backend hcomm_launch runs for @p requested (NULL: none named): requested, else
+ * HCOMM_BACKEND, else mpi when an MPI launcher (mpirun, srun) started a job of more than one
+ * process, else local. Fails on torchrun's variables and on local inside a multi-process MPI
+ * job (unless HCOMM_BACKEND=local). Logs the choice at info level. (launch_detect.c) */
+hcomm_result_t hcomm__launch_detect(const char *fn, const char *requested, const char **backend);
+
 /* Launchers, one per backend (core/launch.c picks one). */
 hcomm_result_t hcomm__local_launch(int nranks, hcomm_rank_fn_t fn, void *arg);
 hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg);

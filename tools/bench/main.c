@@ -153,9 +153,12 @@ static hcomm_result_t bench_op(hcomm_comm_t *w, const opts_t *o, op_t op, int ra
                 .counts = malloc(sizeof(size_t) * (size_t)n),
                 .displs = malloc(sizeof(size_t) * (size_t)n)};
     hcomm_result_t r = (b.send && b.recv && b.counts && b.displs) ? HCOMM_OK : HCOMM_ERR_NOMEM;
+    const char *backend = "?";
+    hcomm_comm_backend(w, &backend);
     if (rank == 0 && r == HCOMM_OK)
-        printf("#\n# %s, %d ranks\n#%11s %12s %6s %14s %10s %8s %8s %7s\n", op_names[op], n,
-               "size(B)", "count", "type", "op", "time(us)", "algbw", "busbw", "#wrong");
+        printf("#\n# %s, %d rank%s on %s\n#%11s %12s %6s %14s %10s %8s %8s %7s\n", op_names[op], n,
+               n == 1 ? "" : "s", backend, "size(B)", "count", "type", "op", "time(us)", "algbw",
+               "busbw", "#wrong");
     for (size_t bytes = o->min_bytes; r == HCOMM_OK && bytes <= o->max_bytes;) {
         b.count = bytes / sizeof(float) / (size_t)n * (size_t)n; /* divisible by n */
         b.bytes = b.count * sizeof(float);
@@ -187,7 +190,8 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: hcomm-bench [options]\n"
-               "  --backend B     local or mpi (default: $HCOMM_BACKEND or local)\n"
+               "  --backend B     local or mpi (default: $HCOMM_BACKEND, else mpi under "
+               "mpirun/srun, else local)\n"
                "  -n, --ranks N   ranks for the local backend (default 8; mpi: the job's size)\n"
                "  --op OP         all_reduce, all_gather, reduce_scatter, broadcast, all_to_all "
                "or all (default all)\n"
@@ -307,9 +311,11 @@ int main(int argc, char **argv) {
     int p = parse_args(argc, argv, &o);
     if (p != 0)
         return p > 0 ? 0 : 2;
-    const char *b = o.backend ? o.backend : getenv("HCOMM_BACKEND");
-    int n = (b && !strcmp(b, "mpi")) ? 0 : o.nranks;
-    hcomm_result_t r = hcomm_launch(o.backend, n, rank_main, &o);
+    const char *b = NULL;
+    hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
+    int n = (r == HCOMM_OK && !strcmp(b, "mpi")) ? 0 : o.nranks;
+    if (r == HCOMM_OK)
+        r = hcomm_launch(b, n, rank_main, &o);
     if (r != HCOMM_OK) {
         fprintf(stderr, "hcomm-bench: %s (%s)\n", hcomm_strerror(r), hcomm_last_error());
         return 1;

@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     }
     atomic_int explained = 0;
     train_job_t job = {&opts, &corpus, opts.resume != NULL ? &ck : NULL, &explained};
-    hcomm_result_t r = hcomm_launch(opts.backend, opts_world_size(&opts), train_rank, &job);
+    hcomm_result_t r = hcomm_launch(opts_backend(&opts), opts_world_size(&opts), train_rank, &job);
     if (r != HCOMM_OK && atomic_load(&explained) == 0) {
         fprintf(stderr, "hcomm-train: training failed: %s: %s\n", hcomm_result_name(r),
                 hcomm_last_error());

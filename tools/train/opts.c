@@ -2,6 +2,8 @@
  * so parsing, defaults and --help never drift apart. */
 #include "opts.h"
 
+#include "hcomm/core.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -49,7 +51,8 @@ static const opt_def_t OPTS[] = {
          0),
     OPT_DBL_("lr", lr, "0.3", 0.0, 100.0, LO_OPEN, "SGD learning rate, 0 < lr <= 100"),
     OPT_DBL_("momentum", momentum, "0.9", 0.0, 1.0, HI_OPEN, "SGD momentum, 0 <= m < 1"),
-    OPT_("backend", OPT_STRING, backend, NULL, "$HCOMM_BACKEND or local",
+    OPT_("backend", OPT_STRING, backend, NULL,
+         "$HCOMM_BACKEND, else mpi under mpirun/srun, else local",
          "local (ranks are threads) or mpi (mpirun)", 0, 0, 0),
     OPT_STR_("data", data, "/usr/share/common-licenses/GPL-3", "training text file"),
     OPT_STR_("metrics", metrics, "", "write CSV step,loss,... to this file"),
@@ -270,6 +273,10 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
     for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)
         if (*paths[k] != NULL && (*paths[k])[0] == '\0')
             *paths[k] = NULL;
+    if (o->backend == NULL && hcomm_launch_backend(NULL, &o->chosen) != HCOMM_OK) {
+        fprintf(err, "hcomm-train: %s\n", hcomm_last_error());
+        return -1;
+    }
     return opts_validate(o, err);
 }
 
@@ -291,10 +298,7 @@ void opts_usage(FILE *out) {
 }
 
 const char *opts_backend(const train_opts_t *o) {
-    const char *env = getenv("HCOMM_BACKEND");
-    if (o->backend != NULL)
-        return o->backend;
-    return env != NULL && env[0] != '\0' ? env : "local";
+    return o->backend != NULL ? o->backend : o->chosen;
 }
 
 int opts_world_size(const train_opts_t *o) {

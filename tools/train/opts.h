@@ -20,6 +20,7 @@ typedef struct train_opts {
     double lr;            /* SGD learning rate */
     double momentum;      /* SGD momentum */
     const char *backend;  /* --backend, or NULL: see opts_backend() */
+    const char *chosen;   /* without --backend: what hcomm_launch_backend() picks */
     const char *data;     /* training text */
     const char *metrics;  /* CSV output, or NULL */
     const char *val_data; /* held-out text, or NULL: the last 10% of data */
@@ -38,8 +39,8 @@ typedef struct train_opts {
 int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err);
 /* Prints the usage text with every flag and its default. */
 void opts_usage(FILE *out);
-/* The backend to run on: --backend, else $HCOMM_BACKEND, else "local" (as hcomm_launch picks
- * it from NULL). */
+/* The backend to run on: --backend, else $HCOMM_BACKEND, else mpi under mpirun/srun, else
+ * local (as hcomm_launch picks it from NULL). */
 const char *opts_backend(const train_opts_t *o);
 /* Number of ranks the layout needs: tp * pp * dp. */
 int opts_world_size(const train_opts_t *o);

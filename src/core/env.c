@@ -1,0 +1,75 @@
+#include "core/env.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+hcomm_result_t hcomm__env_timeout(const char *fn, double *seconds) {
+    const char *s = getenv("HCOMM_TIMEOUT");
+    *seconds = 300.0;
+    if (s == NULL || s[0] == '\0')
+        return HCOMM_OK;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v <= 0.0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "HCOMM_TIMEOUT=\"%s\" is not a positive number of seconds", s);
+    *seconds = v;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, size_t lo, size_t hi,
+                                size_t *out) {
+    const char *s = getenv(name);
+    *out = dflt;
+    if (s == NULL || s[0] == '\0')
+        return HCOMM_OK;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned long long mul = 1;
+    if (end != s && *end != '\0' && end[1] == '\0') {
+        const char *units = "KMG";
+        const char *u = strchr(units, *end);
+        if (u != NULL) {
+            mul = 1ull << (10 * (1 + (u - units)));
+            end++;
+        }
+    }
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v > (unsigned long long)hi / mul ||
+        v * mul < lo)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "%s=\"%s\" is not a byte count in %zu..%zu (suffixes K, M, G allowed)",
+                          name, s, lo, hi);
+    *out = (size_t)(v * mul);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *const *choices,
+                                 int n, int dflt, int *out) {
+    const char *s = getenv(name);
+    *out = dflt;
+    if (s == NULL || s[0] == '\0')
+        return HCOMM_OK;
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, choices[i]) == 0) {
+            *out = i;
+            return HCOMM_OK;
+        }
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, choices[i], sizeof list - strlen(list) - 1);
+    }
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=\"%s\" is not one of: %s", name, s, list);
+}
+
+hcomm_result_t hcomm__env_validate(const char *fn) {
+    double t;
+    HCOMM__TRY(hcomm__env_timeout(fn, &t));
+    HCOMM__TRY(hcomm__log_init(fn));
+    return HCOMM_OK;
+}

@@ -1,0 +1,19 @@
+/* Settings read from the environment. Each HCOMM_* variable has one reader with its default;
+ * a malformed value is an error naming the variable and its value, never a silent default. */
+#ifndef HCOMM_C_ENV_H_
+#define HCOMM_C_ENV_H_
+
+#include "core/internal.h"
+
+/* A positive number of seconds from HCOMM_TIMEOUT (default 300). fn names the caller. */
+hcomm_result_t hcomm__env_timeout(const char *fn, double *seconds);
+/* A byte count in lo..hi from name (suffixes K, M, G are powers of 1024), or dflt if unset. */
+hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, size_t lo, size_t hi,
+                                size_t *out);
+/* One of choices[0..n) from name (its index in *out), or dflt if unset. */
+hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *const *choices,
+                                 int n, int dflt, int *out);
+/* Checks every HCOMM_* variable the C library reads, so a typo'd value fails at launch. */
+hcomm_result_t hcomm__env_validate(const char *fn);
+
+#endif /* HCOMM_C_ENV_H_ */
