@@ -99,6 +99,14 @@ int main(int argc, char **argv) {
         opts_usage(stdout);
         return 0;
     }
+    if (opts.version) {
+        int major, minor, patch;
+        const char *backends;
+        hcomm_version(&major, &minor, &patch, &backends);
+        printf("hcomm-train %s (hcomm library %d.%d.%d; backends: %s)\n", HCOMM_VERSION_STRING,
+               major, minor, patch, backends);
+        return 0;
+    }
     if (check_not_duplicated(&opts) != 0)
         return 2;
     if (corpus_load(opts.data, opts.val_data, opts.binary, &corpus, stderr) != 0)

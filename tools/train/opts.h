@@ -33,6 +33,7 @@ typedef struct train_opts {
     int save_every;       /* steps between checkpoints (and at the end); 0: only at the end */
     const char *resume;   /* checkpoint directory (or file) to continue from, or NULL */
     int help;             /* --help was given */
+    int version;          /* --version was given */
 } train_opts_t;
 
 /* Fills *o from argv. Returns 0, or -1 after writing one line saying what is wrong to err. */
