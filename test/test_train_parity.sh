@@ -177,7 +177,9 @@ expect_fail empty-data "cannot read --data" --data "$WORK/empty.txt" --steps 1
 expect_fail batch-not-divisible "not divisible" --batch 6 --dp 2 --micro-batches 2
 expect_fail experts-not-divisible "not divisible" --experts 3 --ep 2
 expect_fail pp-too-large "out of range" --pp 5
-expect_fail unknown-flag "unknown flag" --bogus 1
+expect_fail unknown-flag "unknown option --bogus" --bogus 1
+expect_fail zero-tp "--tp 0: out of range 1\.\." --tp 0
+expect_fail negative-batch "--batch -4: out of range 1\.\." --batch -4
 expect_fail unknown-backend "backend bogus: expected local or mpi" --backend bogus --steps 2
 HCOMM_BACKEND=bogus expect_fail unknown-env-backend "HCOMM_BACKEND=bogus" --steps 2
 expect_fail explicit-ep "ep 2 does not divide --dp 1" --tp 4 --pp 1 --dp 1 --ep 2 --steps 2

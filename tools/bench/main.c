@@ -188,6 +188,14 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
+static void print_version(void) {
+    int major, minor, patch;
+    const char *backends;
+    hcomm_version(&major, &minor, &patch, &backends);
+    printf("hcomm-bench %s (hcomm library %d.%d.%d; backends: %s)\n", HCOMM_VERSION_STRING, major,
+           minor, patch, backends);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: hcomm-bench [options]\n"
                "  --backend B     local or mpi (default: $HCOMM_BACKEND, else mpi under "
@@ -200,7 +208,8 @@ static void usage(FILE *f) {
                "  -f FACTOR       size multiplier between rows (default 4)\n"
                "  --iters N       timed iterations per size (default 20)\n"
                "  --warmup N      untimed iterations per size (default 3)\n"
-               "  --check 0|1     report wrong elements (default 1)\n");
+               "  --check 0|1     report wrong elements (default 1)\n"
+               "  --version       print the version and the backends built\n");
 }
 
 /* Sizes are bytes with an optional K or M suffix, from 1 byte to 1 GiB. */
@@ -237,8 +246,12 @@ static int parse_factor(const char *flag, const char *v, double *out) {
 static int parse_int(const char *flag, const char *v, int *out, int min) {
     char *end;
     long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || x < min || x > 1 << 20) {
-        fprintf(stderr, "hcomm-bench: %s=%s is not an integer >= %d\n", flag, v, min);
+    if (*v == '\0' || *end != '\0') {
+        fprintf(stderr, "hcomm-bench: %s %s is not an integer\n", flag, v);
+        return -1;
+    }
+    if (x < min || x > 1 << 20) {
+        fprintf(stderr, "hcomm-bench: %s %s: out of range %d..%d\n", flag, v, min, 1 << 20);
         return -1;
     }
     *out = (int)x;
@@ -260,8 +273,20 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad;
+        static const char *const known[] = {"--backend", "-n",      "--ranks", "--op",
+                                            "-b",        "-e",      "-f",      "--iters",
+                                            "--warmup",  "--check", NULL};
+        int is_known = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             return usage(stdout), 1;
+        if (!strcmp(a, "--version"))
+            return print_version(), 1;
+        for (int k = 0; known[k] != NULL; k++)
+            is_known |= !strcmp(a, known[k]);
+        if (!is_known) {
+            fprintf(stderr, "hcomm-bench: unknown option %s (see --help)\n", a);
+            return -1;
+        }
         if (v == NULL) {
             fprintf(stderr, "hcomm-bench: %s needs a value (see --help)\n", a);
             return -1;
@@ -285,10 +310,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
             bad = parse_int(a, v, &o->warmup, 0);
         else if (!strcmp(a, "--check"))
             bad = parse_int(a, v, &o->check, 0);
-        else {
-            fprintf(stderr, "hcomm-bench: unknown flag %s (see --help)\n", a);
-            return -1;
-        }
+        else
+            bad = 1; /* not reached: every known flag is handled above */
         if (bad)
             return -1;
     }

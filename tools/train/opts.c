@@ -237,6 +237,10 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
             o->help = 1;
             return 0;
         }
+        if (strcmp(arg, "--version") == 0) {
+            o->version = 1;
+            return 0;
+        }
         if (strncmp(arg, "--", 2) != 0) {
             fprintf(err, "hcomm-train: unexpected argument '%s' (see --help)\n", arg);
             return -1;
@@ -245,7 +249,7 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const opt_def_t *d = opt_find(name, len);
         if (d == NULL) {
-            fprintf(err, "hcomm-train: unknown flag '%s' (see --help)\n", arg);
+            fprintf(err, "hcomm-train: unknown option %s (see --help)\n", arg);
             return -1;
         }
         if (d->kind == OPT_FLAG) {
@@ -294,6 +298,7 @@ void opts_usage(FILE *out) {
         const char *d = OPTS[i].shown[0] ? OPTS[i].shown : "none";
         fprintf(out, "  %-20s %s (default: %s)\n", left, OPTS[i].help, d);
     }
+    fprintf(out, "  %-20s print the version and the backends built\n", "--version");
     fprintf(out, "  %-20s print this help\n", "--help");
 }
 
