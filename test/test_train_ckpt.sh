@@ -107,6 +107,24 @@ run noresume "$TRAIN" "${COMMON[@]}" --steps 40 --seed 99 --metrics "$WORK/nores
         fail "the comparison did not notice another seed"
     else echo "ok   the comparison notices a different run"; fi; }
 
+# --- --layers 2: parity of a 6-unit pipeline, and its checkpoint resharded to 1 rank ---------
+run l2-ref "$TRAIN" "${COMMON[@]}" --layers 2 --steps 20 --tp 1 --pp 1 --dp 1 --ep 1 \
+    --metrics "$WORK/l2-ref.csv" &&
+    run l2-pp3 "$TRAIN" "${COMMON[@]}" --layers 2 --steps 20 --tp 2 --pp 3 --dp 1 --ep 1 \
+        --micro-batches 4 --save-every 10 --save "$WORK/l2-ck" --metrics "$WORK/l2-pp3.csv" && {
+    same_losses layers2-tp2-pp3-vs-1-rank "$WORK/l2-ref.csv" "$WORK/l2-pp3.csv" 0 19 1e-3 ||
+        fail "--layers 2 on tp 2 x pp 3: no parity"
+    grep -q "stages: \[embed, TP 0\] \[MoE 0, TP 1\] \[MoE 1, head\]" "$WORK/l2-pp3.log" ||
+        fail "--layers 2 --pp 3 stages: $(grep stages "$WORK/l2-pp3.log")"
+    printf 'ckpt-00000010.bin\n' >"$WORK/l2-ck/latest" # resume from the step-10 one
+    run l2-resume "$TRAIN" "${COMMON[@]}" --layers 2 --steps 20 --resume "$WORK/l2-ck" --tp 1 \
+        --pp 1 --dp 1 --ep 1 --metrics "$WORK/l2-resume.csv" &&
+        { same_losses layers2-ckpt-resharded-to-1-rank "$WORK/l2-ref.csv" "$WORK/l2-resume.csv" 10 19 1e-3 ||
+            fail "--layers 2 checkpoint on 1 rank: no parity"; }
+    expect_fail other-layers "field 'layers' is 2, but --layers is 1" \
+        "$TRAIN" "${COMMON[@]}" --steps 20 --resume "$WORK/l2-ck"
+}
+
 # --- broken checkpoints ----------------------------------------------------------------------
 CK="$WORK/ck/ckpt-00000020.bin"
 size=$(stat -c %s "$CK")
@@ -191,6 +209,14 @@ expect_fail diverge "training diverged; lower the learning rate \(--lr 100 now" 
     "$TRAIN" --lr 100 --steps 100 --sample 0
 head -c 4000 /dev/urandom >"$WORK/random.bin"
 expect_fail binary-data "random.bin is not text: .*pass --binary" "$TRAIN" --data "$WORK/random.bin" --steps 2
+# No NUL, but 1 control byte in 20: more than 1% not printable.
+awk 'BEGIN { for (i = 0; i < 200; i++) printf "some words\001 more words\n" }' >"$WORK/control.txt"
+expect_fail control-bytes "control.txt is not text: 200 of 4600 bytes \(4\.3%, more than 1%\) are not printable UTF-8" \
+    "$TRAIN" --data "$WORK/control.txt" --steps 2
+# UTF-8 text (multi-byte characters) is text.
+awk 'BEGIN { for (i = 0; i < 300; i++) printf "grüße, ça va? — ok\n" }' >"$WORK/utf8.txt"
+run utf8-ok "$TRAIN" --data "$WORK/utf8.txt" --steps 2 --sample 0 --seq 16 --tp 1 --pp 1 --dp 1 \
+    --ep 1 && echo "ok   UTF-8 text with multi-byte characters trains"
 run binary-ok "$TRAIN" --data "$WORK/random.bin" --binary --steps 2 --sample 0 --seq 16 --tp 1 \
     --pp 1 --dp 1 --ep 1 && echo "ok   --binary trains on a binary file"
 printf 'some text %.0s' $(seq 300) >"$WORK/train.txt"

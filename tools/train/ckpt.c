@@ -11,7 +11,7 @@
 
 #define CKPT_MAGIC "HCOMMCKP"
 #define CKPT_END "HCKPTEND"
-enum { CKPT_VERSION = 1, CKPT_NFIELDS = 15 };
+enum { CKPT_VERSION = 1, CKPT_NFIELDS = 16 };
 
 /* The header's u64 fields after the version, in file order. */
 static const char *const FIELD_NAMES[CKPT_NFIELDS] = {
@@ -107,21 +107,24 @@ static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_
     }
     uint64_t first;
     memcpy(&first, &st->first_loss, sizeof first);
-    const uint64_t fields[CKPT_NFIELDS] = {(uint64_t)st->step,
-                                           st->data_rng.state,
-                                           first,
-                                           o->seed,
-                                           (uint64_t)o->hidden,
-                                           (uint64_t)o->experts,
-                                           (uint64_t)job->corpus->vocab,
-                                           (uint64_t)o->batch,
-                                           (uint64_t)o->seq,
-                                           corpus_hash(job->corpus),
-                                           (uint64_t)o->tp,
-                                           (uint64_t)o->pp,
-                                           (uint64_t)o->dp,
-                                           (uint64_t)o->ep,
-                                           (uint64_t)nt};
+    const uint64_t fields[] = {(uint64_t)st->step,
+                               st->data_rng.state,
+                               first,
+                               o->seed,
+                               (uint64_t)o->hidden,
+                               (uint64_t)o->experts,
+                               (uint64_t)job->corpus->vocab,
+                               (uint64_t)o->batch,
+                               (uint64_t)o->seq,
+                               corpus_hash(job->corpus),
+                               (uint64_t)o->tp,
+                               (uint64_t)o->pp,
+                               (uint64_t)o->dp,
+                               (uint64_t)o->ep,
+                               (uint64_t)o->layers,
+                               (uint64_t)nt};
+    /* A field left out would be written as 0 by a sized initializer: count them instead. */
+    _Static_assert(sizeof fields / sizeof fields[0] == CKPT_NFIELDS, "one value per field name");
     w_bytes(&w, CKPT_MAGIC, 8);
     w_u64(&w, CKPT_VERSION);
     for (int i = 0; i < CKPT_NFIELDS; i++)
@@ -164,7 +167,7 @@ static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_
 hcomm_result_t ckpt_save(const train_job_t *job, const model_t *m, train_rt_t *rt,
                          const train_state_t *st) {
     const train_opts_t *o = job->opts;
-    model_tensor_t *ts = train_alloc((size_t)(9 + 4 * o->experts) * sizeof *ts);
+    model_tensor_t *ts = train_alloc((size_t)model_num_tensors(o) * sizeof *ts);
     const int nt = model_tensors(o, job->corpus->vocab, ts);
     size_t *off = train_alloc((size_t)nt * sizeof *off), total = 0;
     for (int i = 0; i < nt; i++) {
@@ -311,7 +314,8 @@ static int read_header(rfile_t *r, ckpt_t *ck, const train_opts_t *o, const corp
         expect(ck, r->err, "experts", f[5], (uint64_t)o->experts, "--experts") != 0 ||
         expect(ck, r->err, "vocab", f[6], (uint64_t)c->vocab, "the vocabulary of --data") != 0 ||
         expect(ck, r->err, "batch", f[7], (uint64_t)o->batch, "--batch") != 0 ||
-        expect(ck, r->err, "seq", f[8], (uint64_t)o->seq, "--seq") != 0)
+        expect(ck, r->err, "seq", f[8], (uint64_t)o->seq, "--seq") != 0 ||
+        expect(ck, r->err, "layers", f[14], (uint64_t)o->layers, "--layers") != 0)
         return -1;
     if (f[9] != corpus_hash(c) || memcmp(chars, want_chars, sizeof chars) != 0) {
         fprintf(r->err,
@@ -327,12 +331,12 @@ static int read_header(rfile_t *r, ckpt_t *ck, const train_opts_t *o, const corp
                 ck->file, (unsigned long long)ck->step, o->steps);
         return -1;
     }
-    ck->ntensors = (int)f[14];
+    ck->ntensors = (int)f[15];
     return 0;
 }
 
 static int read_tensors(rfile_t *r, ckpt_t *ck, const train_opts_t *o, int vocab) {
-    model_tensor_t *ts = train_alloc((size_t)(9 + 4 * o->experts) * sizeof *ts);
+    model_tensor_t *ts = train_alloc((size_t)model_num_tensors(o) * sizeof *ts);
     const int nt = model_tensors(o, vocab, ts);
     int bad = expect(ck, r->err, "tensors", (uint64_t)ck->ntensors, (uint64_t)nt, "the model's");
     ck->ntensors = bad ? 0 : nt;

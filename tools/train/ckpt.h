@@ -2,7 +2,7 @@
  *
  * One file per checkpoint, DIR/ckpt-NNNNNNNN.bin (NNNNNNNN: steps done), native byte order:
  *   "HCOMMCKP", u64 version (1), u64 fields: step, data RNG state, first loss (f64 bits),
- *   seed, hidden, experts, vocab, batch, seq, data hash, tp, pp, dp, ep, tensor count;
+ *   seed, hidden, experts, vocab, batch, seq, data hash, tp, pp, dp, ep, layers, tensor count;
  *   the vocabulary (256 bytes); u64 FNV-1a of everything before it (the header checksum);
  *   then per tensor: u64 name length, name, u64 rows, u64 cols, rows*cols f64 weights, as
  *   many f64 momentum values, u64 FNV-1a of the tensor's record; then "HCKPTEND".
@@ -25,7 +25,7 @@ typedef struct train_state {
 } train_state_t;
 
 typedef struct ckpt_tensor {
-    char name[32];
+    char name[48];
     int64_t rows, cols;
     double *w, *v; /* [rows * cols] weights and momentum */
 } ckpt_tensor_t;

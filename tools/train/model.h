@@ -16,7 +16,16 @@
 #include "hcomm/api.h"
 #include "opts.h"
 
-enum { UNIT_EMBED, UNIT_TP, UNIT_MOE, UNIT_HEAD, NUM_UNITS };
+/* Kinds of unit: the model is embed, then --layers times (TP block, MoE), then head. */
+enum { UNIT_EMBED, UNIT_TP, UNIT_MOE, UNIT_HEAD };
+
+/* Units of a model of L layers, and the kind of unit u. */
+static inline int model_units(int L) {
+    return 2 + 2 * L;
+}
+static inline int unit_kind(int u, int L) {
+    return u == 0 ? UNIT_EMBED : u == 1 + 2 * L ? UNIT_HEAD : (u % 2 == 1 ? UNIT_TP : UNIT_MOE);
+}
 
 /* One rank's groups, coordinates and time spent inside hcomm. */
 typedef struct train_rt {
@@ -71,28 +80,31 @@ typedef struct expert {
     param_t w1, b1, w2, b2; /* [C, Fe/etp], [Fe/etp], [Fe/etp, C], [C] */
 } expert_t;
 
+/* One of the --layers blocks: a TP MLP and an MoE layer. */
+typedef struct layer {
+    param_t w1, b1, w2, b2; /* [C, Fs], [Fs], [Fs, C], [C] */
+    param_t router;         /* [C, E] */
+    expert_t *experts;      /* [E_local] */
+} layer_t;
+
 struct ckpt;
 
 typedef struct model {
     int C, V, F, Fe, E;   /* width, vocabulary, TP FFN width, expert FFN width, experts */
+    int L;                /* layers */
     int Fs, Fes;          /* this rank's shard widths: F / tp, Fe / etp */
     int unit_lo, unit_hi; /* the units [unit_lo, unit_hi) live on this rank's stage */
     int expert_lo, E_local;
     param_t emb_cur, emb_prev; /* [V, C] each */
-    param_t w1, b1, w2, b2;    /* [C, Fs], [Fs], [Fs, C], [C] */
-    param_t router;            /* [C, E] */
-    expert_t *experts;         /* [E_local] */
+    layer_t *layers;           /* [L]; only the layers of this rank's stage hold tensors */
     param_t head_w, head_b;    /* [C, V], [V] */
     param_t **params;          /* the allocated parameters of this rank */
     int nparams;
     const struct ckpt *ck; /* during model_init: the checkpoint to load, or NULL */
 } model_t;
 
-/* Everything one micro-batch keeps between its forward and its backward (buffers from the
- * rank's arena). */
-typedef struct mb_cache {
-    int64_t n;                     /* tokens */
-    int32_t *cur, *prev, *tgt;     /* [n] input, previous and target characters */
+/* What one layer keeps of one micro-batch between its forward and its backward. */
+typedef struct layer_cache {
     double *tp_x, *tp_z, *tp_g;    /* TP block: input [n,C], pre-act and gelu [n,Fs] */
     double *moe_x, *moe_p, *moe_y; /* MoE: input [n,C], router probs [n,E], output [n,C] */
     int32_t *moe_e;                /* [n] chosen expert */
@@ -100,18 +112,28 @@ typedef struct mb_cache {
     int64_t moe_rows;              /* R: rows this rank's experts received */
     int64_t *moe_count;            /* [E_local] rows per local expert */
     double *moe_z, *moe_g, *moe_o; /* [R,Fes], [R,Fes], [R,C] */
-    double *head_x, *head_p;       /* head: input [n,C], probabilities [n,V] */
-    double loss;                   /* sum of the token losses */
+} layer_cache_t;
+
+/* Everything one micro-batch keeps between its forward and its backward (buffers from the
+ * rank's arena). */
+typedef struct mb_cache {
+    int64_t n;                 /* tokens */
+    int32_t *cur, *prev, *tgt; /* [n] input, previous and target characters */
+    int nl, layer;             /* layers in lc; the one the running unit belongs to */
+    layer_cache_t *lc;         /* [nl], allocated by the first layer unit */
+    double *head_x, *head_p;   /* head: input [n,C], probabilities [n,V] */
+    double loss;               /* sum of the token losses */
 } mb_cache_t;
 
 /* One tensor of the full model: its name and full shape. */
 typedef struct model_tensor {
-    char name[32];
+    char name[48];
     int64_t rows, cols;
 } model_tensor_t;
 
 /* The tensors of the full model in a fixed order (the checkpoint's); @p out has room for
- * 9 + 4 * experts. Returns their number. */
+ * model_num_tensors(). Returns their number. */
+int model_num_tensors(const train_opts_t *o);
 int model_tensors(const train_opts_t *o, int vocab, model_tensor_t *out);
 
 struct ckpt;

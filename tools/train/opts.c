@@ -37,12 +37,14 @@ typedef struct opt_def {
 
 static const opt_def_t OPTS[] = {
     OPT_INT_("tp", tp, "2", 1, 4096, "tensor-parallel size (also the expert-TP size)"),
-    OPT_INT_("pp", pp, "2", 1, 4, "pipeline stages, 1..4 (units: embed, TP block, MoE, head)"),
+    OPT_INT_("pp", pp, "2", 1, 4096,
+             "pipeline stages, at most the units: embed, --layers x (TP block, MoE), head"),
     OPT_INT_("dp", dp, "2", 1, 4096, "data-parallel size; world size = tp * pp * dp"),
     OPT_("ep", OPT_INT, ep, NULL, "2 if 2 divides --dp and --experts, else 1",
          "expert-parallel size; must divide dp and --experts", 1, 4096, 0),
     OPT_INT_("experts", experts, "4", 1, 4096, "experts in the MoE layer (top-1 routing)"),
     OPT_INT_("hidden", hidden, "64", 1, 4096, "model width C (TP FFN 4C, expert FFN 2C)"),
+    OPT_INT_("layers", layers, "1", 1, 256, "(TP block, MoE) pairs stacked between embed and head"),
     OPT_INT_("steps", steps, "300", 1, 100000000, "optimizer steps"),
     OPT_INT_("micro-batches", micro_batches, "2", 1, 1 << 20, "micro-batches per step per DP rank"),
     OPT_INT_("batch", batch, "16", 1, 1 << 20, "global batch in sequences; divisible by dp*micro"),
@@ -176,6 +178,13 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
     if ((long long)o->tp * o->pp * o->dp > 4096) {
         fprintf(err, "hcomm-train: world size tp*pp*dp = %lld is over 4096\n",
                 (long long)o->tp * o->pp * o->dp);
+        return -1;
+    }
+    if (o->pp > 2 + 2 * o->layers) {
+        fprintf(err,
+                "hcomm-train: --pp %d: out of range 1..%d: the model has %d units to split into "
+                "stages (embed, %d x (TP block, MoE), head); raise --layers for more stages\n",
+                o->pp, 2 + 2 * o->layers, 2 + 2 * o->layers, o->layers);
         return -1;
     }
     if (o->batch % (o->dp * o->micro_batches) != 0) {

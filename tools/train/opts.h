@@ -11,6 +11,7 @@ typedef struct train_opts {
     int tp, pp, dp, ep;   /* parallel sizes */
     int experts;          /* number of experts of the MoE layer */
     int hidden;           /* model width C; the TP FFN is 4C wide, each expert's FFN 2C */
+    int layers;           /* (TP block, MoE) pairs between the embedding and the head */
     int steps;            /* optimizer steps */
     int micro_batches;    /* micro-batches per step on each DP rank */
     int batch;            /* global batch, in sequences */

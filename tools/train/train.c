@@ -352,7 +352,8 @@ static const char *plural(int n) {
 
 static void report_start(const train_job_t *job, const train_rt_t *rt, int first_step) {
     const train_opts_t *o = job->opts;
-    static const char *names[NUM_UNITS] = {"embed", "TP block", "MoE", "head"};
+    static const char *names[] = {"embed", "TP", "MoE", "head"};
+    const int U = model_units(o->layers);
     printf("hcomm-train: %d rank%s (tp %d x pp %d x dp %d; ep %d, %d expert%s) on %s\n",
            rt->world_size, plural(rt->world_size), o->tp, o->pp, o->dp, o->ep, o->experts,
            plural(o->experts), opts_backend(o));
@@ -365,8 +366,12 @@ static void report_start(const train_job_t *job, const train_rt_t *rt, int first
     printf("hcomm-train: stages:");
     for (int s = 0; s < o->pp; s++) {
         printf(" [");
-        for (int u = s * NUM_UNITS / o->pp; u < (s + 1) * NUM_UNITS / o->pp; u++)
-            printf("%s%s", u == s * NUM_UNITS / o->pp ? "" : ", ", names[u]);
+        for (int u = s * U / o->pp; u < (s + 1) * U / o->pp; u++) {
+            const int k = unit_kind(u, o->layers);
+            printf("%s%s", u == s * U / o->pp ? "" : ", ", names[k]);
+            if ((k == UNIT_TP || k == UNIT_MOE) && o->layers > 1)
+                printf(" %d", (u - 1) / 2);
+        }
         printf("]");
     }
     printf("\n");
