@@ -245,6 +245,16 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then
         --dp 1 --ep 1 --metrics "$WORK/mpi-local.csv" &&
         { same_losses mpi-ckpt-on-local-1x1x1 "$WORK/ref1.csv" "$WORK/mpi-local.csv" 20 39 1e-3 ||
             fail "an mpi checkpoint resumed on 1 local rank: no parity"; }
+    # A broken checkpoint under mpirun: every process refuses it, the reason is said once.
+    timeout 120 "${M[@]}" --steps 40 --resume "$WORK/flipped.bin" >"$WORK/mpi-flipped.log" 2>&1
+    rc=$?
+    said=$(grep -c "flipped.bin is corrupt: the checksum of tensor" "$WORK/mpi-flipped.log")
+    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ] || [ "$said" -ne 1 ]; then
+        fail "mpirun with a flipped checkpoint: exit $rc, the reason said $said times (expected 1)"
+        sed 's/^/    /' "$WORK/mpi-flipped.log" >&2
+    else
+        echo "ok   mpirun with a flipped checkpoint fails (exit $rc), said once"
+    fi
 else
     echo "skip the MPI runs (HCOMM_WITH_MPI=${HCOMM_WITH_MPI:-OFF})"
 fi

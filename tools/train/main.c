@@ -10,14 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_metrics_path(const char *path) {
+static int check_metrics_path(const char *path, FILE *err) {
     if (path == NULL)
         return 0;
     /* "a" tests that the file can be written without truncating it: with mpirun every process
      * runs this, and only world rank 0 writes the file later. */
     FILE *f = fopen(path, "a");
     if (f == NULL) {
-        fprintf(stderr, "hcomm-train: cannot write --metrics %s: %s\n", path, strerror(errno));
+        fprintf(err, "hcomm-train: cannot write --metrics %s: %s\n", path, strerror(errno));
         return -1;
     }
     fclose(f);
@@ -36,6 +36,15 @@ static long env_first_int(const char *const *names) {
 
 /* mpirun -np N with the local backend would run N copies of the whole job, all writing the
  * same --metrics file: refuse it. Only the launcher's rank 0 says why, so the reason shows once. */
+/* Where the checks before the launch report: under mpirun every process runs them on the same
+ * files, so only the launcher's rank 0 (or a process outside MPI) says what is wrong. */
+static FILE *input_errors(void) {
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                            "SLURM_PROCID", NULL};
+    FILE *null = env_first_int(rank_vars) > 0 ? fopen("/dev/null", "w") : NULL;
+    return null != NULL ? null : stderr;
+}
+
 static int check_not_duplicated(const train_opts_t *o) {
     static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", NULL};
     static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
@@ -60,7 +69,7 @@ static int readable(const corpus_t *c, const char *s) {
 
 /* Checks that the text is long enough for its sequences and that the prompt can be read; picks
  * the default prompt: "The ", or the text's first characters where it has no "The ". */
-static int check_corpus(train_opts_t *o, const corpus_t *c) {
+static int check_corpus(train_opts_t *o, const corpus_t *c, FILE *err) {
     static char first[5];
     if (o->prompt == NULL && readable(c, "The ")) {
         o->prompt = "The ";
@@ -71,7 +80,7 @@ static int check_corpus(train_opts_t *o, const corpus_t *c) {
     }
     const size_t val = c->len - c->train_len, need = (size_t)o->seq + 2;
     if (c->train_len < need || val < need) {
-        fprintf(stderr,
+        fprintf(err,
                 "hcomm-train: --data %s has %zu bytes of training text and %zu held out; --seq "
                 "%d needs at least %zu of each (the held-out part is the last 10%% of --data, "
                 "or --val-data)\n",
@@ -80,7 +89,7 @@ static int check_corpus(train_opts_t *o, const corpus_t *c) {
     }
     for (const char *p = o->sample > 0 ? o->prompt : ""; *p != '\0'; p++) {
         if (memchr(c->chars, (unsigned char)*p, (size_t)c->vocab) == NULL) {
-            fprintf(stderr,
+            fprintf(err,
                     "hcomm-train: --prompt: the character '%c' (byte 0x%02x) never occurs in the "
                     "text, so the model cannot read it; use characters of --data\n",
                     *p, (unsigned char)*p);
@@ -109,11 +118,15 @@ int main(int argc, char **argv) {
     }
     if (check_not_duplicated(&opts) != 0)
         return 2;
-    if (corpus_load(opts.data, opts.val_data, opts.binary, &corpus, stderr) != 0)
-        return 1;
+    FILE *err = input_errors();
+    int bad = corpus_load(opts.data, opts.val_data, opts.binary, &corpus, err) != 0;
     ckpt_t ck = {0};
-    if (check_corpus(&opts, &corpus) != 0 || check_metrics_path(opts.metrics) != 0 ||
-        (opts.resume != NULL && ckpt_load(opts.resume, &opts, &corpus, &ck, stderr) != 0)) {
+    bad = bad || check_corpus(&opts, &corpus, err) != 0 ||
+          check_metrics_path(opts.metrics, err) != 0 ||
+          (opts.resume != NULL && ckpt_load(opts.resume, &opts, &corpus, &ck, err) != 0);
+    if (err != stderr)
+        fclose(err);
+    if (bad) {
         corpus_free(&corpus);
         return 1;
     }
