@@ -26,4 +26,24 @@ for args in "-e -1" "-b 8M -e 1K" "-f 2x" "--op gather" "--iters 0"; do
     [ "$rc" -eq 2 ] || fail "hcomm-bench $args exited $rc, expected 2"
     [ -n "$msg" ] || fail "hcomm-bench $args printed no message"
 done
+# The message names the real problem.
+expect_msg() {
+    local want=$1
+    shift
+    set +e
+    msg=$(timeout 30 "$bench" "$@" 2>&1 >/dev/null)
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "hcomm-bench $* exited $rc, expected 2"
+    echo "$msg" | grep -qF -- "$want" || fail "hcomm-bench $*: '$msg' does not say '$want'"
+}
+expect_msg "unknown option --bogus" --bogus
+expect_msg "unknown option --bogus" -n 2 --bogus 3
+expect_msg "-n 0: out of range 1..1048576" -n 0
+expect_msg "-n -3: out of range 1..1048576" -n -3
+expect_msg "--iters 99999999999999: out of range 1..1048576" --iters 99999999999999
+expect_msg "-n needs a value" -n
+v=$("$bench" --version)
+echo "$v" | grep -Eq '^hcomm-bench [0-9]+\.[0-9]+\.[0-9]+ \(hcomm library [0-9.]+; backends: local( mpi)?\)$' ||
+    fail "--version: '$v'"
 echo "bench test passed"

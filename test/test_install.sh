@@ -45,8 +45,39 @@ out=$(LD_LIBRARY_PATH="$(dirname "$lib")" HCOMM_BACKEND=local "$tmp/app/build/ap
 echo "$out"
 echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "quickstart output wrong: $out"
 
-# Consumer 2: pkg-config.
+# Consumer 2: pkg-config, built as the README says; it must start without LD_LIBRARY_PATH
+# (the .pc file's rpath finds the library in this non-system prefix).
 export PKG_CONFIG_PATH="$(dirname "$lib")/pkgconfig"
 cc -std=c11 $san "$src/examples/quickstart.c" -o "$tmp/app-pc" $(pkg-config --cflags --libs hcomm) || fail "pkg-config build failed"
-LD_LIBRARY_PATH="$(dirname "$lib")" "$tmp/app-pc" | grep -q "gathered" || fail "pkg-config binary did not run"
+out=$(env -u LD_LIBRARY_PATH HCOMM_BACKEND=local "$tmp/app-pc" 2>&1) || fail "the pkg-config binary did not start without LD_LIBRARY_PATH: $out"
+echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "pkg-config binary output: $out"
+ldd "$tmp/app-pc" | grep -q "libhcomm-c.so.0 => $prefix" || fail "the binary does not load the installed library: $(ldd "$tmp/app-pc" | grep hcomm)"
+
+# The version: headers, library and tools agree with CMake's project version; LICENSE and the
+# package metadata say MIT.
+want=$(sed -n 's/^project(hcomm VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+cat > "$tmp/ver.c" <<'C'
+#include <hcomm/api.h>
+#include <stdio.h>
+int main(void) {
+    int a, b, c;
+    const char *backends;
+    if (hcomm_version(&a, &b, &c, &backends) != HCOMM_OK) return 1;
+    printf("%d.%d.%d %d.%d.%d %s [%s]\n", HCOMM_VERSION_MAJOR, HCOMM_VERSION_MINOR, HCOMM_VERSION_PATCH,
+           a, b, c, HCOMM_VERSION_STRING, backends);
+    return 0;
+}
+C
+cc -std=c11 $san "$tmp/ver.c" -o "$tmp/ver" $(pkg-config --cflags --libs hcomm) || fail "version consumer did not build"
+out=$(env -u LD_LIBRARY_PATH "$tmp/ver")
+case "${HCOMM_WITH_MPI:-ON}" in ON) backends="local mpi" ;; *) backends="local" ;; esac
+[ "$out" = "$want $want $want [$backends]" ] || fail "version: '$out', expected '$want $want $want [$backends]'"
+[ "$(pkg-config --modversion hcomm)" = "$want" ] || fail "pkg-config --modversion: $(pkg-config --modversion hcomm)"
+grep -q "^License: MIT" "$PKG_CONFIG_PATH/hcomm.pc" || fail "hcomm.pc has no License: MIT"
+grep -q "^MIT License" "$prefix/share/licenses/hcomm/LICENSE" || fail "LICENSE not installed"
+for tool in hcomm-train hcomm-bench; do
+    v=$("$prefix/bin/$tool" --version)
+    [ "$v" = "$tool $want (hcomm library $want; backends: $backends)" ] || fail "$tool --version: '$v'"
+done
+echo "version $want, backends '$backends': headers, library, pkg-config and tools agree"
 echo "install test passed"

@@ -79,7 +79,18 @@ T="$TMP/table.out"
 expect_line "$T" 'world=32 tp=4 pp=2 dp=4 cp=1 ep=1 etp=4 edp=4'
 expect_line "$T" 'dp: 8 groups of 4'
 expect_line "$T" '  [19, 23, 27, 31]'
-expect_line "$T" '  ... (16 groups)'
+# Every group is printed: all 16 pp groups, the last one included, and no cut.
+expect_line "$T" 'pp: 16 groups of 2'
+expect_line "$T" '  [15, 31]'
+checks=$((checks + 1))
+[ "$(grep -c '^  \[' "$T")" -eq $((8 + 16 + 8 + 32 + 8 + 4 + 32 + 8 + 8 + 16)) ] ||
+    fail "the table does not list every group: $(grep -c '^  \[' "$T") group lines"
+checks=$((checks + 1))
+grep -q '\.\.\.' "$T" && fail "the table cut a list without --max-groups"
+run_plan 0 table-cut --world 32 --tp 4 --pp 2 --max-groups 3
+expect_line "$TMP/table-cut.out" '  ... 13 more (16 groups; --max-groups 3 cut the list)'
+checks=$((checks + 1))
+[ "$(grep -c '^  \[' "$TMP/table-cut.out")" -eq 30 ] || fail "--max-groups 3 did not show 3 per kind"
 
 # --- world 65536 within 5 s, JSON and table ---
 checks=$((checks + 1))
@@ -88,9 +99,9 @@ timeout 5 "$PLAN" --world 65536 --tp 8 --pp 4 --cp 2 --ep 4 --etp 2 --json >"$TM
 json_balanced "$TMP/big.out"
 expect_line "$TMP/big.out" '[65528,65529,65530,65531,65532,65533,65534,65535]]'
 checks=$((checks + 1))
-timeout 5 "$PLAN" --world 65536 --tp 8 --pp 4 >"$TMP/bigtable.out" ||
+timeout 5 "$PLAN" --world 65536 --tp 8 --pp 4 --max-groups 8 >"$TMP/bigtable.out" ||
     fail "world 65536 table failed or took over 5 s"
-expect_line "$TMP/bigtable.out" '... (8192 groups)'
+expect_line "$TMP/bigtable.out" '... 8184 more (8192 groups; --max-groups 8 cut the list)'
 checks=$((checks + 1))
 [ "$(wc -l <"$TMP/bigtable.out")" -lt 200 ] || fail "world 65536 table is not truncated"
 
@@ -98,7 +109,13 @@ checks=$((checks + 1))
 run_plan 0 help --help
 expect_line "$TMP/help.out" '--world'
 run_plan 2 unknown --world 8 --bogus 3
-expect_line "$TMP/unknown.err" "--bogus"
+expect_line "$TMP/unknown.err" "unknown option --bogus"
+run_plan 2 huge --world 99999999999999
+expect_line "$TMP/huge.err" "--world 99999999999999: out of range 1..16777216"
+run_plan 2 zero-tp --world 8 --tp 0
+expect_line "$TMP/zero-tp.err" "--tp 0: out of range 1..16777216"
+run_plan 2 negative --world 8 --pp -2
+expect_line "$TMP/negative.err" "--pp -2: out of range 1..16777216"
 run_plan 2 noworld --tp 2
 expect_line "$TMP/noworld.err" "--world"
 run_plan 2 nonnum --world 8 --tp abc
@@ -117,8 +134,8 @@ run_plan 1 badorder --world 8 --order tp-zz-pp
 expect_line "$TMP/badorder.err" "'zz'"
 run_plan 1 experts --world 8 --ep 2 --experts 3
 expect_line "$TMP/experts.err" "num_experts=3"
-run_plan 1 zero --world 0
-expect_line "$TMP/zero.err" "world_size=0"
+run_plan 2 zero --world 0
+expect_line "$TMP/zero.err" "--world 0: out of range 1..16777216"
 
 echo "test_plan: $checks checks, $failures failed"
 [ "$failures" -eq 0 ]

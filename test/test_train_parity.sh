@@ -142,7 +142,7 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then
             echo "ok   HCOMM_BACKEND=mpi is the default backend" ||
             fail "HCOMM_BACKEND=mpi: the run did not use the mpi backend"; }
     # mpirun -np 2 with the local backend would train twice over: refused, said once (by rank 0).
-    timeout 120 "$MPIRUN" -np 2 "$TRAIN" --steps 2 >"$WORK/mpi-local.log" 2>&1
+    timeout 120 "$MPIRUN" -np 2 "$TRAIN" --backend local --steps 2 >"$WORK/mpi-local.log" 2>&1
     rc=$?
     said=$(grep -c "started by mpirun with 2 processes but --backend local" "$WORK/mpi-local.log")
     if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ] || [ "$said" -ne 1 ]; then
@@ -177,7 +177,9 @@ expect_fail empty-data "cannot read --data" --data "$WORK/empty.txt" --steps 1
 expect_fail batch-not-divisible "not divisible" --batch 6 --dp 2 --micro-batches 2
 expect_fail experts-not-divisible "not divisible" --experts 3 --ep 2
 expect_fail pp-too-large "out of range" --pp 5
-expect_fail unknown-flag "unknown flag" --bogus 1
+expect_fail unknown-flag "unknown option --bogus" --bogus 1
+expect_fail zero-tp "--tp 0: out of range 1\.\." --tp 0
+expect_fail negative-batch "--batch -4: out of range 1\.\." --batch -4
 expect_fail unknown-backend "backend bogus: expected local or mpi" --backend bogus --steps 2
 HCOMM_BACKEND=bogus expect_fail unknown-env-backend "HCOMM_BACKEND=bogus" --steps 2
 expect_fail explicit-ep "ep 2 does not divide --dp 1" --tp 4 --pp 1 --dp 1 --ep 2 --steps 2
@@ -186,7 +188,7 @@ expect_fail steps-overflow "out of range 1\.\." --steps 99999999999
 expect_fail seed-overflow "out of range 0\.\." --seed 18446744073709551616
 expect_fail lr-overflow "out of range (0, 100\]" --lr 1e400
 expect_fail metrics-path "$WORK/no-dir/x.csv" --metrics "$WORK/no-dir/x.csv" --steps 1
-"$TRAIN" --help | grep -q -- "default: \$HCOMM_BACKEND or local" ||
+"$TRAIN" --help | grep -q -- "default: \$HCOMM_BACKEND, else mpi under mpirun/srun, else local" ||
     fail "--help does not say the backend defaults to \$HCOMM_BACKEND"
 
 # Without --ep, ep is 2 where 2 divides dp and --experts, else 1; an explicit one is kept.

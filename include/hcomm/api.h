@@ -12,5 +12,6 @@
 #include "hcomm/pp.h"
 #include "hcomm/moe.h"
 #include "hcomm/dp.h"
+#include "hcomm/version.h"
 
 #endif /* HCOMM_C_API_H_ */

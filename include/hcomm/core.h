@@ -275,12 +275,25 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 /** A rank's body: called once per rank with that rank's world communicator. */
 typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
 
+/** The backend hcomm_launch(@p backend, ...) would run, in *@p chosen (a static string), without
+ *  launching: @p backend if not NULL, else HCOMM_BACKEND if set, else "mpi" when the process
+ *  was started by mpirun or srun as part of a job of more than one process (Open MPI's
+ *  OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE, PMIx's PMIX_RANK, Slurm's SLURM_STEP_NUM_TASKS),
+ *  else "local". With HCOMM_LOG_LEVEL=info the choice and its reason are logged.
+ *  Local, thread-safe. Errors: HCOMM_ERR_NULL (chosen), HCOMM_ERR_INVALID_ARG: torchrun's
+ *  RANK, WORLD_SIZE (> 1) and LOCAL_RANK without MPI (hcomm cannot join a torchrun job: launch
+ *  with mpirun, or use the local backend), or "local" inside an MPI job of more than one
+ *  process unless HCOMM_BACKEND=local says so explicitly. An unknown name is returned as it is
+ *  (hcomm_launch rejects it). */
+HCOMM_API hcomm_result_t hcomm_launch_backend(const char *backend, const char **chosen);
+
 /** Runs @p fn on every rank of a new world and returns when all have returned.
  *
  *  @p backend: "local" (ranks are @p nranks threads of this process, sharing memory), "mpi"
  *  (this process is one rank of the job mpirun/srun started; @p nranks must be 0 or equal
  *  the MPI world size; MPI is initialized if needed and finalized at exit), or NULL to read
- *  the environment variable HCOMM_BACKEND (default "local").
+ *  the environment variable HCOMM_BACKEND, and without it to detect the launcher as
+ *  hcomm_launch_backend() does (mpi under mpirun/srun with more than one process, else local).
  *  Result: local: HCOMM_OK if every rank returned HCOMM_OK, else the lowest failing rank's
  *  result (a rank's own error before HCOMM_ERR_ABORTED), its message prefixed "rank r failed";
  *  mpi: this process's rank result, or HCOMM_ERR_ABORTED if it succeeded and another failed.
@@ -288,7 +301,7 @@ typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
  *  instead of hanging; any wait longer than HCOMM_TIMEOUT seconds (env, default 300) fails
  *  with HCOMM_ERR_TIMEOUT. Called by the program's main thread (for mpi, the thread that
  *  initializes MPI), one world at a time; worlds can be launched repeatedly. Not thread-safe.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (unknown backend, nranks < 1 or > 4096 for
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend, nranks < 1 or > 4096 for
  *  local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is already running in this
  *  process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED (built without MPI),
  *  HCOMM_ERR_BACKEND, or a rank's result as above. */

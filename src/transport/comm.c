@@ -124,9 +124,8 @@ hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
     double t;
     size_t e, u;
     HCOMM__TRY(hcomm__comm_settings(__func__, &t, &e, &u));
-    if (backend == NULL)
-        backend = getenv("HCOMM_BACKEND");
-    if (backend == NULL || backend[0] == '\0' || strcmp(backend, "local") == 0) {
+    HCOMM__TRY(hcomm__launch_detect(__func__, backend, &backend));
+    if (strcmp(backend, "local") == 0) {
         if (nranks < 1 || nranks > 4096)
             return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
                               "nranks=%d outside 1..4096 for the local backend", nranks);

@@ -148,6 +148,12 @@ hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *e
  * object, which a process on this node can shm_open and map, *offset p's place in it. */
 bool hcomm__mem_shared(const void *p, const char **name, size_t *offset);
 
+/* The backend hcomm_launch runs for requested (NULL: none named): requested, else
+ * HCOMM_BACKEND, else mpi when an MPI launcher (mpirun, srun) started a job of more than one
+ * process, else local. Fails on torchrun's variables and on local inside a multi-process MPI
+ * job (unless HCOMM_BACKEND=local). Logs the choice at info level. (launch_detect.c) */
+hcomm_result_t hcomm__launch_detect(const char *fn, const char *requested, const char **backend);
+
 /* Launchers, one per backend (hcomm_launch picks one). */
 hcomm_result_t hcomm__local_launch(int nranks, hcomm_rank_fn_t fn, void *arg);
 hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg);

@@ -155,9 +155,12 @@ static hcomm_result_t bench_op(hcomm_comm_t *w, const opts_t *o, op_t op, int ra
                 .counts = malloc(sizeof(size_t) * (size_t)n),
                 .displs = malloc(sizeof(size_t) * (size_t)n)};
     hcomm_result_t r = (b.send && b.recv && b.counts && b.displs) ? HCOMM_OK : HCOMM_ERR_NOMEM;
+    const char *backend = "?";
+    hcomm_comm_backend(w, &backend);
     if (rank == 0 && r == HCOMM_OK)
-        printf("#\n# %s, %d ranks\n#%11s %12s %6s %14s %10s %8s %8s %7s\n", op_names[op], n,
-               "size(B)", "count", "type", "op", "time(us)", "algbw", "busbw", "#wrong");
+        printf("#\n# %s, %d rank%s on %s\n#%11s %12s %6s %14s %10s %8s %8s %7s\n", op_names[op], n,
+               n == 1 ? "" : "s", backend, "size(B)", "count", "type", "op", "time(us)", "algbw",
+               "busbw", "#wrong");
     for (size_t bytes = o->min_bytes; r == HCOMM_OK && bytes <= o->max_bytes;) {
         b.count = bytes / sizeof(float) / (size_t)n * (size_t)n; /* divisible by n */
         b.bytes = b.count * sizeof(float);
@@ -189,9 +192,18 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
+static void print_version(void) {
+    int major, minor, patch;
+    const char *backends;
+    hcomm_version(&major, &minor, &patch, &backends);
+    printf("hcomm-bench %s (hcomm library %d.%d.%d; backends: %s)\n", HCOMM_VERSION_STRING, major,
+           minor, patch, backends);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: hcomm-bench [options]\n"
-               "  --backend B     local or mpi (default: $HCOMM_BACKEND or local)\n"
+               "  --backend B     local or mpi (default: $HCOMM_BACKEND, else mpi under "
+               "mpirun/srun, else local)\n"
                "  -n, --ranks N   ranks for the local backend (default 8; mpi: the job's size)\n"
                "  --op OP         all_reduce, all_gather, reduce_scatter, broadcast, all_to_all "
                "or all (default all);\n"
@@ -203,7 +215,8 @@ static void usage(FILE *f) {
                "  -f FACTOR       size multiplier between rows (default 4)\n"
                "  --iters N       timed iterations per size (default 20)\n"
                "  --warmup N      untimed iterations per size (default 3)\n"
-               "  --check 0|1     report wrong elements (default 1)\n");
+               "  --check 0|1     report wrong elements (default 1)\n"
+               "  --version       print the version and the backends built\n");
 }
 
 /* Sizes are bytes with an optional K or M suffix, from 1 byte to 1 GiB. */
@@ -240,8 +253,12 @@ static int parse_factor(const char *flag, const char *v, double *out) {
 static int parse_int(const char *flag, const char *v, int *out, int min) {
     char *end;
     long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || x < min || x > 1 << 20) {
-        fprintf(stderr, "hcomm-bench: %s=%s is not an integer >= %d\n", flag, v, min);
+    if (*v == '\0' || *end != '\0') {
+        fprintf(stderr, "hcomm-bench: %s %s is not an integer\n", flag, v);
+        return -1;
+    }
+    if (x < min || x > 1 << 20) {
+        fprintf(stderr, "hcomm-bench: %s %s: out of range %d..%d\n", flag, v, min, 1 << 20);
         return -1;
     }
     *out = (int)x;
@@ -266,8 +283,20 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad;
+        static const char *const known[] = {"--backend", "-n",      "--ranks", "--op",
+                                            "-b",        "-e",      "-f",      "--iters",
+                                            "--warmup",  "--check", NULL};
+        int is_known = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             return usage(stdout), 1;
+        if (!strcmp(a, "--version"))
+            return print_version(), 1;
+        for (int k = 0; known[k] != NULL; k++)
+            is_known |= !strcmp(a, known[k]);
+        if (!is_known) {
+            fprintf(stderr, "hcomm-bench: unknown option %s (see --help)\n", a);
+            return -1;
+        }
         if (v == NULL) {
             fprintf(stderr, "hcomm-bench: %s needs a value (see --help)\n", a);
             return -1;
@@ -291,10 +320,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
             bad = parse_int(a, v, &o->warmup, 0);
         else if (!strcmp(a, "--check"))
             bad = parse_int(a, v, &o->check, 0);
-        else {
-            fprintf(stderr, "hcomm-bench: unknown flag %s (see --help)\n", a);
-            return -1;
-        }
+        else
+            bad = 1; /* not reached: every known flag is handled above */
         if (bad)
             return -1;
     }
@@ -317,9 +344,11 @@ int main(int argc, char **argv) {
     int p = parse_args(argc, argv, &o);
     if (p != 0)
         return p > 0 ? 0 : 2;
-    const char *b = o.backend ? o.backend : getenv("HCOMM_BACKEND");
-    int n = (b && !strcmp(b, "mpi")) ? 0 : o.nranks;
-    hcomm_result_t r = hcomm_launch(o.backend, n, rank_main, &o);
+    const char *b = NULL;
+    hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
+    int n = (r == HCOMM_OK && !strcmp(b, "mpi")) ? 0 : o.nranks;
+    if (r == HCOMM_OK)
+        r = hcomm_launch(b, n, rank_main, &o);
     if (r != HCOMM_OK) {
         fprintf(stderr, "hcomm-bench: %s (%s)\n", hcomm_strerror(r), hcomm_last_error());
         return 1;

@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Table mode shows this many groups per kind, and this many members of a long group. */
-#define SHOW_GROUPS 8
+/* Table mode shows this many members of a long group (every group, unless --max-groups). */
 #define SHOW_MEMBERS 16
 
 typedef struct options {
     int world;
+    int max_groups; /* --max-groups: groups shown per kind in the table; 0: all */
     bool have_world, json;
     hcomm_parallel_config_t cfg;
 } options_t;
@@ -37,36 +37,48 @@ static void usage(FILE *f) {
           "  --etp X      expert tensor parallel size (default tp)\n"
           "  --experts N  number of experts, checked to be divisible by ep (default: no check)\n"
           "  --order O    axes fastest-varying first (default tp-cp-ep-dp-pp)\n"
+          "  --max-groups N  show the first N groups of each kind in the table (default: all)\n"
           "  --json       one JSON object: a list of groups (world ranks) per kind\n"
           "  --help       this text\n",
           f);
 }
 
-/* Parses a whole decimal int; on failure says which flag and value, and returns false. */
+/* Every group of every kind is held in memory (10 ints per rank): 16M ranks is ~700 MB. */
+#define HCOMM_PLAN_MAX_WORLD (1 << 24)
+
+/* Parses a whole decimal int in 1..HCOMM_PLAN_MAX_WORLD (every flag is a size or a count); on
+ * failure says which flag and value, and returns false. */
 static bool parse_int(const char *flag, const char *text, int *out) {
     char *end = NULL;
     errno = 0;
-    long v = strtol(text, &end, 10);
-    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || v < INT_MIN || v > INT_MAX) {
+    long long v = strtoll(text, &end, 10);
+    if (text[0] == '\0' || *end != '\0') {
         fprintf(stderr, "hcomm-plan: %s: '%s' is not an integer\n", flag, text);
+        return false;
+    }
+    if (errno == ERANGE || v < 1 || v > HCOMM_PLAN_MAX_WORLD) {
+        fprintf(stderr, "hcomm-plan: %s %s: out of range 1..%d\n", flag, text,
+                HCOMM_PLAN_MAX_WORLD);
         return false;
     }
     *out = (int)v;
     return true;
 }
 
-/* Every group of every kind is held in memory (10 ints per rank): 16M ranks is ~700 MB. */
-#define HCOMM_PLAN_MAX_WORLD (1 << 24)
-
 /* The int that a numeric flag sets, or NULL if flag is not one. */
 static int *int_flag(options_t *o, const char *flag) {
     const struct {
         const char *name;
         int *dst;
-    } flags[] = {{"--world", &o->world}, {"--tp", &o->cfg.tp},
-                 {"--pp", &o->cfg.pp},   {"--dp", &o->cfg.dp},
-                 {"--cp", &o->cfg.cp},   {"--ep", &o->cfg.ep},
-                 {"--etp", &o->cfg.etp}, {"--experts", &o->cfg.num_experts}};
+    } flags[] = {{"--world", &o->world},
+                 {"--tp", &o->cfg.tp},
+                 {"--pp", &o->cfg.pp},
+                 {"--dp", &o->cfg.dp},
+                 {"--cp", &o->cfg.cp},
+                 {"--ep", &o->cfg.ep},
+                 {"--etp", &o->cfg.etp},
+                 {"--experts", &o->cfg.num_experts},
+                 {"--max-groups", &o->max_groups}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (strcmp(flag, flags[i].name) == 0)
             return flags[i].dst;
@@ -77,7 +89,7 @@ static int *int_flag(options_t *o, const char *flag) {
 static bool apply_flag(options_t *o, const char *flag, const char *value) {
     int *dst = int_flag(o, flag);
     if (!dst && strcmp(flag, "--order") != 0) {
-        fprintf(stderr, "hcomm-plan: unknown flag '%s' (see --help)\n", flag);
+        fprintf(stderr, "hcomm-plan: unknown option %s (see --help)\n", flag);
         return false;
     }
     if (!value) {
@@ -109,7 +121,7 @@ static int parse_args(int argc, char **argv, options_t *o) {
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
         char flag[32];
         if (len >= sizeof flag) {
-            fprintf(stderr, "hcomm-plan: unknown flag '%.40s' (see --help)\n", arg);
+            fprintf(stderr, "hcomm-plan: unknown option %.40s (see --help)\n", arg);
             return 2;
         }
         memcpy(flag, arg, len);
@@ -120,11 +132,6 @@ static int parse_args(int argc, char **argv, options_t *o) {
     }
     if (!o->have_world) {
         fprintf(stderr, "hcomm-plan: --world is required (see --help)\n");
-        return 2;
-    }
-    if (o->world > HCOMM_PLAN_MAX_WORLD) {
-        fprintf(stderr, "hcomm-plan: --world %d is above the largest supported, %d\n", o->world,
-                HCOMM_PLAN_MAX_WORLD);
         return 2;
     }
     return 0;
@@ -172,7 +179,7 @@ static void print_group_table(FILE *f, const int *members, int n) {
 }
 
 static void print_table(FILE *f, int world, const hcomm_parallel_config_t *c, int edp,
-                        const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
+                        const hcomm_group_list_t lists[HCOMM_GROUP_COUNT], int max_groups) {
     fprintf(f, "world=%d tp=%d pp=%d dp=%d cp=%d ep=%d etp=%d edp=%d experts=%d order=%s\n", world,
             c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, edp, c->num_experts, c->order);
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
@@ -181,10 +188,12 @@ static void print_table(FILE *f, int world, const hcomm_parallel_config_t *c, in
         const hcomm_group_list_t *l = &lists[k];
         fprintf(f, "%s: %d group%s of %d\n", name, l->num_groups, l->num_groups == 1 ? "" : "s",
                 l->group_size);
-        for (int g = 0; g < l->num_groups && g < SHOW_GROUPS; g++)
+        const int shown = max_groups > 0 && max_groups < l->num_groups ? max_groups : l->num_groups;
+        for (int g = 0; g < shown; g++)
             print_group_table(f, l->ranks + (size_t)g * (size_t)l->group_size, l->group_size);
-        if (l->num_groups > SHOW_GROUPS)
-            fprintf(f, "  ... (%d groups)\n", l->num_groups);
+        if (shown < l->num_groups)
+            fprintf(f, "  ... %d more (%d groups; --max-groups %d cut the list)\n",
+                    l->num_groups - shown, l->num_groups, max_groups);
     }
 }
 
@@ -203,7 +212,7 @@ static int plan(const options_t *o) {
     if (o->json)
         print_json(stdout, lists);
     else
-        print_table(stdout, o->world, &resolved, edp, lists);
+        print_table(stdout, o->world, &resolved, edp, lists, o->max_groups);
     status = fflush(stdout) == 0 ? 0 : 1;
     if (status)
         fprintf(stderr, "hcomm-plan: cannot write the output: %s\n", strerror(errno));

@@ -41,16 +41,85 @@ static uint8_t *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int corpus_load(const char *path, corpus_t *c, FILE *err) {
-    memset(c, 0, sizeof *c);
-    size_t len = 0;
-    uint8_t *bytes = read_file(path, &len);
-    if (bytes == NULL || len == 0) {
-        fprintf(err, "hcomm-train: cannot read --data %s: %s; pass --data with a text file\n", path,
-                bytes == NULL ? strerror(errno) : "the file is empty");
-        free(bytes);
+/* Bytes of the UTF-8 sequence at b[0..n) that starts with a valid lead byte, or 0. */
+static size_t utf8_len(const uint8_t *b, size_t n) {
+    size_t k = b[0] >= 0xF0 && b[0] <= 0xF4 ? 4 : b[0] >= 0xE0 ? 3 : b[0] >= 0xC2 ? 2 : 0;
+    if (b[0] >= 0xF8 || k == 0 || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((b[i] & 0xC0) != 0x80)
+            return 0;
+    return k;
+}
+
+/* Whether the bytes look like text: no NUL, and at most 1% control characters (other than
+ * tab, newline, form feed and carriage return) or bytes outside valid UTF-8. Says why not. */
+static int text_check(const char *path, const uint8_t *b, size_t len, FILE *err) {
+    size_t bad = 0;
+    for (size_t i = 0; i < len;) {
+        if (b[i] == 0) {
+            fprintf(err,
+                    "hcomm-train: %s is not text: a NUL byte at offset %zu; pass --binary to "
+                    "train on its bytes anyway\n",
+                    path, i);
+            return -1;
+        }
+        if (b[i] < 0x80) {
+            bad += (b[i] < 0x20 && b[i] != '\t' && b[i] != '\n' && b[i] != '\f' && b[i] != '\r') ||
+                   b[i] == 0x7F;
+            i++;
+            continue;
+        }
+        size_t k = utf8_len(b + i, len - i);
+        bad += k == 0;
+        i += k == 0 ? 1 : k;
+    }
+    if (bad * 100 > len) {
+        fprintf(err,
+                "hcomm-train: %s is not text: %zu of %zu bytes (%.1f%%, more than 1%%) are not "
+                "printable UTF-8; pass --binary to train on its bytes anyway\n",
+                path, bad, len, 100.0 * (double)bad / (double)len);
         return -1;
     }
+    return 0;
+}
+
+/* Reads one input file whole; says why on failure. */
+static uint8_t *load_one(const char *flag, const char *path, int binary, size_t *len, FILE *err) {
+    uint8_t *bytes = read_file(path, len);
+    if (bytes == NULL || *len == 0) {
+        fprintf(err, "hcomm-train: cannot read %s %s: %s; pass %s with a text file\n", flag, path,
+                bytes == NULL ? strerror(errno) : "the file is empty", flag);
+        free(bytes);
+        return NULL;
+    }
+    if (!binary && text_check(path, bytes, *len, err) != 0) {
+        free(bytes);
+        return NULL;
+    }
+    return bytes;
+}
+
+int corpus_load(const char *path, const char *val_path, int binary, corpus_t *c, FILE *err) {
+    memset(c, 0, sizeof *c);
+    size_t len = 0, vlen = 0;
+    uint8_t *bytes = load_one("--data", path, binary, &len, err), *vbytes = NULL;
+    if (bytes == NULL)
+        return -1;
+    if (val_path != NULL) {
+        vbytes = load_one("--val-data", val_path, binary, &vlen, err);
+        uint8_t *both = vbytes == NULL ? NULL : realloc(bytes, len + vlen);
+        if (both == NULL) {
+            free(bytes);
+            free(vbytes);
+            return -1;
+        }
+        bytes = both;
+        memcpy(bytes + len, vbytes, vlen);
+        free(vbytes);
+    }
+    c->train_len = val_path != NULL ? len : len - len / 10;
+    len += vlen;
     /* Vocabulary: the distinct bytes in ascending order, so every rank builds the same one. */
     int index[256], seen[256] = {0};
     for (size_t i = 0; i < len; i++)
@@ -65,6 +134,13 @@ int corpus_load(const char *path, corpus_t *c, FILE *err) {
     c->ids = bytes;
     c->len = len;
     return 0;
+}
+
+uint64_t corpus_hash(const corpus_t *c) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < c->train_len; i++)
+        h = (h ^ c->chars[c->ids[i]]) * 0x100000001b3ull;
+    return h;
 }
 
 void corpus_free(corpus_t *c) {
@@ -97,7 +173,14 @@ double rng_normal(rng_t *r) {
 
 void batch_sample(rng_t *r, const corpus_t *c, int batch, int seq, int64_t *starts) {
     /* s ranges over 1 .. len - seq - 1: s - 1 and s + seq must be inside the text. */
-    uint64_t choices = (uint64_t)c->len - (uint64_t)seq - 1;
+    uint64_t choices = (uint64_t)c->train_len - (uint64_t)seq - 1;
     for (int b = 0; b < batch; b++)
         starts[b] = 1 + (int64_t)rng_below(r, choices);
+}
+
+void val_starts(const corpus_t *c, int count, int seq, int64_t *starts) {
+    /* s ranges over train_len + 1 .. len - seq - 1, as in batch_sample. */
+    uint64_t choices = (uint64_t)(c->len - c->train_len) - (uint64_t)seq - 1;
+    for (int i = 0; i < count; i++)
+        starts[i] = (int64_t)c->train_len + 1 + (int64_t)((uint64_t)i * choices / (uint64_t)count);
 }

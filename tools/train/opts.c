@@ -2,12 +2,15 @@
  * so parsing, defaults and --help never drift apart. */
 #include "opts.h"
 
+#include "hcomm/core.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum opt_kind { OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STRING } opt_kind_t;
+/* OPT_FLAG takes no value and sets an int to 1. */
+typedef enum opt_kind { OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STRING, OPT_FLAG } opt_kind_t;
 
 /* Bits of opt_def_t.open: which ends of a number flag's range are excluded. */
 enum { LO_OPEN = 1, HI_OPEN = 2 };
@@ -34,12 +37,14 @@ typedef struct opt_def {
 
 static const opt_def_t OPTS[] = {
     OPT_INT_("tp", tp, "2", 1, 4096, "tensor-parallel size (also the expert-TP size)"),
-    OPT_INT_("pp", pp, "2", 1, 4, "pipeline stages, 1..4 (units: embed, TP block, MoE, head)"),
+    OPT_INT_("pp", pp, "2", 1, 4096,
+             "pipeline stages, at most the units: embed, --layers x (TP block, MoE), head"),
     OPT_INT_("dp", dp, "2", 1, 4096, "data-parallel size; world size = tp * pp * dp"),
     OPT_("ep", OPT_INT, ep, NULL, "2 if 2 divides --dp and --experts, else 1",
          "expert-parallel size; must divide dp and --experts", 1, 4096, 0),
     OPT_INT_("experts", experts, "4", 1, 4096, "experts in the MoE layer (top-1 routing)"),
     OPT_INT_("hidden", hidden, "64", 1, 4096, "model width C (TP FFN 4C, expert FFN 2C)"),
+    OPT_INT_("layers", layers, "1", 1, 256, "(TP block, MoE) pairs stacked between embed and head"),
     OPT_INT_("steps", steps, "300", 1, 100000000, "optimizer steps"),
     OPT_INT_("micro-batches", micro_batches, "2", 1, 1 << 20, "micro-batches per step per DP rank"),
     OPT_INT_("batch", batch, "16", 1, 1 << 20, "global batch in sequences; divisible by dp*micro"),
@@ -48,11 +53,28 @@ static const opt_def_t OPTS[] = {
          0),
     OPT_DBL_("lr", lr, "0.3", 0.0, 100.0, LO_OPEN, "SGD learning rate, 0 < lr <= 100"),
     OPT_DBL_("momentum", momentum, "0.9", 0.0, 1.0, HI_OPEN, "SGD momentum, 0 <= m < 1"),
-    OPT_("backend", OPT_STRING, backend, NULL, "$HCOMM_BACKEND or local",
+    OPT_("backend", OPT_STRING, backend, NULL,
+         "$HCOMM_BACKEND, else mpi under mpirun/srun, else local",
          "local (ranks are threads) or mpi (mpirun)", 0, 0, 0),
     OPT_STR_("data", data, "/usr/share/common-licenses/GPL-3", "training text file"),
     OPT_STR_("metrics", metrics, "", "write CSV step,loss,... to this file"),
     OPT_INT_("log-every", log_every, "10", 1, 1 << 30, "steps between progress lines"),
+    OPT_STR_("val-data", val_data, "", "held-out text (default: the last 10% of --data)"),
+    OPT_INT_("eval-every", eval_every, "50", 1, 1 << 30,
+             "steps between validation losses (also at the end)"),
+    OPT_("binary", OPT_FLAG, binary, NULL, "off",
+         "train on a file that is not text (NUL bytes, >1% non-UTF-8)", 0, 0, 0),
+    OPT_INT_("sample", sample, "200", 0, 1 << 20, "characters to generate at the end; 0: none"),
+    OPT_("prompt", OPT_STRING, prompt, NULL,
+         "\"The \" if --data has those characters, else its first 4", "text the sample continues",
+         0, 0, 0),
+    OPT_DBL_("temperature", temperature, "0.8", 0.0, 100.0, 0,
+             "sampling temperature; 0: greedy (seeded by --seed)"),
+    OPT_STR_("save", save, "", "checkpoint directory, written every --save-every and at the end"),
+    OPT_INT_("save-every", save_every, "0", 0, 100000000,
+             "steps between checkpoints; 0: only at the end"),
+    OPT_STR_("resume", resume, "",
+             "continue from the latest checkpoint in this directory; --steps stays the total"),
 };
 #define NUM_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -126,6 +148,9 @@ static int opt_set(const opt_def_t *d, const char *value, train_opts_t *o, FILE 
     case OPT_STRING:
         *(const char **)(void *)field = value;
         break;
+    case OPT_FLAG:
+        *(int *)(void *)field = 1;
+        break;
     }
     if (bad == PARSE_SYNTAX) {
         const char *what = d->kind == OPT_DOUBLE ? "a number" : "an integer";
@@ -155,6 +180,13 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                 (long long)o->tp * o->pp * o->dp);
         return -1;
     }
+    if (o->pp > 2 + 2 * o->layers) {
+        fprintf(err,
+                "hcomm-train: --pp %d: out of range 1..%d: the model has %d units to split into "
+                "stages (embed, %d x (TP block, MoE), head); raise --layers for more stages\n",
+                o->pp, 2 + 2 * o->layers, 2 + 2 * o->layers, o->layers);
+        return -1;
+    }
     if (o->batch % (o->dp * o->micro_batches) != 0) {
         fprintf(err,
                 "hcomm-train: --batch %d is not divisible by dp * micro-batches = %d * %d; "
@@ -176,6 +208,11 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
     if ((4 * o->hidden) % o->tp != 0 || (2 * o->hidden) % o->tp != 0) {
         fprintf(err, "hcomm-train: --tp %d does not divide the FFN widths 4C = %d and 2C = %d\n",
                 o->tp, 4 * o->hidden, 2 * o->hidden);
+        return -1;
+    }
+    if (o->sample > 0 && o->prompt != NULL && o->prompt[0] == '\0') {
+        fprintf(err, "hcomm-train: --prompt is empty; the sample needs at least one character "
+                     "to continue (or pass --sample 0)\n");
         return -1;
     }
     const char *backend = opts_backend(o);
@@ -209,6 +246,10 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
             o->help = 1;
             return 0;
         }
+        if (strcmp(arg, "--version") == 0) {
+            o->version = 1;
+            return 0;
+        }
         if (strncmp(arg, "--", 2) != 0) {
             fprintf(err, "hcomm-train: unexpected argument '%s' (see --help)\n", arg);
             return -1;
@@ -217,8 +258,16 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const opt_def_t *d = opt_find(name, len);
         if (d == NULL) {
-            fprintf(err, "hcomm-train: unknown flag '%s' (see --help)\n", arg);
+            fprintf(err, "hcomm-train: unknown option %s (see --help)\n", arg);
             return -1;
+        }
+        if (d->kind == OPT_FLAG) {
+            if (eq != NULL) {
+                fprintf(err, "hcomm-train: --%s takes no value\n", d->name);
+                return -1;
+            }
+            opt_set(d, "", o, err);
+            continue;
         }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (value == NULL) {
@@ -232,8 +281,15 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
     /* The default --ep must not break a layout that never mentions experts: 2 where it fits. */
     if (!ep_given)
         o->ep = o->dp % 2 == 0 && o->experts % 2 == 0 ? 2 : 1;
-    if (o->metrics != NULL && o->metrics[0] == '\0')
-        o->metrics = NULL;
+    /* An empty string is "none" for the optional paths. */
+    const char **paths[] = {&o->metrics, &o->val_data, &o->save, &o->resume};
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)
+        if (*paths[k] != NULL && (*paths[k])[0] == '\0')
+            *paths[k] = NULL;
+    if (o->backend == NULL && hcomm_launch_backend(NULL, &o->chosen) != HCOMM_OK) {
+        fprintf(err, "hcomm-train: %s\n", hcomm_last_error());
+        return -1;
+    }
     return opts_validate(o, err);
 }
 
@@ -243,19 +299,20 @@ void opts_usage(FILE *out) {
                  "layer, softmax head) with hcomm over tp x pp x dp ranks.\n\nflags:\n");
     for (int i = 0; i < NUM_OPTS; i++) {
         char left[40];
-        snprintf(left, sizeof left, "--%s %s", OPTS[i].name,
-                 OPTS[i].kind == OPT_STRING ? "S" : (OPTS[i].kind == OPT_DOUBLE ? "X" : "N"));
+        snprintf(
+            left, sizeof left, "--%s %s", OPTS[i].name,
+            OPTS[i].kind == OPT_FLAG
+                ? ""
+                : (OPTS[i].kind == OPT_STRING ? "S" : (OPTS[i].kind == OPT_DOUBLE ? "X" : "N")));
         const char *d = OPTS[i].shown[0] ? OPTS[i].shown : "none";
         fprintf(out, "  %-20s %s (default: %s)\n", left, OPTS[i].help, d);
     }
+    fprintf(out, "  %-20s print the version and the backends built\n", "--version");
     fprintf(out, "  %-20s print this help\n", "--help");
 }
 
 const char *opts_backend(const train_opts_t *o) {
-    const char *env = getenv("HCOMM_BACKEND");
-    if (o->backend != NULL)
-        return o->backend;
-    return env != NULL && env[0] != '\0' ? env : "local";
+    return o->backend != NULL ? o->backend : o->chosen;
 }
 
 int opts_world_size(const train_opts_t *o) {

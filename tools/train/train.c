@@ -10,9 +10,11 @@
  */
 #include "train.h"
 
+#include "ckpt.h"
 #include "model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,8 @@ enum { TAG_ACT = 1, TAG_GRAD = 2 };
 /* Progress figures world rank 0 keeps between reports. */
 typedef struct report {
     FILE *metrics;
-    double first_loss, last_loss;
+    double first_loss, last_loss, last_val;
+    int first_step;              /* the step this run starts at (> 0 when resumed) */
     double t0;                   /* start of training on rank 0 */
     double mark_t;               /* time of the previous report */
     int mark_step;               /* steps done at the previous report */
@@ -71,7 +74,6 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     cfg.ep = o->ep;
     cfg.etp = o->tp;
     cfg.num_experts = o->experts;
-    int unused;
     TRAIN_TRY(rt, hcomm_comm_rank(rt->world, &rt->world_rank));
     TRAIN_TRY(rt, hcomm_comm_size(rt->world, &rt->world_size));
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_ctx_create(rt->world, &cfg, ctx)));
@@ -85,7 +87,7 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     if (r == HCOMM_OK)
         r = rt_group(rt, *ctx, HCOMM_GROUP_ETP, &rt->etp, &rt->etp_rank, &rt->etp_size);
     if (r == HCOMM_OK)
-        r = rt_group(rt, *ctx, HCOMM_GROUP_EDP, &rt->edp, &unused, &rt->edp_size);
+        r = rt_group(rt, *ctx, HCOMM_GROUP_EDP, &rt->edp, &rt->edp_rank, &rt->edp_size);
     if (r == HCOMM_OK)
         TRAIN_TRY(rt, hcomm_ctx_pp_neighbors(*ctx, &rt->prev, &rt->next));
     if (r == HCOMM_OK)
@@ -241,6 +243,106 @@ static hcomm_result_t check_replicas(const model_t *m, train_rt_t *rt) {
     return r;
 }
 
+/* ---------------------------------------------------------------- validation */
+
+/* Global batches of held-out text each validation loss averages over. */
+enum { EVAL_BATCHES = 4 };
+
+/* Mean loss per token over the fixed validation sequences (forward only, split over the DP
+ * ranks and micro-batches as a training batch is), the same value on every rank. */
+static hcomm_result_t evaluate(const train_job_t *job, model_t *m, train_rt_t *rt, double *val) {
+    const train_opts_t *o = job->opts;
+    int64_t *starts = train_alloc((size_t)o->batch * EVAL_BATCHES * sizeof(int64_t));
+    val_starts(job->corpus, o->batch * EVAL_BATCHES, o->seq, starts);
+    double mine = 0.0, sum = 0.0;
+    hcomm_result_t r = HCOMM_OK;
+    for (int b = 0; b < EVAL_BATCHES && r == HCOMM_OK; b++) {
+        for (int k = 0; k < o->micro_batches && r == HCOMM_OK; k++) {
+            mb_cache_t c = {0};
+            mb_tokens(job, rt, starts + (size_t)b * o->batch, k, &c);
+            r = stage_forward(m, rt, &c, arena_doubles(&rt->arena, c.n * m->C));
+            if (rt->next < 0 && rt->tp_rank == 0)
+                mine += c.loss;
+            mb_cache_clear(&c);
+        }
+        arena_reset(&rt->arena);
+    }
+    free(starts);
+    if (r == HCOMM_OK)
+        r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, &mine, &sum, 1, HCOMM_F64, HCOMM_SUM));
+    if (r != HCOMM_OK)
+        return train_fail(rt, "the validation loss", r);
+    *val = sum / ((double)EVAL_BATCHES * o->batch * o->seq);
+    return HCOMM_OK;
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+/* Next character from the head's probabilities p[V]: the most likely one (lowest index on
+ * ties) when T is 0, else a draw from p^(1/T) renormalized, which is softmax(logits / T). */
+static int32_t pick_char(const double *p, int V, double T, rng_t *r) {
+    int32_t best = 0;
+    if (T == 0.0) {
+        for (int32_t v = 1; v < V; v++)
+            if (p[v] > p[best])
+                best = v;
+        return best;
+    }
+    double total = 0.0;
+    for (int v = 0; v < V; v++)
+        total += pow(p[v], 1.0 / T);
+    double u = (double)(rng_next(r) >> 11) * 0x1.0p-53 * total, acc = 0.0;
+    for (int32_t v = 0; v < V; v++) {
+        acc += pow(p[v], 1.0 / T);
+        if (u < acc)
+            return v;
+        best = p[v] > 0.0 ? v : best;
+    }
+    return best; /* u landed on the rounding error of the sum: the last possible character */
+}
+
+/* Generates o->sample characters after the prompt through the same stages, TP shards and EP
+ * experts as training: each step runs one token (the last two characters) forward on every
+ * DP replica; the last stage's first rank picks the next character and an all-reduce tells
+ * every rank. The model sees two characters, so only the prompt's last two matter. */
+static hcomm_result_t generate(const train_job_t *job, model_t *m, train_rt_t *rt, char *out) {
+    const train_opts_t *o = job->opts;
+    const size_t plen = strlen(o->prompt);
+    const int picker = rt->next < 0 && rt->tp_rank == 0 && rt->dp_rank == 0;
+    int32_t ids[3] = {0, 0, 0}; /* prev, cur, target (unused) */
+    for (size_t i = 0; i < plen; i++) {
+        ids[0] = ids[1];
+        for (int v = 0; v < job->corpus->vocab; v++)
+            if (job->corpus->chars[v] == (uint8_t)o->prompt[i])
+                ids[1] = v;
+        if (i == 0)
+            ids[0] = ids[1];
+    }
+    rng_t rng;
+    rng_seed(&rng, o->seed, 0x5A3F1E);
+    for (int i = 0; i < o->sample; i++) {
+        mb_cache_t c = {0};
+        c.n = 1;
+        c.prev = &ids[0];
+        c.cur = &ids[1];
+        c.tgt = &ids[2];
+        hcomm_result_t r = stage_forward(m, rt, &c, arena_doubles(&rt->arena, m->C));
+        int64_t mine = picker ? pick_char(c.head_p, m->V, o->temperature, &rng) : 0, next = 0;
+        mb_cache_clear(&c);
+        arena_reset(&rt->arena);
+        if (r != HCOMM_OK)
+            return r;
+        r = hcomm_all_reduce(rt->world, &mine, &next, 1, HCOMM_I64, HCOMM_SUM);
+        if (r != HCOMM_OK)
+            return train_fail(rt, "hcomm_all_reduce of the sampled character", r);
+        ids[0] = ids[1];
+        ids[1] = (int32_t)next;
+        out[i] = (char)job->corpus->chars[next];
+    }
+    out[o->sample] = '\0';
+    return HCOMM_OK;
+}
+
 /* ---------------------------------------------------------------- reports */
 
 /* "s" after a count other than 1. */
@@ -248,49 +350,67 @@ static const char *plural(int n) {
     return n == 1 ? "" : "s";
 }
 
-static void report_start(const train_job_t *job, const train_rt_t *rt) {
+static void report_start(const train_job_t *job, const train_rt_t *rt, int first_step) {
     const train_opts_t *o = job->opts;
-    static const char *names[NUM_UNITS] = {"embed", "TP block", "MoE", "head"};
+    static const char *names[] = {"embed", "TP", "MoE", "head"};
+    const int U = model_units(o->layers);
     printf("hcomm-train: %d rank%s (tp %d x pp %d x dp %d; ep %d, %d expert%s) on %s\n",
            rt->world_size, plural(rt->world_size), o->tp, o->pp, o->dp, o->ep, o->experts,
            plural(o->experts), opts_backend(o));
-    printf("hcomm-train: data %s (%zu bytes, vocab %d), %lld parameters, batch %d x %d chars, "
-           "%d micro-batch%s\n",
-           o->data, job->corpus->len, job->corpus->vocab,
-           (long long)model_full_size(o, job->corpus->vocab), o->batch, o->seq, o->micro_batches,
-           o->micro_batches == 1 ? "" : "es");
+    printf("hcomm-train: data %s (%zu bytes: %zu train, %zu held out%s; vocab %d), %lld "
+           "parameters, batch %d x %d chars, %d micro-batch%s\n",
+           o->data, job->corpus->len, job->corpus->train_len,
+           job->corpus->len - job->corpus->train_len, o->val_data ? " from --val-data" : "",
+           job->corpus->vocab, (long long)model_full_size(o, job->corpus->vocab), o->batch, o->seq,
+           o->micro_batches, o->micro_batches == 1 ? "" : "es");
     printf("hcomm-train: stages:");
     for (int s = 0; s < o->pp; s++) {
         printf(" [");
-        for (int u = s * NUM_UNITS / o->pp; u < (s + 1) * NUM_UNITS / o->pp; u++)
-            printf("%s%s", u == s * NUM_UNITS / o->pp ? "" : ", ", names[u]);
+        for (int u = s * U / o->pp; u < (s + 1) * U / o->pp; u++) {
+            const int k = unit_kind(u, o->layers);
+            printf("%s%s", u == s * U / o->pp ? "" : ", ", names[k]);
+            if ((k == UNIT_TP || k == UNIT_MOE) && o->layers > 1)
+                printf(" %d", (u - 1) / 2);
+        }
         printf("]");
     }
     printf("\n");
+    if (first_step > 0)
+        printf("hcomm-train: resumed from %s at step %d of %d\n", o->resume, first_step, o->steps);
     fflush(stdout);
 }
 
-/* Called on world rank 0 after every step with the world sums of {loss, comm s, wall s}. */
-static void report_step(report_t *rep, const train_opts_t *o, int step, const double sums[3]) {
+/* Called on world rank 0 after every step with the world sums of {loss, comm s, wall s} and
+ * the validation loss (NaN when not evaluated at this step). */
+static void report_step(report_t *rep, const train_opts_t *o, int step, const double sums[3],
+                        double val) {
     const double now = train_now(), tokens = (double)o->batch * o->seq;
     const double loss = sums[0] / tokens;
-    if (step == 0)
-        rep->first_loss = loss;
     rep->last_loss = loss;
     if (rep->metrics != NULL) {
         double dt = now - rep->step_t, dw = sums[2] - rep->step_wall;
-        fprintf(rep->metrics, "%d,%.10g,%.1f,%.4f,%.3f\n", step, loss, tokens / dt,
+        fprintf(rep->metrics, "%d,%.10g,%.1f,%.4f,%.3f,", step, loss, tokens / dt,
                 dw > 0 ? (sums[1] - rep->step_comm) / dw : 0.0, now - rep->t0);
+        if (val == val)
+            fprintf(rep->metrics, "%.10g", val);
+        fprintf(rep->metrics, "\n");
     }
     rep->step_t = now;
     rep->step_comm = sums[1];
     rep->step_wall = sums[2];
-    if (step % o->log_every != 0 && step != o->steps - 1)
+    if (val == val)
+        rep->last_val = val;
+    if (step % o->log_every != 0 && step != o->steps - 1 && val != val)
         return;
     const double dt = now - rep->mark_t, dw = sums[2] - rep->mark_wall;
-    printf("step %5d | loss %.4f | %8.0f tok/s | comm %4.1f%%\n", step, loss,
-           tokens * (step + 1 - rep->mark_step) / dt,
-           dw > 0 ? 100.0 * (sums[1] - rep->mark_comm) / dw : 0.0);
+    const double elapsed = now - rep->t0, done = step + 1 - rep->first_step;
+    char vbuf[32] = "           ";
+    if (val == val)
+        snprintf(vbuf, sizeof vbuf, "val %.4f", val);
+    printf("step %5d | loss %.4f | %-11s | %8.0f tok/s | comm %4.1f%% | %6.1f s, ETA %6.1f s\n",
+           step, loss, vbuf, tokens * (step + 1 - rep->mark_step) / dt,
+           dw > 0 ? 100.0 * (sums[1] - rep->mark_comm) / dw : 0.0, elapsed,
+           elapsed / done * (o->steps - step - 1));
     fflush(stdout);
     rep->mark_t = now;
     rep->mark_step = step + 1;
@@ -300,28 +420,44 @@ static void report_step(report_t *rep, const train_opts_t *o, int step, const do
 
 static void report_end(const report_t *rep, const train_opts_t *o, const double sums[3]) {
     const double t = train_now() - rep->t0;
-    printf("done: %d step%s in %.1f s | loss %.4f -> %.4f | %.0f tok/s | comm %.1f%% of rank time "
-           "(in hcomm calls, waits included) | replicas bitwise equal\n",
-           o->steps, plural(o->steps), t, rep->first_loss, rep->last_loss,
-           (double)o->batch * o->seq * o->steps / t, sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0);
+    const int steps = o->steps - rep->first_step;
+    printf("done: %d step%s in %.1f s | loss %.4f -> %.4f | val loss %.4f | %.0f tok/s | comm "
+           "%.1f%% of rank time (in hcomm calls, waits included) | replicas bitwise equal\n",
+           steps, plural(steps), t, rep->first_loss, rep->last_loss, rep->last_val,
+           (double)o->batch * o->seq * steps / t, sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0);
     fflush(stdout);
 }
 
 /* ---------------------------------------------------------------- the rank body */
 
-static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t *rt,
-                                 report_t *rep) {
+/* Loss NaN, infinite or above 3x its first value: the run has diverged. Every rank sees the
+ * same all-reduced loss, so every rank stops at the same step; rank 0 says why. */
+static int diverged(const train_job_t *job, const train_rt_t *rt, int step, double loss,
+                    double first) {
+    const train_opts_t *o = job->opts;
+    if (isfinite(loss) && loss <= 3.0 * first)
+        return 0;
+    if (rt->world_rank == 0)
+        fprintf(stderr,
+                "hcomm-train: step %d: the loss is %g, %s its starting value %.4f: training "
+                "diverged; lower the learning rate (--lr %g now, try --lr %g)\n",
+                step, loss, isfinite(loss) ? "more than 3x" : "not a finite number, from", first,
+                o->lr, o->lr / 10);
+    atomic_store(job->explained, 1);
+    return 1;
+}
+
+static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t *rt, report_t *rep,
+                                 train_state_t *st) {
     const train_opts_t *o = job->opts;
     int64_t *starts = train_alloc((size_t)o->batch * sizeof(int64_t));
-    rng_t data_rng;
-    rng_seed(&data_rng, o->seed, 0xDA7A);
     hcomm_result_t r = HCOMM_OK;
     double sums[3] = {0}, t0 = train_now();
-    for (int step = 0; step < o->steps && r == HCOMM_OK; step++) {
+    for (int step = st->step; step < o->steps && r == HCOMM_OK; step++) {
         /* Every rank draws the whole global batch, so the stream stays the same everywhere. */
-        batch_sample(&data_rng, job->corpus, o->batch, o->seq, starts);
+        batch_sample(&st->data_rng, job->corpus, o->batch, o->seq, starts);
         model_zero_grads(m);
-        double loss = 0.0;
+        double loss = 0.0, val = NAN;
         r = step_grads(job, m, rt, starts, &loss);
         if (r == HCOMM_OK)
             r = reduce_grads(m, rt);
@@ -331,10 +467,27 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
         model_sgd(m, o->lr, o->momentum);
         double mine[3] = {loss, rt->comm_s, train_now() - t0};
         r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, mine, sums, 3, HCOMM_F64, HCOMM_SUM));
-        if (r != HCOMM_OK)
+        if (r != HCOMM_OK) {
             r = train_fail(rt, "hcomm_all_reduce of the loss", r);
-        if (r == HCOMM_OK && rt->world_rank == 0)
-            report_step(rep, o, step, sums);
+            break;
+        }
+        loss = sums[0] / ((double)o->batch * o->seq);
+        if (step == 0)
+            st->first_loss = loss;
+        if (diverged(job, rt, step, loss, st->first_loss)) {
+            r = HCOMM_ERR_INVALID_ARG;
+            break;
+        }
+        st->step = step + 1;
+        if (step % o->eval_every == 0 || step == o->steps - 1)
+            r = evaluate(job, m, rt, &val);
+        if (r == HCOMM_OK && rt->world_rank == 0) {
+            rep->first_loss = st->first_loss;
+            report_step(rep, o, step, sums, val);
+        }
+        if (r == HCOMM_OK && o->save != NULL &&
+            ((o->save_every > 0 && st->step % o->save_every == 0) || st->step == o->steps))
+            r = ckpt_save(job, m, rt, st);
     }
     if (r == HCOMM_OK)
         r = check_replicas(m, rt);
@@ -353,8 +506,24 @@ static hcomm_result_t open_metrics(const train_opts_t *o, const train_rt_t *rt, 
                 strerror(errno));
         return HCOMM_ERR_IO;
     }
-    fprintf(rep->metrics, "step,loss,tokens_per_s,comm_share,elapsed_s\n");
+    fprintf(rep->metrics, "step,loss,tokens_per_s,comm_share,elapsed_s,val_loss\n");
     return HCOMM_OK;
+}
+
+/* The sample, printed last so that it is easy to find and compare. */
+static hcomm_result_t sample_and_print(const train_job_t *job, model_t *m, train_rt_t *rt) {
+    const train_opts_t *o = job->opts;
+    if (o->sample == 0)
+        return HCOMM_OK;
+    char *text = train_alloc((size_t)o->sample + 1);
+    hcomm_result_t r = generate(job, m, rt, text);
+    if (r == HCOMM_OK && rt->world_rank == 0) {
+        printf("sample (%d chars after --prompt, temperature %g, seed %llu):\n%s%s\n", o->sample,
+               o->temperature, (unsigned long long)o->seed, o->prompt, text);
+        fflush(stdout);
+    }
+    free(text);
+    return r;
 }
 
 hcomm_result_t train_rank(hcomm_comm_t *world, void *arg) {
@@ -363,22 +532,30 @@ hcomm_result_t train_rank(hcomm_comm_t *world, void *arg) {
     hcomm_ctx_t *ctx = NULL;
     model_t m = {0};
     report_t rep = {0};
+    train_state_t st = {0};
     rt.world = world;
+    rep.last_val = NAN;
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
     if (r == HCOMM_OK)
-        model_init(&m, job->opts, job->corpus->vocab, &rt);
+        model_init(&m, job->opts, job->corpus->vocab, &rt, job->start);
+    rng_seed(&st.data_rng, job->opts->seed, 0xDA7A);
+    if (job->start != NULL)
+        ckpt_state(job->start, &st);
+    rep.first_step = rep.mark_step = st.step;
     if (r == HCOMM_OK)
         r = open_metrics(job->opts, &rt, &rep);
     if (r == HCOMM_OK && rt.world_rank == 0)
-        report_start(job, &rt);
+        report_start(job, &rt, st.step);
     rep.t0 = rep.mark_t = rep.step_t = train_now();
     rt.comm_s = 0.0;
     if (r == HCOMM_OK)
-        r = train_loop(job, &m, &rt, &rep);
+        r = train_loop(job, &m, &rt, &rep, &st);
     if (rep.metrics != NULL && fclose(rep.metrics) != 0 && r == HCOMM_OK) {
         fprintf(stderr, "hcomm-train: writing --metrics %s failed\n", job->opts->metrics);
         r = HCOMM_ERR_IO;
     }
+    if (r == HCOMM_OK)
+        r = sample_and_print(job, &m, &rt);
     model_free(&m);
     arena_free(&rt.arena);
     /* ctx_destroy is collective: skip it after a failure, when peers may be gone. */

@@ -7,10 +7,16 @@
 #include "hcomm/api.h"
 #include "opts.h"
 
-/* What every rank reads (never writes): the options and the text. */
+#include <stdatomic.h>
+
+struct ckpt;
+
+/* What every rank reads: the options, the text and the checkpoint to start from. */
 typedef struct train_job {
     const train_opts_t *opts;
     const corpus_t *corpus;
+    const struct ckpt *start; /* checkpoint to resume from, or NULL */
+    atomic_int *explained;    /* set by a rank that told the user why the run stops */
 } train_job_t;
 
 /* hcomm_rank_fn_t of hcomm-train; @p arg is a train_job_t. */
