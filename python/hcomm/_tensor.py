@@ -31,6 +31,14 @@ def is_torch(x):
     return t is not None and isinstance(x, t.Tensor)
 
 
+def check(x, name="x"):
+    """Raises TypeError unless x is a numpy array or a torch tensor; returns x."""
+    if not isinstance(x, np.ndarray) and not is_torch(x):
+        raise TypeError(f"hcomm: {name} must be a numpy array or a torch CPU tensor, "
+                        f"not {type(x).__name__}")
+    return x
+
+
 def desc(x, name="tensor", writable=False):
     """The descriptor of `x` (numpy array or torch CPU tensor). Raises TypeError/ValueError
     before any communication when x cannot be passed without a copy."""

@@ -99,8 +99,11 @@ def send_recv(x, dst, src, send_tag=PP_TAG_FORWARD, recv_tag=PP_TAG_BACKWARD, sh
         dr = Tensor()
         call(lib.hcomm_pp_group_start, g._ptr)
         try:  # inside a batch the calls only record; group_end posts and completes them
-            call(lib.hcomm_pp_irecv_any, g._ptr, src, recv_tag, ctypes.byref(dr), None)
-            call(lib.hcomm_pp_isend, g._ptr, ctypes.byref(ds), dst, send_tag, None)
+            unused = ctypes.c_void_p()  # a batch's requests stay NULL: group_end completes them
+            call(lib.hcomm_pp_irecv_any, g._ptr, src, recv_tag, ctypes.byref(dr),
+                 ctypes.byref(unused))
+            call(lib.hcomm_pp_isend, g._ptr, ctypes.byref(ds), dst, send_tag,
+                 ctypes.byref(unused))
         finally:
             call(lib.hcomm_pp_group_end, g._ptr)
         return _took(dr, _tensor.default_kind(kind, dtype))

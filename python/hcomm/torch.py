@@ -102,7 +102,8 @@ class ColumnParallelLinear(torch.nn.Module):
         n = out_features // self.group.size
         self.weight = torch.nn.Parameter(torch.empty(n, in_features, dtype=dtype))
         self.bias = torch.nn.Parameter(torch.zeros(n, dtype=dtype)) if bias else None
-        torch.nn.init.normal_(self.weight, std=in_features ** -0.5, generator=generator)
+        with torch.no_grad():  # a per-rank generator: threads share torch's global one
+            self.weight.normal_(0.0, in_features ** -0.5, generator=generator)
 
     def load_full(self, weight, bias=None):
         """Copies this rank's rows of the full weight [out, in] (and bias [out])."""
@@ -132,7 +133,8 @@ class RowParallelLinear(torch.nn.Module):
         n = in_features // self.group.size
         self.weight = torch.nn.Parameter(torch.empty(out_features, n, dtype=dtype))
         self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
-        torch.nn.init.normal_(self.weight, std=in_features ** -0.5, generator=generator)
+        with torch.no_grad():  # a per-rank generator: threads share torch's global one
+            self.weight.normal_(0.0, in_features ** -0.5, generator=generator)
 
     def load_full(self, weight, bias=None):
         """Copies this rank's columns of the full weight [out, in] (and the whole bias)."""

@@ -17,6 +17,7 @@ def _op(op):
 
 
 def _dim(x, dim):
+    _tensor.check(x)
     if x.ndim == 0 or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
         raise ValueError(f"hcomm: dim={dim!r} out of range for a tensor of {x.ndim} dims")
     return dim % x.ndim
@@ -39,7 +40,7 @@ def _scaled(x, dim, factor):
 def all_reduce(x, op="sum", group=None):
     """op ('sum', 'prod', 'max', 'min', 'avg') over the group's ranks of x. Collective."""
     g = default_group("tp", group)
-    return _run(lib.hcomm_tp_all_reduce, g, x, x.shape, _op(op))
+    return _run(lib.hcomm_tp_all_reduce, g, _tensor.check(x), x.shape, _op(op))
 
 
 def all_gather(x, dim=-1, group=None):
@@ -65,19 +66,19 @@ def split(x, dim=-1, group=None):
 
 # --- the four Megatron regions: forward and backward, each one C call -------------------
 def copy_to_fwd(x, group=None):
-    return _run(lib.hcomm_tp_copy_to_fwd, default_group("tp", group), x, x.shape)
+    return _run(lib.hcomm_tp_copy_to_fwd, default_group("tp", group), _tensor.check(x), x.shape)
 
 
 def copy_to_bwd(grad, group=None):
-    return _run(lib.hcomm_tp_copy_to_bwd, default_group("tp", group), grad, grad.shape)
+    return _run(lib.hcomm_tp_copy_to_bwd, default_group("tp", group), _tensor.check(grad), grad.shape)
 
 
 def reduce_from_fwd(x, group=None):
-    return _run(lib.hcomm_tp_reduce_from_fwd, default_group("tp", group), x, x.shape)
+    return _run(lib.hcomm_tp_reduce_from_fwd, default_group("tp", group), _tensor.check(x), x.shape)
 
 
 def reduce_from_bwd(grad, group=None):
-    return _run(lib.hcomm_tp_reduce_from_bwd, default_group("tp", group), grad, grad.shape)
+    return _run(lib.hcomm_tp_reduce_from_bwd, default_group("tp", group), _tensor.check(grad), grad.shape)
 
 
 def scatter_to_fwd(x, dim=-1, group=None):
