@@ -104,9 +104,14 @@ def _candidates():
         p = pathlib.Path(env)
         return [p / _NAME if p.is_dir() else p]
     here = pathlib.Path(__file__).resolve().parent
-    # Next to the package (pip/cmake install copies it there), then <prefix>/lib* when the
-    # package sits in <prefix>/lib*/python3/dist-packages, then the source tree's build/.
+    # Next to the package, the libdir cmake --install recorded, <prefix>/lib* above the
+    # package, then the source tree's build/.
     out = [here / _NAME]
+    try:  # cmake --install writes where it put the library
+        from ._libdir import LIBDIR
+        out.append(pathlib.Path(LIBDIR) / _NAME)
+    except ImportError:
+        pass
     for up in here.parents[:4]:
         out += [up / "lib" / _NAME, up / "lib64" / _NAME]
     out += [here.parents[1] / "build" / _NAME]

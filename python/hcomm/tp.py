@@ -23,9 +23,11 @@ def _dim(x, dim):
     return dim % x.ndim
 
 
-def _run(fn, g, x, shape, *extra):
-    """out = new array of `shape`; fn(group, &in, &out, *extra)."""
-    out = _tensor.empty(x, shape)
+def _run(fn, g, x, shape, *extra, out=None):
+    """fn(group, &in, &out, *extra); out: a new array of `shape` unless the caller gave one
+    (reusing it avoids a fresh allocation, and its page faults, per call for large tensors)."""
+    if out is None:
+        out = _tensor.empty(x, shape)
     din, dout = _tensor.desc(x, "x"), _tensor.desc(out, "out")
     call(fn, g._ptr, ctypes.byref(din), ctypes.byref(dout), *extra)
     return out
@@ -37,24 +39,26 @@ def _scaled(x, dim, factor):
     return shape
 
 
-def all_reduce(x, op="sum", group=None):
-    """op ('sum', 'prod', 'max', 'min', 'avg') over the group's ranks of x. Collective."""
+def all_reduce(x, op="sum", group=None, out=None):
+    """op ('sum', 'prod', 'max', 'min', 'avg') over the group's ranks of x. Collective.
+    out: where to write (x itself for in place), else a new array."""
     g = default_group("tp", group)
-    return _run(lib.hcomm_tp_all_reduce, g, _tensor.check(x), x.shape, _op(op))
+    return _run(lib.hcomm_tp_all_reduce, g, _tensor.check(x), x.shape, _op(op), out=out)
 
 
-def all_gather(x, dim=-1, group=None):
+def all_gather(x, dim=-1, group=None, out=None):
     """Every rank's x concatenated along dim in rank order. Collective."""
     g = default_group("tp", group)
     d = _dim(x, dim)
-    return _run(lib.hcomm_tp_all_gather, g, x, _scaled(x, d, g.size), d)
+    return _run(lib.hcomm_tp_all_gather, g, x, _scaled(x, d, g.size), d, out=out)
 
 
-def reduce_scatter(x, dim=-1, op="sum", group=None):
+def reduce_scatter(x, dim=-1, op="sum", group=None, out=None):
     """x reduced over ranks, and this rank's 1/size slice along dim kept. Collective."""
     g = default_group("tp", group)
     d = _dim(x, dim)
-    return _run(lib.hcomm_tp_reduce_scatter, g, x, _scaled(x, d, -g.size), d, _op(op))
+    return _run(lib.hcomm_tp_reduce_scatter, g, x, _scaled(x, d, -g.size), d, _op(op),
+                out=out)
 
 
 def split(x, dim=-1, group=None):

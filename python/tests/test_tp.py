@@ -94,3 +94,17 @@ def test_empty_and_scalar():
 
     for shape, s in run(body, 4):
         assert shape == (0, 3) and s == 8.0 and s.shape == ()
+
+
+def test_out_and_in_place():
+    def body():
+        x = np.full(4, hcomm.get_rank() + 1.0)
+        out = np.empty(4)
+        assert tp.all_reduce(x, out=out) is out
+        y = tp.all_reduce(x, out=x)  # in place
+        return out, y is x, x
+
+    for out, same, x in run(body, 3):
+        np.testing.assert_array_equal(out, np.full(4, 6.0))
+        assert same
+        np.testing.assert_array_equal(x, np.full(4, 6.0))
