@@ -155,5 +155,9 @@ def all_to_all(x, expert_ids_or_routing, num_experts=None, tokens_per_expert=Non
     else:
         routed, routing = dispatch(x, expert_ids_or_routing, num_experts, **kw)
     if tokens_per_expert is not None:
-        tokens_per_expert[...] = routing.tokens_per_expert
+        tpe = routing.tokens_per_expert
+        if _tensor.is_torch(tokens_per_expert):
+            import torch
+            tpe = torch.from_numpy(tpe)
+        tokens_per_expert[...] = tpe
     return routed, routing
