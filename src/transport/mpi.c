@@ -1090,8 +1090,8 @@ hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg) {
     MPI_TRY("hcomm_launch", MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     if (nranks != 0 && nranks != size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm_launch",
-                          "nranks=%d but the MPI job has %d processes (pass 0 to use the MPI "
+                          "nranks=%d but the MPI job has %d process%s (pass 0 to use the MPI "
                           "world size, or start the job with mpirun -np %d)",
-                          nranks, size, nranks);
+                          nranks, size, size == 1 ? "" : "es", nranks);
     return run_world(fn, arg, rank, size);
 }

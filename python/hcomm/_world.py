@@ -1,0 +1,132 @@
+"""Ranks and groups: hcomm.launch runs a function on every rank through hcomm_launch, and each
+rank thread finds its world communicator and context in a threading.local."""
+import ctypes
+import os
+import threading
+import weakref
+
+from . import _lib
+from ._lib import call, lib
+
+# Per rank thread: .world (Group), .contexts (list), .ctx (the current one), .routings (the
+# live MoE handles, freed before their groups).
+_state = threading.local()
+_launching = threading.Lock()
+
+
+class Group:
+    """A communicator: `rank`, `size`, `ranks` (world ranks of the members, in member order)
+    and `backend`. Groups of a context belong to it; the world belongs to hcomm.launch."""
+
+    def __init__(self, ptr, name="world"):
+        self._ptr = ptr
+        self.name = name
+        r, s = ctypes.c_int(), ctypes.c_int()
+        call(lib.hcomm_comm_rank, ptr, ctypes.byref(r))
+        call(lib.hcomm_comm_size, ptr, ctypes.byref(s))
+        self.rank, self.size = r.value, s.value
+        members = (ctypes.c_int * self.size)()
+        call(lib.hcomm_comm_members, ptr, members, self.size)
+        self.ranks = list(members)
+        b = ctypes.c_char_p()
+        call(lib.hcomm_comm_backend, ptr, ctypes.byref(b))
+        self.backend = b.value.decode()
+
+    def __repr__(self):
+        return f"<hcomm.Group {self.name} rank {self.rank} of {self.size} {self.ranks}>"
+
+    def barrier(self):
+        call(lib.hcomm_barrier, self._ptr)
+
+    def set_timeout(self, seconds):
+        call(lib.hcomm_comm_set_timeout, self._ptr, float(seconds))
+
+    def all_reduce(self, grads, op="avg", bucket_bytes=0):
+        """Reduces `grads` in place over this group with hcomm_dp_all_reduce_grads (bucketed,
+        one all_reduce per bucket) and returns them. `grads`: a tensor, a list of tensors, or
+        torch parameters (their .grad is reduced; those without one are skipped)."""
+        from . import dp
+        return dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self)
+
+
+def _rank_state():
+    return getattr(_state, "world", None)
+
+
+def world():
+    """This rank's world group (inside hcomm.launch or hcomm.run)."""
+    w = _rank_state()
+    if w is None:
+        raise RuntimeError("hcomm: no world on this thread; run the code inside "
+                           "hcomm.launch(fn, nranks=N) or python3 -m hcomm.run -n N script.py")
+    return w
+
+
+def get_rank():
+    return world().rank
+
+
+def get_world_size():
+    return world().size
+
+
+def under_mpirun():
+    """True when mpirun/srun started this process (Open MPI, MPICH/PMI or Slurm variables)."""
+    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+
+
+def check_backend(backend):
+    if backend is not None and backend not in _lib.BACKENDS:
+        raise ValueError(f"hcomm: backend {backend!r} is not built; this build has "
+                         f"{', '.join(_lib.BACKENDS)}")
+
+
+def _note(exc, rank, n):
+    exc.rank = rank
+    exc.add_note(f"hcomm.launch: raised on rank {rank} of {n}")
+    return exc
+
+
+def launch(fn, nranks=None, args=(), backend=None):
+    """Runs fn(*args) on every rank and returns the list of the ranks' return values, in rank
+    order. backend "local": nranks threads of this process (the C calls release the GIL, so
+    ranks run in parallel); "mpi": this process is one rank of the mpirun job and the list
+    holds its own value only. None: "mpi" under mpirun, else HCOMM_BACKEND, else "local".
+    An exception on a rank aborts the others (their waits fail) and is raised here, with the
+    rank named in its notes and in `exc.rank`."""
+    if backend is None:
+        backend = "mpi" if under_mpirun() and "mpi" in _lib.BACKENDS else \
+            os.environ.get("HCOMM_BACKEND", "local")
+    check_backend(backend)
+    if backend == "local" and (nranks is None or nranks < 1):
+        raise ValueError(f"hcomm.launch: nranks must be >= 1 on the local backend, not {nranks}")
+    if _rank_state() is not None:
+        raise RuntimeError("hcomm.launch: called from inside a rank; worlds do not nest")
+    results, errors = {}, {}
+
+    def body(comm, _arg):
+        w = Group(comm)
+        _state.world, _state.contexts, _state.ctx = w, [], None
+        _state.routings = weakref.WeakSet()
+        try:
+            results[w.rank] = fn(*args)
+            from . import context
+            context.destroy_all()  # collective: every rank frees its contexts in one order
+            return 0
+        except BaseException as e:  # noqa: B036 -- a rank's failure must reach the caller
+            errors[w.rank] = e
+            return e.code if isinstance(e, _lib.HcommError) else _lib.InternalError.code
+        finally:
+            _state.world = _state.contexts = _state.ctx = _state.routings = None
+
+    cb = _lib.RANK_FN(body)  # kept alive in this frame for the whole launch
+    with _launching:
+        r = lib.hcomm_launch(backend.encode(), nranks or 0, cb, None)
+    if errors:
+        # The first rank with its own failure, not one aborted because of another rank.
+        secondary = (_lib.AbortedError, _lib.PeerError)
+        rank = min(errors, key=lambda k: (isinstance(errors[k], secondary), k))
+        raise _note(errors[rank], rank, nranks or len(results) + len(errors))
+    if r != 0:
+        raise _lib.error(r)
+    return [results[k] for k in sorted(results)]

@@ -1,0 +1,136 @@
+"""The domain context (every parallel group of a job, hcomm_ctx_create) and the layout plan
+(hcomm_plan_groups, no communication)."""
+import ctypes
+
+from . import _lib, _world
+from ._lib import ParallelConfig, call, lib
+
+# hcomm_group_kind_t, in the C enum's order; the attribute names of a Context.
+KINDS = ("tp", "pp", "dp", "cp", "dp_cp", "tp_pp", "ep", "etp", "edp", "embedding")
+
+
+def _config(tp, pp, dp, cp, ep, etp, num_experts, order):
+    for name, v in (("tp_size", tp), ("pp_size", pp), ("dp_size", dp), ("cp_size", cp),
+                    ("ep_size", ep), ("etp_size", etp), ("num_experts", num_experts)):
+        if v is not None and (not isinstance(v, int) or v < 0):
+            raise ValueError(f"hcomm: {name} must be a non-negative int, not {v!r}")
+    return ParallelConfig(tp or 0, pp or 0, dp or 0, cp or 0, ep or 0, etp or 0,
+                          num_experts or 0, order.encode() if order else None)
+
+
+class Context:
+    """A rank's view of every group of the job: ctx.tp, ctx.pp, ctx.dp, ctx.cp, ctx.dp_cp,
+    ctx.tp_pp, ctx.ep, ctx.etp, ctx.edp (hcomm.Group each) and ctx.embedding (None on the
+    middle pipeline stages). ctx.config is the resolved configuration as a dict."""
+
+    def __init__(self, world, cfg):
+        self.world = world
+        ptr = ctypes.c_void_p()
+        call(lib.hcomm_ctx_create, world._ptr, ctypes.byref(cfg), ctypes.byref(ptr))
+        self._ptr = ptr
+        for kind, name in enumerate(KINDS):
+            g = ctypes.c_void_p()
+            r = lib.hcomm_ctx_group(ptr, kind, ctypes.byref(g))
+            if r == _lib.GroupError.code:  # embedding on a middle stage
+                setattr(self, name, None)
+                continue
+            if r != 0:
+                raise _lib.error(r)
+            setattr(self, name, _world.Group(g.value, name))
+        res = ParallelConfig()
+        call(lib.hcomm_ctx_config, ptr, ctypes.byref(res))
+        self.config = {f: getattr(res, f) for f, _ in ParallelConfig._fields_}
+        self.config["order"] = res.order.decode()
+
+    def __repr__(self):
+        return f"<hcomm.Context rank {self.world.rank} {self.config}>"
+
+    def destroy(self):
+        """Frees the context and its groups. Collective over the world."""
+        if self._ptr is None:
+            return
+        mine = {id(getattr(self, k)) for k in KINDS}
+        for r in list(getattr(_world._state, "routings", ())):
+            if id(r.group) in mine:  # a MoE handle keeps its group: free it first
+                r.free()
+        call(lib.hcomm_ctx_destroy, self._ptr)
+        self._ptr = None
+        st = _world._state
+        if getattr(st, "contexts", None) and self in st.contexts:
+            st.contexts.remove(self)
+        if getattr(st, "ctx", None) is self:
+            st.ctx = st.contexts[-1] if st.contexts else None
+
+
+def init_context(tp_size=1, pp_size=1, dp_size=None, cp_size=1, ep_size=1, etp_size=None,
+                 order="tp-cp-ep-dp-pp", backend=None, num_experts=0):
+    """Builds every group of the job (Megatron-Core order) over this rank's world and makes it
+    the current context (the default group of hcomm.tp/pp/moe calls). Collective over the
+    world. dp_size None: world / (tp*pp*cp). backend: None, or the backend the world runs on
+    ('local' or 'mpi'); one this build lacks is a ValueError naming the built ones."""
+    _world.check_backend(backend)
+    w = _world.world()
+    if backend is not None and backend != w.backend:
+        raise ValueError(f"hcomm.init_context: backend {backend!r} asked for, but this world "
+                         f"runs on {w.backend!r} (choose it in hcomm.launch or hcomm.run)")
+    ctx = Context(w, _config(tp_size, pp_size, dp_size, cp_size, ep_size, etp_size,
+                             num_experts, order))
+    _world._state.contexts.append(ctx)
+    _world._state.ctx = ctx
+    return ctx
+
+
+def init_tensor_parallel_group(tp_rank=None, tp_size=1):
+    """Megatron-style shortcut: a context with TP groups of tp_size (every other rank in DP),
+    returning its TP group. tp_rank, when given, must be this rank's place in the group."""
+    g = init_context(tp_size=tp_size).tp
+    if tp_rank is not None and tp_rank != g.rank:
+        raise ValueError(f"hcomm.init_tensor_parallel_group: tp_rank={tp_rank} but this rank is "
+                         f"{g.rank} of its TP group {g.ranks}")
+    return g
+
+
+def current():
+    """The current context of this rank, or None."""
+    return getattr(_world._state, "ctx", None)
+
+
+def default_group(kind, group):
+    """`group` if given, else the current context's group of `kind`, else the world."""
+    if group is not None:
+        if not isinstance(group, _world.Group):
+            raise TypeError(f"hcomm: group must be an hcomm.Group, not {type(group).__name__}")
+        return group
+    ctx = current()
+    return getattr(ctx, kind) if ctx is not None else _world.world()
+
+
+def destroy_all():
+    """End of a rank: frees its MoE handles, then its contexts (collective, in one order)."""
+    for r in list(getattr(_world._state, "routings", None) or ()):
+        r.free()
+    for ctx in reversed(list(getattr(_world._state, "contexts", None) or [])):
+        ctx.destroy()
+
+
+def plan(world, tp=1, pp=1, dp=None, cp=1, ep=1, etp=None, num_experts=0, order=None):
+    """The layout hcomm-plan prints, without launching: {kind: [[world ranks] per group]} for
+    every kind, plus "config" (the resolved sizes). `world` is the world size (an int) or a
+    Group."""
+    n = world.size if isinstance(world, _world.Group) else world
+    if not isinstance(n, int):
+        raise TypeError(f"hcomm.plan: world must be an int or an hcomm.Group, not {world!r}")
+    cfg = _config(tp, pp, dp, cp, ep, etp, num_experts, order)
+    res = ParallelConfig()
+    call(lib.hcomm_parallel_config_resolve, ctypes.byref(cfg), n, ctypes.byref(res))
+    out = {"config": {f: getattr(res, f) for f, _ in ParallelConfig._fields_}}
+    out["config"]["order"] = res.order.decode()
+    for kind, name in enumerate(KINDS):
+        gl = _lib.GroupList()
+        call(lib.hcomm_plan_groups, ctypes.byref(cfg), n, kind, ctypes.byref(gl))
+        try:
+            s = gl.group_size
+            out[name] = [[gl.ranks[g * s + i] for i in range(s)] for g in range(gl.num_groups)]
+        finally:
+            lib.hcomm_group_list_free(ctypes.byref(gl))
+    return out
