@@ -303,20 +303,11 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
         (k)->c->posted = &ps_;                                                                     \
         hcomm_result_t r_ = (call);                                                                \
         (k)->c->posted = NULL;                                                                     \
-        if (r_ == HCOMM_ERR_MISMATCH && posted_differs((k)->c))                                    \
+        if (r_ == HCOMM_ERR_MISMATCH && (k)->c->posted_held)                                    \
             r_ = posted_verdict(k, &ps_);                                                          \
         return call_end(k, r_);                                                                    \
     } while (0)
 
-static bool posted_differs(hcomm_comm_t *c) {
-    const hcomm__posted_sig_t *first = c->tr->posted_sig(c, 0);
-    for (int r = 0; r < c->size; r++) {
-        const hcomm__posted_sig_t *p = c->tr->posted_sig(c, r);
-        if (p->failed != HCOMM_OK || memcmp(p->words, first->words, sizeof p->words) != 0)
-            return true;
-    }
-    return false;
-}
 
 static bool shm_coll(const hcomm_comm_t *c) {
     return c->tr->posted_only != NULL;
@@ -566,7 +557,7 @@ hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res) {
         ps.failed = res;
         ps.failed_text = text;
         c->posted = &ps;
-        if (c->tr->posted_only(c) == HCOMM_ERR_MISMATCH)
+        if (c->tr->posted_only(c) == HCOMM_ERR_MISMATCH && c->posted_held)
             c->tr->posted_release(c);
         c->posted = NULL;
     } else if (c->size > 1) {

@@ -382,8 +382,10 @@ static hcomm_result_t arrive(hcomm_comm_t *c) {
     const local_slot_t *first = slot_of(c, 0);
     for (int r = 0; r < c->size; r++) {
         const local_slot_t *p = slot_of(c, r);
-        if (p->sig.failed != HCOMM_OK || !same_sig(&p->sig, &first->sig))
+        if (p->sig.failed != HCOMM_OK || !same_sig(&p->sig, &first->sig)) {
+            c->posted_held = true;
             return HCOMM_ERR_MISMATCH;
+        }
     }
     return HCOMM_OK;
 }
@@ -398,6 +400,7 @@ static const hcomm__posted_sig_t *local_posted_sig(hcomm_comm_t *c, int rank) {
 }
 
 static hcomm_result_t local_posted_release(hcomm_comm_t *c) {
+    c->posted_held = false;
     return barrier(c);
 }
 
