@@ -174,9 +174,9 @@ run after-kill "$TRAIN" "${COMMON[@]}" --steps 40 --resume "$WORK/ck-kill" \
 
 # --- validation loss column ---------------------------------------------------------------------
 head -n 1 "$WORK/full.csv" | grep -q ',val_loss$' || fail "no val_loss column: $(head -n 1 "$WORK/full.csv")"
-awk -F, 'NR == 2 && $6 == "" { print "step 0 has no val_loss"; bad = 1 }
-         NR == 3 && $6 != "" { print "step 1 has a val_loss"; bad = 1 }
-         NR > 1 && $1 == 39 && !($6 > 0.5 && $6 < 10) { print "step 39 val_loss " $6; bad = 1 }
+awk -F, 'NR == 2 && $8 == "" { print "step 0 has no val_loss"; bad = 1 }
+         NR == 3 && $8 != "" { print "step 1 has a val_loss"; bad = 1 }
+         NR > 1 && $1 == 39 && !($8 > 0.5 && $8 < 10) { print "step 39 val_loss " $8; bad = 1 }
          END { exit bad }' "$WORK/full.csv" || fail "val_loss column is wrong"
 grep -Eq '^done: .*\| val loss [0-9]+\.[0-9]+ \|' "$WORK/full.log" || fail "no val loss in the done line"
 grep -Eq '^step +0 \| loss [0-9.]+ \| val [0-9.]+ .*s, ETA +[0-9.]+ s$' "$WORK/full.log" ||

@@ -35,6 +35,10 @@ typedef struct train_rt {
     int ep_rank, ep_size, etp_rank, etp_size, edp_rank, edp_size;
     int prev, next; /* PP neighbours as ranks of the PP group, -1 at the ends */
     double comm_s;  /* seconds spent inside hcomm calls */
+    double pp_s;    /* ... of which in PP transfers */
+    double dp_s;    /* ... of which waiting for DP gradient reductions */
+    hcomm_dp_reducer_t *red_dense, *red_expert; /* --dp-overlap 1 */
+    int *red_index; /* [nparams]: the parameter's index in its reducer's list */
     double mark;    /* when the current hcomm call started */
     arena_t arena;  /* buffers of the current step */
 } train_rt_t;

@@ -59,6 +59,8 @@ static const opt_def_t OPTS[] = {
     OPT_STR_("data", data, "/usr/share/common-licenses/GPL-3", "training text file"),
     OPT_STR_("metrics", metrics, "", "write CSV step,loss,... to this file"),
     OPT_INT_("log-every", log_every, "10", 1, 1 << 30, "steps between progress lines"),
+    OPT_INT_("dp-overlap", dp_overlap, "1", 0, 1,
+             "1: reduce DP gradient buckets during backward (DDP-style); 0: after it"),
     OPT_STR_("val-data", val_data, "", "held-out text (default: the last 10% of --data)"),
     OPT_INT_("eval-every", eval_every, "50", 1, 1 << 30,
              "steps between validation losses (also at the end)"),

@@ -32,6 +32,7 @@ typedef struct report {
     double mark_comm, mark_wall; /* summed rank seconds at the previous report */
     double step_t;               /* end of the previous step */
     double step_comm, step_wall; /* summed rank seconds at the end of the previous step */
+    double step_pp, step_dp;     /* ... of PP transfers and of DP reduction waits */
 } report_t;
 
 /* ---------------------------------------------------------------- groups */
@@ -121,48 +122,135 @@ static void mb_tokens(const train_job_t *job, train_rt_t *rt, const int64_t *sta
 /* Forward of micro-batch c through this stage's units, between the neighbouring stages. */
 static hcomm_result_t stage_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, double *h) {
     hcomm_tensor_t h_t = train_view2(h, c->n, m->C);
+    double t = train_now();
     if (rt->prev >= 0)
         TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_recv(rt->pp, &h_t, rt->prev, TAG_ACT)));
+    rt->pp_s += train_now() - t;
     for (int u = m->unit_lo; u < m->unit_hi; u++) {
         hcomm_result_t r = unit_forward(u, m, rt, c, h);
         if (r != HCOMM_OK)
             return r;
     }
+    t = train_now();
     if (rt->next >= 0)
         TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_send(rt->pp, &h_t, rt->next, TAG_ACT)));
+    rt->pp_s += train_now() - t;
+    return HCOMM_OK;
+}
+
+/* --- DP gradient reduction overlapped with backward (--dp-overlap 1) --- */
+
+/* The unit (0 embed, 1+2l TP block of layer l, 2+2l MoE of layer l, 1+2L head) that holds p. */
+static int param_unit(const model_t *m, const param_t *p) {
+    if (p == &m->emb_cur || p == &m->emb_prev)
+        return 0;
+    for (int l = 0; l < m->L; l++) {
+        const layer_t *y = &m->layers[l];
+        if (p == &y->w1 || p == &y->b1 || p == &y->w2 || p == &y->b2)
+            return 1 + 2 * l;
+        if (p == &y->router || (y->experts && (const void *)p >= (const void *)y->experts &&
+                                (const void *)p < (const void *)(y->experts + m->E_local)))
+            return 2 + 2 * l;
+    }
+    return 1 + 2 * m->L;
+}
+
+/* Unit u's gradients are final (its backward of the last micro-batch ran): their buckets may
+ * start reducing while earlier units still compute. */
+static hcomm_result_t grads_ready(model_t *m, train_rt_t *rt, int u) {
+    for (int i = 0; rt->red_index && i < m->nparams; i++) {
+        const param_t *p = m->params[i];
+        if (param_unit(m, p) != u)
+            continue;
+        hcomm_dp_reducer_t *red = p->expert ? rt->red_expert : rt->red_dense;
+        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_dp_reducer_mark_ready(red, rt->red_index[i])));
+    }
     return HCOMM_OK;
 }
 
 static hcomm_result_t stage_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, double *dh,
-                                     double scale) {
+                                     double scale, int last) {
     hcomm_tensor_t dh_t = train_view2(dh, c->n, m->C);
+    double t = train_now();
     if (rt->next >= 0)
         TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_recv(rt->pp, &dh_t, rt->next, TAG_GRAD)));
+    rt->pp_s += train_now() - t;
     for (int u = m->unit_hi - 1; u >= m->unit_lo; u--) {
         hcomm_result_t r = unit_backward(u, m, rt, c, dh, scale);
+        if (r == HCOMM_OK && last)
+            r = grads_ready(m, rt, u);
         if (r != HCOMM_OK)
             return r;
     }
+    t = train_now();
     if (rt->prev >= 0)
         TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_send(rt->pp, &dh_t, rt->prev, TAG_GRAD)));
+    rt->pp_s += train_now() - t;
     return HCOMM_OK;
 }
 
 /* Sums gradients over the data-parallel groups: dense ones over DP x CP, expert ones over
  * expert-DP (every member of either group holds the same list of tensors). */
+/* The dense and expert gradient lists, in parameter order (the same on every group member). */
+static void grad_lists(const model_t *m, hcomm_tensor_t *dense, int *nd, hcomm_tensor_t *expert,
+                       int *ne, int *index) {
+    *nd = *ne = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const param_t *p = m->params[i];
+        int *n = p->expert ? ne : nd;
+        if (index)
+            index[i] = *n;
+        (p->expert ? expert : dense)[(*n)++] = train_view2(p->g, p->rows, p->cols);
+    }
+}
+
+/* --dp-overlap 1: one reducer per gradient group, registered once (collective). */
+static hcomm_result_t reducers_setup(model_t *m, train_rt_t *rt) {
+    hcomm_tensor_t *dense = train_alloc((size_t)m->nparams * 2 * sizeof(hcomm_tensor_t) + 1);
+    hcomm_tensor_t *expert = dense + m->nparams;
+    int nd, ne;
+    rt->red_index = train_alloc((size_t)m->nparams * sizeof(int) + 1);
+    grad_lists(m, dense, &nd, expert, &ne, rt->red_index);
+    hcomm_result_t r =
+        TRAIN_COMM(rt, hcomm_dp_reducer_create(rt->dp_cp, dense, nd, HCOMM_SUM, 0, &rt->red_dense));
+    if (r == HCOMM_OK)
+        r = TRAIN_COMM(rt,
+                       hcomm_dp_reducer_create(rt->edp, expert, ne, HCOMM_SUM, 0, &rt->red_expert));
+    free(dense);
+    return r == HCOMM_OK ? r : train_fail(rt, "hcomm_dp_reducer_create", r);
+}
+
+static void reducers_free(train_rt_t *rt) {
+    hcomm_dp_reducer_destroy(rt->red_dense);
+    hcomm_dp_reducer_destroy(rt->red_expert);
+    free(rt->red_index);
+    rt->red_dense = rt->red_expert = NULL;
+    rt->red_index = NULL;
+}
+
+/* Waits for the buckets the backward pass started: the DP time it did not hide. */
+static hcomm_result_t finish_reducers(train_rt_t *rt) {
+    double t = train_now();
+    hcomm_result_t r = TRAIN_COMM(rt, hcomm_dp_reducer_finish(rt->red_dense, NULL));
+    if (r == HCOMM_OK)
+        r = TRAIN_COMM(rt, hcomm_dp_reducer_finish(rt->red_expert, NULL));
+    rt->dp_s += train_now() - t;
+    return r == HCOMM_OK ? r : train_fail(rt, "hcomm_dp_reducer_finish", r);
+}
+
 static hcomm_result_t reduce_grads(model_t *m, train_rt_t *rt) {
+    if (rt->red_dense)
+        return finish_reducers(rt);
+    double t0 = train_now();
     hcomm_tensor_t *dense = arena_alloc(&rt->arena, (size_t)m->nparams * sizeof(hcomm_tensor_t));
     hcomm_tensor_t *expert = arena_alloc(&rt->arena, (size_t)m->nparams * sizeof(hcomm_tensor_t));
     int nd = 0, ne = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const param_t *p = m->params[i];
-        hcomm_tensor_t *t = p->expert ? &expert[ne++] : &dense[nd++];
-        *t = train_view2(p->g, p->rows, p->cols);
-    }
+    grad_lists(m, dense, &nd, expert, &ne, NULL);
     hcomm_result_t r =
         TRAIN_COMM(rt, hcomm_dp_all_reduce_grads(rt->dp_cp, dense, nd, HCOMM_SUM, 0));
     if (r == HCOMM_OK && ne > 0)
         r = TRAIN_COMM(rt, hcomm_dp_all_reduce_grads(rt->edp, expert, ne, HCOMM_SUM, 0));
+    rt->dp_s += train_now() - t0;
     return r == HCOMM_OK ? r : train_fail(rt, "hcomm_dp_all_reduce_grads", r);
 }
 
@@ -186,7 +274,7 @@ static hcomm_result_t step_grads(const train_job_t *job, model_t *m, train_rt_t 
     }
     for (int k = M - 1; k >= 0 && r == HCOMM_OK; k--) {
         memset(h, 0, (size_t)(cs[k].n * m->C) * sizeof(double));
-        r = stage_backward(m, rt, &cs[k], h, scale);
+        r = stage_backward(m, rt, &cs[k], h, scale, k == 0);
         if (rt->next < 0 && rt->tp_rank == 0)
             *loss += cs[k].loss;
     }
@@ -382,15 +470,17 @@ static void report_start(const train_job_t *job, const train_rt_t *rt, int first
 
 /* Called on world rank 0 after every step with the world sums of {loss, comm s, wall s} and
  * the validation loss (NaN when not evaluated at this step). */
-static void report_step(report_t *rep, const train_opts_t *o, int step, const double sums[3],
+static void report_step(report_t *rep, const train_opts_t *o, int step, const double sums[5],
                         double val) {
     const double now = train_now(), tokens = (double)o->batch * o->seq;
     const double loss = sums[0] / tokens;
     rep->last_loss = loss;
     if (rep->metrics != NULL) {
         double dt = now - rep->step_t, dw = sums[2] - rep->step_wall;
-        fprintf(rep->metrics, "%d,%.10g,%.1f,%.4f,%.3f,", step, loss, tokens / dt,
-                dw > 0 ? (sums[1] - rep->step_comm) / dw : 0.0, now - rep->t0);
+        fprintf(rep->metrics, "%d,%.10g,%.1f,%.4f,%.3f,%.4f,%.4f,", step, loss, tokens / dt,
+                dw > 0 ? (sums[1] - rep->step_comm) / dw : 0.0, now - rep->t0,
+                dw > 0 ? (sums[3] - rep->step_pp) / dw : 0.0,
+                dw > 0 ? (sums[4] - rep->step_dp) / dw : 0.0);
         if (val == val)
             fprintf(rep->metrics, "%.10g", val);
         fprintf(rep->metrics, "\n");
@@ -398,6 +488,8 @@ static void report_step(report_t *rep, const train_opts_t *o, int step, const do
     rep->step_t = now;
     rep->step_comm = sums[1];
     rep->step_wall = sums[2];
+    rep->step_pp = sums[3];
+    rep->step_dp = sums[4];
     if (val == val)
         rep->last_val = val;
     if (step % o->log_every != 0 && step != o->steps - 1 && val != val)
@@ -418,13 +510,19 @@ static void report_step(report_t *rep, const train_opts_t *o, int step, const do
     rep->mark_wall = sums[2];
 }
 
-static void report_end(const report_t *rep, const train_opts_t *o, const double sums[3]) {
+static void report_end(const report_t *rep, const train_opts_t *o, const double sums[5]) {
     const double t = train_now() - rep->t0;
     const int steps = o->steps - rep->first_step;
     printf("done: %d step%s in %.1f s | loss %.4f -> %.4f | val loss %.4f | %.0f tok/s | comm "
-           "%.1f%% of rank time (in hcomm calls, waits included) | replicas bitwise equal\n",
+           "%.1f%% of rank time (in hcomm calls, waits included; PP %.1f%%, DP %.1f%%) | "
+           "replicas bitwise equal\n",
            steps, plural(steps), t, rep->first_loss, rep->last_loss, rep->last_val,
-           (double)o->batch * o->seq * steps / t, sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0);
+           (double)o->batch * o->seq * steps / t, sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0,
+           sums[2] > 0 ? 100.0 * sums[3] / sums[2] : 0.0,
+           sums[2] > 0 ? 100.0 * sums[4] / sums[2] : 0.0);
+    printf("DP: gradient reduction %s backward; exposed wait %.3f ms per step per rank\n",
+           o->dp_overlap ? "overlapped with" : "after",
+           steps > 0 ? 1e3 * sums[4] / steps / o->tp / o->pp / o->dp : 0.0);
     fflush(stdout);
 }
 
@@ -452,7 +550,7 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
     const train_opts_t *o = job->opts;
     int64_t *starts = train_alloc((size_t)o->batch * sizeof(int64_t));
     hcomm_result_t r = HCOMM_OK;
-    double sums[3] = {0}, t0 = train_now();
+    double sums[5] = {0}, t0 = train_now();
     for (int step = st->step; step < o->steps && r == HCOMM_OK; step++) {
         /* Every rank draws the whole global batch, so the stream stays the same everywhere. */
         batch_sample(&st->data_rng, job->corpus, o->batch, o->seq, starts);
@@ -465,8 +563,8 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
         if (r != HCOMM_OK)
             break;
         model_sgd(m, o->lr, o->momentum);
-        double mine[3] = {loss, rt->comm_s, train_now() - t0};
-        r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, mine, sums, 3, HCOMM_F64, HCOMM_SUM));
+        double mine[5] = {loss, rt->comm_s, train_now() - t0, rt->pp_s, rt->dp_s};
+        r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, mine, sums, 5, HCOMM_F64, HCOMM_SUM));
         if (r != HCOMM_OK) {
             r = train_fail(rt, "hcomm_all_reduce of the loss", r);
             break;
@@ -506,7 +604,8 @@ static hcomm_result_t open_metrics(const train_opts_t *o, const train_rt_t *rt, 
                 strerror(errno));
         return HCOMM_ERR_IO;
     }
-    fprintf(rep->metrics, "step,loss,tokens_per_s,comm_share,elapsed_s,val_loss\n");
+    fprintf(rep->metrics,
+            "step,loss,tokens_per_s,comm_share,elapsed_s,pp_share,dp_share,val_loss\n");
     return HCOMM_OK;
 }
 
@@ -538,6 +637,8 @@ hcomm_result_t train_rank(hcomm_comm_t *world, void *arg) {
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
     if (r == HCOMM_OK)
         model_init(&m, job->opts, job->corpus->vocab, &rt, job->start);
+    if (r == HCOMM_OK && job->opts->dp_overlap)
+        r = reducers_setup(&m, &rt);
     rng_seed(&st.data_rng, job->opts->seed, 0xDA7A);
     if (job->start != NULL)
         ckpt_state(job->start, &st);
@@ -556,6 +657,7 @@ hcomm_result_t train_rank(hcomm_comm_t *world, void *arg) {
     }
     if (r == HCOMM_OK)
         r = sample_and_print(job, &m, &rt);
+    reducers_free(&rt);
     model_free(&m);
     arena_free(&rt.arena);
     /* ctx_destroy is collective: skip it after a failure, when peers may be gone. */
