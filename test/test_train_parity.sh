@@ -92,6 +92,8 @@ LAYOUTS=(
     "tp1-pp2-dp4-ep2|--tp 1 --pp 2 --dp 4 --ep 2"
     "tp4-pp1-dp2-ep2|--tp 4 --pp 1 --dp 2 --ep 2"
     "tp2-pp3-dp1-ep1-mb8|--tp 2 --pp 3 --dp 1 --ep 1 --micro-batches 8"
+    "tp1-pp4-dp2-ep2-mb4-1f1b|--tp 1 --pp 4 --dp 2 --ep 2 --micro-batches 4 --schedule 1f1b"
+    "tp2-pp3-dp1-ep1-mb8-1f1b-noverlap|--tp 2 --pp 3 --dp 1 --ep 1 --micro-batches 8 --schedule 1f1b --dp-overlap 0"
 )
 for entry in "${LAYOUTS[@]}"; do
     name=${entry%%|*}

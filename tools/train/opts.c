@@ -59,6 +59,8 @@ static const opt_def_t OPTS[] = {
     OPT_STR_("data", data, "/usr/share/common-licenses/GPL-3", "training text file"),
     OPT_STR_("metrics", metrics, "", "write CSV step,loss,... to this file"),
     OPT_INT_("log-every", log_every, "10", 1, 1 << 30, "steps between progress lines"),
+    OPT_STR_("schedule", schedule, "gpipe",
+             "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"),
     OPT_INT_("dp-overlap", dp_overlap, "1", 0, 1,
              "1: reduce DP gradient buckets during backward (DDP-style); 0: after it"),
     OPT_STR_("val-data", val_data, "", "held-out text (default: the last 10% of --data)"),
@@ -177,6 +179,10 @@ static const opt_def_t *opt_find(const char *name, size_t len) {
 
 /* Checks the values together; says which flag to change. */
 static int opts_validate(const train_opts_t *o, FILE *err) {
+    if (strcmp(o->schedule, "gpipe") != 0 && strcmp(o->schedule, "1f1b") != 0) {
+        fprintf(err, "hcomm-train: --schedule %s is unknown (gpipe or 1f1b)\n", o->schedule);
+        return -1;
+    }
     if ((long long)o->tp * o->pp * o->dp > 4096) {
         fprintf(err, "hcomm-train: world size tp*pp*dp = %lld is over 4096\n",
                 (long long)o->tp * o->pp * o->dp);

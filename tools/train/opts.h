@@ -18,6 +18,7 @@ typedef struct train_opts {
     int seq;              /* characters per sequence */
     int log_every;        /* steps between progress lines */
     int dp_overlap;       /* 1: DP gradient buckets reduced during backward (the reducer) */
+    const char *schedule; /* "gpipe" or "1f1b" */
     uint64_t seed;        /* seeds the weights and the data sampler */
     double lr;            /* SGD learning rate */
     double momentum;      /* SGD momentum */

@@ -1,12 +1,12 @@
 /* The body of every rank of hcomm-train.
  *
- * Schedule (GPipe, Huang et al. 2019): each step every stage runs all its micro-batches
- * forward, then all backward in reverse order; activations go to the next stage and
- * gradients to the previous one with hcomm_pp_send/recv. Then dense gradients are summed over
- * DP x CP and expert gradients over expert-DP, and every rank applies SGD with momentum to its
- * shards. The loss is the mean over every token of the global batch, so the gradient of each
- * token's loss is scaled by 1 / (batch * seq) and the reductions are plain sums: any layout
- * computes the update of the 1-rank run.
+ * Schedule (--schedule): GPipe (every micro-batch forward, then every backward in reverse) or
+ * 1F1B (see run_schedule); activations go to the next stage and gradients to the previous one
+ * with hcomm_pp_send/recv. Dense gradients are summed over DP x CP and expert gradients over
+ * expert-DP, bucket by bucket during the last backward (--dp-overlap) or after it, and every
+ * rank applies SGD with momentum to its shards. The loss is the mean over every token of the global
+ * batch, so the gradient of each token's loss is scaled by 1 / (batch * seq) and the reductions are
+ * plain sums: any layout computes the update of the 1-rank run.
  */
 #include "train.h"
 
@@ -254,30 +254,64 @@ static hcomm_result_t reduce_grads(model_t *m, train_rt_t *rt) {
     return r == HCOMM_OK ? r : train_fail(rt, "hcomm_dp_all_reduce_grads", r);
 }
 
+/* Backward of micro-batch k; the last one to run makes the gradients final (DP overlap). */
+static hcomm_result_t backward_mb(model_t *m, train_rt_t *rt, mb_cache_t *cs, int k, double *h,
+                                  double scale, int last, double *loss) {
+    memset(h, 0, (size_t)(cs[k].n * m->C) * sizeof(double));
+    hcomm_result_t r = stage_backward(m, rt, &cs[k], h, scale, last);
+    if (rt->next < 0 && rt->tp_rank == 0)
+        *loss += cs[k].loss;
+    return r;
+}
+
+/* The micro-batch order of a step. GPipe (Huang et al. 2019): every forward, then every
+ * backward in reverse. 1F1B (PipeDream-Flush, Narayanan et al. 2021; Megatron-LM's
+ * forward_backward_pipelining_without_interleaving): stage s runs P-s-1 warm-up forwards,
+ * then alternates one forward and one backward, then drains the backwards, so at most P-s
+ * micro-batches hold activations. The backward order decides how gradients accumulate, so a
+ * layout reproduces the 1-rank run of the same schedule bit for bit. */
+static hcomm_result_t run_schedule(const train_job_t *job, model_t *m, train_rt_t *rt,
+                                   const int64_t *starts, mb_cache_t *cs, double *loss) {
+    const train_opts_t *o = job->opts;
+    const int M = o->micro_batches;
+    const double scale = 1.0 / ((double)o->batch * o->seq);
+    const int one_f_one_b = strcmp(o->schedule, "1f1b") == 0;
+    int warm = one_f_one_b ? rt->pp_size - rt->stage - 1 : M;
+    if (warm > M)
+        warm = M;
+    double *h = NULL;
+    int f = 0, b = 0;
+    hcomm_result_t r = HCOMM_OK;
+    for (; f < warm && r == HCOMM_OK; f++) {
+        mb_tokens(job, rt, starts, f, &cs[f]);
+        if (h == NULL)
+            h = arena_doubles(&rt->arena, cs[f].n * m->C);
+        r = stage_forward(m, rt, &cs[f], h);
+    }
+    for (; f < M && r == HCOMM_OK; f++, b++) { /* 1F1B steady state */
+        mb_tokens(job, rt, starts, f, &cs[f]);
+        if (h == NULL)
+            h = arena_doubles(&rt->arena, cs[f].n * m->C);
+        r = stage_forward(m, rt, &cs[f], h);
+        if (r == HCOMM_OK)
+            r = backward_mb(m, rt, cs, b, h, scale, b == M - 1, loss);
+    }
+    for (; b < M && r == HCOMM_OK; b++) {
+        int k = one_f_one_b ? b : M - 1 - b; /* GPipe drains in reverse */
+        r = backward_mb(m, rt, cs, k, h, scale, b == M - 1, loss);
+    }
+    return r;
+}
+
 /* Forward and backward of every micro-batch; returns this rank's share of the loss sum
  * (the loss of its tokens on the last stage's TP rank 0, else 0) in *loss. */
 static hcomm_result_t step_grads(const train_job_t *job, model_t *m, train_rt_t *rt,
                                  const int64_t *starts, double *loss) {
-    const train_opts_t *o = job->opts;
-    const int M = o->micro_batches;
-    const double scale = 1.0 / ((double)o->batch * o->seq);
+    const int M = job->opts->micro_batches;
     mb_cache_t *cs = arena_alloc(&rt->arena, (size_t)M * sizeof *cs);
     memset(cs, 0, (size_t)M * sizeof *cs);
-    double *h = NULL;
-    hcomm_result_t r = HCOMM_OK;
     *loss = 0.0;
-    for (int k = 0; k < M && r == HCOMM_OK; k++) {
-        mb_tokens(job, rt, starts, k, &cs[k]);
-        if (h == NULL)
-            h = arena_doubles(&rt->arena, cs[k].n * m->C);
-        r = stage_forward(m, rt, &cs[k], h);
-    }
-    for (int k = M - 1; k >= 0 && r == HCOMM_OK; k--) {
-        memset(h, 0, (size_t)(cs[k].n * m->C) * sizeof(double));
-        r = stage_backward(m, rt, &cs[k], h, scale, k == 0);
-        if (rt->next < 0 && rt->tp_rank == 0)
-            *loss += cs[k].loss;
-    }
+    hcomm_result_t r = run_schedule(job, m, rt, starts, cs, loss);
     for (int k = 0; k < M; k++)
         mb_cache_clear(&cs[k]);
     return r;
