@@ -66,6 +66,32 @@ static hcomm_result_t in_flight(hcomm_comm_t *w, void *arg) {
         T_TRY(hcomm_wait(rq));
         T_EQ_INT(sum, p);
     }
+    /* TP forms: gather along an inner dim (the worker also permutes), reduce_scatter along it,
+     * compared with the blocking calls' results. */
+    int64_t sh_in[2] = {2, 3}, sh_out[2] = {2, 3 * (int64_t)p};
+    float xin[6], a_out[64], b_out[64], rs2[6];
+    for (int k = 0; k < 6; k++)
+        xin[k] = (float)(r * 10 + k);
+    hcomm_tensor_t tin, ta, tb;
+    hcomm_tensor_init(&tin, xin, HCOMM_F32, 2, sh_in);
+    hcomm_tensor_init(&ta, a_out, HCOMM_F32, 2, sh_out);
+    hcomm_tensor_init(&tb, b_out, HCOMM_F32, 2, sh_out);
+    if (p <= 8) {
+        T_TRY(hcomm_tp_iall_gather(w, &tin, &ta, 1, &rq));
+        T_TRY(hcomm_wait(rq));
+        T_TRY(hcomm_tp_all_gather(w, &tin, &tb, 1));
+        T_CHECK(memcmp(a_out, b_out, sizeof(float) * 6 * (size_t)p) == 0,
+                "tp_iall_gather differs from tp_all_gather");
+        hcomm_tensor_t rs_t;
+        hcomm_tensor_init(&rs_t, rs2, HCOMM_F32, 2, sh_in);
+        T_TRY(hcomm_tp_ireduce_scatter(w, &ta, &rs_t, 1, HCOMM_SUM, &rq));
+        T_TRY(hcomm_wait(rq));
+        for (int k = 0; k < 6; k++) /* each column block is the gathered rank's input, summed */
+            bad += rs2[k] != (float)p * (float)(r * 10 + k);
+        T_CHECK(bad == 0, "tp_ireduce_scatter gave %g, expected %g", rs2[0], (double)p * r * 10);
+        T_TRY(hcomm_tp_iall_reduce(w, &tin, &tin, HCOMM_SUM, &rq));
+        T_TRY(hcomm_wait(rq));
+    }
     free(rs_in);
     free(in);
     free(out);

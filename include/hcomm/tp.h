@@ -82,6 +82,22 @@ HCOMM_API hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group,
                                                   const hcomm_tensor_t *grad_out,
                                                   hcomm_tensor_t *grad_in, int dim);
 
+/** Nonblocking hcomm_tp_all_reduce(), hcomm_tp_all_gather() and hcomm_tp_reduce_scatter():
+ *  the same checks, results and errors (delivered by hcomm_wait()/hcomm_test() on *req), run in
+ *  issue order by the group's worker (see the nonblocking collectives in core.h); the call's
+ *  whole body, including the permutation an inner dim needs, runs there. The tensors'
+ *  descriptors are copied; their data must stay untouched until the request completes.
+ *  Collective over @p group in issue order. Errors at issue: HCOMM_ERR_NULL (group, in, out,
+ *  req), HCOMM_ERR_NOMEM. */
+HCOMM_API hcomm_result_t hcomm_tp_iall_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                              hcomm_tensor_t *out, hcomm_op_t op,
+                                              hcomm_request_t **req);
+HCOMM_API hcomm_result_t hcomm_tp_iall_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                              hcomm_tensor_t *out, int dim, hcomm_request_t **req);
+HCOMM_API hcomm_result_t hcomm_tp_ireduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                                  hcomm_tensor_t *out, int dim, hcomm_op_t op,
+                                                  hcomm_request_t **req);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_FAIL } op_kind_t;
+typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_FAIL, OP_CALL } op_kind_t;
 
 struct hcomm_request {
     struct hcomm_request *next;
@@ -25,6 +25,8 @@ struct hcomm_request {
     size_t count;
     hcomm_dtype_t dt;
     hcomm_op_t op;
+    hcomm__icall_fn_t call; /* OP_CALL: a primitive's body, run on the duplicate */
+    _Alignas(16) unsigned char ctx[HCOMM__ICALL_CTX];
     atomic_int done;
     hcomm_result_t res;
     char msg[512];
@@ -48,6 +50,9 @@ static hcomm_result_t run_op(hcomm_comm_t *c, hcomm_request_t *q) {
         break;
     case OP_ALL_GATHER:
         r = hcomm__coll_all_gather(c, q->send, q->recv, q->count);
+        break;
+    case OP_CALL:
+        r = q->call(c, q->ctx);
         break;
     case OP_FAIL: /* this rank's checks failed: its peers' operation gets HCOMM_ERR_PEER */
         hcomm__err_text(q->res, q->msg);
@@ -165,6 +170,18 @@ hcomm_result_t hcomm__icoll(hcomm_comm_t *c, hcomm__icoll_t kind, const void *se
                            .count = count,
                            .dt = dt,
                            .op = op};
+    return submit(c, q, req);
+}
+
+hcomm_result_t hcomm__icall(hcomm_comm_t *c, hcomm__icall_fn_t fn, const void *ctx, size_t bytes,
+                            hcomm_request_t **req) {
+    if (bytes > HCOMM__ICALL_CTX)
+        return hcomm__err(HCOMM_ERR_INTERNAL, c->call_fn, "a call context of %zu bytes", bytes);
+    hcomm_request_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a request");
+    *q = (hcomm_request_t){.kind = OP_CALL, .fn = c->call_fn, .call = fn};
+    memcpy(q->ctx, ctx, bytes);
     return submit(c, q, req);
 }
 

@@ -4,6 +4,7 @@
  * a tensor [outer, size * k, inner] viewed as [outer][size][block] is the concatenation, and
  * [size][outer][block] is the rank-major stack the backend works on. */
 #include "hcomm/tp.h"
+#include "algo/async.h"
 #include "prims/prims.h"
 
 #include <string.h>
@@ -259,4 +260,61 @@ hcomm_result_t hcomm_tp_gather_from_fwd(hcomm_comm_t *group, const hcomm_tensor_
 hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
                                         hcomm_tensor_t *grad_in, int dim) {
     return tp_split(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, dim);
+}
+
+/* --- nonblocking forms: the whole body (checks, permutation) runs on the group's worker --- */
+
+typedef struct tp_icall {
+    tp_call_t call;
+    hcomm_tensor_t in, out;
+    int dim;
+    hcomm_op_t op;
+} tp_icall_t;
+
+static hcomm_result_t run_iall_reduce(hcomm_comm_t *g, void *p) {
+    tp_icall_t *a = p;
+    return tp_all_reduce_body(&a->call, g, &a->in, &a->out, a->op);
+}
+
+static hcomm_result_t run_iall_gather(hcomm_comm_t *g, void *p) {
+    tp_icall_t *a = p;
+    return tp_all_gather_body(&a->call, g, &a->in, &a->out, a->dim);
+}
+
+static hcomm_result_t run_ireduce_scatter(hcomm_comm_t *g, void *p) {
+    tp_icall_t *a = p;
+    return tp_reduce_scatter_body(&a->call, g, &a->in, &a->out, a->dim, a->op);
+}
+
+/* Copies the descriptors (the caller's may go away; the data must not) and queues the body. */
+static hcomm_result_t tp_issue(const char *fn, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                               hcomm_tensor_t *out, int dim, hcomm_op_t op, hcomm__icall_fn_t run,
+                               hcomm_request_t **req) {
+    if (req == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'req' is NULL");
+    *req = NULL;
+    if (group == NULL || in == NULL || out == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL",
+                          group == NULL ? "group"
+                          : in == NULL  ? "in"
+                                        : "out");
+    tp_icall_t a = {.call = {fn, "in", "out"}, .in = *in, .out = *out, .dim = dim, .op = op};
+    hcomm__enter(group, fn);
+    return hcomm__leave(group, hcomm__icall(group, run, &a, sizeof a, req));
+}
+
+hcomm_result_t hcomm_tp_iall_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                    hcomm_tensor_t *out, hcomm_op_t op, hcomm_request_t **req) {
+    return tp_issue(__func__, group, in, out, 0, op, run_iall_reduce, req);
+}
+
+hcomm_result_t hcomm_tp_iall_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                    hcomm_tensor_t *out, int dim, hcomm_request_t **req) {
+    return tp_issue(__func__, group, in, out, dim, HCOMM_SUM, run_iall_gather, req);
+}
+
+hcomm_result_t hcomm_tp_ireduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                        hcomm_tensor_t *out, int dim, hcomm_op_t op,
+                                        hcomm_request_t **req) {
+    return tp_issue(__func__, group, in, out, dim, op, run_ireduce_scatter, req);
 }
