@@ -1,4 +1,5 @@
 #include "core/env.h"
+#include "algo/select.h"
 #include "core/log.h"
 
 #include <errno.h>
@@ -71,5 +72,5 @@ hcomm_result_t hcomm__env_validate(const char *fn) {
     double t;
     HCOMM__TRY(hcomm__env_timeout(fn, &t));
     HCOMM__TRY(hcomm__log_init(fn));
-    return HCOMM_OK;
+    return hcomm__algo_env_validate(fn); /* HCOMM_ALGO: the algorithms layer parses it */
 }
