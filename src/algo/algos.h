@@ -61,8 +61,8 @@ hcomm_result_t hcomm__rsv_ring(const hcomm__xfer_t *x, const void *send, void *r
 /* broadcast of buf from root down a binomial tree. */
 hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 /* reduce to root up a binomial tree, in place on buf (significant on root after the call). */
-hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count,
-                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
+hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                                  hcomm_op_t op, int root);
 /* gather / scatter of bytes per rank, the root exchanging with each rank directly; the root's
  * own block is copied by the caller. */
 hcomm_result_t hcomm__gather_direct(const hcomm__xfer_t *x, const void *send, void *recv,

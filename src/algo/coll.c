@@ -34,9 +34,9 @@ typedef enum {
 } call_kind_t;
 
 static const char *const call_names[CALL_KINDS] = {
-    "(failed call)", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
-    "all_to_allv",   "barrier",    "split",  "reduce", "gather", "scatter", "all_gatherv",
-    "reduce_scatterv"};
+    "(failed call)", "all_reduce",  "reduce_scatter", "all_gather", "broadcast",
+    "all_to_allv",   "barrier",     "split",          "reduce",     "gather",
+    "scatter",       "all_gatherv", "reduce_scatterv"};
 static const char *const count_names[CALL_KINDS] = {
     "count", "count", "recvcount", "bytes", "bytes", "count",      "count",
     "count", "count", "bytes",     "bytes", "bytes", "total count"};
@@ -135,8 +135,8 @@ bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn) {
 
 static flight_t *flight_begin(algo_t *a, hcomm_comm_t *c, const hcomm__sig_t *sig) {
     flight_t *f = &a->flight[a->nflight++ % FLIGHT];
-    *f = (flight_t){.fn = c->call_fn, .seq = a->seq, .sig = *sig, .state = "running",
-                    .start = hcomm__now()};
+    *f = (flight_t){
+        .fn = c->call_fn, .seq = a->seq, .sig = *sig, .state = "running", .start = hcomm__now()};
     return f;
 }
 
@@ -178,8 +178,7 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
         snprintf(buf, n, "dtype=%s", dname);
         break;
     case 2:
-        snprintf(buf, n, "op=%s",
-                 s->op >= 0 && s->op < HCOMM_OP_COUNT ? op_names[s->op] : "?");
+        snprintf(buf, n, "op=%s", s->op >= 0 && s->op < HCOMM_OP_COUNT ? op_names[s->op] : "?");
         break;
     case 3:
         snprintf(buf, n, "root=%d", s->root);
@@ -255,7 +254,11 @@ static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, h
     k->a = algo_of(c);
     if (!k->a)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
-    k->sig = (hcomm__sig_t){.call = kind, .dtype = dt, .op = op, .root = root, .count = count,
+    k->sig = (hcomm__sig_t){.call = kind,
+                            .dtype = dt,
+                            .op = op,
+                            .root = root,
+                            .count = count,
                             .extra = kind == CALL_FAILED ? 0 : k->a->extra};
     k->seq = ++k->a->seq;
     c->call_seq = k->seq;
@@ -276,16 +279,18 @@ static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
 
 static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s) {
     hcomm__posted_sig_t p = {.words = {s->call | (uint64_t)(uint32_t)s->algo << 32,
-                                       (uint64_t)(int64_t)s->dtype,
-                                       (uint64_t)(int64_t)s->op, (uint64_t)(int64_t)s->root,
-                                       s->count, s->extra}};
+                                       (uint64_t)(int64_t)s->dtype, (uint64_t)(int64_t)s->op,
+                                       (uint64_t)(int64_t)s->root, s->count, s->extra}};
     return p;
 }
 
 static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
-    return (hcomm__sig_t){.call = (uint32_t)p->words[0], .dtype = (int32_t)p->words[1],
-                          .op = (int32_t)p->words[2], .root = (int32_t)p->words[3],
-                          .count = p->words[4], .extra = p->words[5],
+    return (hcomm__sig_t){.call = (uint32_t)p->words[0],
+                          .dtype = (int32_t)p->words[1],
+                          .op = (int32_t)p->words[2],
+                          .root = (int32_t)p->words[3],
+                          .count = p->words[4],
+                          .extra = p->words[5],
                           .algo = (int32_t)(p->words[0] >> 32)};
 }
 
@@ -315,7 +320,7 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
  * failed rank's own message is the thread's last error already. */
 #define RUN_POSTED(k, call)                                                                        \
     do {                                                                                           \
-        hcomm__posted_sig_t ps_ = posted_of(&(k)->sig);                                           \
+        hcomm__posted_sig_t ps_ = posted_of(&(k)->sig);                                            \
         (k)->c->posted = &ps_;                                                                     \
         hcomm_result_t r_ = (call);                                                                \
         (k)->c->posted = NULL;                                                                     \
@@ -346,7 +351,7 @@ static bool shm_coll(const hcomm_comm_t *c) {
 
 typedef struct rd {
     call_t *k;
-    void *acc;         /* the running result, count elements */
+    void *acc;          /* the running result, count elements */
     unsigned char *tmp; /* RD_MAX_BYTES: what the partner sent */
     size_t count, bytes;
     hcomm_dtype_t dt;
@@ -488,8 +493,8 @@ static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__
 }
 
 static hcomm__xfer_t xfer_of(call_t *k) {
-    return (hcomm__xfer_t){.c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig},
-                           .check = xfer_check, .call = k};
+    return (hcomm__xfer_t){
+        .c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig}, .check = xfer_check, .call = k};
 }
 
 /* Before an algorithm over p2p on a shared-memory transport: the ranks meet in the posted
@@ -553,8 +558,7 @@ static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
                          (r->in + r->out) * 4);
     if (res == HCOMM_OK) {
         to_f32(win, r->send, r->in, dt);
-        *r = (red_t){r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32,
-                     r->op};
+        *r = (red_t){r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32, r->op};
         res = run(r);
     }
     if (res == HCOMM_OK && op == HCOMM_AVG) /* divide before rounding: the mean fits */
@@ -667,9 +671,9 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
         RUN_POSTED(&k, c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank));
     hcomm_result_t res = algo == HCOMM__ALGO_NATIVE ? agree(&k) : shm_agree(&k);
     if (res != HCOMM_OK || algo == HCOMM__ALGO_NATIVE)
-        return call_end(&k, res == HCOMM_OK ? c->tr->native->all_gather(c, sendbuf, recvbuf,
-                                                                          bytes_per_rank)
-                                            : res);
+        return call_end(&k, res == HCOMM_OK
+                                ? c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank)
+                                : res);
     char *mine = (char *)recvbuf + (size_t)c->rank * bytes_per_rank;
     if (mine != sendbuf && bytes_per_rank)
         memcpy(mine, sendbuf, bytes_per_rank);
@@ -684,8 +688,8 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTER, dt, op, 0, count));
-    int algo = choose(&k, HCOMM__COLL_REDUCESCATTER,
-                      count * hcomm__dtype_size(dt) * (size_t)c->size);
+    int algo =
+        choose(&k, HCOMM__COLL_REDUCESCATTER, count * hcomm__dtype_size(dt) * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, op));
     hcomm_result_t res = shm_agree(&k);
@@ -710,8 +714,8 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     return call_end(&k, res == HCOMM_OK ? hcomm__bc_tree(&x, buf, bytes, root) : res);
 }
 
-hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                  size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
+hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                  hcomm_dtype_t dt, hcomm_op_t op, int root) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE, dt, op, root, count));
     int algo = choose(&k, HCOMM__COLL_REDUCE, count * hcomm__dtype_size(dt));
@@ -745,8 +749,8 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
     return call_end(&k, res);
 }
 
-hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                  size_t bytes, int root) {
+hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  int root) {
     return rooted_move(c, CALL_GATHER, sendbuf, recvbuf, bytes, root);
 }
 
@@ -786,8 +790,7 @@ hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, voi
 }
 
 hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                           const size_t *counts, hcomm_dtype_t dt,
-                                           hcomm_op_t op) {
+                                           const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTERV, dt, op, 0, 0));
     counts_sig(&k, counts, c->size);
@@ -808,7 +811,7 @@ hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec) {
         return HCOMM_OK;
     }
     hcomm__algo_set_t set;
-    HCOMM__TRY(hcomm__algo_parse(c->call_fn, "spec", spec, &set));
+    HCOMM__TRY(hcomm__algo_parse(c->call_fn, "algorithm spec", spec, &set));
     a->over = set;
     a->has_over = true;
     return HCOMM_OK;

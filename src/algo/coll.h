@@ -34,17 +34,16 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls);
-hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                  size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root);
-hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                  size_t bytes, int root);
+hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
+hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  int root);
 hcomm_result_t hcomm__coll_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                    size_t bytes, int root);
 hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        const size_t *bytes);
 hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                           const size_t *counts, hcomm_dtype_t dt,
-                                           hcomm_op_t op);
+                                           const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c);
 hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
 

@@ -32,8 +32,8 @@ static hcomm_result_t ring_rs(const ring_t *g, void *tmp, hcomm_dtype_t dt, hcom
     int right = mod(g->rank + 1, g->p), left = mod(g->rank - 1, g->p);
     for (int s = 0; s < g->p - 1; s++) {
         int sb = mod(g->rank + shift - s, g->p), rb = mod(g->rank + shift - s - 1, g->p);
-        HCOMM__TRY(hcomm__x_sendrecv(g->x, right, g->buf + g->offs[sb] * g->es,
-                                     blen(g, sb) * g->es, left, tmp, blen(g, rb) * g->es));
+        HCOMM__TRY(hcomm__x_sendrecv(g->x, right, g->buf + g->offs[sb] * g->es, blen(g, sb) * g->es,
+                                     left, tmp, blen(g, rb) * g->es));
         hcomm__reduce(g->buf + g->offs[rb] * g->es, tmp, blen(g, rb), dt, op);
     }
     return HCOMM_OK;
@@ -45,9 +45,8 @@ static hcomm_result_t ring_ag(const ring_t *g, int shift) {
     int right = mod(g->rank + 1, g->p), left = mod(g->rank - 1, g->p);
     for (int s = 0; s < g->p - 1; s++) {
         int sb = mod(g->rank + shift - s, g->p), rb = mod(g->rank + shift - s - 1, g->p);
-        HCOMM__TRY(hcomm__x_sendrecv(g->x, right, g->buf + g->offs[sb] * g->es,
-                                     blen(g, sb) * g->es, left, g->buf + g->offs[rb] * g->es,
-                                     blen(g, rb) * g->es));
+        HCOMM__TRY(hcomm__x_sendrecv(g->x, right, g->buf + g->offs[sb] * g->es, blen(g, sb) * g->es,
+                                     left, g->buf + g->offs[rb] * g->es, blen(g, rb) * g->es));
     }
     return HCOMM_OK;
 }

@@ -24,8 +24,7 @@ static const char *const coll_names[HCOMM__COLL_COUNT] = {
 /* What each collective can run. */
 static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_ALLREDUCE] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RD) |
-                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) |
-                              BIT(HCOMM__ALGO_NAIVE),
+                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_NAIVE),
     [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
     [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE),
@@ -37,10 +36,9 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
 };
 
 /* When the default is excluded, the first allowed of these runs. */
-static const int preference[HCOMM__ALGO_COUNT] = {HCOMM__ALGO_RING,  HCOMM__ALGO_RHD,
-                                                  HCOMM__ALGO_RD,    HCOMM__ALGO_TREE,
-                                                  HCOMM__ALGO_DIRECT, HCOMM__ALGO_NAIVE,
-                                                  HCOMM__ALGO_NATIVE};
+static const int preference[HCOMM__ALGO_COUNT] = {
+    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,   HCOMM__ALGO_RD,    HCOMM__ALGO_TREE,
+    HCOMM__ALGO_DIRECT, HCOMM__ALGO_NAIVE, HCOMM__ALGO_NATIVE};
 
 const char *hcomm__algo_name(int algo) {
     return algo >= 0 && algo < HCOMM__ALGO_COUNT ? algo_names[algo] : "?";
@@ -121,8 +119,8 @@ static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s
             char list[200];
             join(list, sizeof list, coll_names, HCOMM__COLL_COUNT, ~0u);
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
-                              "%s: \"%.*s\" is not a collective; valid: %s", var,
-                              (int)(colon - s), s, list);
+                              "%s: \"%.*s\" is not a collective; valid: %s", var, (int)(colon - s),
+                              s, list);
         }
         len -= (size_t)(colon + 1 - s);
         s = colon + 1;

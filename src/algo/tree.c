@@ -24,8 +24,8 @@ hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, i
 
 /* The mirror image: each rank combines its children's partial results (relative ranks
  * vr+1, vr+2, vr+4, ... in that order, so operands stay in rank order) and sends up. */
-hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count,
-                                  hcomm_dtype_t dt, hcomm_op_t op, int root) {
+hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                                  hcomm_op_t op, int root) {
     int p = x->c->size, vr = (x->c->rank - root + p) % p;
     size_t bytes = count * hcomm__dtype_size(dt);
     void *tmp = malloc(bytes + 1);
@@ -95,8 +95,8 @@ hcomm_result_t hcomm__scatter_direct(const hcomm__xfer_t *x, const void *send, v
     hcomm_result_t res = HCOMM_OK;
     for (int r = 0; r < p && res == HCOMM_OK; r++)
         if (r != root)
-            res = hcomm__isend(x->c, HCOMM__CH_COLL, x->tag, r, (const char *)send + (size_t)r * bytes,
-                               bytes, &x->desc, &reqs[r]);
+            res = hcomm__isend(x->c, HCOMM__CH_COLL, x->tag, r,
+                               (const char *)send + (size_t)r * bytes, bytes, &x->desc, &reqs[r]);
     hcomm_result_t wres = hcomm__wait_all(reqs, p);
     free(reqs);
     return res != HCOMM_OK ? res : wres;

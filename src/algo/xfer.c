@@ -13,8 +13,8 @@ hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, 
 
 hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t bytes) {
     hcomm__env_t env = {0};
-    hcomm_result_t res = hcomm__recv(x->c, HCOMM__CH_COLL, x->tag, peer, buf, bytes,
-                                     HCOMM__RECV_EXACT, &env);
+    hcomm_result_t res =
+        hcomm__recv(x->c, HCOMM__CH_COLL, x->tag, peer, buf, bytes, HCOMM__RECV_EXACT, &env);
     /* A peer in another call usually sends another size too: name the call, not the size. */
     if (env.kind == HCOMM__ENV_DATA && (res == HCOMM_OK || res == HCOMM_ERR_MISMATCH)) {
         hcomm_result_t sig = x->check(x, peer, &env);

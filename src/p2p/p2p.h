@@ -20,7 +20,12 @@
 
 #include "transport/transport.h"
 
-typedef enum { HCOMM__CH_USER = 0, HCOMM__CH_COLL, HCOMM__CH_CTRL, HCOMM__CH_COUNT } hcomm__channel_t;
+typedef enum {
+    HCOMM__CH_USER = 0,
+    HCOMM__CH_COLL,
+    HCOMM__CH_CTRL,
+    HCOMM__CH_COUNT
+} hcomm__channel_t;
 
 /* The call a collective message belongs to; peers compare it field by field. */
 typedef struct hcomm__sig {

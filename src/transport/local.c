@@ -64,7 +64,7 @@ typedef struct local_shared {
     atomic_int refs;
     _Alignas(64) atomic_uint bar_count;
     _Alignas(64) atomic_uint bar_gen;
-    local_slot_t *slots;    /* [size] */
+    local_slot_t *slots;      /* [size] */
     _Atomic(ring_t *) *rings; /* [size * size], sender-major; NULL until first use */
 } local_shared_t;
 
@@ -247,8 +247,8 @@ static hcomm_result_t enqueue(hcomm_comm_t *c, int peer, const frame_t *f) {
         return HCOMM_OK;
     pending_t *p = malloc(sizeof *p);
     if (!p)
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory queueing a message to rank %d",
-                          peer);
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
+                          "out of memory queueing a message to rank %d", peer);
     p->next = NULL;
     p->f = *f;
     if (lc->ovf_tail[peer])
@@ -447,8 +447,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     chunk(count, c->size, c->rank, &lo, &hi);
     void *mine = malloc((hi - lo) * es + 1);
     if (!mine)
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes",
-                          (hi - lo) * es);
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", (hi - lo) * es);
     post(c, (local_slot_t){.send = sendbuf, .aux = mine});
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
@@ -463,7 +462,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     }
     if (res == HCOMM_OK)
         res = barrier(c); /* nobody reads my chunk any more */
-    free(mine); /* after a mismatch peers read only the slots' signatures */
+    free(mine);           /* after a mismatch peers read only the slots' signatures */
     return res != HCOMM_OK ? res : red;
 }
 
