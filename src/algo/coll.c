@@ -497,13 +497,16 @@ static hcomm__xfer_t xfer_of(call_t *k) {
         .c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig}, .check = xfer_check, .call = k};
 }
 
-/* Before an algorithm over p2p on a shared-memory transport: the ranks meet in the posted
- * slots first, where a rank that failed its own checks (hcomm__coll_fail) or chose another
- * algorithm shows, since those ranks never send a message. */
-static hcomm_result_t shm_agree(call_t *k) {
+/* Before an algorithm over p2p the ranks agree on the signature, as before a native call:
+ * the envelopes alone would not tell a rank that only sends (a broadcast root, a gather leaf)
+ * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
+ * shared-memory transport they meet in the posted slots (free there, and where a rank that
+ * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
+ * needs neither: it checks in its first exchange and writes recvbuf only at the end. */
+static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     if (!shm_coll(c))
-        return HCOMM_OK;
+        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
@@ -584,10 +587,8 @@ static hcomm_result_t run_reduction(red_t *r, red_run_t run) {
 static hcomm_result_t run_all_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
-    if (r->algo == HCOMM__ALGO_NATIVE) {
-        HCOMM__TRY(agree(r->k));
+    if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->all_reduce(c, r->send, r->recv, r->in, r->dt, r->op);
-    }
     if (r->algo == HCOMM__ALGO_RD)
         return rd_all_reduce(r->k, r->send, r->recv, r->in, r->dt, r->op);
     if (r->send != r->recv && bytes)
@@ -614,10 +615,8 @@ static hcomm_result_t nomem(call_t *k) {
 
 static hcomm_result_t run_reduce_scatter(red_t *r) {
     hcomm_comm_t *c = r->k->c;
-    if (r->algo == HCOMM__ALGO_NATIVE) {
-        HCOMM__TRY(agree(r->k));
+    if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
-    }
     hcomm__xfer_t x = xfer_of(r->k);
     if (r->counts)
         return hcomm__rsv_ring(&x, r->send, r->recv, r->counts, r->dt, r->op);
@@ -635,7 +634,7 @@ static hcomm_result_t run_reduce(red_t *r) {
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
     bool root = c->rank == r->root;
     void *buf = root ? r->recv : malloc(bytes + 1);
-    if (!buf)
+    if (!buf && bytes) /* the root's recvbuf may be NULL with count 0 */
         return nomem(r->k);
     if (buf != r->send && bytes)
         memcpy(buf, r->send, bytes);
@@ -655,7 +654,7 @@ hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void
     int algo = choose(&k, HCOMM__COLL_ALLREDUCE, count * hcomm__dtype_size(dt));
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE) /* reduces AVG and halves in one pass */
         RUN_POSTED(&k, c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, op));
-    hcomm_result_t res = shm_agree(&k);
+    hcomm_result_t res = p2p_agree(&k, algo);
     red_t r = {&k, algo, 0, sendbuf, recvbuf, count, count, NULL, dt, op};
     if (res == HCOMM_OK)
         res = run_reduction(&r, run_all_reduce);
@@ -669,7 +668,7 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     int algo = choose(&k, HCOMM__COLL_ALLGATHER, bytes_per_rank * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank));
-    hcomm_result_t res = algo == HCOMM__ALGO_NATIVE ? agree(&k) : shm_agree(&k);
+    hcomm_result_t res = p2p_agree(&k, algo); /* native: as before */
     if (res != HCOMM_OK || algo == HCOMM__ALGO_NATIVE)
         return call_end(&k, res == HCOMM_OK
                                 ? c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank)
@@ -692,7 +691,7 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
         choose(&k, HCOMM__COLL_REDUCESCATTER, count * hcomm__dtype_size(dt) * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, op));
-    hcomm_result_t res = shm_agree(&k);
+    hcomm_result_t res = p2p_agree(&k, algo);
     red_t r = {&k, algo, 0, sendbuf, recvbuf, count * (size_t)c->size, count, NULL, dt, op};
     if (res == HCOMM_OK)
         res = run_reduction(&r, run_reduce_scatter);
@@ -709,7 +708,7 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
         hcomm_result_t res = agree(&k);
         return call_end(&k, res == HCOMM_OK ? c->tr->native->broadcast(c, buf, bytes, root) : res);
     }
-    hcomm_result_t res = shm_agree(&k);
+    hcomm_result_t res = p2p_agree(&k, algo);
     hcomm__xfer_t x = xfer_of(&k);
     return call_end(&k, res == HCOMM_OK ? hcomm__bc_tree(&x, buf, bytes, root) : res);
 }
@@ -719,7 +718,7 @@ hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *re
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE, dt, op, root, count));
     int algo = choose(&k, HCOMM__COLL_REDUCE, count * hcomm__dtype_size(dt));
-    hcomm_result_t res = shm_agree(&k);
+    hcomm_result_t res = p2p_agree(&k, algo);
     size_t out = c->rank == root ? count : 0;
     red_t r = {&k, algo, root, sendbuf, recvbuf, count, out, NULL, dt, op};
     if (res == HCOMM_OK)
@@ -733,8 +732,9 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
     call_t k = {0};
     bool gather = kind == CALL_GATHER;
     HCOMM__TRY(call_begin(c, &k, kind, HCOMM_U8, HCOMM_SUM, root, bytes));
-    choose(&k, gather ? HCOMM__COLL_GATHER : HCOMM__COLL_SCATTER, bytes * (size_t)c->size);
-    hcomm_result_t res = shm_agree(&k);
+    int algo =
+        choose(&k, gather ? HCOMM__COLL_GATHER : HCOMM__COLL_SCATTER, bytes * (size_t)c->size);
+    hcomm_result_t res = p2p_agree(&k, algo);
     if (res != HCOMM_OK)
         return call_end(&k, res);
     if (c->rank == root && bytes) {
@@ -776,8 +776,8 @@ hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, voi
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_GATHERV, HCOMM_U8, HCOMM_SUM, 0, 0));
     counts_sig(&k, bytes, c->size);
-    choose(&k, HCOMM__COLL_ALLGATHERV, k.sig.count);
-    hcomm_result_t res = shm_agree(&k);
+    int algo = choose(&k, HCOMM__COLL_ALLGATHERV, k.sig.count);
+    hcomm_result_t res = p2p_agree(&k, algo);
     if (res != HCOMM_OK)
         return call_end(&k, res);
     size_t off = 0;
@@ -795,7 +795,7 @@ hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTERV, dt, op, 0, 0));
     counts_sig(&k, counts, c->size);
     int algo = choose(&k, HCOMM__COLL_REDUCESCATTERV, k.sig.count * hcomm__dtype_size(dt));
-    hcomm_result_t res = shm_agree(&k);
+    hcomm_result_t res = p2p_agree(&k, algo);
     red_t r = {&k, algo, 0, sendbuf, recvbuf, k.sig.count, counts[c->rank], counts, dt, op};
     if (res == HCOMM_OK)
         res = run_reduction(&r, run_reduce_scatter);
