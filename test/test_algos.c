@@ -4,6 +4,7 @@
  * Integers and MAX/MIN compare exactly; floats within a bound scaled by the sum of |inputs|
  * (the algorithms associate differently). Every rank's result must have the same bits: a
  * digest of it is compared across ranks. Also: HCOMM_ALGO parsing, good and bad. */
+#include "algo/algos.h"
 #include "algo/coll.h"
 #include "algo/select.h"
 #include "harness.h"
@@ -436,6 +437,25 @@ static void test_parse(void) {
             hcomm__algo_name(algo));
 }
 
+/* Block arithmetic in size_t past INT_MAX and UINT32_MAX, without allocating: blocks tile the
+ * range, the first count % p are one longer. */
+static void test_blocks(void) {
+    static const size_t totals[] = {0, 1, 7, (size_t)1 << 31, ((size_t)1 << 33) + 5};
+    for (int ti = 0; ti < 5; ti++)
+        for (int p = 1; p <= 9; p++) {
+            size_t next = 0, n = totals[ti];
+            for (int r = 0; r < p; r++) {
+                size_t off, len;
+                hcomm__block(n, p, r, &off, &len);
+                T_CHECK(off == next && len == n / (size_t)p + ((size_t)r < n % (size_t)p),
+                        "block %d of %zu over %d: off %zu len %zu, expected off %zu", r, n, p, off,
+                        len, next);
+                next = off + len;
+            }
+            T_CHECK(next == n, "blocks of %zu over %d end at %zu", n, p, next);
+        }
+}
+
 /* Ranks that chose different algorithms fail with MISMATCH naming them, not a hang. */
 static hcomm_result_t differ(hcomm_comm_t *w, void *arg) {
     (void)arg;
@@ -454,6 +474,7 @@ static hcomm_result_t differ(hcomm_comm_t *w, void *arg) {
 int main(void) {
     /* HCOMM_TEST_MPI */
     test_parse();
+    test_blocks();
     t_for_each_world(run, NULL, 8);
     t_for_each_world(differ, NULL, 4);
     return t_finish("test_algos");
