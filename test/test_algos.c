@@ -471,11 +471,48 @@ static hcomm_result_t differ(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
+/* A rank whose arguments are bad fails with its own error, its peers with HCOMM_ERR_PEER; peers
+ * that pass different per-rank counts fail with MISMATCH. The comm stays usable. */
+static hcomm_result_t bad_args(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int p = t_size(w), me = t_rank(w);
+    if (p < 2)
+        return HCOMM_OK;
+    float v[4] = {1, 2, 3, 4}, out[4];
+    hcomm_result_t r = hcomm_reduce(w, v, out, 4, HCOMM_F32, HCOMM_SUM, me == 1 ? p : 0);
+    T_CHECK(r == (me == 1 ? HCOMM_ERR_INVALID_ARG : HCOMM_ERR_PEER),
+            "reduce with a bad root on rank 1: rank %d got %s (%s)", me, hcomm_result_name(r),
+            hcomm_last_error());
+    r = hcomm_gather(w, me == 0 ? NULL : v, out, 4, 0);
+    T_CHECK(r == (me == 0 ? HCOMM_ERR_NULL : HCOMM_ERR_PEER),
+            "gather with a NULL sendbuf on rank 0: rank %d got %s (%s)", me, hcomm_result_name(r),
+            hcomm_last_error());
+    size_t *counts = calloc((size_t)p, sizeof *counts);
+    float *big = calloc(4 * (size_t)p + 4, sizeof *big);
+    if (!counts || !big)
+        return HCOMM_ERR_NOMEM;
+    for (int i = 0; i < p; i++) /* the same total: only the digest tells them apart */
+        counts[i] = me != 0 ? 1 : i == 0 ? 2 : i == 1 ? 0 : 1;
+    r = hcomm_reduce_scatterv(w, big, out, counts, HCOMM_F32, HCOMM_SUM);
+    T_CHECK(r == HCOMM_ERR_MISMATCH && strstr(hcomm_last_error(), "different per-rank counts"),
+            "reduce_scatterv with other counts on rank 0: rank %d got %s (%s)", me,
+            hcomm_result_name(r), hcomm_last_error());
+    r = hcomm_all_gatherv(w, big, big + 2 * p, counts);
+    T_CHECK(r == HCOMM_ERR_MISMATCH, "all_gatherv with other counts on rank 0: rank %d got %s (%s)",
+            me, hcomm_result_name(r), hcomm_last_error());
+    free(counts);
+    free(big);
+    T_OK(hcomm_reduce(w, v, out, 4, HCOMM_F32, HCOMM_SUM, 0)); /* still usable */
+    T_CHECK(me != 0 || out[3] == 4.0f * (float)p, "reduce after the failures: got %g", out[3]);
+    return HCOMM_OK;
+}
+
 int main(void) {
     /* HCOMM_TEST_MPI */
     test_parse();
     test_blocks();
     t_for_each_world(run, NULL, 8);
     t_for_each_world(differ, NULL, 4);
+    t_for_each_world(bad_args, NULL, 5);
     return t_finish("test_algos");
 }
