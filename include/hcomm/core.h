@@ -79,8 +79,11 @@ typedef enum hcomm_dtype {
     HCOMM_DTYPE_COUNT
 } hcomm_dtype_t;
 
-/** Reduction operators. AVG is SUM divided by the group size (integer division, truncating
- *  toward zero, for integer dtypes). f16/bf16 are reduced in f32 and rounded once per step. */
+/** Reduction operators (all commutative). AVG is SUM divided by the group size (integer
+ *  division, truncating toward zero, for integer dtypes). f16/bf16 SUM, PROD and AVG accumulate
+ *  in f32 and round once, AVG dividing before the rounding, so a representable mean never
+ *  overflows (3 ranks' f16 AVG of 40000 is 40000). MAX and MIN of floats are NaN when any
+ *  rank's element is NaN. */
 typedef enum hcomm_op {
     HCOMM_SUM = 0,
     HCOMM_PROD,
@@ -175,7 +178,9 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * backend an all_reduce of at most 4 KiB runs hcomm's own recursive doubling over its p2p
  * layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first), and
  * larger or other collectives run Open MPI's non-blocking ones (polled, so they time out) with
- * hcomm's reduction kernels as user ops. Every rank gets identical bits; the association may
+ * hcomm's reduction kernels as user ops. HCOMM_ALGO or hcomm_comm_set_algo() may choose
+ * hcomm's own algorithms over its p2p layer instead (ring, recursive halving-doubling, naive,
+ * binomial tree; see hcomm_comm_set_algo). Every rank gets identical bits; the association may
  * differ between backends and algorithms (the ops are commutative).
  *
  * Checks: every rank must make the same call (collective, count, dtype, op with SUM and AVG
