@@ -142,10 +142,12 @@ static flight_t *flight_begin(algo_t *a, hcomm_comm_t *c, const hcomm__sig_t *si
 
 static void flight_line(FILE *out, hcomm_comm_t *c, const flight_t *f) {
     const char *kind = f->sig.call < CALL_KINDS ? call_names[f->sig.call] : "?";
-    fprintf(out, "hcomm flight recorder: world rank %d, comm rank %d/%d: seq %u %s (%s %s=%llu) %s",
+    fprintf(out,
+            "hcomm flight recorder: world rank %d, comm rank %d/%d: seq %u %s (%s %s=%llu algo=%s) "
+            "%s",
             c->world_ranks[c->rank], c->rank, c->size, (unsigned)f->seq, f->fn, kind,
             f->sig.call < CALL_KINDS ? count_names[f->sig.call] : "count",
-            (unsigned long long)f->sig.count, f->state);
+            (unsigned long long)f->sig.count, hcomm__algo_name(f->sig.algo), f->state);
     if (f->secs > 0)
         fprintf(out, " after %.3f s", f->secs);
     fprintf(out, "\n");
