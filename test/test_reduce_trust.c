@@ -16,26 +16,26 @@ static const char *const specs[] = {
 enum { NSPECS = sizeof specs / sizeof specs[0], COUNT = 1000 };
 
 /* Element i: 1.0 on rank i % p, 2^-8 elsewhere; the exact sum 1 + (p-1)/256 rounded once. */
-static hcomm_result_t bf16_positions(hcomm_comm_t *w, const char *spec) {
+static hcomm_result_t bf16_positions(hcomm_comm_t *w, const char *spec, size_t count) {
     int p = t_size(w), me = t_rank(w);
-    uint16_t *buf = malloc(COUNT * sizeof *buf);
+    uint16_t *buf = malloc(count * sizeof *buf);
     T_CHECK(buf != NULL, "out of memory");
     if (!buf)
         return HCOMM_ERR_NOMEM;
-    for (size_t i = 0; i < COUNT; i++)
+    for (size_t i = 0; i < count; i++)
         buf[i] = hcomm__f32_to_bf16((int)(i % (size_t)p) == me ? 1.0f : 0x1p-8f);
-    hcomm_result_t r = hcomm_all_reduce(w, buf, buf, COUNT, HCOMM_BF16, HCOMM_SUM);
+    hcomm_result_t r = hcomm_all_reduce(w, buf, buf, count, HCOMM_BF16, HCOMM_SUM);
     T_CHECK(r == HCOMM_OK, "bf16 sum (%s): %s (%s)", spec, hcomm_result_name(r),
             hcomm_last_error());
     uint16_t want = hcomm__f32_to_bf16(1.0f + (float)(p - 1) * 0x1p-8f);
     size_t bad = 0;
-    while (r == HCOMM_OK && bad < COUNT && buf[bad] == want)
+    while (r == HCOMM_OK && bad < count && buf[bad] == want)
         bad++;
-    T_CHECK(r != HCOMM_OK || bad == COUNT,
+    T_CHECK(r != HCOMM_OK || bad == count,
             "bf16 sum of 1 and %d x 2^-8 on %d ranks (%s): element %zu is %.9g (0x%04x), "
             "expected %.9g (0x%04x)",
-            p - 1, p, spec[0] ? spec : "default", bad, (double)hcomm__bf16_to_f32(buf[bad % COUNT]),
-            buf[bad % COUNT], (double)hcomm__bf16_to_f32(want), want);
+            p - 1, p, spec[0] ? spec : "default", bad, (double)hcomm__bf16_to_f32(buf[bad % count]),
+            buf[bad % count], (double)hcomm__bf16_to_f32(want), want);
     free(buf);
     return r;
 }
@@ -119,10 +119,14 @@ static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
     (void)arg;
     for (int s = 0; s < NSPECS; s++) {
         T_TRY(hcomm_comm_set_algo(w, specs[s]));
-        T_TRY(bf16_positions(w, specs[s]));
+        T_TRY(bf16_positions(w, specs[s], COUNT));
         T_TRY(nan_all(w, specs[s]));
         T_TRY(avg_f16(w, specs[s]));
     }
+    /* Past the 2^20-element segments that f16/bf16 are widened in, on ring and the default. */
+    T_TRY(bf16_positions(w, "", ((size_t)1 << 21) + 3));
+    T_TRY(hcomm_comm_set_algo(w, "allreduce:ring"));
+    T_TRY(bf16_positions(w, "allreduce:ring", ((size_t)1 << 21) + 3));
     return avg_f16_rooted(w);
 }
 

@@ -553,6 +553,7 @@ static void from_f32(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
         h[i] = dt == HCOMM_BF16 ? hcomm__f32_to_bf16(src[i]) : hcomm__f32_to_f16(src[i]);
 }
 
+/* Widens one reduction: f16/bf16 in -> f32, run, (AVG: divide), round once into recv. */
 static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
     hcomm_dtype_t dt = r->dt;
     void *recv = r->recv;
@@ -563,8 +564,8 @@ static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
                          (r->in + r->out) * 4);
     if (res == HCOMM_OK) {
         to_f32(win, r->send, r->in, dt);
-        *r = (red_t){r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32, r->op};
-        res = run(r);
+        red_t w = {r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32, r->op};
+        res = run(&w);
     }
     if (res == HCOMM_OK && op == HCOMM_AVG) /* divide before rounding: the mean fits */
         hcomm__scale_div(wout, r->out, HCOMM_F32, r->k->c->size);
@@ -575,11 +576,33 @@ static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
     return res;
 }
 
+/* An all_reduce is elementwise, so its widened copy is made a segment at a time: the scratch
+ * stays 2 x WIDEN_SEGMENT f32 however large the tensor (a 1 GiB bf16 gradient would otherwise
+ * need 4 GiB more). A zero count still runs once: rd checks the signature in its exchange. */
+#define WIDEN_SEGMENT ((size_t)1 << 20)
+
+static hcomm_result_t run_widened_segments(red_t *r, red_run_t run, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(r->dt), done = 0;
+    hcomm_result_t res;
+    do {
+        size_t n = r->in - done < WIDEN_SEGMENT ? r->in - done : WIDEN_SEGMENT;
+        red_t seg = *r;
+        seg.send = (const char *)r->send + done * es;
+        seg.recv = (char *)r->recv + done * es;
+        seg.in = seg.out = n;
+        res = run_widened(&seg, run, op);
+        done += n;
+    } while (res == HCOMM_OK && done < r->in);
+    return res;
+}
+
+static hcomm_result_t run_all_reduce(red_t *r);
+
 static hcomm_result_t run_reduction(red_t *r, red_run_t run) {
     hcomm_op_t op = r->op;
     r->op = op == HCOMM_AVG ? HCOMM_SUM : op;
     if (widens(r->dt, op))
-        return run_widened(r, run, op);
+        return run == run_all_reduce ? run_widened_segments(r, run, op) : run_widened(r, run, op);
     HCOMM__TRY(run(r));
     if (op == HCOMM_AVG)
         hcomm__scale_div(r->recv, r->out, r->dt, r->k->c->size);
