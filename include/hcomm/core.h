@@ -79,8 +79,11 @@ typedef enum hcomm_dtype {
     HCOMM_DTYPE_COUNT
 } hcomm_dtype_t;
 
-/** Reduction operators. AVG is SUM divided by the group size (integer division, truncating
- *  toward zero, for integer dtypes). f16/bf16 are reduced in f32 and rounded once per step. */
+/** Reduction operators (all commutative). AVG is SUM divided by the group size (integer
+ *  division, truncating toward zero, for integer dtypes). f16/bf16 SUM, PROD and AVG accumulate
+ *  in f32 and round once, AVG dividing before the rounding, so a representable mean never
+ *  overflows (3 ranks' f16 AVG of 40000 is 40000). MAX and MIN of floats are NaN when any
+ *  rank's element is NaN. */
 typedef enum hcomm_op {
     HCOMM_SUM = 0,
     HCOMM_PROD,
@@ -177,7 +180,9 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * backend an all_reduce of at most 4 KiB runs hcomm's own recursive doubling over its p2p
  * layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first), and
  * larger or other collectives run Open MPI's non-blocking ones (polled, so they time out) with
- * hcomm's reduction kernels as user ops. Every rank gets identical bits; the association may
+ * hcomm's reduction kernels as user ops. HCOMM_ALGO or hcomm_comm_set_algo() may choose
+ * hcomm's own algorithms over its p2p layer instead (ring, recursive halving-doubling, naive,
+ * binomial tree; see hcomm_comm_set_algo). Every rank gets identical bits; the association may
  * differ between backends and algorithms (the ops are commutative).
  *
  * Checks: every rank must make the same call (collective, count, dtype, op with SUM and AVG
@@ -273,6 +278,61 @@ HCOMM_API hcomm_result_t hcomm_wait(hcomm_request_t *req);
 HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 
 /** A rank's body: called once per rank with that rank's world communicator. */
+/* Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on
+ * both backends (docs/architecture.md): reduce up a binomial tree (Thakur, Rabenseifner & Gropp
+ * 2005, section 4), gather and scatter with the root exchanging with each rank directly,
+ * all_gatherv and reduce_scatterv around a ring (Patarasuk & Yuan 2009). The common rules and
+ * errors above apply (every rank calls, same order; a rank whose check fails makes its peers
+ * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
+ * Operands associate differently in different algorithms (the ops are commutative); every rank
+ * that gets a result gets the same bits. */
+
+/** reduce: @p recvbuf[0..count) on rank @p root = @p op over ranks of @p sendbuf[0..count);
+ *  @p count in elements of @p dtype. recvbuf is used on the root only (may be NULL elsewhere);
+ *  sendbuf == recvbuf on the root is in place. All ranks pass the same count, dtype, op and
+ *  root. Errors: the common ones, HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG (op; root outside
+ *  0..size-1). */
+HCOMM_API hcomm_result_t hcomm_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, hcomm_dtype_t dtype, hcomm_op_t op, int root);
+/** gather: each rank's @p bytes bytes at @p sendbuf land on rank @p root at byte offset
+ *  rank*bytes of @p recvbuf (size*bytes bytes, used on the root only). In place on the root
+ *  when sendbuf == recvbuf + root*bytes. All ranks pass the same bytes and root.
+ *  Errors: the common ones, HCOMM_ERR_INVALID_ARG (root). */
+HCOMM_API hcomm_result_t hcomm_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t bytes, int root);
+/** scatter: the root's @p sendbuf holds size blocks of @p bytes bytes (used on the root only);
+ *  rank r gets block r in @p recvbuf. In place on the root when recvbuf == sendbuf +
+ *  root*bytes. All ranks pass the same bytes and root. Errors: the common ones,
+ *  HCOMM_ERR_INVALID_ARG (root). */
+HCOMM_API hcomm_result_t hcomm_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t bytes, int root);
+/** all_gatherv: rank r contributes @p bytes[r] bytes from @p sendbuf; @p recvbuf gets every
+ *  block in rank order, rank r's at byte offset bytes[0] + ... + bytes[r-1] (no gaps). @p bytes
+ *  has size entries, the same on every rank (else HCOMM_ERR_MISMATCH). In place when sendbuf is
+ *  this rank's block of recvbuf. Errors: the common ones (NULL also for bytes). */
+HCOMM_API hcomm_result_t hcomm_all_gatherv(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           const size_t *bytes);
+/** reduce_scatterv: @p sendbuf holds sum(@p counts) elements of @p dtype, block r (counts[r]
+ *  elements) starting at counts[0] + ... + counts[r-1]; rank r gets block r reduced with @p op
+ *  over all ranks in @p recvbuf[0..counts[r]). @p counts has size entries, the same on every
+ *  rank. In place when recvbuf is sendbuf or this rank's block of it. Errors: the common ones,
+ *  HCOMM_ERR_DTYPE, HCOMM_ERR_INVALID_ARG (op), HCOMM_ERR_NULL (counts). */
+HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *sendbuf,
+                                               void *recvbuf, const size_t *counts,
+                                               hcomm_dtype_t dtype, hcomm_op_t op);
+/** Narrows which algorithms this rank's collectives on @p comm may use, in the syntax of the
+ *  environment variable HCOMM_ALGO (which it overrides for this communicator): entries separated
+ *  by ';', each "[collective:][^]name[,name...]" allowing (or with '^' excluding) algorithms,
+ *  e.g. "allreduce:ring;allgather:^ring". Collectives: allreduce, allgather, reducescatter,
+ *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv. Algorithms: native (the
+ *  backend's own), rd (recursive doubling), ring, rhd (recursive halving-doubling), naive
+ *  (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
+ *  (binomial), direct. NULL or "" restores the default choice. Every rank must choose the same
+ *  (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
+ *  thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an
+ *  unknown name, listing the valid ones; a collective left without an algorithm). */
+HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
+
 typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
 
 /** The backend hcomm_launch(@p backend, ...) would run, in *@p chosen (a static string), without

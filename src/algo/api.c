@@ -212,3 +212,140 @@ hcomm_result_t hcomm_test(hcomm_request_t *req, int *done) {
     *done = d;
     return d ? hcomm__request_wait(req) : HCOMM_OK;
 }
+
+static hcomm_result_t check_root(const char *fn, const hcomm_comm_t *c, int root) {
+    if (root < 0 || root >= c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "root=%d outside 0..%d", root, c->size - 1);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    const char *fn = "hcomm_reduce";
+    HCOMM__TRY(check_root(fn, c, root));
+    bool is_root = c->rank == root;
+    HCOMM__TRY(check_reduce_args(fn, count, dt, op, sendbuf, is_root ? recvbuf : sendbuf));
+    size_t bytes = count * hcomm__dtype_size(dt);
+    return is_root ? check_overlap(fn, sendbuf, bytes, recvbuf, bytes, recvbuf) : HCOMM_OK;
+}
+
+hcomm_result_t hcomm_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            hcomm_dtype_t dtype, hcomm_op_t op, int root) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__PUBLIC_CALL(comm, reduce_checks(comm, sendbuf, recvbuf, count, dtype, op, root),
+                       hcomm__coll_reduce(comm, sendbuf, recvbuf, count, dtype, op, root));
+}
+
+/* gather (the root receives size blocks) or scatter (the root sends them). */
+static hcomm_result_t rooted_checks(const char *fn, hcomm_comm_t *c, const void *sendbuf,
+                                    void *recvbuf, size_t bytes, int root, bool gather) {
+    HCOMM__TRY(check_root(fn, c, root));
+    bool is_root = c->rank == root;
+    if (bytes > 0 && (sendbuf == NULL || recvbuf == NULL) &&
+        (is_root || (gather ? sendbuf == NULL : recvbuf == NULL)))
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL with bytes=%zu",
+                          sendbuf ? "recvbuf" : "sendbuf", bytes);
+    if (bytes > SIZE_MAX / (size_t)c->size)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "bytes=%zu times %d ranks overflows", bytes,
+                          c->size);
+    if (!is_root)
+        return HCOMM_OK;
+    size_t all = bytes * (size_t)c->size;
+    if (gather)
+        return check_overlap(fn, sendbuf, bytes, recvbuf, all,
+                             (const char *)recvbuf + (size_t)root * bytes);
+    const char *mine = (const char *)sendbuf + (size_t)root * bytes;
+    return (const void *)mine == recvbuf ? HCOMM_OK
+                                         : check_overlap(fn, sendbuf, all, recvbuf, bytes, NULL);
+}
+
+hcomm_result_t hcomm_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t bytes,
+                            int root) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__PUBLIC_CALL(comm,
+                       rooted_checks("hcomm_gather", comm, sendbuf, recvbuf, bytes, root, true),
+                       hcomm__coll_gather(comm, sendbuf, recvbuf, bytes, root));
+}
+
+hcomm_result_t hcomm_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t bytes,
+                             int root) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__PUBLIC_CALL(comm,
+                       rooted_checks("hcomm_scatter", comm, sendbuf, recvbuf, bytes, root, false),
+                       hcomm__coll_scatter(comm, sendbuf, recvbuf, bytes, root));
+}
+
+/* Sums counts (size entries) into *total and this rank's block offset into *mine. */
+static hcomm_result_t sum_counts(const char *fn, const hcomm_comm_t *c, const size_t *counts,
+                                 size_t es, size_t *total, size_t *mine) {
+    *total = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > (SIZE_MAX / 8) / es - *total)
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "the counts overflow at counts[%d]=%zu", r,
+                              counts[r]);
+        if (r == c->rank)
+            *mine = *total;
+        *total += counts[r];
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t all_gatherv_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                         const size_t *bytes) {
+    const char *fn = "hcomm_all_gatherv";
+    size_t total = 0, off = 0;
+    if (!bytes)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'bytes' is NULL");
+    HCOMM__TRY(sum_counts(fn, c, bytes, 1, &total, &off));
+    if (bytes[c->rank] > 0 && sendbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with bytes[%d]=%zu",
+                          c->rank, bytes[c->rank]);
+    if (total > 0 && recvbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with %zu bytes in all",
+                          total);
+    return check_overlap(fn, sendbuf, bytes[c->rank], recvbuf, total, (char *)recvbuf + off);
+}
+
+hcomm_result_t hcomm_all_gatherv(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                 const size_t *bytes) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__PUBLIC_CALL(comm, all_gatherv_checks(comm, sendbuf, recvbuf, bytes),
+                       hcomm__coll_all_gatherv(comm, sendbuf, recvbuf, bytes));
+}
+
+static hcomm_result_t reduce_scatterv_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                             const size_t *counts, hcomm_dtype_t dt,
+                                             hcomm_op_t op) {
+    const char *fn = "hcomm_reduce_scatterv";
+    size_t total = 0, off = 0;
+    if (!counts)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'counts' is NULL");
+    HCOMM__TRY(check_reduce_args(fn, 0, dt, op, sendbuf, recvbuf));
+    size_t es = hcomm__dtype_size(dt);
+    HCOMM__TRY(sum_counts(fn, c, counts, es, &total, &off));
+    if (total > 0 && sendbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with %zu elements",
+                          total);
+    if (counts[c->rank] > 0 && recvbuf == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with counts[%d]=%zu",
+                          c->rank, counts[c->rank]);
+    if (sendbuf == recvbuf || (const char *)sendbuf + off * es == (const char *)recvbuf)
+        return HCOMM_OK;
+    return check_overlap(fn, sendbuf, total * es, recvbuf, counts[c->rank] * es, NULL);
+}
+
+hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     const size_t *counts, hcomm_dtype_t dtype, hcomm_op_t op) {
+    HCOMM__CHECK_NULL(comm);
+    HCOMM__PUBLIC_CALL(comm, reduce_scatterv_checks(comm, sendbuf, recvbuf, counts, dtype, op),
+                       hcomm__coll_reduce_scatterv(comm, sendbuf, recvbuf, counts, dtype, op));
+}
+
+hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec) {
+    HCOMM__CHECK_NULL(comm);
+    const char *saved = comm->call_fn;
+    comm->call_fn = __func__;
+    hcomm_result_t res = hcomm__coll_set_algo(comm, spec);
+    comm->call_fn = saved;
+    return res;
+}

@@ -2,6 +2,8 @@
  * the choice between hcomm's own algorithms over p2p and the backend's native ones. */
 #include "algo/coll.h"
 
+#include "algo/algos.h"
+#include "algo/select.h"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -10,9 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Largest all_reduce (bytes) that runs as hcomm's own recursive doubling on a transport without
- * shared-memory collectives: below it latency rules, and one round trip per doubling beats a
- * separate signature check plus the native call. */
+/* The pieces recursive doubling reduces at once (stack buffers); select.c picks it by default
+ * for an all_reduce up to this size on a transport without shared-memory collectives. */
 #define RD_MAX_BYTES 4096
 
 typedef enum {
@@ -24,14 +25,21 @@ typedef enum {
     CALL_ALL_TO_ALLV,
     CALL_BARRIER,
     CALL_SPLIT,
+    CALL_REDUCE,
+    CALL_GATHER,
+    CALL_SCATTER,
+    CALL_ALL_GATHERV,
+    CALL_REDUCE_SCATTERV,
     CALL_KINDS
 } call_kind_t;
 
-static const char *const call_names[CALL_KINDS] = {"(failed call)", "all_reduce", "reduce_scatter",
-                                                   "all_gather",    "broadcast",  "all_to_allv",
-                                                   "barrier",       "split"};
-static const char *const count_names[CALL_KINDS] = {"count", "count", "recvcount", "bytes",
-                                                    "bytes", "count", "count",     "count"};
+static const char *const call_names[CALL_KINDS] = {
+    "(failed call)", "all_reduce",  "reduce_scatter", "all_gather", "broadcast",
+    "all_to_allv",   "barrier",     "split",          "reduce",     "gather",
+    "scatter",       "all_gatherv", "reduce_scatterv"};
+static const char *const count_names[CALL_KINDS] = {
+    "count", "count", "recvcount", "bytes", "bytes", "count",      "count",
+    "count", "count", "bytes",     "bytes", "bytes", "total count"};
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
 enum { CHECK_ALWAYS, CHECK_FIRST, CHECK_OFF };
@@ -55,6 +63,8 @@ typedef struct algo {
     int nseen;
     uint64_t extra;
     char extra_desc[200];
+    hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
+    bool has_over;
 } algo_t;
 
 static algo_t *algo_of(hcomm_comm_t *c) {
@@ -131,10 +141,12 @@ static flight_t *flight_begin(algo_t *a, hcomm_comm_t *c, const hcomm__sig_t *si
 
 static void flight_line(FILE *out, hcomm_comm_t *c, const flight_t *f) {
     const char *kind = f->sig.call < CALL_KINDS ? call_names[f->sig.call] : "?";
-    fprintf(out, "hcomm flight recorder: world rank %d, comm rank %d/%d: seq %u %s (%s %s=%llu) %s",
+    fprintf(out,
+            "hcomm flight recorder: world rank %d, comm rank %d/%d: seq %u %s (%s %s=%llu algo=%s) "
+            "%s",
             c->world_ranks[c->rank], c->rank, c->size, (unsigned)f->seq, f->fn, kind,
             f->sig.call < CALL_KINDS ? count_names[f->sig.call] : "count",
-            (unsigned long long)f->sig.count, f->state);
+            (unsigned long long)f->sig.count, hcomm__algo_name(f->sig.algo), f->state);
     if (f->timed_out)
         fprintf(out, " after %g s (HCOMM_TIMEOUT)", c->timeout_s);
     fprintf(out, "\n");
@@ -176,8 +188,15 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
         snprintf(buf, n, "%s=%llu", s->call < CALL_KINDS ? count_names[s->call] : "count",
                  (unsigned long long)s->count);
         break;
+    case 5:
+        snprintf(buf, n, "%s",
+                 s->call == CALL_ALL_GATHERV || s->call == CALL_REDUCE_SCATTERV
+                     ? "different per-rank counts"
+                 : extra && extra[0] ? extra
+                                     : "a different tensor list");
+        break;
     default:
-        snprintf(buf, n, "%s", extra && extra[0] ? extra : "a different tensor list");
+        snprintf(buf, n, "algo=%s", hcomm__algo_name(s->algo));
         break;
     }
 }
@@ -195,6 +214,8 @@ static int first_difference(const hcomm__sig_t *a, const hcomm__sig_t *b) {
         return 4;
     if (a->extra != b->extra)
         return 5;
+    if (a->algo != b->algo)
+        return 6;
     return -1;
 }
 
@@ -258,9 +279,9 @@ static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
 /* --- shared-memory transports: the signature rides in the posted slot --- */
 
 static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s) {
-    hcomm__posted_sig_t p = {.words = {s->call, (uint64_t)(int64_t)s->dtype,
-                                       (uint64_t)(int64_t)s->op, (uint64_t)(int64_t)s->root,
-                                       s->count, s->extra}};
+    hcomm__posted_sig_t p = {.words = {s->call | (uint64_t)(uint32_t)s->algo << 32,
+                                       (uint64_t)(int64_t)s->dtype, (uint64_t)(int64_t)s->op,
+                                       (uint64_t)(int64_t)s->root, s->count, s->extra}};
     return p;
 }
 
@@ -270,7 +291,8 @@ static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
                           .op = (int32_t)p->words[2],
                           .root = (int32_t)p->words[3],
                           .count = p->words[4],
-                          .extra = p->words[5]};
+                          .extra = p->words[5],
+                          .algo = (int32_t)(p->words[0] >> 32)};
 }
 
 /* After a posted check failed on every rank: the same verdict, worded from the slots. */
@@ -402,18 +424,23 @@ static hcomm_result_t rd_run(rd_t *d) {
     return HCOMM_OK;
 }
 
-/* all_reduce of at most RD_MAX_BYTES, or (count 0) a pure signature agreement. */
+/* all_reduce by recursive doubling, in pieces of RD_MAX_BYTES (a forced rd on a large
+ * vector), or (count 0) a pure signature agreement. */
 static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbuf, size_t count,
                                     hcomm_dtype_t dt, hcomm_op_t op) {
     _Alignas(16) unsigned char tmp[RD_MAX_BYTES], acc[RD_MAX_BYTES];
-    size_t bytes = count * (count ? hcomm__dtype_size(dt) : 0);
-    rd_t d = {k, acc, tmp, count, bytes, dt, op == HCOMM_AVG ? HCOMM_SUM : op};
-    if (bytes)
-        memcpy(acc, sendbuf, bytes);
-    if (k->c->size > 1)
-        HCOMM__TRY(rd_run(&d));
-    if (bytes)
-        memcpy(recvbuf, acc, bytes);
+    size_t es = hcomm__dtype_size(dt), piece = RD_MAX_BYTES / es, done = 0;
+    do {
+        size_t n = count - done < piece ? count - done : piece, bytes = n * es;
+        rd_t d = {k, acc, tmp, n, bytes, dt, op == HCOMM_AVG ? HCOMM_SUM : op};
+        if (bytes)
+            memcpy(acc, (const char *)sendbuf + done * es, bytes);
+        if (k->c->size > 1)
+            HCOMM__TRY(rd_run(&d));
+        if (bytes)
+            memcpy((char *)recvbuf + done * es, acc, bytes);
+        done += n;
+    } while (done < count);
     return HCOMM_OK;
 }
 
@@ -425,7 +452,8 @@ static hcomm_result_t agree(call_t *k) {
         return HCOMM_OK;
     uint64_t h = ((uint64_t)k->sig.call << 56) ^ ((uint64_t)k->sig.dtype << 48) ^
                  ((uint64_t)k->sig.op << 40) ^ ((uint64_t)(uint32_t)k->sig.root << 8) ^
-                 (k->sig.count * 0x9E3779B97F4A7C15ull) ^ k->sig.extra;
+                 (k->sig.count * 0x9E3779B97F4A7C15ull) ^ k->sig.extra ^
+                 ((uint64_t)(uint32_t)k->sig.algo << 32);
     if (mode == CHECK_FIRST)
         for (int i = 0; i < k->a->nseen; i++)
             if (k->a->seen[i] == h)
@@ -436,74 +464,372 @@ static hcomm_result_t agree(call_t *k) {
     return HCOMM_OK;
 }
 
-/* --- the collectives --- */
+/* --- choosing and running an algorithm --- */
 
-static hcomm_result_t finish_avg(hcomm_comm_t *c, void *buf, size_t count, hcomm_dtype_t dt,
-                                 hcomm_op_t op, hcomm_result_t res) {
-    if (res == HCOMM_OK && op == HCOMM_AVG)
-        hcomm__scale_div(buf, count, dt, c->size);
+static int choose(call_t *k, int coll, size_t bytes) {
+    const char *why;
+    algo_t *a = k->a;
+    int algo = hcomm__algo_choose(a->has_over ? &a->over : NULL, coll, bytes, k->c->size,
+                                  shm_coll(k->c), &why);
+    k->sig.algo = algo;
+    k->f->sig.algo = algo;
+    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO, "%s seq %u: %s of %zu bytes on %d ranks: %s (%s)",
+               k->c->call_fn, (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size,
+               hcomm__algo_name(algo), why);
+    return algo;
+}
+
+static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env) {
+    rd_t d = {.k = x->call};
+    return check_env(&d, peer, env);
+}
+
+static hcomm__xfer_t xfer_of(call_t *k) {
+    return (hcomm__xfer_t){
+        .c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig}, .check = xfer_check, .call = k};
+}
+
+/* Before an algorithm over p2p the ranks agree on the signature, as before a native call:
+ * the envelopes alone would not tell a rank that only sends (a broadcast root, a gather leaf)
+ * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
+ * shared-memory transport they meet in the posted slots (free there, and where a rank that
+ * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
+ * needs neither: it checks in its first exchange and writes recvbuf only at the end. */
+static hcomm_result_t p2p_agree(call_t *k, int algo) {
+    hcomm_comm_t *c = k->c;
+    if (!shm_coll(c))
+        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
+    hcomm__posted_sig_t ps = posted_of(&k->sig);
+    c->posted = &ps;
+    hcomm_result_t res = c->tr->posted_only(c);
+    c->posted = NULL;
+    if (res == HCOMM_ERR_MISMATCH && c->posted_held)
+        return posted_verdict(k, &ps);
+    HCOMM__TRY(res);
+    return c->tr->posted_release(c);
+}
+
+/* --- reductions: AVG and half precision around every algorithm --- */
+
+/* One reduction call as the algorithms see it: op is never AVG there. */
+typedef struct red {
+    call_t *k;
+    int algo, root;
+    const void *send;
+    void *recv;
+    size_t in, out;       /* elements this rank passes in and gets out */
+    const size_t *counts; /* reduce_scatterv: per-rank counts */
+    hcomm_dtype_t dt;
+    hcomm_op_t op;
+} red_t;
+
+typedef hcomm_result_t (*red_run_t)(red_t *r);
+
+/* f16/bf16 sums and products travel and accumulate in f32 and are rounded once at the end, so
+ * no partial result rounds or overflows (MAX and MIN are exact in any width). */
+static bool widens(hcomm_dtype_t dt, hcomm_op_t op) {
+    return (dt == HCOMM_F16 || dt == HCOMM_BF16) && op != HCOMM_MAX && op != HCOMM_MIN;
+}
+
+static void to_f32(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
+    const uint16_t *h = src;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dt == HCOMM_BF16 ? hcomm__bf16_to_f32(h[i]) : hcomm__f16_to_f32(h[i]);
+}
+
+static void from_f32(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++)
+        h[i] = dt == HCOMM_BF16 ? hcomm__f32_to_bf16(src[i]) : hcomm__f32_to_f16(src[i]);
+}
+
+/* Widens one reduction: f16/bf16 in -> f32, run, (AVG: divide), round once into recv. */
+static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
+    hcomm_dtype_t dt = r->dt;
+    void *recv = r->recv;
+    float *win = malloc(r->in * 4 + 1), *wout = malloc(r->out * 4 + 1);
+    hcomm_result_t res = HCOMM_OK;
+    if (!win || !wout)
+        res = hcomm__err(HCOMM_ERR_NOMEM, r->k->c->call_fn, "cannot allocate %zu bytes",
+                         (r->in + r->out) * 4);
+    if (res == HCOMM_OK) {
+        to_f32(win, r->send, r->in, dt);
+        red_t w = {r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32, r->op};
+        res = run(&w);
+    }
+    if (res == HCOMM_OK && op == HCOMM_AVG) /* divide before rounding: the mean fits */
+        hcomm__scale_div(wout, r->out, HCOMM_F32, r->k->c->size);
+    if (res == HCOMM_OK)
+        from_f32(recv, wout, r->out, dt);
+    free(win);
+    free(wout);
     return res;
 }
 
-static hcomm_result_t all_reduce_call(call_t *k, const void *sendbuf, void *recvbuf, size_t count,
-                                      hcomm_dtype_t dt, hcomm_op_t op) {
-    hcomm_comm_t *c = k->c;
-    hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
-    if (shm_coll(c))
-        RUN_POSTED(k,
-                   finish_avg(c, recvbuf, count, dt, op,
-                              c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, native)));
+/* An all_reduce is elementwise, so its widened copy is made a segment at a time: the scratch
+ * stays 2 x WIDEN_SEGMENT f32 however large the tensor (a 1 GiB bf16 gradient would otherwise
+ * need 4 GiB more). A zero count still runs once: rd checks the signature in its exchange. */
+#define WIDEN_SEGMENT ((size_t)1 << 20)
+
+static hcomm_result_t run_widened_segments(red_t *r, red_run_t run, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(r->dt), done = 0;
     hcomm_result_t res;
-    if (count * hcomm__dtype_size(dt) <= RD_MAX_BYTES)
-        res = rd_all_reduce(k, sendbuf, recvbuf, count, dt, op);
-    else if ((res = agree(k)) == HCOMM_OK)
-        res = c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, native);
-    return call_end(k, finish_avg(c, recvbuf, count, dt, op, res));
+    do {
+        size_t n = r->in - done < WIDEN_SEGMENT ? r->in - done : WIDEN_SEGMENT;
+        red_t seg = *r;
+        seg.send = (const char *)r->send + done * es;
+        seg.recv = (char *)r->recv + done * es;
+        seg.in = seg.out = n;
+        res = run_widened(&seg, run, op);
+        done += n;
+    } while (res == HCOMM_OK && done < r->in);
+    return res;
 }
+
+static hcomm_result_t run_all_reduce(red_t *r);
+
+static hcomm_result_t run_reduction(red_t *r, red_run_t run) {
+    hcomm_op_t op = r->op;
+    r->op = op == HCOMM_AVG ? HCOMM_SUM : op;
+    if (widens(r->dt, op))
+        return run == run_all_reduce ? run_widened_segments(r, run, op) : run_widened(r, run, op);
+    HCOMM__TRY(run(r));
+    if (op == HCOMM_AVG)
+        hcomm__scale_div(r->recv, r->out, r->dt, r->k->c->size);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t run_all_reduce(red_t *r) {
+    hcomm_comm_t *c = r->k->c;
+    size_t bytes = r->in * hcomm__dtype_size(r->dt);
+    if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
+        return c->tr->native->all_reduce(c, r->send, r->recv, r->in, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_RD)
+        return rd_all_reduce(r->k, r->send, r->recv, r->in, r->dt, r->op);
+    if (r->send != r->recv && bytes)
+        memcpy(r->recv, r->send, bytes);
+    hcomm__xfer_t x = xfer_of(r->k);
+    if (r->algo == HCOMM__ALGO_RING)
+        return hcomm__ar_ring(&x, r->recv, r->in, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_RHD)
+        return hcomm__ar_rhd(&x, r->recv, r->in, r->dt, r->op);
+    return hcomm__ar_naive(&x, r->recv, r->in, r->dt, r->op);
+}
+
+/* counts: size entries of n each (freed by the caller), or NULL without memory. */
+static size_t *equal_counts(int size, size_t n) {
+    size_t *counts = malloc(sizeof(size_t) * (size_t)size);
+    for (int i = 0; counts && i < size; i++)
+        counts[i] = n;
+    return counts;
+}
+
+static hcomm_result_t nomem(call_t *k) {
+    return hcomm__err(HCOMM_ERR_NOMEM, k->c->call_fn, "out of memory");
+}
+
+static hcomm_result_t run_reduce_scatter(red_t *r) {
+    hcomm_comm_t *c = r->k->c;
+    if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
+        return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
+    hcomm__xfer_t x = xfer_of(r->k);
+    if (r->counts)
+        return hcomm__rsv_ring(&x, r->send, r->recv, r->counts, r->dt, r->op);
+    size_t *counts = equal_counts(c->size, r->out);
+    if (!counts)
+        return nomem(r->k);
+    hcomm_result_t res = hcomm__rsv_ring(&x, r->send, r->recv, counts, r->dt, r->op);
+    free(counts);
+    return res;
+}
+
+/* The tree reduces in place: on the root in recv, elsewhere in a scratch copy of send. */
+static hcomm_result_t run_reduce(red_t *r) {
+    hcomm_comm_t *c = r->k->c;
+    size_t bytes = r->in * hcomm__dtype_size(r->dt);
+    bool root = c->rank == r->root;
+    void *buf = root ? r->recv : malloc(bytes + 1);
+    if (!buf && bytes) /* the root's recvbuf may be NULL with count 0 */
+        return nomem(r->k);
+    if (buf != r->send && bytes)
+        memcpy(buf, r->send, bytes);
+    hcomm__xfer_t x = xfer_of(r->k);
+    hcomm_result_t res = hcomm__reduce_tree(&x, buf, r->in, r->dt, r->op, r->root);
+    if (!root)
+        free(buf);
+    return res;
+}
+
+/* --- the collectives --- */
 
 hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_REDUCE, dt, op, 0, count));
-    return all_reduce_call(&k, sendbuf, recvbuf, count, dt, op);
+    int algo = choose(&k, HCOMM__COLL_ALLREDUCE, count * hcomm__dtype_size(dt));
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE) /* reduces AVG and halves in one pass */
+        RUN_POSTED(&k, c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, op));
+    hcomm_result_t res = p2p_agree(&k, algo);
+    red_t r = {&k, algo, 0, sendbuf, recvbuf, count, count, NULL, dt, op};
+    if (res == HCOMM_OK)
+        res = run_reduction(&r, run_all_reduce);
+    return call_end(&k, res);
 }
 
 hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t bytes_per_rank) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_GATHER, HCOMM_U8, HCOMM_SUM, 0, bytes_per_rank));
-    if (shm_coll(c))
+    int algo = choose(&k, HCOMM__COLL_ALLGATHER, bytes_per_rank * (size_t)c->size);
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank));
-    hcomm_result_t res = agree(&k);
-    if (res == HCOMM_OK)
-        res = c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank);
+    hcomm_result_t res = p2p_agree(&k, algo); /* native: as before */
+    if (res != HCOMM_OK || algo == HCOMM__ALGO_NATIVE)
+        return call_end(&k, res == HCOMM_OK
+                                ? c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank)
+                                : res);
+    char *mine = (char *)recvbuf + (size_t)c->rank * bytes_per_rank;
+    if (mine != sendbuf && bytes_per_rank)
+        memcpy(mine, sendbuf, bytes_per_rank);
+    size_t *bytes = equal_counts(c->size, bytes_per_rank);
+    hcomm__xfer_t x = xfer_of(&k);
+    res = bytes ? hcomm__agv_ring(&x, recvbuf, bytes) : nomem(&k);
+    free(bytes);
     return call_end(&k, res);
 }
 
 hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     call_t k = {0};
-    hcomm_op_t native = op == HCOMM_AVG ? HCOMM_SUM : op;
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTER, dt, op, 0, count));
-    if (shm_coll(c))
-        RUN_POSTED(
-            &k, finish_avg(c, recvbuf, count, dt, op,
-                           c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, native)));
-    hcomm_result_t res = agree(&k);
+    int algo =
+        choose(&k, HCOMM__COLL_REDUCESCATTER, count * hcomm__dtype_size(dt) * (size_t)c->size);
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
+        RUN_POSTED(&k, c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, op));
+    hcomm_result_t res = p2p_agree(&k, algo);
+    red_t r = {&k, algo, 0, sendbuf, recvbuf, count * (size_t)c->size, count, NULL, dt, op};
     if (res == HCOMM_OK)
-        res = c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, native);
-    return call_end(&k, finish_avg(c, recvbuf, count, dt, op, res));
+        res = run_reduction(&r, run_reduce_scatter);
+    return call_end(&k, res);
 }
 
 hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_BROADCAST, HCOMM_U8, HCOMM_SUM, root, bytes));
-    if (shm_coll(c))
+    int algo = choose(&k, HCOMM__COLL_BROADCAST, bytes);
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->broadcast(c, buf, bytes, root));
-    hcomm_result_t res = agree(&k);
+    if (algo == HCOMM__ALGO_NATIVE) {
+        hcomm_result_t res = agree(&k);
+        return call_end(&k, res == HCOMM_OK ? c->tr->native->broadcast(c, buf, bytes, root) : res);
+    }
+    hcomm_result_t res = p2p_agree(&k, algo);
+    hcomm__xfer_t x = xfer_of(&k);
+    return call_end(&k, res == HCOMM_OK ? hcomm__bc_tree(&x, buf, bytes, root) : res);
+}
+
+hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                  hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_REDUCE, dt, op, root, count));
+    int algo = choose(&k, HCOMM__COLL_REDUCE, count * hcomm__dtype_size(dt));
+    hcomm_result_t res = p2p_agree(&k, algo);
+    size_t out = c->rank == root ? count : 0;
+    red_t r = {&k, algo, root, sendbuf, recvbuf, count, out, NULL, dt, op};
     if (res == HCOMM_OK)
-        res = c->tr->native->broadcast(c, buf, bytes, root);
+        res = run_reduction(&r, run_reduce);
     return call_end(&k, res);
+}
+
+/* Gather (to_root) or scatter of bytes per rank; the root's own block is a local copy. */
+static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void *sendbuf,
+                                  void *recvbuf, size_t bytes, int root) {
+    call_t k = {0};
+    bool gather = kind == CALL_GATHER;
+    HCOMM__TRY(call_begin(c, &k, kind, HCOMM_U8, HCOMM_SUM, root, bytes));
+    int algo =
+        choose(&k, gather ? HCOMM__COLL_GATHER : HCOMM__COLL_SCATTER, bytes * (size_t)c->size);
+    hcomm_result_t res = p2p_agree(&k, algo);
+    if (res != HCOMM_OK)
+        return call_end(&k, res);
+    if (c->rank == root && bytes) {
+        char *dst = gather ? (char *)recvbuf + (size_t)root * bytes : recvbuf;
+        const char *src = gather ? sendbuf : (const char *)sendbuf + (size_t)root * bytes;
+        if (dst != src)
+            memcpy(dst, src, bytes);
+    }
+    hcomm__xfer_t x = xfer_of(&k);
+    res = gather ? hcomm__gather_direct(&x, sendbuf, recvbuf, bytes, root)
+                 : hcomm__scatter_direct(&x, sendbuf, recvbuf, bytes, root);
+    return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  int root) {
+    return rooted_move(c, CALL_GATHER, sendbuf, recvbuf, bytes, root);
+}
+
+hcomm_result_t hcomm__coll_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                   size_t bytes, int root) {
+    return rooted_move(c, CALL_SCATTER, sendbuf, recvbuf, bytes, root);
+}
+
+/* The v-calls' signature: total in count, a digest of the per-rank counts in extra. */
+static void counts_sig(call_t *k, const size_t *counts, int n) {
+    uint64_t h = 0xcbf29ce484222325ull, total = 0;
+    for (int i = 0; i < n; i++) {
+        h = (h ^ counts[i]) * 0x100000001b3ull;
+        total += counts[i];
+    }
+    k->sig.count = total;
+    k->sig.extra = h;
+    k->f->sig = k->sig;
+}
+
+hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       const size_t *bytes) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_GATHERV, HCOMM_U8, HCOMM_SUM, 0, 0));
+    counts_sig(&k, bytes, c->size);
+    int algo = choose(&k, HCOMM__COLL_ALLGATHERV, k.sig.count);
+    hcomm_result_t res = p2p_agree(&k, algo);
+    if (res != HCOMM_OK)
+        return call_end(&k, res);
+    size_t off = 0;
+    for (int r = 0; r < c->rank; r++)
+        off += bytes[r];
+    if ((char *)recvbuf + off != sendbuf && bytes[c->rank])
+        memcpy((char *)recvbuf + off, sendbuf, bytes[c->rank]);
+    hcomm__xfer_t x = xfer_of(&k);
+    return call_end(&k, hcomm__agv_ring(&x, recvbuf, bytes));
+}
+
+hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                           const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTERV, dt, op, 0, 0));
+    counts_sig(&k, counts, c->size);
+    int algo = choose(&k, HCOMM__COLL_REDUCESCATTERV, k.sig.count * hcomm__dtype_size(dt));
+    hcomm_result_t res = p2p_agree(&k, algo);
+    red_t r = {&k, algo, 0, sendbuf, recvbuf, k.sig.count, counts[c->rank], counts, dt, op};
+    if (res == HCOMM_OK)
+        res = run_reduction(&r, run_reduce_scatter);
+    return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec) {
+    algo_t *a = algo_of(c);
+    if (!a)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
+    if (!spec || !spec[0]) {
+        a->has_over = false;
+        return HCOMM_OK;
+    }
+    hcomm__algo_set_t set;
+    HCOMM__TRY(hcomm__algo_parse(c->call_fn, "algorithm spec", spec, &set));
+    a->over = set;
+    a->has_over = true;
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,

@@ -5,7 +5,12 @@
  *     signature in the slots they post anyway (no message);
  *   - otherwise: small all_reduce runs hcomm's own recursive doubling over p2p with the
  *     signature in every envelope (checked for free); everything else runs the backend's native
- *     collective after a signature agreement over p2p, as HCOMM_CHECK says (always, first, off).
+ *     collective after a signature agreement over p2p, as HCOMM_CHECK says (always, first, off);
+ *   - or whatever HCOMM_ALGO / hcomm_comm_set_algo narrow the choice to (select.h): hcomm's
+ *     algorithms over p2p (algos.h), preceded on shared-memory transports by a meeting in the
+ *     posted slots. The chosen algorithm is part of the signature.
+ * Reductions: f16/bf16 SUM, PROD and AVG travel in f32 and round once; AVG divides before
+ * rounding (the shared-memory native path does the same in one pass over every input).
  * A rank whose own argument checks failed calls hcomm__coll_fail: its peers in the same call
  * fail with HCOMM_ERR_PEER (naming it and its message) instead of waiting for a timeout. */
 #ifndef HCOMM_C_ALGO_COLL_H_
@@ -29,6 +34,16 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls);
+hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
+hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  int root);
+hcomm_result_t hcomm__coll_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                   size_t bytes, int root);
+hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       const size_t *bytes);
+hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                           const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c);
 hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
 
@@ -40,6 +55,9 @@ hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res);
  * carried in the signature of the calls that follow until hcomm__coll_clear_extra. */
 void hcomm__coll_set_extra(hcomm_comm_t *c, uint64_t digest, const char *desc);
 void hcomm__coll_clear_extra(hcomm_comm_t *c);
+
+/* Narrows this rank's algorithm choice on c (HCOMM_ALGO syntax; NULL or "" undoes it). */
+hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec);
 
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);

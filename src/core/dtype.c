@@ -107,21 +107,28 @@ uint16_t hcomm__f32_to_bf16(float f) {
 
 /* --- reduction kernels --- */
 
-#define HCOMM__APPLY(a, b, op)                                                                     \
+/* MAX/MIN of floats propagate NaN whichever operand holds it (a > b is false for a NaN a,
+ * so a bare a > b ? a : b would keep or drop the NaN depending on the operand order). */
+#define HCOMM__APPLY_INT(a, b, op)                                                                 \
     ((op) == HCOMM_PROD  ? (a) * (b)                                                               \
      : (op) == HCOMM_MAX ? ((a) > (b) ? (a) : (b))                                                 \
      : (op) == HCOMM_MIN ? ((a) < (b) ? (a) : (b))                                                 \
                          : (a) + (b))
+#define HCOMM__APPLY_FLT(a, b, op)                                                                 \
+    ((op) == HCOMM_PROD  ? (a) * (b)                                                               \
+     : (op) == HCOMM_MAX ? ((a) > (b) || isnan(a) ? (a) : (b))                                     \
+     : (op) == HCOMM_MIN ? ((a) < (b) || isnan(a) ? (a) : (b))                                     \
+                         : (a) + (b))
 
-#define HCOMM__REDUCE_NATIVE(T)                                                                    \
+#define HCOMM__REDUCE_NATIVE(T, APPLY)                                                             \
     static void reduce_##T(T *d, const T *s, size_t n, hcomm_op_t op) {                            \
         for (size_t i = 0; i < n; i++)                                                             \
-            d[i] = (T)HCOMM__APPLY(d[i], s[i], op);                                                \
+            d[i] = (T)APPLY(d[i], s[i], op);                                                       \
     }
-HCOMM__REDUCE_NATIVE(float)
-HCOMM__REDUCE_NATIVE(double)
-HCOMM__REDUCE_NATIVE(int8_t)
-HCOMM__REDUCE_NATIVE(uint8_t)
+HCOMM__REDUCE_NATIVE(float, HCOMM__APPLY_FLT)
+HCOMM__REDUCE_NATIVE(double, HCOMM__APPLY_FLT)
+HCOMM__REDUCE_NATIVE(int8_t, HCOMM__APPLY_INT)
+HCOMM__REDUCE_NATIVE(uint8_t, HCOMM__APPLY_INT)
 
 /* Wide signed integers sum and multiply in unsigned arithmetic: wrap-around, not UB. */
 #define HCOMM__REDUCE_WRAP(T, U)                                                                   \
@@ -130,18 +137,24 @@ HCOMM__REDUCE_NATIVE(uint8_t)
             if (op == HCOMM_SUM || op == HCOMM_PROD)                                               \
                 d[i] = (T)(op == HCOMM_SUM ? (U)d[i] + (U)s[i] : (U)d[i] * (U)s[i]);               \
             else                                                                                   \
-                d[i] = HCOMM__APPLY(d[i], s[i], op);                                               \
+                d[i] = HCOMM__APPLY_INT(d[i], s[i], op);                                           \
         }                                                                                          \
     }
 HCOMM__REDUCE_WRAP(int32_t, uint32_t)
 HCOMM__REDUCE_WRAP(int64_t, uint64_t)
 
+static float half_to_f32(uint16_t h, bool bf) {
+    return bf ? hcomm__bf16_to_f32(h) : hcomm__f16_to_f32(h);
+}
+
+static uint16_t f32_to_half(float f, bool bf) {
+    return bf ? hcomm__f32_to_bf16(f) : hcomm__f32_to_f16(f);
+}
+
 static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, hcomm_op_t op, bool bf) {
     for (size_t i = 0; i < n; i++) {
-        float a = bf ? hcomm__bf16_to_f32(d[i]) : hcomm__f16_to_f32(d[i]);
-        float b = bf ? hcomm__bf16_to_f32(s[i]) : hcomm__f16_to_f32(s[i]);
-        float r = HCOMM__APPLY(a, b, op);
-        d[i] = bf ? hcomm__f32_to_bf16(r) : hcomm__f32_to_f16(r);
+        float a = half_to_f32(d[i], bf), b = half_to_f32(s[i], bf);
+        d[i] = f32_to_half(HCOMM__APPLY_FLT(a, b, op), bf);
     }
 }
 
@@ -176,6 +189,47 @@ void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm
     }
 }
 
+/* Half precision over n inputs: accumulated in f32 in input order, divided (AVG) and rounded
+ * once, so the result does not depend on how many partial roundings a layout would cause. */
+static void reduce_many_half(uint16_t *dst, const void *const *srcs, int n, size_t off,
+                             size_t count, hcomm_op_t op, bool bf) {
+    enum { BLOCK = 256 };
+    float acc[BLOCK];
+    hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
+    for (size_t b = 0; b < count; b += BLOCK) {
+        size_t m = count - b < BLOCK ? count - b : BLOCK;
+        const uint16_t *s0 = (const uint16_t *)srcs[0] + off + b;
+        for (size_t i = 0; i < m; i++)
+            acc[i] = half_to_f32(s0[i], bf);
+        for (int r = 1; r < n; r++) {
+            const uint16_t *s = (const uint16_t *)srcs[r] + off + b;
+            for (size_t i = 0; i < m; i++) {
+                float v = half_to_f32(s[i], bf);
+                acc[i] = HCOMM__APPLY_FLT(acc[i], v, aop);
+            }
+        }
+        for (size_t i = 0; i < m; i++)
+            dst[b + i] = f32_to_half(op == HCOMM_AVG ? acc[i] / (float)n : acc[i], bf);
+    }
+}
+
+void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, size_t count,
+                        hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt);
+    if (count == 0 || n <= 0)
+        return;
+    if (dt == HCOMM_F16 || dt == HCOMM_BF16) {
+        reduce_many_half(dst, srcs, n, off, count, op, dt == HCOMM_BF16);
+        return;
+    }
+    hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
+    memcpy(dst, (const char *)srcs[0] + off * es, count * es);
+    for (int r = 1; r < n; r++)
+        hcomm__reduce(dst, (const char *)srcs[r] + off * es, count, dt, aop);
+    if (op == HCOMM_AVG)
+        hcomm__scale_div(dst, count, dt, n);
+}
+
 /* Divides in int64 (or double): k need not fit in T (a group of 256 is 0 as a u8). */
 #define HCOMM__DIV(T)                                                                              \
     static void div_##T(T *b, size_t n, int k) {                                                   \
@@ -198,10 +252,8 @@ static void div_double(double *b, size_t n, int k) {
 }
 
 static void div_half(uint16_t *b, size_t n, int k, bool bf) {
-    for (size_t i = 0; i < n; i++) {
-        float v = (bf ? hcomm__bf16_to_f32(b[i]) : hcomm__f16_to_f32(b[i])) / (float)k;
-        b[i] = bf ? hcomm__f32_to_bf16(v) : hcomm__f32_to_f16(v);
-    }
+    for (size_t i = 0; i < n; i++)
+        b[i] = f32_to_half(half_to_f32(b[i], bf) / (float)k, bf);
 }
 
 void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {

@@ -1,4 +1,5 @@
 #include "core/env.h"
+#include "algo/select.h"
 #include "core/log.h"
 
 #include <errno.h>
@@ -73,5 +74,6 @@ hcomm_result_t hcomm__env_validate(const char *fn) {
     int mode;
     HCOMM__TRY(hcomm__env_timeout(fn, &t));
     HCOMM__TRY(hcomm__env_choice(fn, "HCOMM_CHECK", checks, 3, 0, &mode));
-    return hcomm__log_init(fn);
+    HCOMM__TRY(hcomm__log_init(fn));
+    return hcomm__algo_env_validate(fn); /* HCOMM_ALGO: the algorithms layer parses it */
 }

@@ -47,8 +47,15 @@ size_t hcomm__dtype_size(hcomm_dtype_t dt);
 bool hcomm__dtype_valid(hcomm_dtype_t dt);
 bool hcomm__op_valid(hcomm_op_t op);
 
-/* dst[i] = dst[i] op src[i] for i < count (op != AVG; AVG reduces as SUM). */
+/* dst[i] = dst[i] op src[i] for i < count (op != AVG; AVG reduces as SUM). MAX/MIN of
+ * floats are NaN where either operand is NaN, whichever it is. */
 void hcomm__reduce(void *dst, const void *src, size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+/* dst[i] = srcs[0][off+i] op srcs[1][off+i] op ... op srcs[n-1][off+i], in input order, for
+ * i < count (off and count in elements). f16/bf16 accumulate in f32 and round once; AVG sums,
+ * then divides by n (f16/bf16 before rounding, so a representable mean never overflows).
+ * MAX/MIN of floats are NaN where any input is NaN. dst must not alias a source. */
+void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, size_t count,
+                        hcomm_dtype_t dt, hcomm_op_t op);
 /* buf[i] /= divisor for i < count (the AVG step; integer division truncates). */
 void hcomm__scale_div(void *buf, size_t count, hcomm_dtype_t dt, int divisor);
 

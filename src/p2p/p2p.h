@@ -32,7 +32,8 @@ typedef struct hcomm__sig {
     uint32_t call; /* the algorithms layer's call kind */
     int32_t dtype, op, root;
     uint64_t count; /* elements or bytes, as the call defines */
-    uint64_t extra; /* a digest of what count cannot say (DP tensor lists) */
+    uint64_t extra; /* a digest of what count cannot say (DP tensor lists, v-call counts) */
+    int32_t algo;   /* the algorithm this rank chose (ranks must agree) */
 } hcomm__sig_t;
 
 enum { HCOMM__ENV_DATA = 1, HCOMM__ENV_ERROR = 2 };

@@ -411,15 +411,24 @@ static void chunk(size_t n, int size, int r, size_t *lo, size_t *hi) {
     *hi = *lo + base + (rr < rem ? 1 : 0);
 }
 
-/* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order. */
-static void reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size_t n, hcomm_dtype_t dt,
-                          hcomm_op_t op) {
-    size_t es = hcomm__dtype_size(dt);
+/* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order, in one pass so
+ * that f16/bf16 accumulate in f32 and round once (AVG divides before rounding). */
+static hcomm_result_t reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size_t n,
+                                    hcomm_dtype_t dt, hcomm_op_t op) {
+    enum { STACK_RANKS = 64 };
+    const void *stack[STACK_RANKS] = {0};
     if (n == 0)
-        return;
-    memcpy(dst, (const char *)slot_of(c, 0)->send + off * es, n * es);
-    for (int r = 1; r < c->size; r++)
-        hcomm__reduce(dst, (const char *)slot_of(c, r)->send + off * es, n, dt, op);
+        return HCOMM_OK;
+    const void **srcs = c->size <= STACK_RANKS ? stack : malloc((size_t)c->size * sizeof *srcs);
+    if (!srcs)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %d input pointers",
+                          c->size);
+    for (int r = 0; r < c->size; r++)
+        srcs[r] = slot_of(c, r)->send;
+    hcomm__reduce_many(dst, srcs, c->size, off, n, dt, op);
+    if (srcs != stack)
+        free(srcs);
+    return HCOMM_OK;
 }
 
 /* Small messages: every rank reduces the whole vector itself (no chunk exchange), into a stack
@@ -429,8 +438,9 @@ static hcomm_result_t small_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     _Alignas(16) unsigned char tmp[SMALL_REDUCE_BYTES];
     post(c, (local_slot_t){.send = sendbuf});
     HCOMM__TRY(arrive(c));
-    reduce_posted(c, tmp, 0, count, dt, op);
-    HCOMM__TRY(barrier(c));
+    hcomm_result_t red = reduce_posted(c, tmp, 0, count, dt, op);
+    HCOMM__TRY(barrier(c)); /* even after a failed reduction: peers wait for this rank */
+    HCOMM__TRY(red);
     if (count > 0)
         memcpy(recvbuf, tmp, count * hcomm__dtype_size(dt));
     return HCOMM_OK;
@@ -446,9 +456,9 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", (hi - lo) * es);
     post(c, (local_slot_t){.send = sendbuf, .aux = mine});
-    hcomm_result_t res = arrive(c);
+    hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
-        reduce_posted(c, mine, lo, hi - lo, dt, op);
+        red = reduce_posted(c, mine, lo, hi - lo, dt, op);
         res = barrier(c); /* every chunk done; every input read */
     }
     for (int r = 0; res == HCOMM_OK && r < c->size; r++) {
@@ -460,7 +470,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     if (res == HCOMM_OK)
         res = barrier(c); /* nobody reads my chunk any more */
     free(mine);           /* after a mismatch peers read only the slots' signatures */
-    return res;
+    return res != HCOMM_OK ? res : red;
 }
 
 static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -470,10 +480,11 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", count * es);
     post(c, (local_slot_t){.send = sendbuf});
-    hcomm_result_t res = arrive(c);
+    hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
-        reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
+        red = reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
         res = barrier(c); /* inputs read: recvbuf may alias one of them */
+        res = res == HCOMM_OK ? red : res;
     }
     if (res == HCOMM_OK && count > 0)
         memcpy(recvbuf, mine, count * es);

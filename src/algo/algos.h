@@ -1,0 +1,73 @@
+/* hcomm's own collective algorithms, each written once over the p2p layer: every message goes
+ * on HCOMM__CH_COLL with the call's sequence number as tag and the call's signature in its
+ * envelope, and every receive compares the sender's signature with its own (a difference is
+ * reported to every peer, so ranks that disagree fail with HCOMM_ERR_MISMATCH, not a hang).
+ *
+ * Blocks: a vector of count elements split over p ranks gives the first count % p ranks
+ * ceil(count / p) elements and the rest floor(count / p) (hcomm__block); offsets are size_t.
+ * Reductions take SUM, PROD, MAX or MIN (the caller turns AVG into SUM plus a division and
+ * widens f16/bf16 to f32 first). Every algorithm computes each output element on one rank and
+ * copies it to the others, so all ranks get identical bits; the association of operands
+ * differs between algorithms (ops are commutative):
+ *   ring   reduce_scatter + all_gather around the ring (Patarasuk & Yuan 2009), chunked;
+ *   rhd    recursive halving reduce_scatter + recursive doubling all_gather (Rabenseifner;
+ *          Thakur, Rabenseifner & Gropp 2005), extra ranks of a non-power-of-two group folded
+ *          into their neighbour first;
+ *   naive  every rank sends to rank 0, which reduces in rank order (the serial reference),
+ *          then a binomial broadcast;
+ *   tree   binomial tree (broadcast, reduce);
+ *   direct the root exchanges with every rank itself (gather, scatter). */
+#ifndef HCOMM_C_ALGO_ALGOS_H_
+#define HCOMM_C_ALGO_ALGOS_H_
+
+#include "p2p/p2p.h"
+
+typedef struct hcomm__xfer hcomm__xfer_t;
+
+/* One call's messaging context, filled by the algorithms layer (coll.c). */
+struct hcomm__xfer {
+    hcomm_comm_t *c;
+    int tag;           /* the call's sequence number */
+    hcomm__env_t desc; /* desc.sig: the call's signature */
+    /* Compares a received envelope with the call; reports a difference to every peer. */
+    hcomm_result_t (*check)(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env);
+    void *call;
+};
+
+/* Block r of count elements over p ranks: *off and *len in elements. */
+void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
+
+hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes);
+/* Receives exactly bytes from peer; a different signature wins over a different size. */
+hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t bytes);
+/* Sends to one peer and receives from another (or the same) at once. */
+hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
+                                 int from, void *rbuf, size_t rbytes);
+
+/* all_reduce in place on buf[0..count) (the caller copied sendbuf there). */
+hcomm_result_t hcomm__ar_ring(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                              hcomm_op_t op);
+hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                             hcomm_op_t op);
+hcomm_result_t hcomm__ar_naive(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                               hcomm_op_t op);
+/* all_gatherv around the ring: bytes[r] from rank r land at the sum of bytes[0..r) in buf,
+ * where this rank's own block already is. */
+hcomm_result_t hcomm__agv_ring(const hcomm__xfer_t *x, void *buf, const size_t *bytes);
+/* reduce_scatterv around the ring: send holds sum(counts) elements; rank r gets block r
+ * (counts[r] elements at the sum of counts[0..r)) reduced, in recv (which may alias send). */
+hcomm_result_t hcomm__rsv_ring(const hcomm__xfer_t *x, const void *send, void *recv,
+                               const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
+/* broadcast of buf from root down a binomial tree. */
+hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
+/* reduce to root up a binomial tree, in place on buf (significant on root after the call). */
+hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                                  hcomm_op_t op, int root);
+/* gather / scatter of bytes per rank, the root exchanging with each rank directly; the root's
+ * own block is copied by the caller. */
+hcomm_result_t hcomm__gather_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                    size_t bytes, int root);
+hcomm_result_t hcomm__scatter_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                     size_t bytes, int root);
+
+#endif /* HCOMM_C_ALGO_ALGOS_H_ */

@@ -1,0 +1,207 @@
+/* Algorithm selection and the HCOMM_ALGO syntax (see select.h). */
+#include "algo/select.h"
+
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest all_reduce (bytes) that runs as recursive doubling on a transport without
+ * shared-memory collectives: below it latency rules, and one round trip per doubling beats a
+ * separate signature check plus the native call. */
+#define RD_MAX_BYTES 4096
+
+#define BIT(a) (1u << (a))
+
+static const char *const algo_names[HCOMM__ALGO_COUNT] = {"native", "rd",   "ring",  "rhd",
+                                                          "naive",  "tree", "direct"};
+static const char *const coll_names[HCOMM__COLL_COUNT] = {
+    "allreduce", "allgather", "reducescatter", "broadcast",     "reduce",
+    "gather",    "scatter",   "allgatherv",    "reducescatterv"};
+
+/* What each collective can run. */
+static const uint32_t valid[HCOMM__COLL_COUNT] = {
+    [HCOMM__COLL_ALLREDUCE] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RD) |
+                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_NAIVE),
+    [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
+    [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
+    [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE),
+    [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
+    [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT),
+    [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT),
+    [HCOMM__COLL_ALLGATHERV] = BIT(HCOMM__ALGO_RING),
+    [HCOMM__COLL_REDUCESCATTERV] = BIT(HCOMM__ALGO_RING),
+};
+
+/* When the default is excluded, the first allowed of these runs. */
+static const int preference[HCOMM__ALGO_COUNT] = {
+    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,   HCOMM__ALGO_RD,    HCOMM__ALGO_TREE,
+    HCOMM__ALGO_DIRECT, HCOMM__ALGO_NAIVE, HCOMM__ALGO_NATIVE};
+
+const char *hcomm__algo_name(int algo) {
+    return algo >= 0 && algo < HCOMM__ALGO_COUNT ? algo_names[algo] : "?";
+}
+
+const char *hcomm__coll_name(int coll) {
+    return coll >= 0 && coll < HCOMM__COLL_COUNT ? coll_names[coll] : "?";
+}
+
+static int find(const char *const *names, int n, const char *s, size_t len) {
+    for (int i = 0; i < n; i++)
+        if (strlen(names[i]) == len && strncmp(names[i], s, len) == 0)
+            return i;
+    return -1;
+}
+
+static void join(char *out, size_t cap, const char *const *names, int n, uint32_t mask) {
+    out[0] = '\0';
+    for (int i = 0; i < n; i++)
+        if (mask & BIT(i)) {
+            strncat(out, out[0] ? ", " : "", cap - strlen(out) - 1);
+            strncat(out, names[i], cap - strlen(out) - 1);
+        }
+}
+
+/* Parses "[^]name[,name...]" (len bytes) into a mask of algorithms. */
+static hcomm_result_t parse_names(const char *fn, const char *var, const char *s, size_t len,
+                                  uint32_t *mask, bool *exclude) {
+    *exclude = len > 0 && s[0] == '^';
+    if (*exclude)
+        s++, len--;
+    *mask = 0;
+    while (len > 0) {
+        const char *comma = memchr(s, ',', len);
+        size_t n = comma ? (size_t)(comma - s) : len;
+        int a = find(algo_names, HCOMM__ALGO_COUNT, s, n);
+        if (a < 0) {
+            char list[160];
+            join(list, sizeof list, algo_names, HCOMM__ALGO_COUNT, ~0u);
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                              "%s: \"%.*s\" is not an algorithm; valid: %s", var, (int)n, s, list);
+        }
+        *mask |= BIT(a);
+        s += n + (comma ? 1 : 0);
+        len -= n + (comma ? 1 : 0);
+    }
+    return HCOMM_OK;
+}
+
+/* Applies one entry to the collectives it names; each must keep an algorithm it can run. */
+static hcomm_result_t apply(const char *fn, const char *var, int coll, uint32_t mask, bool exclude,
+                            hcomm__algo_set_t *out) {
+    for (int k = 0; k < HCOMM__COLL_COUNT; k++) {
+        if (coll >= 0 && k != coll)
+            continue;
+        uint32_t allowed = exclude ? valid[k] & ~mask : valid[k] & mask;
+        if (allowed != 0) {
+            out->allowed[k] = allowed;
+            continue;
+        }
+        if (coll < 0 && !exclude)
+            continue; /* a list for every collective applies where its names are valid */
+        char list[160];
+        join(list, sizeof list, algo_names, HCOMM__ALGO_COUNT, valid[k]);
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s leaves no algorithm for %s; valid: %s",
+                          var, coll_names[k], list);
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s, size_t len,
+                                  hcomm__algo_set_t *out) {
+    const char *colon = memchr(s, ':', len);
+    int coll = -1;
+    if (colon) {
+        coll = find(coll_names, HCOMM__COLL_COUNT, s, (size_t)(colon - s));
+        if (coll < 0) {
+            char list[200];
+            join(list, sizeof list, coll_names, HCOMM__COLL_COUNT, ~0u);
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                              "%s: \"%.*s\" is not a collective; valid: %s", var, (int)(colon - s),
+                              s, list);
+        }
+        len -= (size_t)(colon + 1 - s);
+        s = colon + 1;
+    }
+    uint32_t mask;
+    bool exclude;
+    HCOMM__TRY(parse_names(fn, var, s, len, &mask, &exclude));
+    if (mask == 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s: an entry names no algorithm", var);
+    return apply(fn, var, coll, mask, exclude, out);
+}
+
+hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *spec,
+                                 hcomm__algo_set_t *out) {
+    for (int k = 0; k < HCOMM__COLL_COUNT; k++)
+        out->allowed[k] = valid[k];
+    while (spec && *spec) {
+        const char *semi = strchr(spec, ';');
+        size_t len = semi ? (size_t)(semi - spec) : strlen(spec);
+        if (len > 0)
+            HCOMM__TRY(parse_entry(fn, var, spec, len, out));
+        spec += len + (semi ? 1 : 0);
+    }
+    return HCOMM_OK;
+}
+
+static hcomm__algo_set_t env_set;
+static bool env_given;
+static hcomm_result_t env_res = HCOMM_OK;
+static char env_msg[512];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void read_env(void) {
+    const char *s = getenv("HCOMM_ALGO");
+    env_given = s && s[0];
+    if (!env_given)
+        return;
+    env_res = hcomm__algo_parse("hcomm", "HCOMM_ALGO", s, &env_set);
+    if (env_res != HCOMM_OK)
+        snprintf(env_msg, sizeof env_msg, "%s", hcomm_last_error());
+}
+
+const hcomm__algo_set_t *hcomm__algo_env(void) {
+    pthread_once(&env_once, read_env);
+    return env_given && env_res == HCOMM_OK ? &env_set : NULL;
+}
+
+hcomm_result_t hcomm__algo_env_validate(const char *fn) {
+    pthread_once(&env_once, read_env);
+    if (env_res == HCOMM_OK)
+        return HCOMM_OK;
+    const char *sep = strstr(env_msg, ": ");
+    return hcomm__err(env_res, fn, "%s", sep ? sep + 2 : env_msg);
+}
+
+/* Today's measured defaults: shared-memory transports run their one-copy native collectives;
+ * elsewhere a small all_reduce runs recursive doubling and everything else the native one. */
+static int default_algo(int coll, size_t bytes, bool shm) {
+    if (coll == HCOMM__COLL_ALLREDUCE && !shm && bytes <= RD_MAX_BYTES)
+        return HCOMM__ALGO_RD;
+    if (valid[coll] & BIT(HCOMM__ALGO_NATIVE))
+        return HCOMM__ALGO_NATIVE;
+    for (int i = 0; i < HCOMM__ALGO_COUNT; i++)
+        if (valid[coll] & BIT(preference[i]))
+            return preference[i];
+    return HCOMM__ALGO_NATIVE;
+}
+
+int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,
+                       const char **why) {
+    (void)p; /* the defaults do not depend on the group size yet */
+    const hcomm__algo_set_t *set = over ? over : hcomm__algo_env();
+    int algo = default_algo(coll, bytes, shm);
+    *why = "default";
+    if (set && !(set->allowed[coll] & BIT(algo))) {
+        *why = over ? "hcomm_comm_set_algo" : "HCOMM_ALGO";
+        for (int i = 0; i < HCOMM__ALGO_COUNT; i++)
+            if (set->allowed[coll] & BIT(preference[i])) {
+                algo = preference[i];
+                break;
+            }
+    }
+    return algo;
+}

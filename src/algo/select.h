@@ -1,0 +1,56 @@
+/* Which algorithm runs a collective: the size-based default, narrowed by HCOMM_ALGO (read once
+ * per process, validated at hcomm_launch) or a communicator's own setting
+ * (hcomm_comm_set_algo), which wins. Syntax, as NCCL_ALGO: entries separated by ';', each
+ * "[collective:][^]name[,name...]": the names allowed for that collective (every collective
+ * when none is named), or with '^' the names excluded. Example: "allreduce:ring;allgather:^ring".
+ * The chosen algorithm is part of the call's signature, so ranks that chose differently fail
+ * with HCOMM_ERR_MISMATCH instead of waiting on each other. */
+#ifndef HCOMM_C_ALGO_SELECT_H_
+#define HCOMM_C_ALGO_SELECT_H_
+
+#include "core/internal.h"
+
+typedef enum {
+    HCOMM__ALGO_NATIVE = 0,
+    HCOMM__ALGO_RD,
+    HCOMM__ALGO_RING,
+    HCOMM__ALGO_RHD,
+    HCOMM__ALGO_NAIVE,
+    HCOMM__ALGO_TREE,
+    HCOMM__ALGO_DIRECT,
+    HCOMM__ALGO_COUNT
+} hcomm__algo_t;
+
+typedef enum {
+    HCOMM__COLL_ALLREDUCE = 0,
+    HCOMM__COLL_ALLGATHER,
+    HCOMM__COLL_REDUCESCATTER,
+    HCOMM__COLL_BROADCAST,
+    HCOMM__COLL_REDUCE,
+    HCOMM__COLL_GATHER,
+    HCOMM__COLL_SCATTER,
+    HCOMM__COLL_ALLGATHERV,
+    HCOMM__COLL_REDUCESCATTERV,
+    HCOMM__COLL_COUNT
+} hcomm__coll_t;
+
+/* Per collective, a bit per hcomm__algo_t that may run. */
+typedef struct hcomm__algo_set {
+    uint32_t allowed[HCOMM__COLL_COUNT];
+} hcomm__algo_set_t;
+
+const char *hcomm__algo_name(int algo);
+const char *hcomm__coll_name(int coll);
+/* Parses spec (named var in messages) into *out; an unknown name is HCOMM_ERR_INVALID_ARG
+ * listing the valid ones. */
+hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *spec,
+                                 hcomm__algo_set_t *out);
+/* HCOMM_ALGO, parsed once (NULL when unset or invalid); validate reports a bad value. */
+const hcomm__algo_set_t *hcomm__algo_env(void);
+hcomm_result_t hcomm__algo_env_validate(const char *fn);
+/* The algorithm for coll moving bytes over p ranks; shm: the transport has shared-memory
+ * collectives. over (may be NULL) narrows the choice, else HCOMM_ALGO does. *why says which. */
+int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,
+                       const char **why);
+
+#endif /* HCOMM_C_ALGO_SELECT_H_ */

@@ -1,0 +1,34 @@
+/* Block arithmetic and the p2p exchanges every algorithm uses. */
+#include "algo/algos.h"
+
+void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
+    size_t base = count / (size_t)p, rem = count % (size_t)p, rr = (size_t)r;
+    *off = rr * base + (rr < rem ? rr : rem);
+    *len = base + (rr < rem ? 1 : 0);
+}
+
+hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes) {
+    return hcomm__send(x->c, HCOMM__CH_COLL, x->tag, peer, buf, bytes, &x->desc);
+}
+
+hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t bytes) {
+    hcomm__env_t env = {0};
+    hcomm_result_t res =
+        hcomm__recv(x->c, HCOMM__CH_COLL, x->tag, peer, buf, bytes, HCOMM__RECV_EXACT, &env);
+    /* A peer in another call usually sends another size too: name the call, not the size. */
+    if (env.kind == HCOMM__ENV_DATA && (res == HCOMM_OK || res == HCOMM_ERR_MISMATCH)) {
+        hcomm_result_t sig = x->check(x, peer, &env);
+        if (sig != HCOMM_OK)
+            return sig;
+    }
+    return res;
+}
+
+hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
+                                 int from, void *rbuf, size_t rbytes) {
+    hcomm__req_t *s = NULL;
+    HCOMM__TRY(hcomm__isend(x->c, HCOMM__CH_COLL, x->tag, to, sbuf, sbytes, &x->desc, &s));
+    hcomm_result_t res = hcomm__x_recv(x, from, rbuf, rbytes);
+    hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
+    return res != HCOMM_OK ? res : sres;
+}
