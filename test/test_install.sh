@@ -51,7 +51,9 @@ export PKG_CONFIG_PATH="$(dirname "$lib")/pkgconfig"
 cc -std=c11 $san "$src/examples/quickstart.c" -o "$tmp/app-pc" $(pkg-config --cflags --libs hcomm) || fail "pkg-config build failed"
 out=$(env -u LD_LIBRARY_PATH HCOMM_BACKEND=local "$tmp/app-pc" 2>&1) || fail "the pkg-config binary did not start without LD_LIBRARY_PATH: $out"
 echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "pkg-config binary output: $out"
-ldd "$tmp/app-pc" | grep -q "libhcomm-c.so.0 => $prefix" || fail "the binary does not load the installed library: $(ldd "$tmp/app-pc" | grep hcomm)"
+# ldd's whole output first: grep -q closing the pipe early would fail it under pipefail.
+deps=$(ldd "$tmp/app-pc")
+echo "$deps" | grep -q "libhcomm-c.so.0 => $prefix" || fail "the binary does not load the installed library: $(echo "$deps" | grep hcomm)"
 
 # The version: headers, library and tools agree with CMake's project version; LICENSE and the
 # package metadata say MIT.
