@@ -276,7 +276,7 @@ static hcomm_result_t pp_rows(hcomm_comm_t *w, ctx_t *c) {
     return r;
 }
 
-hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w) {
+hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, bool pp_only) {
     ctx_t c = {.in = 1.0};
     hcomm_comm_rank(w, &c.rank);
     hcomm_comm_size(w, &c.size);
@@ -296,8 +296,8 @@ hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w) {
     if (c.rank == 0)
         printf("#\n# compare, %d ranks, backend %s: median of the slowest rank per iteration\n",
                c.size, is_mpi(w) ? "mpi" : "local");
-    hcomm_result_t r = latency_rows(w, &c);
-    if (r == HCOMM_OK)
+    hcomm_result_t r = pp_only ? HCOMM_OK : latency_rows(w, &c);
+    if (r == HCOMM_OK && !pp_only)
         r = bandwidth_rows(w, &c);
     if (r == HCOMM_OK)
         r = pp_rows(w, &c);

@@ -4,7 +4,10 @@
 
 #include "hcomm/api.h"
 
-/* Collective over w: prints the comparison table on rank 0. */
-hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w);
+#include <stdbool.h>
+
+/* Collective over w: prints the comparison tables on rank 0 (only the pp_send_recv one when
+ * pp_only). */
+hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, bool pp_only);
 
 #endif /* HCOMM_TOOLS_BENCH_COMPARE_H_ */

@@ -181,7 +181,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     hcomm_comm_rank(w, &rank);
     hcomm_comm_size(w, &n);
     if (o->compare)
-        return hcomm_bench_compare(w);
+        return hcomm_bench_compare(w, o->compare == 2);
     for (int op = 0; op < NUM_OPS; op++) {
         if (!o->ops[op])
             continue;
@@ -207,6 +207,8 @@ static void usage(FILE *f) {
                "  -n, --ranks N   ranks for the local backend (default 8; mpi: the job's size)\n"
                "  --op OP         all_reduce, all_gather, reduce_scatter, broadcast, all_to_all "
                "or all (default all);\n"
+               "                  pp_send_recv: PP ping-pong 8 B..64 MiB against the p2p layer "
+               "under it (and raw MPI)\n"
                "                  compare: 8 B all_reduce and p2p latency against raw MPI, 16 MiB "
                "p2p\n"
                "                  bandwidth against memcpy, as ratios from one run\n"
@@ -266,7 +268,7 @@ static int parse_int(const char *flag, const char *v, int *out, int min) {
 }
 
 static int select_op(opts_t *o, const char *v) {
-    o->compare = strcmp(v, "compare") == 0;
+    o->compare = strcmp(v, "compare") == 0 ? 1 : strcmp(v, "pp_send_recv") == 0 ? 2 : 0;
     if (o->compare)
         return 0;
     int all = strcmp(v, "all") == 0, found = 0;
