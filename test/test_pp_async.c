@@ -173,7 +173,7 @@ static hcomm_result_t two_stage_step(hcomm_comm_t *g, int64_t H, int how) {
     }
     hcomm_mem_free(a.data);
     hcomm_mem_free(b.data);
-    hcomm_mem_free(got.data);
+    T_OK(hcomm_mem_free(got.data)); /* recv_any data is hcomm memory */
     return HCOMM_OK;
 }
 

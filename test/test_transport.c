@@ -389,7 +389,7 @@ static hcomm_result_t envelope(hcomm_comm_t *c) {
         T_CHECK(got == exp, "RECV_ALLOC (world %d): element %d is %g, expected %g", c->size, j,
                 (double)got, (double)exp);
     }
-    free(data);
+    hcomm_mem_free(data);
 
     /* 1: probe, allocate what the envelope says, receive EXACT. */
     memset(&env, 0, sizeof env);
@@ -413,7 +413,7 @@ static hcomm_result_t envelope(hcomm_comm_t *c) {
     T_CHECK(data != NULL, "RECV_ALLOC (world %d) returned no buffer", c->size);
     if (data)
         expect_words(data, 7, src, TAG_ENVELOPE + 2, "RECV_ALLOC, unknown shape", c->size);
-    free(data);
+    hcomm_mem_free(data);
 
     T_TRY(hcomm__wait_all(rs, MSGS));
     for (int m = 0; m < MSGS; m++)

@@ -267,9 +267,8 @@ static bool desc_ok(hcomm__req_t *r, const hcomm__env_t *env) {
 static bool ensure_alloc(hcomm__req_t *r, size_t bytes) {
     if (r->mode != HCOMM__RECV_ALLOC)
         return true;
-    r->buf = malloc(bytes ? bytes : 1);
-    if (r->buf)
-        return true;
+    if (hcomm__mem_alloc_private(bytes, &r->buf) == HCOMM_OK) /* the user frees it with */
+        return true;                                           /* hcomm_mem_free() */
     req_fail(r, HCOMM_ERR_NOMEM, "out of memory receiving %zu bytes from rank %d", bytes, r->peer);
     return false;
 }
@@ -807,7 +806,7 @@ hcomm_result_t hcomm__wait(hcomm__req_t *r, hcomm__env_t *env, void **data) {
     if (data)
         *data = res == HCOMM_OK && r->mode == HCOMM__RECV_ALLOC ? r->buf : NULL;
     if (res != HCOMM_OK && r->mode == HCOMM__RECV_ALLOC && r->state == REQ_DONE)
-        free(r->buf);
+        hcomm_mem_free(r->buf);
     if (!r->abandoned)
         req_release(r);
     return res;

@@ -57,7 +57,7 @@ typedef struct hcomm__req hcomm__req_t;
 
 /* How a receive treats the incoming size: exactly cap bytes (else HCOMM_ERR_MISMATCH, the
  * message consumed), up to cap, or any size into a buffer p2p allocates (freed by the caller
- * with free() after hcomm__wait returned it). */
+ * with hcomm_mem_free() after hcomm__wait returned it). */
 typedef enum { HCOMM__RECV_EXACT, HCOMM__RECV_UPTO, HCOMM__RECV_ALLOC } hcomm__recv_mode_t;
 
 /* Starts sending bytes from buf to peer with (channel, tag). desc (may be NULL) supplies the

@@ -140,7 +140,7 @@ static hcomm_result_t finish(hcomm_pp_req_t *q) {
     hcomm_result_t res = hcomm__wait(q->r, &env, q->any_out ? &data : NULL);
     if (res == HCOMM_OK && q->any_out) {
         if (!env_tensor(&env, q->any_out)) {
-            free(data);
+            hcomm_mem_free(data);
             data = NULL;
             res = hcomm__err(HCOMM_ERR_MISMATCH, q->g->call_fn,
                              "a message of tag %d is not a tensor", env.tag);

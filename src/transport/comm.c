@@ -171,11 +171,12 @@ static void *shm_map(size_t bytes, char *name) {
     return NULL;
 }
 
-/* Falls back to private memory (no name: not shareable) when /dev/shm is small or missing. */
-static hcomm_result_t shm_create(size_t bytes, shm_buf_t *b) {
+/* Falls back to private memory (no name: not shareable) when /dev/shm is small or missing;
+ * shared=false asks for private memory at once. */
+static hcomm_result_t shm_create(size_t bytes, shm_buf_t *b, bool shared) {
     snprintf(b->name, sizeof b->name, "/hcomm-%d-%u", (int)getpid(),
              atomic_fetch_add(&shm_counter, 1));
-    void *p = shm_map(bytes, b->name);
+    void *p = shared ? shm_map(bytes, b->name) : NULL;
     if (p == NULL) {
         b->name[0] = '\0';
         p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -188,13 +189,12 @@ static hcomm_result_t shm_create(size_t bytes, shm_buf_t *b) {
     return HCOMM_OK;
 }
 
-hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr) {
-    HCOMM__CHECK_NULL(ptr);
+static hcomm_result_t mem_alloc(size_t bytes, void **ptr, bool shared) {
     *ptr = NULL;
     shm_buf_t *b = calloc(1, sizeof *b);
     if (!b)
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for bytes=%zu", bytes);
-    hcomm_result_t r = shm_create(bytes ? bytes : 1, b);
+        return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_mem_alloc", "out of memory for bytes=%zu", bytes);
+    hcomm_result_t r = shm_create(bytes ? bytes : 1, b, shared);
     if (r != HCOMM_OK) {
         free(b);
         return r;
@@ -205,6 +205,15 @@ hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr) {
     pthread_mutex_unlock(&shm_mu);
     *ptr = b->base;
     return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr) {
+    HCOMM__CHECK_NULL(ptr);
+    return mem_alloc(bytes, ptr, true);
+}
+
+hcomm_result_t hcomm__mem_alloc_private(size_t bytes, void **ptr) {
+    return mem_alloc(bytes, ptr, false);
 }
 
 hcomm_result_t hcomm_mem_free(void *ptr) {

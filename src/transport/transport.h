@@ -145,6 +145,8 @@ void hcomm__comm_free(hcomm_comm_t *c);
 hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *eager,
                                     size_t *unexpected);
 
+/* Private memory that hcomm_mem_free() frees: what hcomm hands users (receive by envelope). */
+hcomm_result_t hcomm__mem_alloc_private(size_t bytes, void **ptr);
 /* True when p lies in a buffer from hcomm_mem_alloc: *name (may be NULL) gets its shared-memory
  * object, which a process on this node can shm_open and map, *offset p's place in it. */
 bool hcomm__mem_shared(const void *p, const char **name, size_t *offset);
