@@ -253,6 +253,8 @@ typedef struct hcomm_request hcomm_request_t;
  * run in issue order (several may be in flight) on a worker thread that hcomm starts for the
  * communicator at its first nonblocking call and owns, so the caller's thread keeps computing
  * and needs no progress calls (on MPI without MPI_THREAD_MULTIPLE they run at once instead).
+ * That first call sets the worker up collectively: it returns once every rank has made it
+ * (later calls return at once), so issue one early (e.g. at setup) where overlap matters.
  * Buffers must stay untouched until the request completes. *req gets the request: complete it
  * with hcomm_wait() or hcomm_test(). A rank whose argument check fails still issues its part
  * (its peers' request then fails with HCOMM_ERR_PEER) and gets its own error from the request.

@@ -79,7 +79,8 @@ HCOMM_API hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_ten
 typedef struct hcomm_pp_req hcomm_pp_req_t;
 
 /** Starts sending @p t to @p peer with @p tag; @p t's data must not change until the request
- *  completes. *req gets the request (NULL when posted inside a group: group_end completes it). */
+ *  completes. @p req must not be NULL; *req gets the request, or NULL when the call is made
+ *  inside a group (group_end completes it then). Same for the receives below. */
 HCOMM_API hcomm_result_t hcomm_pp_isend(hcomm_comm_t *group, const hcomm_tensor_t *t, int peer,
                                         int tag, hcomm_pp_req_t **req);
 /** Starts receiving into @p t (expected dtype and shape, checked before data lands). @p t must
@@ -105,7 +106,8 @@ HCOMM_API hcomm_result_t hcomm_pp_wait_all(hcomm_pp_req_t **reqs, int n);
 HCOMM_API hcomm_result_t hcomm_pp_group_start(hcomm_comm_t *group);
 HCOMM_API hcomm_result_t hcomm_pp_group_end(hcomm_comm_t *group);
 
-/** Flags of the pipeline helpers. */
+/** Flags of the pipeline helpers (a one-stage group has no neighbour, ring or not: every helper
+ *  is then a no-op). */
 enum {
     /** The last stage's next is the first and the first's previous the last (interleaved
      *  schedules); without it the missing neighbour of the first and last stage is a no-op. */

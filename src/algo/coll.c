@@ -252,6 +252,9 @@ typedef struct call {
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
                                  hcomm_op_t op, int root, uint64_t count) {
     k->c = c;
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this communicator");
     k->a = algo_of(c);
     if (!k->a)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
@@ -325,11 +328,10 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
         (k)->c->posted = &ps_;                                                                     \
         hcomm_result_t r_ = (call);                                                                \
         (k)->c->posted = NULL;                                                                     \
-        if (r_ == HCOMM_ERR_MISMATCH && (k)->c->posted_held)                                    \
+        if (r_ == HCOMM_ERR_MISMATCH && (k)->c->posted_held)                                       \
             r_ = posted_verdict(k, &ps_);                                                          \
         return call_end(k, r_);                                                                    \
     } while (0)
-
 
 static bool shm_coll(const hcomm_comm_t *c) {
     return c->tr->posted_only != NULL;

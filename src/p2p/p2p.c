@@ -57,14 +57,20 @@ typedef struct p2p {
     hcomm__req_t *posted_head, *posted_tail;
     uxm_t *ux_head, *ux_tail;
     size_t ux_bytes;
-    uxm_t *draining;        /* stale or refused rendezvous messages being pulled into scratch */
-    hcomm__req_t *detached; /* sends nobody waits for (peer-failure notices) */
+    uxm_t *draining;         /* stale or refused rendezvous messages being pulled into scratch */
+    hcomm__req_t *detached;  /* sends nobody waits for (peer-failure notices) */
+    int32_t *next_id;        /* [size] number of the next message to each peer */
+    unsigned long delivered; /* frames the transport handed over so far */
+    bool abort_told;         /* peers were told of this rank's hcomm_comm_abort() */
     hcomm__req_t *free_reqs;
     int free_count;
     hcomm__req_t *group_head, *group_tail;
     bool in_group;
-    int rescue; /* > 0 while a blocking send waits */
-    bool full;  /* a message could not be kept: the budget is spent */
+    int rescue;          /* > 0 while a blocking send waits */
+    bool rescue_blocked; /* an unexpected rendezvous message did not fit the budget: */
+    int rb_src, rb_tag, rb_channel;
+    size_t rb_bytes;
+    bool full; /* a message could not be kept: the budget is spent */
     int full_src, full_tag, full_channel;
     size_t full_bytes;
     bool coll_started;
@@ -103,6 +109,7 @@ static void p2p_free(void *ptr) {
     free_uxm_list(p->ux_head);
     free_uxm_list(p->draining);
     free(p->errs);
+    free(p->next_id);
     while (p->detached) {
         hcomm__req_t *n = p->detached->next;
         free(p->detached);
@@ -168,6 +175,15 @@ static void req_fail(hcomm__req_t *r, hcomm_result_t res, const char *fmt, ...) 
         va_end(ap);
     }
     req_finish(r, res);
+}
+
+/* The thread's last error without the "call: " prefix that report() puts back. */
+static const char *last_error_text(const hcomm_comm_t *c) {
+    const char *e = hcomm_last_error();
+    size_t n = strlen(c->call_fn);
+    if (strncmp(e, c->call_fn, n) == 0 && e[n] == ':' && e[n + 1] == ' ')
+        return e + n + 2;
+    return e;
 }
 
 /* --- rendezvous pulls that nobody keeps (stale or refused messages) --- */
@@ -268,7 +284,7 @@ static bool ensure_alloc(hcomm__req_t *r, size_t bytes) {
     if (r->mode != HCOMM__RECV_ALLOC)
         return true;
     if (hcomm__mem_alloc_private(bytes, &r->buf) == HCOMM_OK) /* the user frees it with */
-        return true;                                           /* hcomm_mem_free() */
+        return true;                                          /* hcomm_mem_free() */
     req_fail(r, HCOMM_ERR_NOMEM, "out of memory receiving %zu bytes from rank %d", bytes, r->peer);
     return false;
 }
@@ -291,7 +307,7 @@ static void land(hcomm_comm_t *c, hcomm__req_t *r, int src, const hcomm__env_t *
     }
     hcomm_result_t res = c->tr->pull(c, src, rv, r->buf, bytes, &r->tr);
     if (res != HCOMM_OK)
-        req_fail(r, res, "%s", hcomm_last_error());
+        req_fail(r, res, "%s", last_error_text(r->c));
     else
         r->state = REQ_PULLING;
 }
@@ -376,6 +392,25 @@ static bool keep_unexpected(p2p_t *p, hcomm_comm_t *c, int src, const hcomm__env
     return true;
 }
 
+/* A sender gave up a rendezvous message (its send timed out or was aborted): if it still waits
+ * here unpulled, it is dropped without ever reading the sender's buffer. */
+static void forget_withdrawn(p2p_t *p, int src, const hcomm__env_t *w) {
+    uxm_t *prev = NULL;
+    for (uxm_t *u = p->ux_head; u; prev = u, u = u->next) {
+        if (u->src != src || !u->rndv || u->pulled || u->env.result != w->result ||
+            u->env.channel != w->channel || u->env.tag != w->tag)
+            continue;
+        if (prev)
+            prev->next = u->next;
+        else
+            p->ux_head = u->next;
+        if (p->ux_tail == u)
+            p->ux_tail = prev;
+        free(u);
+        return;
+    }
+}
+
 /* The transport's delivery callback. */
 static bool deliver(hcomm_comm_t *c, int src, const void *hdr, const void *payload, size_t bytes,
                     const hcomm__rndv_t *rv) {
@@ -383,8 +418,13 @@ static bool deliver(hcomm_comm_t *c, int src, const void *hdr, const void *paylo
     hcomm__env_t env;
     memcpy(&env, hdr, sizeof env);
     (void)bytes;
+    p->delivered++;
     if (env.kind == HCOMM__ENV_ERROR) {
         record_peer_error(p, src, &env, payload);
+        return true;
+    }
+    if (env.kind == HCOMM__ENV_WITHDRAW) {
+        forget_withdrawn(p, src, &env);
         return true;
     }
     if (stale(p, &env)) {
@@ -406,8 +446,16 @@ static void rescue_unexpected(hcomm_comm_t *c) {
     p2p_t *p = p2p_of(c);
     for (uxm_t *u = p->ux_head; u; u = u->next) {
         size_t bytes = (size_t)u->env.bytes;
-        if (!u->rndv || u->pulled || p->ux_bytes + bytes > c->unexpected_cap)
+        if (!u->rndv || u->pulled)
             continue;
+        if (p->ux_bytes + bytes > c->unexpected_cap) {
+            p->rescue_blocked = true;
+            p->rb_src = u->src;
+            p->rb_tag = u->env.tag;
+            p->rb_channel = u->env.channel;
+            p->rb_bytes = bytes;
+            continue;
+        }
         u->data = malloc(bytes ? bytes : 1);
         if (!u->data)
             return;
@@ -444,6 +492,7 @@ hcomm_result_t hcomm__progress(hcomm_comm_t *c) {
     if (p->detached)
         advance_detached(c);
     if (p->rescue > 0) {
+        p->rescue_blocked = false; /* set again if a message still does not fit */
         rescue_unexpected(c);
         advance_rescues(c);
     }
@@ -469,6 +518,9 @@ static void advance_detached(hcomm_comm_t *c) {
 /* --- posting --- */
 
 static hcomm_result_t check_peer(hcomm_comm_t *c, int peer, int channel) {
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this communicator");
     if (peer < 0 || peer >= c->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, c->call_fn, "peer=%d outside 0..%d", peer,
                           c->size - 1);
@@ -484,11 +536,17 @@ static hcomm_result_t start_send(hcomm__req_t *r) {
     hcomm_result_t res =
         c->tr->send_frame(c, r->peer, &r->env, r->buf, (size_t)r->env.bytes, r->rndv, &r->tr);
     if (res != HCOMM_OK)
-        req_fail(r, res, "%s", hcomm_last_error());
+        req_fail(r, res, "%s", last_error_text(r->c));
     return HCOMM_OK;
 }
 
 static hcomm_result_t start_recv(hcomm__req_t *r);
+
+static int32_t next_message_id(p2p_t *p, hcomm_comm_t *c, int peer) {
+    if (!p->next_id)
+        p->next_id = calloc((size_t)c->size, sizeof *p->next_id);
+    return p->next_id ? ++p->next_id[peer] : 0;
+}
 
 static void group_add(p2p_t *p, hcomm__req_t *r) {
     r->state = REQ_GROUPED;
@@ -510,6 +568,7 @@ hcomm_result_t hcomm__isend(hcomm_comm_t *c, int channel, int tag, int peer, con
     else
         memset(&r->env, 0, sizeof r->env);
     r->env.kind = HCOMM__ENV_DATA;
+    r->env.result = next_message_id(p2p_of(c), c, peer);
     r->env.channel = (uint8_t)channel;
     r->env.tag = tag;
     r->env.bytes = bytes;
@@ -541,6 +600,14 @@ static uxm_t *take_unexpected(p2p_t *p, const hcomm__req_t *r) {
         return u;
     }
     return NULL;
+}
+
+/* Returns u to the front of the unexpected queue (it was the first of its key). */
+static void put_back_unexpected(p2p_t *p, uxm_t *u) {
+    u->next = p->ux_head;
+    p->ux_head = u;
+    if (!p->ux_tail)
+        p->ux_tail = u;
 }
 
 /* Copies a rescued message once its pull finished; frees the unexpected entry. */
@@ -583,10 +650,26 @@ static void land_unexpected(hcomm__req_t *r, uxm_t *u) {
     free(u);
 }
 
+/* Takes every frame that has arrived, so a sender's withdrawal of a rendezvous message is seen
+ * before that message is pulled (the transport may hand over one frame per poll). */
+static void drain_arrived(hcomm_comm_t *c) {
+    p2p_t *p = p2p_of(c);
+    for (int i = 0; i < 1024; i++) {
+        unsigned long before = p->delivered;
+        if (hcomm__progress(c) != HCOMM_OK || p->delivered == before)
+            return;
+    }
+}
+
 static hcomm_result_t start_recv(hcomm__req_t *r) {
     p2p_t *p = p2p_of(r->c);
     r->state = REQ_POSTED;
     uxm_t *u = take_unexpected(p, r);
+    if (u && u->rndv && !u->pulled) { /* look again once every arrived frame is in */
+        put_back_unexpected(p, u);
+        drain_arrived(r->c);
+        u = take_unexpected(p, r);
+    }
     if (u) {
         land_unexpected(r, u);
         return HCOMM_OK;
@@ -691,17 +774,43 @@ static void unpost(p2p_t *p, hcomm__req_t *r) {
 }
 
 /* Gives up r after a timeout or abort; the transport never touches its buffer afterwards. */
+/* Tells the receiver to drop rendezvous message r if it has not pulled it yet (eager, so the
+ * notice never waits; it comes after the message itself, frames of one source stay in order). */
+static void withdraw(hcomm__req_t *r) {
+    hcomm__req_t *n;
+    if (req_new(r->c, &n) != HCOMM_OK)
+        return;
+    n->env = r->env;
+    n->env.kind = HCOMM__ENV_WITHDRAW;
+    n->env.bytes = 0;
+    n->peer = r->peer;
+    n->channel = r->channel;
+    n->state = REQ_POSTED;
+    if (r->c->tr->send_frame(r->c, r->peer, &n->env, NULL, 0, false, &n->tr) != HCOMM_OK) {
+        req_release(n);
+        return;
+    }
+    p2p_t *p = p2p_of(r->c);
+    n->next = p->detached;
+    p->detached = n;
+}
+
 /* The transport may still write into a request it could not cancel (a rendezvous send whose
  * receiver copies later sets its done flag), so such a request is never reused. */
 static void cancel(hcomm__req_t *r) {
     hcomm_comm_t *c = r->c;
-    if (r->state == REQ_POSTED && r->is_recv)
+    if (r->state == REQ_POSTED && r->is_recv) {
         unpost(p2p_of(c), r);
-    else if ((r->state == REQ_POSTED || r->state == REQ_PULLING) &&
-             !c->tr->cancel(c, &r->tr, !r->is_recv))
+    } else if (r->state == REQ_POSTED && !r->is_recv && r->rndv) {
+        withdraw(r);
+        c->tr->cancel(c, &r->tr, true);
+        r->abandoned = true; /* the receiver may still look at its flag */
+    } else if ((r->state == REQ_POSTED || r->state == REQ_PULLING) &&
+               !c->tr->cancel(c, &r->tr, !r->is_recv)) {
         r->abandoned = true;
-    else if (r->state == REQ_RESCUED)
+    } else if (r->state == REQ_RESCUED) {
         r->rescued = NULL; /* its entry stays reachable from nowhere: leaked, never written */
+    }
 }
 
 static const char *what_awaited(const hcomm__req_t *r, char *buf, size_t cap) {
@@ -733,9 +842,18 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s",
                           what_awaited(r, what, sizeof what));
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
+        /* Peers waiting in this collective learn it now instead of at their timeout. */
+        if (r->channel == HCOMM__CH_COLL && !p->abort_told) {
+            char note[160];
+            snprintf(note, sizeof note, "rank %d called hcomm_comm_abort() on this communicator",
+                     c->rank);
+            p->abort_told = true;
+            hcomm__notify_error(c, (uint32_t)r->tag, HCOMM_ERR_PEER, note);
+        }
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "hcomm_comm_abort() was called on this communicator");
+    }
     if (p->full && r->is_recv)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
                           "cannot keep a %zu-byte message from rank %d (%s channel, tag %d) that "
@@ -743,6 +861,15 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
                           "HCOMM_UNEXPECTED_BYTES=%zu",
                           p->full_bytes, p->full_src, channel_names[p->full_channel], p->full_tag,
                           p->ux_bytes, c->unexpected_cap);
+    /* Both ranks wait in a send and the peer's message does not fit the budget: neither can
+     * finish. A second's grace lets an unrelated peer's message be received first. */
+    if (p->rescue_blocked && p->rescue > 0 && waited > 1.0)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
+                          "cannot take a %zu-byte message from rank %d (%s channel, tag %d) into "
+                          "the unexpected-message buffer while this rank waits for %s: %zu bytes "
+                          "held, HCOMM_UNEXPECTED_BYTES=%zu",
+                          p->rb_bytes, p->rb_src, channel_names[p->rb_channel], p->rb_tag,
+                          what_awaited(r, what, sizeof what), p->ux_bytes, c->unexpected_cap);
     if (waited > c->timeout_s)
         return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
                           "waited %g s for %s (seq %u, HCOMM_TIMEOUT)", c->timeout_s,

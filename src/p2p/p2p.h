@@ -36,7 +36,7 @@ typedef struct hcomm__sig {
     int32_t algo;   /* the algorithm this rank chose (ranks must agree) */
 } hcomm__sig_t;
 
-enum { HCOMM__ENV_DATA = 1, HCOMM__ENV_ERROR = 2 };
+enum { HCOMM__ENV_DATA = 1, HCOMM__ENV_ERROR = 2, HCOMM__ENV_WITHDRAW = 3 };
 
 typedef struct hcomm__env {
     uint8_t kind;    /* HCOMM__ENV_* */
@@ -45,7 +45,8 @@ typedef struct hcomm__env {
     uint8_t ndim;
     int32_t tag;
     int32_t dtype;
-    int32_t result; /* ENV_ERROR: the failing rank's result */
+    int32_t result; /* ENV_ERROR: the failing rank's result; else the message's number from
+                     * its sender to this receiver (ENV_WITHDRAW: the one withdrawn) */
     uint64_t bytes;
     hcomm__sig_t sig;
     int64_t shape[HCOMM_MAX_DIMS];

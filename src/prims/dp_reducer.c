@@ -194,8 +194,8 @@ static void unpack(hcomm_dp_reducer_t *r, const rbucket_t *b) {
 /* Starts what is left (in bucket order, as every rank does), then waits for each bucket. */
 static hcomm_result_t finish(hcomm_dp_reducer_t *r, double *wait_s) {
     int unmarked = -1;
-    for (int i = 0; i < r->n; i++)
-        if (!r->marked[i] && unmarked < 0)
+    for (int i = 0; i < r->n; i++) /* tensors without elements are in no bucket: not named */
+        if (!r->marked[i] && r->bucket_of[i] >= 0 && unmarked < 0)
             unmarked = i;
     for (int k = 0; k < r->nb; k++)
         r->b[k].pending = 0;

@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,7 @@ typedef struct local_slot {
 
 typedef struct local_shared {
     local_world_t *world;
+    atomic_int aborted; /* a member's hcomm_comm_abort() reached a wait: the group is dead */
     int size;
     atomic_int refs;
     _Alignas(64) atomic_uint bar_count;
@@ -104,6 +106,7 @@ static local_shared_t *shared_new(local_world_t *world, int size) {
         return NULL;
     }
     sh->world = world;
+    atomic_init(&sh->aborted, 0);
     sh->size = size;
     atomic_init(&sh->refs, size);
     return sh;
@@ -151,9 +154,16 @@ static hcomm_result_t wait_verdict(hcomm_comm_t *c, double waited, const char *w
     if (atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed or timed out while this rank waited for %s", what);
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
+        /* Its arrival may stay counted in a barrier: no member may rely on the group now. */
+        atomic_store(&shared_of(c)->aborted, 1);
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "hcomm_comm_abort() was called on this communicator");
+    }
+    if (atomic_load_explicit(&shared_of(c)->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "a member of this group called hcomm_comm_abort() while it waited for %s",
+                          what);
     if (waited > c->timeout_s) {
         /* The ranks are out of step for good: stop every other wait in this world too. */
         atomic_store(&shared_of(c)->world->aborted, 1);
@@ -192,6 +202,9 @@ static hcomm_result_t barrier(hcomm_comm_t *c) {
     local_shared_t *sh = shared_of(c);
     if (atomic_load(&sh->world->aborted))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
+    if (atomic_load(&sh->aborted) || atomic_load(&c->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this group; it is unusable");
     unsigned gen = atomic_load_explicit(&sh->bar_gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&sh->bar_count, 1, memory_order_acq_rel) ==
         (unsigned)sh->size - 1) {
@@ -290,7 +303,7 @@ static hcomm_result_t local_send_frame(hcomm_comm_t *c, int peer, const void *hd
 static bool local_test_tx(hcomm_comm_t *c, hcomm__treq_t *tx, hcomm_result_t *res) {
     (void)c;
     *res = HCOMM_OK;
-    return atomic_load_explicit(&((local_tx_t *)tx)->done, memory_order_acquire) != 0;
+    return atomic_load_explicit(&((local_tx_t *)tx)->done, memory_order_acquire) == 1;
 }
 
 /* Delivers the frames waiting in src's ring to this rank, in order. */
@@ -322,21 +335,41 @@ static hcomm_result_t local_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
     return HCOMM_OK;
 }
 
+/* A rendezvous send's flag: TX_PENDING until the receiver claims it (TX_COPYING), copies and
+ * sets TX_DONE; a sender that gives up first sets TX_WITHDRAWN, and the receiver then never
+ * touches its buffer. */
+enum { TX_WITHDRAWN = -1, TX_PENDING = 0, TX_DONE = 1, TX_COPYING = 2 };
+
 /* The one copy of a rendezvous message: from the sender's buffer into the destination. */
 static hcomm_result_t local_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
                                  size_t bytes, hcomm__treq_t *rx) {
-    (void)c, (void)src;
+    atomic_int *flag = (atomic_int *)(uintptr_t)rv->b;
+    int expect = TX_PENDING;
+    atomic_init(&((local_tx_t *)rx)->done, 1);
+    if (!atomic_compare_exchange_strong(flag, &expect, TX_COPYING))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "rank %d gave up sending this message (its send timed out or was "
+                          "aborted) before it was received",
+                          src);
     if (bytes > 0 && dst != NULL)
         memcpy(dst, (const void *)(uintptr_t)rv->a, bytes);
-    atomic_store_explicit((atomic_int *)(uintptr_t)rv->b, 1, memory_order_release);
-    atomic_init(&((local_tx_t *)rx)->done, 1);
+    atomic_store_explicit(flag, TX_DONE, memory_order_release);
     return HCOMM_OK;
 }
 
-/* A rendezvous send whose receiver may still copy from its buffer cannot be called back. */
+/* A rendezvous send is withdrawn unless its receiver already claimed it; then its copy is
+ * finished first (it is under way), so the buffer is free either way when this returns. */
 static bool local_cancel(hcomm_comm_t *c, hcomm__treq_t *r, bool is_tx) {
-    hcomm_result_t res;
-    return !is_tx || local_test_tx(c, r, &res);
+    (void)c;
+    if (!is_tx)
+        return true;
+    atomic_int *flag = &((local_tx_t *)r)->done;
+    int expect = TX_PENDING;
+    if (atomic_compare_exchange_strong(flag, &expect, TX_WITHDRAWN))
+        return true;
+    while (atomic_load_explicit(flag, memory_order_acquire) == TX_COPYING)
+        sched_yield();
+    return true;
 }
 
 static bool local_world_aborted(hcomm_comm_t *c) {

@@ -72,6 +72,7 @@ typedef struct mpi_impl {
     unsigned char (*stage)[STAGE_BYTES];
     MPI_Request sreq[STAGE_SLOTS];
     int snext;
+    struct mpi_tx *waiting; /* rendezvous sends awaiting clear-to-send */
 } mpi_impl_t;
 
 /* MPI objects created once per MPI session; freed when MPI is finalized. Launch and wrap
@@ -466,16 +467,24 @@ hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out) {
 /* What precedes the p2p header on the wire. */
 typedef struct wire {
     int32_t data_tag; /* rendezvous: the tag its payload travels with; 0 for eager */
-    int32_t pad;
+    int32_t cts;      /* 1: a clear-to-send for data_tag (no p2p header follows) */
     uint64_t bytes;
 } wire_t;
 
 #define WIRE_HDR (sizeof(wire_t) + HCOMM__HDR_BYTES)
 
+/* A send: its frame, and for a rendezvous the payload, which is posted only once the receiver
+ * has posted its receive and said so (a clear-to-send frame): until then MPI holds no reference
+ * to the sender's buffer, so a send that times out can be withdrawn safely. */
 typedef struct mpi_tx {
     MPI_Request frame, data;
     void *heap;
-    unsigned char stage[sizeof(hcomm__treq_t) - 2 * sizeof(MPI_Request) - sizeof(void *)];
+    struct mpi_tx *next_wait; /* the comm's list of rendezvous sends awaiting clear-to-send */
+    const void *payload;
+    int bytes, peer, data_tag;
+    bool awaiting;
+    unsigned char stage[sizeof(hcomm__treq_t) - 2 * sizeof(MPI_Request) - 3 * sizeof(void *) -
+                        4 * sizeof(int) - 8];
 } mpi_tx_t;
 
 _Static_assert(sizeof(mpi_tx_t) <= sizeof(hcomm__treq_t), "mpi_tx_t fits a request");
@@ -556,7 +565,8 @@ static unsigned char *stage_slot(mpi_impl_t *m, MPI_Request **req) {
     int i = m->snext, done = 1;
     if (!m->stage)
         return NULL;
-    if (m->sreq[i] != MPI_REQUEST_NULL && MPI_Test(&m->sreq[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    if (m->sreq[i] != MPI_REQUEST_NULL &&
+        MPI_Test(&m->sreq[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return NULL;
     if (!done)
         return NULL;
@@ -593,6 +603,7 @@ static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
     tx->frame = tx->data = MPI_REQUEST_NULL;
     tx->heap = NULL;
+    tx->awaiting = false;
     if (!rndv && wire_bytes <= STAGE_BYTES) {
         bool sent = false;
         HCOMM__TRY(send_staged(c, peer, hdr, payload, bytes, &sent));
@@ -608,15 +619,21 @@ static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     memcpy(buf + sizeof w, hdr, HCOMM__HDR_BYTES);
     if (!rndv && bytes)
         memcpy(buf + WIRE_HDR, payload, bytes);
+    tx->awaiting = false;
     int rc = MPI_Isend(buf, (int)wire_bytes, MPI_BYTE, peer, FRAME_TAG, m->comm, &tx->frame);
-    /* Synchronous mode: the send completes only once the receiver has matched it, as a
-     * rendezvous promises (and HCOMM_EAGER_LIMIT=0 tests rely on). */
-    if (rc == MPI_SUCCESS && rndv)
-        rc = MPI_Issend(payload, (int)bytes, MPI_BYTE, peer, w.data_tag, m->comm, &tx->data);
     if (rc != MPI_SUCCESS) {
         free(tx->heap);
         tx->heap = NULL;
-        return mpi_fail(c->call_fn, rndv ? "MPI_Issend" : "MPI_Isend", rc);
+        return mpi_fail(c->call_fn, "MPI_Isend", rc);
+    }
+    if (rndv) { /* the payload goes once the receiver's clear-to-send arrives (offer) */
+        tx->payload = payload;
+        tx->bytes = (int)bytes;
+        tx->peer = peer;
+        tx->data_tag = w.data_tag;
+        tx->awaiting = true;
+        tx->next_wait = m->waiting;
+        m->waiting = tx;
     }
     return HCOMM_OK;
 }
@@ -624,6 +641,9 @@ static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
 static bool mpi_test_tx(hcomm_comm_t *c, hcomm__treq_t *treq, hcomm_result_t *res) {
     mpi_tx_t *tx = (mpi_tx_t *)treq;
     int done = 0, rc = MPI_SUCCESS;
+    *res = HCOMM_OK;
+    if (tx->awaiting)
+        return false;
     if (tx->frame != MPI_REQUEST_NULL && tx->data != MPI_REQUEST_NULL) {
         MPI_Request both[2] = {tx->frame, tx->data};
         rc = MPI_Testall(2, both, &done, MPI_STATUSES_IGNORE);
@@ -645,11 +665,32 @@ static bool mpi_test_tx(hcomm_comm_t *c, hcomm__treq_t *treq, hcomm_result_t *re
 }
 
 /* Offers the frame in rbuf[rhead]; false when the p2p layer left it for later. */
+/* The receiver posted its receive for data_tag: post the payload it waits for. */
+static void clear_to_send(hcomm_comm_t *c, int src, int data_tag) {
+    mpi_impl_t *m = impl_of(c);
+    for (mpi_tx_t **pt = &m->waiting; *pt; pt = &(*pt)->next_wait) {
+        mpi_tx_t *tx = *pt;
+        if (tx->peer != src || tx->data_tag != data_tag)
+            continue;
+        *pt = tx->next_wait;
+        tx->awaiting = false;
+        if (MPI_Isend(tx->payload, tx->bytes, MPI_BYTE, src, data_tag, m->comm, &tx->data) !=
+            MPI_SUCCESS)
+            mark_broken(c, HCOMM_ERR_BACKEND, false);
+        return;
+    }
+    /* No such send: it was withdrawn; the receiver's receive then ends by its timeout. */
+}
+
 static bool offer(hcomm_comm_t *c, hcomm__deliver_fn_t deliver, const MPI_Status *st) {
     mpi_impl_t *m = impl_of(c);
     const unsigned char *buf = m->rbuf[m->rhead];
     wire_t w;
     memcpy(&w, buf, sizeof w);
+    if (w.cts) {
+        clear_to_send(c, st->MPI_SOURCE, w.data_tag);
+        return true;
+    }
     hcomm__rndv_t rv = {(uint64_t)w.data_tag, 0};
     const void *payload = w.data_tag ? NULL : buf + WIRE_HDR;
     return deliver(c, st->MPI_SOURCE, buf + sizeof w, payload, (size_t)w.bytes,
@@ -683,6 +724,35 @@ static hcomm_result_t mpi_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
     return HCOMM_OK;
 }
 
+/* Tells src that the receive for data_tag is posted; from a staging slot, or a small heap
+ * buffer that is left to MPI (freed only if the send completes here) when all slots are busy. */
+static hcomm_result_t send_cts(hcomm_comm_t *c, int src, int data_tag) {
+    mpi_impl_t *m = impl_of(c);
+    wire_t w = {.data_tag = data_tag, .cts = 1};
+    MPI_Request *req = NULL, spare = MPI_REQUEST_NULL;
+    unsigned char *buf = stage_slot(m, &req);
+    void *heap = NULL;
+    if (!buf) {
+        buf = heap = malloc(sizeof w);
+        req = &spare;
+        if (!heap)
+            return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a clear-to-send");
+    }
+    memcpy(buf, &w, sizeof w);
+    int rc = MPI_Isend(buf, (int)sizeof w, MPI_BYTE, src, FRAME_TAG, m->comm, req);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(c->call_fn, "MPI_Isend (clear-to-send)", rc);
+    if (heap) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done)
+            free(heap);
+        else
+            MPI_Request_free(req); /* heap stays MPI's: a few bytes, only when slots run out */
+    }
+    return HCOMM_OK;
+}
+
 static hcomm_result_t mpi_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
                                size_t bytes, hcomm__treq_t *treq) {
     mpi_tx_t *rx = (mpi_tx_t *)treq;
@@ -690,8 +760,11 @@ static hcomm_result_t mpi_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv
     HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes, &n));
     rx->frame = rx->data = MPI_REQUEST_NULL;
     rx->heap = NULL;
+    rx->awaiting = false;
     int rc = MPI_Irecv(dst, n, MPI_BYTE, src, (int)rv->a, impl_of(c)->comm, &rx->data);
-    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(c->call_fn, "MPI_Irecv", rc);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(c->call_fn, "MPI_Irecv", rc);
+    return send_cts(c, src, (int)rv->a);
 }
 
 /* A receive can be cancelled; a started synchronous send cannot be, reliably. */
@@ -699,6 +772,17 @@ static bool mpi_cancel(hcomm_comm_t *c, hcomm__treq_t *treq, bool is_tx) {
     mpi_tx_t *r = (mpi_tx_t *)treq;
     if (is_tx) {
         hcomm_result_t res;
+        mpi_tx_t *tx = (mpi_tx_t *)treq;
+        if (tx->awaiting) { /* MPI never saw the payload: withdrawn, nothing pending */
+            mpi_impl_t *m = impl_of(c);
+            for (mpi_tx_t **pt = &m->waiting; *pt; pt = &(*pt)->next_wait)
+                if (*pt == tx) {
+                    *pt = tx->next_wait;
+                    break;
+                }
+            tx->awaiting = false;
+            return true;
+        }
         if (mpi_test_tx(c, treq, &res))
             return true;
         mark_broken(c, HCOMM_ERR_TIMEOUT, true);
