@@ -150,6 +150,10 @@ static int opt_set(const opt_def_t *d, const char *value, train_opts_t *o, FILE 
         bad = parse_double(d, value, (double *)(void *)field);
         break;
     case OPT_STRING:
+        if (strncmp(value, "--", 2) == 0) { /* "--schedule --steps 1": the value is missing */
+            fprintf(err, "hcomm-train: --%s needs a value (got the flag %s)\n", d->name, value);
+            return -1;
+        }
         *(const char **)(void *)field = value;
         break;
     case OPT_FLAG:
