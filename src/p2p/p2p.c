@@ -312,20 +312,35 @@ static void land(hcomm_comm_t *c, hcomm__req_t *r, int src, const hcomm__env_t *
         r->state = REQ_PULLING;
 }
 
+/* Unlinks r, which follows prev (NULL: r is the head), from the posted-receive queue. */
+static void posted_unlink(p2p_t *p, hcomm__req_t *prev, hcomm__req_t *r) {
+    if (prev)
+        prev->next = r->next;
+    else
+        p->posted_head = r->next;
+    if (p->posted_tail == r)
+        p->posted_tail = prev;
+    r->next = NULL;
+}
+
+/* Unlinks u, which follows prev (NULL: u is the head), from the unexpected-message queue. */
+static void ux_unlink(p2p_t *p, uxm_t *prev, uxm_t *u) {
+    if (prev)
+        prev->next = u->next;
+    else
+        p->ux_head = u->next;
+    if (p->ux_tail == u)
+        p->ux_tail = prev;
+    u->next = NULL;
+}
+
 static hcomm__req_t *take_posted(p2p_t *p, int src, const hcomm__env_t *env) {
     hcomm__req_t *prev = NULL;
-    for (hcomm__req_t *r = p->posted_head; r; prev = r, r = r->next) {
-        if (!key_matches(r->peer, r->channel, r->tag, src, env))
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->posted_head = r->next;
-        if (p->posted_tail == r)
-            p->posted_tail = prev;
-        r->next = NULL;
-        return r;
-    }
+    for (hcomm__req_t *r = p->posted_head; r; prev = r, r = r->next)
+        if (key_matches(r->peer, r->channel, r->tag, src, env)) {
+            posted_unlink(p, prev, r);
+            return r;
+        }
     return NULL;
 }
 
@@ -400,12 +415,7 @@ static void forget_withdrawn(p2p_t *p, int src, const hcomm__env_t *w) {
         if (u->src != src || !u->rndv || u->pulled || u->env.result != w->result ||
             u->env.channel != w->channel || u->env.tag != w->tag)
             continue;
-        if (prev)
-            prev->next = u->next;
-        else
-            p->ux_head = u->next;
-        if (p->ux_tail == u)
-            p->ux_tail = prev;
+        ux_unlink(p, prev, u);
         free(u);
         return;
     }
@@ -587,18 +597,11 @@ hcomm_result_t hcomm__isend(hcomm_comm_t *c, int channel, int tag, int peer, con
 /* Takes the first unexpected message of r's key, if any. */
 static uxm_t *take_unexpected(p2p_t *p, const hcomm__req_t *r) {
     uxm_t *prev = NULL;
-    for (uxm_t *u = p->ux_head; u; prev = u, u = u->next) {
-        if (!key_matches(r->peer, r->channel, r->tag, u->src, &u->env))
-            continue;
-        if (prev)
-            prev->next = u->next;
-        else
-            p->ux_head = u->next;
-        if (p->ux_tail == u)
-            p->ux_tail = prev;
-        u->next = NULL;
-        return u;
-    }
+    for (uxm_t *u = p->ux_head; u; prev = u, u = u->next)
+        if (key_matches(r->peer, r->channel, r->tag, u->src, &u->env)) {
+            ux_unlink(p, prev, u);
+            return u;
+        }
     return NULL;
 }
 
@@ -763,12 +766,7 @@ static void unpost(p2p_t *p, hcomm__req_t *r) {
     hcomm__req_t *prev = NULL;
     for (hcomm__req_t *q = p->posted_head; q; prev = q, q = q->next)
         if (q == r) {
-            if (prev)
-                prev->next = q->next;
-            else
-                p->posted_head = q->next;
-            if (p->posted_tail == q)
-                p->posted_tail = prev;
+            posted_unlink(p, prev, q);
             return;
         }
 }
@@ -1136,12 +1134,7 @@ void hcomm__coll_done(hcomm_comm_t *c, uint32_t seq) {
             u = next;
             continue;
         }
-        if (prev)
-            prev->next = next;
-        else
-            p->ux_head = next;
-        if (p->ux_tail == u)
-            p->ux_tail = prev;
+        ux_unlink(p, prev, u);
         if (u->rndv && !u->pulled)
             drain_rndv(c, u->src, &u->env, &u->rv);
         p->ux_bytes -= u->charged;
