@@ -152,18 +152,22 @@ static hcomm_result_t finish(hcomm_pp_req_t *q) {
 }
 
 /* Completes every request; the first failure's message is the one kept. */
+/* Keeps r and its message in *first and msg (512 bytes) if it is the first failure. */
+static void keep_first(hcomm_result_t *first, char *msg, hcomm_result_t r) {
+    if (r != HCOMM_OK && *first == HCOMM_OK) {
+        *first = r;
+        snprintf(msg, 512, "%s", hcomm_last_error());
+    }
+}
+
 static hcomm_result_t finish_all(hcomm_pp_req_t **qs, int n) {
     hcomm_result_t first = HCOMM_OK;
     char msg[512] = "";
     for (int i = 0; i < n; i++) {
         if (!qs[i])
             continue;
-        hcomm_result_t r = finish(qs[i]);
+        keep_first(&first, msg, finish(qs[i]));
         qs[i] = NULL;
-        if (r != HCOMM_OK && first == HCOMM_OK) {
-            first = r;
-            snprintf(msg, sizeof msg, "%s", hcomm_last_error());
-        }
     }
     return first == HCOMM_OK ? first : hcomm__err_text(first, msg);
 }
@@ -310,17 +314,12 @@ static hcomm_result_t pp_group_end(hcomm_comm_t *g) {
     hcomm_result_t res = hcomm__group_post(g);
     hcomm_pp_req_t *q = s->head;
     s->head = s->tail = NULL;
-    hcomm_result_t first = res;
+    hcomm_result_t first = HCOMM_OK;
     char msg[512] = "";
-    if (res != HCOMM_OK)
-        snprintf(msg, sizeof msg, "%s", hcomm_last_error());
+    keep_first(&first, msg, res);
     while (q) { /* every transfer completes, even after a failure, so nothing stays posted */
         hcomm_pp_req_t *next = q->next;
-        hcomm_result_t r = finish(q);
-        if (r != HCOMM_OK && first == HCOMM_OK) {
-            first = r;
-            snprintf(msg, sizeof msg, "%s", hcomm_last_error());
-        }
+        keep_first(&first, msg, finish(q));
         q = next;
     }
     return first == HCOMM_OK ? first : hcomm__err_text(first, msg);

@@ -208,6 +208,15 @@ static int test_step(void *ctx, int *done) {
     return MPI_Test(t->req, done, t->st);
 }
 
+/* Completes a request of setup work (no comm yet: the environment's timeout applies). */
+static hcomm_result_t wait_setup(const char *fn, const char *what, MPI_Request *req) {
+    MPI_Status st;
+    test_ctx_t t = {req, &st};
+    int rc = MPI_SUCCESS;
+    HCOMM__TRY(poll_until(NULL, fn, what, test_step, &t, &rc));
+    return rc == MPI_SUCCESS ? HCOMM_OK : mpi_fail(fn, what, rc);
+}
+
 /* Completes a collective request; on timeout or abort it stays pending in MPI, so the comm is
  * marked unusable. A collective that failed inside MPI may have left peers half way through
  * it (Open MPI abandons the rest of a failed schedule), so that comm is unusable too. */
@@ -439,12 +448,7 @@ static hcomm_result_t dup_comm(const char *fn, MPI_Comm parent, hcomm_comm_t **o
     MPI_Comm mc = MPI_COMM_NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_TRY(fn, MPI_Comm_idup(parent, &mc, &req));
-    MPI_Status st;
-    test_ctx_t t = {&req, &st};
-    int rc = MPI_SUCCESS;
-    HCOMM__TRY(poll_until(NULL, fn, "MPI_Comm_idup", test_step, &t, &rc));
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(fn, "MPI_Comm_idup", rc);
+    HCOMM__TRY(wait_setup(fn, "MPI_Comm_idup", &req));
     return adopt(fn, mc, NULL, out);
 }
 
@@ -1132,12 +1136,7 @@ static hcomm_result_t gather_nodes(int size) {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_TRY("hcomm_launch",
             MPI_Iallgather(&h, 1, MPI_UINT64_T, world_node, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
-    MPI_Status st;
-    test_ctx_t t = {&req, &st};
-    int rc = MPI_SUCCESS;
-    HCOMM__TRY(poll_until(NULL, "hcomm_launch", "gathering host names", test_step, &t, &rc));
-    if (rc != MPI_SUCCESS)
-        return mpi_fail("hcomm_launch", "MPI_Iallgather", rc);
+    HCOMM__TRY(wait_setup("hcomm_launch", "MPI_Iallgather of the host names", &req));
     world_node_size = size;
     return HCOMM_OK;
 }
