@@ -42,7 +42,7 @@ static const char *const count_names[CALL_KINDS] = {
     "count", "count", "bytes",     "bytes", "bytes", "total count"};
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
-enum { CHECK_ALWAYS, CHECK_FIRST, CHECK_OFF };
+enum { CHECK_ALWAYS, CHECK_FIRST, CHECK_OFF }; /* as hcomm__env_check numbers them */
 enum { FLIGHT = 16, SEEN = 64 };
 
 typedef struct flight {
@@ -79,9 +79,7 @@ static int check_mode_value = CHECK_ALWAYS;
 static pthread_once_t check_once = PTHREAD_ONCE_INIT;
 
 static void read_check_mode(void) {
-    static const char *const names[] = {"always", "first", "off"};
-    if (hcomm__env_choice("hcomm", "HCOMM_CHECK", names, 3, CHECK_ALWAYS, &check_mode_value) !=
-        HCOMM_OK)
+    if (hcomm__env_check("hcomm", &check_mode_value) != HCOMM_OK)
         check_mode_value = CHECK_ALWAYS; /* hcomm_launch reported it already */
 }
 

@@ -68,12 +68,16 @@ hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *c
     return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=\"%s\" is not one of: %s", name, s, list);
 }
 
+hcomm_result_t hcomm__env_check(const char *fn, int *mode) {
+    static const char *const names[] = {"always", "first", "off"};
+    return hcomm__env_choice(fn, "HCOMM_CHECK", names, 3, 0, mode);
+}
+
 hcomm_result_t hcomm__env_validate(const char *fn) {
-    static const char *const checks[] = {"always", "first", "off"};
     double t;
     int mode;
     HCOMM__TRY(hcomm__env_timeout(fn, &t));
-    HCOMM__TRY(hcomm__env_choice(fn, "HCOMM_CHECK", checks, 3, 0, &mode));
+    HCOMM__TRY(hcomm__env_check(fn, &mode));
     HCOMM__TRY(hcomm__log_init(fn));
     return hcomm__algo_env_validate(fn); /* HCOMM_ALGO: the algorithms layer parses it */
 }

@@ -13,6 +13,8 @@ hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, s
 /* One of choices[0..n) from name (its index in *out), or dflt if unset. */
 hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *const *choices,
                                  int n, int dflt, int *out);
+/* HCOMM_CHECK as 0 (always, the default), 1 (first) or 2 (off). */
+hcomm_result_t hcomm__env_check(const char *fn, int *mode);
 /* Checks every HCOMM_* variable the C library reads, so a typo'd value fails at launch. */
 hcomm_result_t hcomm__env_validate(const char *fn);
 
