@@ -348,43 +348,61 @@ typedef struct rd {
     size_t count, bytes;
     hcomm_dtype_t dt;
     hcomm_op_t op;
+    bool lane; /* messages take the transport's lane: acc and tmp have HCOMM__LANE_HDR before */
 } rd_t;
 
-/* Compares a partner's envelope with this call; a difference is reported to every peer. */
-static hcomm_result_t check_env(rd_t *d, int peer, const hcomm__env_t *env) {
+/* Compares a partner's signature with this call; a difference is reported to every peer. */
+static hcomm_result_t check_sig(rd_t *d, int peer, const hcomm__sig_t *sig) {
     call_t *k = d->k;
-    if (first_difference(&k->sig, &env->sig) < 0)
+    if (first_difference(&k->sig, sig) < 0)
         return HCOMM_OK;
-    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, &env->sig, peer, k->a->extra_desc);
+    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, sig, peer, k->a->extra_desc);
     char text[512];
     snprintf(text, sizeof text, "%s", hcomm_last_error() + strlen(k->c->call_fn) + 2);
     hcomm__notify_error(k->c, k->seq, res, text);
     return hcomm__err(res, k->c->call_fn, "%s", text);
 }
 
-static hcomm_result_t rd_send(rd_t *d, int peer, hcomm__req_t **req) {
-    hcomm__env_t desc = {.sig = d->k->sig};
-    return hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc,
-                        req);
+/* One step on the lane: acc to `to` (-1: none), the partner's vector from `from` (-1: none)
+ * into tmp, checked. */
+static hcomm_result_t rd_lane(rd_t *d, int to, int from) {
+    hcomm__sig_t sig;
+    size_t got;
+    HCOMM__TRY(hcomm__lane_step(d->k->c, d->k->seq, &d->k->sig, to,
+                                (unsigned char *)d->acc - HCOMM__LANE_HDR, d->bytes, from,
+                                d->tmp - HCOMM__LANE_HDR, RD_MAX_BYTES, &sig, &got));
+    return from < 0 ? HCOMM_OK : check_sig(d, from, &sig);
 }
 
-/* Receives the partner's vector into tmp and checks its envelope. */
+static hcomm_result_t rd_send(rd_t *d, int peer) {
+    if (d->lane)
+        return rd_lane(d, peer, -1);
+    hcomm__env_t desc = {.sig = d->k->sig};
+    return hcomm__send(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc);
+}
+
+/* Receives the partner's vector into tmp and checks its signature. */
 static hcomm_result_t rd_recv(rd_t *d, int peer) {
+    if (d->lane)
+        return rd_lane(d, -1, peer);
     hcomm__env_t env;
     HCOMM__TRY(hcomm__recv(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->tmp, RD_MAX_BYTES,
                            HCOMM__RECV_UPTO, &env));
-    return check_env(d, peer, &env);
+    return check_sig(d, peer, &env.sig);
 }
 
-static hcomm_result_t rd_exchange(rd_t *d, int peer) {
+/* Sends acc to peer and receives the peer's into tmp at once. */
+static hcomm_result_t rd_swap(rd_t *d, int peer) {
+    if (d->lane)
+        return rd_lane(d, peer, peer);
+    hcomm__env_t desc = {.sig = d->k->sig};
     hcomm__req_t *s = NULL;
-    HCOMM__TRY(rd_send(d, peer, &s));
+    HCOMM__TRY(hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc,
+                            &s));
     hcomm_result_t res = rd_recv(d, peer);
     hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
     HCOMM__TRY(res);
-    HCOMM__TRY(sres);
-    hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
-    return HCOMM_OK;
+    return sres;
 }
 
 static hcomm_result_t rd_run(rd_t *d) {
@@ -394,13 +412,8 @@ static hcomm_result_t rd_run(rd_t *d) {
         pof2 *= 2;
     int rem = p - pof2, newrank;
     if (rank < 2 * rem && rank % 2 == 0) { /* folded: hand the vector over, get the result */
-        hcomm__req_t *s = NULL;
-        HCOMM__TRY(rd_send(d, rank + 1, &s));
-        HCOMM__TRY(hcomm__wait(s, NULL, NULL));
-        hcomm__env_t env;
-        HCOMM__TRY(hcomm__recv(c, HCOMM__CH_COLL, (int)d->k->seq, rank + 1, d->tmp, RD_MAX_BYTES,
-                               HCOMM__RECV_UPTO, &env));
-        HCOMM__TRY(check_env(d, rank + 1, &env));
+        HCOMM__TRY(rd_send(d, rank + 1));
+        HCOMM__TRY(rd_recv(d, rank + 1));
         if (d->bytes)
             memcpy(d->acc, d->tmp, d->bytes);
         return HCOMM_OK;
@@ -414,31 +427,33 @@ static hcomm_result_t rd_run(rd_t *d) {
     }
     for (int mask = 1; mask < pof2; mask <<= 1) {
         int np = newrank ^ mask;
-        HCOMM__TRY(rd_exchange(d, np < rem ? np * 2 + 1 : np + rem));
+        HCOMM__TRY(rd_swap(d, np < rem ? np * 2 + 1 : np + rem));
+        hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
     }
-    if (rank < 2 * rem) {
-        hcomm__req_t *s = NULL;
-        HCOMM__TRY(rd_send(d, rank - 1, &s));
-        HCOMM__TRY(hcomm__wait(s, NULL, NULL));
-    }
+    if (rank < 2 * rem)
+        HCOMM__TRY(rd_send(d, rank - 1));
     return HCOMM_OK;
 }
 
 /* all_reduce by recursive doubling, in pieces of RD_MAX_BYTES (a forced rd on a large
- * vector), or (count 0) a pure signature agreement. */
+ * vector), or (count 0) a pure signature agreement. On a transport with a lane every message
+ * takes it, in pieces the lane carries (HCOMM__LANE_HDR of room before acc and tmp). */
 static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbuf, size_t count,
                                     hcomm_dtype_t dt, hcomm_op_t op) {
-    _Alignas(16) unsigned char tmp[RD_MAX_BYTES], acc[RD_MAX_BYTES];
-    size_t es = hcomm__dtype_size(dt), piece = RD_MAX_BYTES / es, done = 0;
+    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + RD_MAX_BYTES],
+        acc[HCOMM__LANE_HDR + RD_MAX_BYTES];
+    size_t lane = hcomm__lane_payload(k->c), es = hcomm__dtype_size(dt), done = 0;
+    size_t piece = (lane && lane < RD_MAX_BYTES ? lane : RD_MAX_BYTES) / es;
     do {
         size_t n = count - done < piece ? count - done : piece, bytes = n * es;
-        rd_t d = {k, acc, tmp, n, bytes, dt, op == HCOMM_AVG ? HCOMM_SUM : op};
+        rd_t d = {k,  acc + HCOMM__LANE_HDR, tmp + HCOMM__LANE_HDR, n, bytes, dt,
+                  op == HCOMM_AVG ? HCOMM_SUM : op, lane > 0};
         if (bytes)
-            memcpy(acc, (const char *)sendbuf + done * es, bytes);
+            memcpy(d.acc, (const char *)sendbuf + done * es, bytes);
         if (k->c->size > 1)
             HCOMM__TRY(rd_run(&d));
         if (bytes)
-            memcpy((char *)recvbuf + done * es, acc, bytes);
+            memcpy((char *)recvbuf + done * es, d.acc, bytes);
         done += n;
     } while (done < count);
     return HCOMM_OK;
@@ -481,7 +496,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
 
 static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env) {
     rd_t d = {.k = x->call};
-    return check_env(&d, peer, env);
+    return check_sig(&d, peer, &env->sig);
 }
 
 static hcomm__xfer_t xfer_of(call_t *k) {

@@ -43,7 +43,8 @@
 
 /* Abort notices travel on the launch's control communicator with this tag. */
 #define ABORT_TAG 1
-/* On every hcomm communicator: frames use FRAME_TAG, rendezvous payloads DATA_TAG_MIN and up. */
+/* On every hcomm communicator: frames use FRAME_TAG, rendezvous payloads DATA_TAG_MIN up to
+ * lane_base - 1, lane messages lane_base up to the tag bound. */
 #define FRAME_TAG 1
 #define DATA_TAG_MIN 2
 #define RECV_DEPTH 4
@@ -65,7 +66,7 @@ typedef struct mpi_impl {
     bool held;
     MPI_Status held_st;
     int *next_tag; /* [size] the data tag of the next rendezvous to each peer */
-    int tag_ub;
+    int tag_ub, lane_base;
     /* Small eager frames are sent from a ring of staging slots the transport owns, so the
      * caller's send completes at once (no MPI_Test on its critical path); a slot is reused
      * once its MPI_Isend completed, else the frame takes the per-request path. */
@@ -513,6 +514,7 @@ static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c) {
     int flag = 0;
     MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *(int *)ub : 32767;
+    m->lane_base = DATA_TAG_MIN + (m->tag_ub - DATA_TAG_MIN + 1) / 2;
     for (int i = 0; i < RECV_DEPTH; i++) {
         m->rreq[i] = MPI_REQUEST_NULL;
         m->rbuf[i] = malloc(m->rbuf_bytes);
@@ -558,7 +560,7 @@ static void frames_free(mpi_impl_t *m) {
 }
 
 static int next_data_tag(mpi_impl_t *m, int peer) {
-    int span = m->tag_ub - DATA_TAG_MIN + 1;
+    int span = m->lane_base - DATA_TAG_MIN;
     int t = DATA_TAG_MIN + m->next_tag[peer];
     m->next_tag[peer] = (m->next_tag[peer] + 1) % span;
     return t;
@@ -797,6 +799,48 @@ static bool mpi_cancel(hcomm_comm_t *c, hcomm__treq_t *treq, bool is_tx) {
         MPI_Wait(&r->data, MPI_STATUS_IGNORE);
     }
     return true;
+}
+
+/* --- the lane: one MPI message per lane send, on a tag of its own per sequence number --- */
+
+static int lane_tag(const mpi_impl_t *m, uint32_t key) {
+    return m->lane_base + (int)(key % (uint32_t)(m->tag_ub - m->lane_base + 1));
+}
+
+static hcomm_result_t mpi_lane_post(hcomm_comm_t *c, int peer, uint32_t key, void *buf,
+                                    size_t bytes, bool is_send, hcomm__treq_t *treq) {
+    mpi_impl_t *m = impl_of(c);
+    mpi_tx_t *r = (mpi_tx_t *)treq;
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    r->frame = r->data = MPI_REQUEST_NULL;
+    r->heap = NULL;
+    r->awaiting = false;
+    int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm,
+                                 &r->frame)
+                     : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm,
+                                 &r->data);
+    return rc == MPI_SUCCESS ? HCOMM_OK
+                             : mpi_fail(c->call_fn, is_send ? "MPI_Isend (lane)" : "MPI_Irecv (lane)",
+                                        rc);
+}
+
+static bool mpi_lane_test(hcomm_comm_t *c, hcomm__treq_t *treq, hcomm_result_t *res, size_t *got) {
+    mpi_tx_t *r = (mpi_tx_t *)treq;
+    bool is_recv = r->data != MPI_REQUEST_NULL;
+    MPI_Request *req = is_recv ? &r->data : &r->frame;
+    MPI_Status st;
+    int done = 1, rc = MPI_SUCCESS, n = 0;
+    *res = HCOMM_OK;
+    *got = 0;
+    if (*req != MPI_REQUEST_NULL)
+        rc = MPI_Test(req, &done, &st);
+    if (rc != MPI_SUCCESS) {
+        *res = mpi_error(c->call_fn, "MPI_Test (lane)", rc);
+        return true;
+    }
+    if (done && is_recv && MPI_Get_count(&st, MPI_BYTE, &n) == MPI_SUCCESS)
+        *got = (size_t)n;
+    return done;
 }
 
 static bool mpi_world_aborted(hcomm_comm_t *c) {
@@ -1066,6 +1110,8 @@ static const hcomm__transport_t mpi_tr = {
     .pull = mpi_pull,
     .test_rx = mpi_test_tx,
     .cancel = mpi_cancel,
+    .lane_post = mpi_lane_post,
+    .lane_test = mpi_lane_test,
     .world_aborted = mpi_world_aborted,
     .shares_memory = mpi_shares_memory,
     .mem_kind = mpi_mem_kind,

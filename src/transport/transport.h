@@ -22,6 +22,10 @@
 /* Bytes of the header the p2p layer puts in every frame (its envelope). */
 #define HCOMM__HDR_BYTES 128
 
+/* The most bytes one lane message holds (see hcomm__transport_t.lane_post): small enough that
+ * every backend sends it eagerly, so a lane send completes without its receive. */
+#define HCOMM__LANE_MAX 1024
+
 /* Opaque per-operation state a transport keeps inside the caller's request. */
 typedef union hcomm__treq {
     uint64_t u[48];
@@ -89,6 +93,17 @@ typedef struct hcomm__transport {
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
     bool (*threads_ok)(void);
+    /* Optional (NULL when absent): a lane for the small messages of hcomm's latency-bound
+     * collectives (recursive doubling, the signature agreement before a native call), matched
+     * by the backend itself on (peer, key) without a frame header or p2p matching, so one
+     * exchange costs what the backend's own send and receive cost. key is the call's sequence
+     * number; messages of one (peer, key) stay in order; a message holds at most
+     * HCOMM__LANE_MAX bytes. lane_post starts a send of bytes from buf, or a receive of up to
+     * bytes into buf, in r; lane_test reports completion and, for a receive, *got bytes. cancel
+     * gives a lane request up as it does a frame's (is_tx: a send). */
+    hcomm_result_t (*lane_post)(hcomm_comm_t *c, int peer, uint32_t key, void *buf, size_t bytes,
+                                bool is_send, hcomm__treq_t *r);
+    bool (*lane_test)(hcomm_comm_t *c, hcomm__treq_t *r, hcomm_result_t *res, size_t *got);
     /* Native collectives; NULL entries are not offered. */
     const hcomm__native_ops_t *native;
     /* Shared-memory call check (NULL entries when the transport has none). Before a native
