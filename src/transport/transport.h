@@ -23,8 +23,9 @@
 #define HCOMM__HDR_BYTES 128
 
 /* The most bytes one lane message holds (see hcomm__transport_t.lane_post): small enough that
- * every backend sends it eagerly, so a lane send completes without its receive. */
-#define HCOMM__LANE_MAX 1024
+ * the backends send it eagerly (Open MPI's shared-memory eager limit is 4 KiB with its own
+ * header inside), so a lane send completes without its receive. */
+#define HCOMM__LANE_MAX 4032
 
 /* Opaque per-operation state a transport keeps inside the caller's request. */
 typedef union hcomm__treq {
