@@ -316,6 +316,7 @@ static const algo_case_t cases[] = {
     {"allreduce:ring", HCOMM__COLL_ALLREDUCE},
     {"allreduce:rhd", HCOMM__COLL_ALLREDUCE},
     {"allreduce:naive", HCOMM__COLL_ALLREDUCE},
+    {"allreduce:twoshot", HCOMM__COLL_ALLREDUCE},
     {"reducescatter:native", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
@@ -419,7 +420,7 @@ static void test_parse(void) {
     parse_ok("ring", HCOMM__COLL_BROADCAST, HCOMM__ALGO_NATIVE, true); /* no ring there */
     parse_ok("^native", HCOMM__COLL_BROADCAST, HCOMM__ALGO_TREE, true);
     parse_ok("", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_NATIVE, true);
-    parse_bad("allreduce:rings", "valid: native, rd, ring, rhd, naive, tree, direct");
+    parse_bad("allreduce:rings", "valid: native, rd, ring, rhd, naive, tree, direct, twoshot");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
     parse_bad("allgather:rhd", "leaves no algorithm for allgather; valid: native, ring");
     parse_bad("allreduce:", "names no algorithm");

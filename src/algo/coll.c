@@ -481,11 +481,35 @@ static hcomm_result_t agree(call_t *k) {
 
 /* --- choosing and running an algorithm --- */
 
+/* From this size up, an all_reduce among processes that can read each other's memory runs
+ * twoshot by default (one copy per byte and phase): measured faster than Open MPI's native
+ * all_reduce from 16 KiB with 2 processes, from between 16 and 256 KiB with 4 on 2 cores. */
+#define TWOSHOT_MIN_BYTES ((size_t)64 << 10)
+
+static bool peer_reads(hcomm_comm_t *c) {
+    return c->tr->peer_read_ok && c->tr->peer_read_ok(c);
+}
+
+/* twoshot where it can and should run (every rank decides alike: the inputs are shared). */
+static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char **why) {
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    if (algo == HCOMM__ALGO_TWOSHOT && !peer_reads(k->c)) {
+        *why = "twoshot needs every rank on one node with cross-memory reads";
+        return HCOMM__ALGO_RING;
+    }
+    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) && bytes >= TWOSHOT_MIN_BYTES &&
+        strcmp(*why, "default") == 0 && peer_reads(k->c) &&
+        hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
+        return HCOMM__ALGO_TWOSHOT;
+    return algo;
+}
+
 static int choose(call_t *k, int coll, size_t bytes) {
     const char *why;
     algo_t *a = k->a;
     int algo = hcomm__algo_choose(a->has_over ? &a->over : NULL, coll, bytes, k->c->size,
                                   shm_coll(k->c), &why);
+    algo = with_twoshot(k, coll, bytes, algo, &why);
     k->sig.algo = algo;
     k->f->sig.algo = algo;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO, "%s seq %u: %s of %zu bytes on %d ranks: %s (%s)",
@@ -621,9 +645,11 @@ static hcomm_result_t run_all_reduce(red_t *r) {
         return c->tr->native->all_reduce(c, r->send, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RD)
         return rd_all_reduce(r->k, r->send, r->recv, r->in, r->dt, r->op);
+    hcomm__xfer_t x = xfer_of(r->k);
+    if (r->algo == HCOMM__ALGO_TWOSHOT)
+        return hcomm__ar_twoshot(&x, r->send, r->recv, r->in, r->dt, r->op);
     if (r->send != r->recv && bytes)
         memcpy(r->recv, r->send, bytes);
-    hcomm__xfer_t x = xfer_of(r->k);
     if (r->algo == HCOMM__ALGO_RING)
         return hcomm__ar_ring(&x, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RHD)

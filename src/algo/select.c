@@ -15,8 +15,8 @@
 
 #define BIT(a) (1u << (a))
 
-static const char *const algo_names[HCOMM__ALGO_COUNT] = {"native", "rd",   "ring",  "rhd",
-                                                          "naive",  "tree", "direct"};
+static const char *const algo_names[HCOMM__ALGO_COUNT] = {
+    "native", "rd", "ring", "rhd", "naive", "tree", "direct", "twoshot"};
 static const char *const coll_names[HCOMM__COLL_COUNT] = {
     "allreduce", "allgather", "reducescatter", "broadcast",     "reduce",
     "gather",    "scatter",   "allgatherv",    "reducescatterv"};
@@ -24,7 +24,8 @@ static const char *const coll_names[HCOMM__COLL_COUNT] = {
 /* What each collective can run. */
 static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_ALLREDUCE] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RD) |
-                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_NAIVE),
+                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) |
+                              BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_TWOSHOT),
     [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
     [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE),
@@ -37,8 +38,8 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
 
 /* When the default is excluded, the first allowed of these runs. */
 static const int preference[HCOMM__ALGO_COUNT] = {
-    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,   HCOMM__ALGO_RD,    HCOMM__ALGO_TREE,
-    HCOMM__ALGO_DIRECT, HCOMM__ALGO_NAIVE, HCOMM__ALGO_NATIVE};
+    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,   HCOMM__ALGO_RD,      HCOMM__ALGO_TREE,
+    HCOMM__ALGO_DIRECT, HCOMM__ALGO_NAIVE, HCOMM__ALGO_TWOSHOT, HCOMM__ALGO_NATIVE};
 
 const char *hcomm__algo_name(int algo) {
     return algo >= 0 && algo < HCOMM__ALGO_COUNT ? algo_names[algo] : "?";
@@ -187,6 +188,11 @@ static int default_algo(int coll, size_t bytes, bool shm) {
         if (valid[coll] & BIT(preference[i]))
             return preference[i];
     return HCOMM__ALGO_NATIVE;
+}
+
+bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo) {
+    const hcomm__algo_set_t *set = over ? over : hcomm__algo_env();
+    return (valid[coll] & BIT(algo)) && (!set || (set->allowed[coll] & BIT(algo)));
 }
 
 int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,

@@ -376,6 +376,20 @@ static bool local_world_aborted(hcomm_comm_t *c) {
     return atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed) != 0;
 }
 
+/* The ranks are threads of one process: a peer's buffer is read where it lies. */
+static bool local_peer_read_ok(hcomm_comm_t *c) {
+    (void)c;
+    return true;
+}
+
+static hcomm_result_t local_peer_read(hcomm_comm_t *c, int peer, const void *remote, void *dst,
+                                      size_t bytes) {
+    (void)c;
+    (void)peer;
+    memcpy(dst, remote, bytes);
+    return HCOMM_OK;
+}
+
 static bool local_shares_memory(hcomm_comm_t *c, int peer) {
     (void)c, (void)peer;
     return true;
@@ -690,6 +704,8 @@ static const hcomm__transport_t local_tr = {
     .cancel = local_cancel,
     .world_aborted = local_world_aborted,
     .shares_memory = local_shares_memory,
+    .peer_read_ok = local_peer_read_ok,
+    .peer_read = local_peer_read,
     .mem_kind = local_mem_kind,
     .threads_ok = local_threads_ok,
     .native = &local_native,

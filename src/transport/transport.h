@@ -91,6 +91,14 @@ typedef struct hcomm__transport {
     /* True when peer shares this rank's memory (threads, or processes on one node). */
     bool (*shares_memory)(hcomm_comm_t *c, int peer);
     hcomm__mem_kind_t (*mem_kind)(hcomm_comm_t *c, const void *p);
+    /* Optional (NULL when absent): one-copy reads of a peer's memory on this node. peer_read_ok
+     * is true when every member of c can read every other's (all ranks of c get the same
+     * answer); peer_read then copies bytes at remote, an address in peer's memory, into dst.
+     * local: the ranks share one address space; mpi: Linux cross-memory attach
+     * (process_vm_readv) between processes on one host. */
+    bool (*peer_read_ok)(hcomm_comm_t *c);
+    hcomm_result_t (*peer_read)(hcomm_comm_t *c, int peer, const void *remote, void *dst,
+                                size_t bytes);
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
     bool (*threads_ok)(void);
