@@ -82,12 +82,17 @@ extern const char *const bench_op_names[HCOMM_OP_COUNT];
 
 /* One measured row. */
 typedef struct bench_record {
-    const char *op, *algo, *chosen;
+    const char *op, *algo, *chosen, *redop; /* redop NULL: none */
     size_t bytes, count;
     int world;
     bool inplace, measured;
     double time_us, algbw, busbw;
     long wrong; /* -1: not checked */
+    /* auto only (0: not measured): time over the best named algorithm's (named best), over
+     * raw MPI's, over the op's own variant's */
+    double regret, vs_raw, vs_variant;
+    char best[24];
+    const char *variant_name;
 } bench_record_t;
 
 /* args.c: 0 run, 1 done (help/version), -1 bad (message printed). */

@@ -248,6 +248,7 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     bench_record_t *rec = &a->rec[c->inplace];
     rec->op = R->op->name;
     rec->algo = a->name;
+    rec->redop = R->op->reduces ? bench_op_names[R->o->redop] : NULL;
     rec->chosen = a->kind == KIND_AUTO ? chosen : NULL;
     rec->bytes = c->bytes;
     rec->count = c->count;
@@ -322,41 +323,62 @@ static void print_row(run_t *R, const algo_row_t *a, const bench_case_t *c) {
     printf("\n");
 }
 
-/* auto's regret (auto / the best hcomm algorithm) and hcomm/raw, per placement. */
-static void print_summary(run_t *R) {
-    const algo_row_t *au = NULL, *raw = NULL;
-    bool named = false;
-    for (int k = 0; k < R->nalgos; k++) {
-        const algo_row_t *a = &R->algos[k];
-        au = a->kind == KIND_AUTO ? a : au;
-        raw = a->kind == KIND_RAW && !a->dead ? a : raw;
-        named |= a->kind == KIND_NAMED && !a->dead;
-    }
-    if (!au || (!named && !raw))
-        return;
-    static const char *const place[2] = {"out-of-place", "in-place"};
-    printf("#%-28s", "");
+/* auto's regret (auto time / the best named algorithm's), hcomm/raw and auto/<variant>, per
+ * placement, into auto's records (0: not measured). */
+static void compare_auto(run_t *R, algo_row_t *au) {
     for (int ip = 0; ip < 2; ip++) {
-        if (!au->rec[ip].measured)
+        bench_record_t *x = &au->rec[ip];
+        x->regret = x->vs_raw = x->vs_variant = 0;
+        if (!x->measured)
             continue;
-        const algo_row_t *best = NULL;
+        double best = 0;
         for (int k = 0; k < R->nalgos; k++) {
             const algo_row_t *a = &R->algos[k];
-            if (a->kind == KIND_NAMED && a->rec[ip].measured &&
-                (!best || a->rec[ip].time_us < best->rec[ip].time_us))
-                best = a;
+            const bench_record_t *y = &a->rec[ip];
+            if (a->dead || !y->measured)
+                continue;
+            if (a->kind == KIND_NAMED && (best == 0 || y->time_us < best)) {
+                best = y->time_us;
+                snprintf(x->best, sizeof x->best, "%s", a->name);
+            }
+            if (a->kind == KIND_RAW)
+                x->vs_raw = x->time_us / y->time_us;
+            if (a->kind == KIND_VARIANT) {
+                x->vs_variant = x->time_us / y->time_us;
+                x->variant_name = a->name;
+            }
         }
-        printf(" %s:", place[ip]);
-        if (best)
-            printf(" regret %.2f (best %s)", au->rec[ip].time_us / best->rec[ip].time_us,
-                   best->name);
-        if (raw && raw->rec[ip].measured)
-            printf(" hcomm/raw %.2f", au->rec[ip].time_us / raw->rec[ip].time_us);
+        x->regret = best > 0 ? x->time_us / best : 0;
     }
-    printf("\n");
+}
+
+static void print_summary(run_t *R, const algo_row_t *au) {
+    static const char *const place[2] = {"out-of-place", "in-place"};
+    char line[512] = "";
+    for (int ip = 0; ip < 2; ip++) {
+        const bench_record_t *x = &au->rec[ip];
+        size_t n = strlen(line);
+        if (!x->measured || (!x->regret && !x->vs_raw && !x->vs_variant))
+            continue;
+        n += (size_t)snprintf(line + n, sizeof line - n, " %s:", place[ip]);
+        if (x->regret > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " regret %.2f (best %s)", x->regret,
+                                  x->best);
+        if (x->vs_raw > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " hcomm/raw %.2f", x->vs_raw);
+        if (x->vs_variant > 0 && n < sizeof line)
+            snprintf(line + n, sizeof line - n, " auto/%s %.2f", R->op->own_variant, x->vs_variant);
+    }
+    if (line[0])
+        printf("#%-28s%s\n", "", line);
 }
 
 static void report_size(run_t *R, const bench_case_t *c) {
+    algo_row_t *au = NULL;
+    for (int k = 0; k < R->nalgos; k++)
+        au = R->algos[k].kind == KIND_AUTO ? &R->algos[k] : au;
+    if (au)
+        compare_auto(R, au);
     for (int k = 0; k < R->nalgos; k++) {
         algo_row_t *a = &R->algos[k];
         if (!a->rec[0].measured && !a->rec[1].measured)
@@ -371,8 +393,8 @@ static void report_size(run_t *R, const bench_case_t *c) {
                 R->busbw_n[k]++;
             }
     }
-    if (R->rank == 0)
-        print_summary(R);
+    if (R->rank == 0 && au)
+        print_summary(R, au);
 }
 
 static void print_average(run_t *R) {

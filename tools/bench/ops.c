@@ -7,6 +7,7 @@
 #include "bench.h"
 
 #include "core/internal.h"
+#include "p2p/p2p.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -451,6 +452,19 @@ static hcomm_result_t run_pp(bench_case_t *c) {
                               (c->rank + c->size - 1) % c->size, 1);
 }
 
+/* The same exchange one layer down, on hcomm's p2p layer (PP's overhead is the difference). */
+static hcomm_result_t p2p_pp(bench_case_t *c) {
+    if (c->size == 1)
+        return HCOMM_OK;
+    hcomm__req_t *s = NULL;
+    HCOMM__TRY(hcomm__isend(c->w, HCOMM__CH_USER, 3, (c->rank + 1) % c->size, c->send, c->bytes,
+                            NULL, &s));
+    hcomm_result_t r = hcomm__recv(c->w, HCOMM__CH_USER, 3, (c->rank + c->size - 1) % c->size,
+                                   c->recv, c->bytes, HCOMM__RECV_EXACT, NULL);
+    hcomm_result_t ws = hcomm__wait(s, NULL, NULL);
+    return r != HCOMM_OK ? r : ws;
+}
+
 /* --- raw MPI on the same buffers (mpi backend) --- */
 
 #if defined(HCOMM_BENCH_MPI)
@@ -791,7 +805,9 @@ static const bench_op_t ops[] = {
      .fill = fill_pp,
      .run = run_pp,
      .wrong = wrong_pp,
-     .raw = RAW(raw_pp)},
+     .raw = RAW(raw_pp),
+     .own_variant = "p2p",
+     .variant = p2p_pp},
     {.name = "dp_all_reduce",
      .primitive = true,
      .coll = "allreduce",

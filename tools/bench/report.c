@@ -45,18 +45,25 @@ static const char *dtype_of(const bench_report_t *r, const bench_record_t *rec) 
 static void json_record(FILE *f, const bench_report_t *r, const bench_record_t *x) {
     fprintf(
         f,
-        "{\"op\": \"%s\", \"algo\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"dtype\": \"%s\", "
+        "\"op\": \"%s\", \"algo\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"dtype\": \"%s\", "
         "\"redop\": \"%s\", \"world\": %d, \"inplace\": %s, \"time_us\": %.4f, \"algbw\": %.6f, "
         "\"busbw\": %.6f, \"wrong\": ",
-        x->op, x->algo, x->bytes, x->count, dtype_of(r, x), bench_op_names[r->o->redop], x->world,
+        x->op, x->algo, x->bytes, x->count, dtype_of(r, x), x->redop ? x->redop : "none", x->world,
         x->inplace ? "true" : "false", x->time_us, x->algbw, x->busbw);
     if (x->wrong < 0)
         fprintf(f, "null");
     else
         fprintf(f, "%ld", x->wrong);
-    if (!strcmp(x->algo, "auto")) /* null: the op made no call that chooses (all_to_allv) */
-        fprintf(f, x->chosen ? ", \"chosen\": \"%s\"" : ", \"chosen\": null", x->chosen);
-    fprintf(f, "}");
+    if (strcmp(x->algo, "auto"))
+        return;
+    /* null: the op made no call that chooses (all_to_allv) */
+    fprintf(f, x->chosen ? ", \"chosen\": \"%s\"" : ", \"chosen\": null", x->chosen);
+    if (x->regret > 0)
+        fprintf(f, ", \"regret\": %.4f, \"best\": \"%s\"", x->regret, x->best);
+    if (x->vs_raw > 0)
+        fprintf(f, ", \"hcomm_over_raw\": %.4f", x->vs_raw);
+    if (x->vs_variant > 0)
+        fprintf(f, ", \"auto_over_%s\": %.4f", x->variant_name, x->vs_variant);
 }
 
 static int write_json(const bench_report_t *r, const char *path) {
@@ -65,9 +72,9 @@ static int write_json(const bench_report_t *r, const char *path) {
         return -1;
     fprintf(f, "[\n");
     for (int i = 0; i < r->n; i++) {
-        fprintf(f, "  ");
+        fprintf(f, "  {");
         json_record(f, r, &r->recs[i]);
-        fprintf(f, "%s\n", i + 1 < r->n ? "," : "");
+        fprintf(f, "}%s\n", i + 1 < r->n ? "," : "");
     }
     fprintf(f, "]\n");
     return fclose(f);
@@ -82,7 +89,7 @@ static int write_csv(const bench_report_t *r, const char *path) {
         const bench_record_t *x = &r->recs[i];
         fprintf(f, "%s,%s,%s,%zu,%zu,%s,%s,%d,%d,%.4f,%.6f,%.6f,", x->op, x->algo,
                 x->chosen ? x->chosen : "", x->bytes, x->count, dtype_of(r, x),
-                bench_op_names[r->o->redop], x->world, x->inplace, x->time_us, x->algbw, x->busbw);
+                x->redop ? x->redop : "none", x->world, x->inplace, x->time_us, x->algbw, x->busbw);
         if (x->wrong < 0)
             fprintf(f, "N/A\n");
         else
