@@ -52,14 +52,17 @@ for spec in all_reduce:both all_gather:both reduce_scatter:both broadcast:ip red
     op=${spec%%:*}
     out=$(timeout 120 "$bench" "$op" -t 3 -b 8 -e 4K -f 8 -n 2 -w 1 -r 2)
     echo "$out" | check_rows "$op" 3 "${spec##*:}" || { echo "$out"; fail "$op rows"; }
-    n=$(echo "$out" | rows | wc -l)
-    [ "$n" -eq 4 ] || fail "$op: $n rows, expected 4 (8 B to 4 KiB by 8)"
+    n=$(echo "$out" | rows | awk '$6 ~ /^auto/' | wc -l)
+    [ "$n" -eq 4 ] || fail "$op: $n auto rows, expected 4 (8 B to 4 KiB by 8)"
 done
 out=$(timeout 120 "$bench" moe_dispatch_combine -t 3 -b 64 -e 4K -f 8 -n 2 -w 1 --moe-hidden 32 \
     --moe-experts 6 --moe-topk 2)
 echo "$out"
 echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
 echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
+echo "$out" | grep -q "out-of-place: auto/baseline [0-9.]*$" || fail "moe: auto/baseline"
+out=$(timeout 60 "$bench" pp_send_recv -t 2 -b 1K -e 1K -n 2)
+echo "$out" | rows | awk '$6 == "p2p" && $10 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
 
 # Every dtype and reduction of reduce_scatterv (uneven blocks) is right.
 for d in f32 f64 f16 bf16 i8 u8 i32 i64; do
