@@ -13,7 +13,7 @@ enum { BENCH_MAX_ALGOS = 24, BENCH_MAX_OPS = 24 };
 
 typedef struct bench_opts {
     const char *backend;
-    int legacy; /* 1: compare, 2: the compare tool's pp_send_recv table */
+    int legacy; /* 1: compare (compare.c) */
     int ops[BENCH_MAX_OPS], nops;
     int nranks, iters, warmup, check, report; /* report: -a 0 rank 0, 1 mean, 2 min, 3 max */
     int root;
