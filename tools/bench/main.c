@@ -4,10 +4,11 @@
  * busbw = algbw times nccl-tests' factor for the op (all_reduce 2(p-1)/p; all_gather,
  * reduce_scatter, gather, scatter, all_to_all (p-1)/p; broadcast, reduce, send_recv 1), so
  * busbw compares with the hardware's bandwidth whatever the rank count. Time is the median over
- * iterations of the slowest rank's time (-a chooses rank 0, mean, min or max). With several
- * algorithms the iterations are interleaved (one call of each in turn), so their medians see
- * the same noise; "auto" is hcomm's own choice, named in brackets, and its regret is its time
- * over the best algorithm's. On mpi, "raw" calls MPI directly on the same buffers. */
+ * iterations of the slowest rank's time (-a chooses rank 0, mean, min or max); each timed call
+ * starts after a barrier. With several algorithms the iterations are interleaved (one call of
+ * each in turn), so their medians see the same noise; "auto" is hcomm's own choice, named in
+ * brackets, and its regret is its time over the best algorithm's. On mpi, "raw" calls MPI directly
+ * on the same buffers. */
 #include "bench.h"
 #include "compare.h"
 
@@ -54,7 +55,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Combines each iteration's time across ranks as -a says, then takes the median. */
+/* Combines each iteration's time across ranks as -a says: rank 0's, the mean, min or max. */
 static hcomm_result_t across_ranks(run_t *R, double *t, int n) {
     static const hcomm_op_t ops[4] = {HCOMM_SUM, HCOMM_SUM, HCOMM_MIN, HCOMM_MAX};
     int a = R->o->report;
@@ -229,6 +230,9 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             if (a->dead)
                 continue;
             HCOMM__TRY(select_algo(R, a));
+            /* Every call starts together: the previous algorithm's imbalance between ranks
+             * (a root that finishes last) must not land in this one's time. */
+            HCOMM__TRY(hcomm_barrier(R->w));
             if (a->kind == KIND_AUTO)
                 hcomm__coll_take_algo(R->w);
             double t0 = now_s();
