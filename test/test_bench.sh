@@ -191,6 +191,8 @@ expect_msg "--algo bogus is not an algorithm; valid: auto, all, raw, native" --a
 expect_msg "--algo tree does not run all_reduce; valid: auto, all, native, rd, ring, rhd, naive" all_reduce --algo tree
 expect_msg "--algo raw needs the mpi backend" all_reduce --algo raw
 expect_msg "-r 3: out of range 0..2 for 3 ranks" broadcast -t 3 -r 3 -b 8 -e 8
+expect_msg "dp_all_reduce reduces with sum or avg, not -o max" dp_all_reduce -o max
+expect_msg "moe_dispatch_combine combines f32, f64, f16 or bf16, not -d i32" moe_dispatch_combine -d i32
 v=$("$bench" --version)
 echo "$v" | grep -Eq '^hcomm-bench [0-9]+\.[0-9]+\.[0-9]+ \(hcomm library [0-9.]+; backends: local( mpi)?\)$' ||
     fail "--version: '$v'"

@@ -54,7 +54,8 @@ struct bench_op {
     const char *coll;       /* collective name for hcomm_comm_set_algo, NULL: none */
     double (*busbw)(int p); /* nccl-tests factor */
     bool inplace_only, no_inplace, rooted, reduces, primitive;
-    const char *own_variant; /* an extra row beside auto (moe: "baseline"), NULL: none */
+    bool sum_avg_only, float_only; /* what -o and -d may be */
+    const char *own_variant;       /* an extra row beside auto (moe: "baseline"), NULL: none */
     /* Sets count/bytes (rounding as the op needs) from the requested byte size. */
     void (*shape)(bench_case_t *c, size_t req_bytes);
     /* Bytes each of send and recv needs for count elements on p ranks. */
@@ -68,6 +69,8 @@ struct bench_op {
     hcomm_result_t (*variant)(bench_case_t *c);
     hcomm_result_t (*setup)(bench_case_t *c); /* once per size (moe), may be NULL */
     void (*teardown)(bench_case_t *c);
+    /* A header line saying what the rows measure (NULL: none). */
+    void (*describe)(const bench_case_t *c, char *line, size_t cap);
 };
 
 const bench_op_t *bench_ops(int *n);

@@ -108,13 +108,26 @@ static void list_valid(const bench_op_t *op) {
     fprintf(stderr, ", raw (mpi)\n");
 }
 
-/* --algo NAME must run every op asked for; raw needs mpi. Checked before launching. */
+/* --algo NAME must run every op asked for, raw needs mpi, and -o/-d must suit the op. Checked
+ * before launching. */
 static int check_algo_option(const bench_opts_t *o, bool mpi) {
     int n;
     const bench_op_t *ops = bench_ops(&n);
     const char *want = o->algo ? o->algo : "auto";
     for (int i = 0; i < o->nops; i++) {
         const bench_op_t *op = &ops[o->ops[i]];
+        if (op->sum_avg_only && o->redop != HCOMM_SUM && o->redop != HCOMM_AVG) {
+            fprintf(stderr, "hcomm-bench: %s reduces with sum or avg, not -o %s\n", op->name,
+                    bench_op_names[o->redop]);
+            return -1;
+        }
+        bool fl = o->dtype == HCOMM_F32 || o->dtype == HCOMM_F64 || o->dtype == HCOMM_F16 ||
+                  o->dtype == HCOMM_BF16;
+        if (op->float_only && o->dtype_given && !fl) {
+            fprintf(stderr, "hcomm-bench: %s combines f32, f64, f16 or bf16, not -d %s\n", op->name,
+                    dtype_name(o->dtype));
+            return -1;
+        }
         if (!strcmp(want, "raw") && !(mpi && op->raw)) {
             fprintf(stderr,
                     "hcomm-bench: --algo raw needs the mpi backend and an MPI call for "
@@ -290,10 +303,15 @@ static hcomm_result_t measure(run_t *R, bench_case_t *c) {
 
 /* --- printing (rank 0) --- */
 
-static void print_header(run_t *R) {
+static void print_header(run_t *R, const bench_case_t *c) {
     const char *backend = "?";
     hcomm_comm_backend(R->w, &backend);
     printf("#\n# %s, %d rank%s on %s\n", R->op->name, R->size, R->size == 1 ? "" : "s", backend);
+    if (R->op->describe) {
+        char line[256];
+        R->op->describe(c, line, sizeof line);
+        printf("# %s\n", line);
+    }
     printf("#%99s\n", "out-of-place                         in-place          ");
     printf("#%11s %12s %6s %6s %5s %-16s %10s %8s %8s %6s %10s %8s %8s %6s\n", "size(B)", "count",
            "type", "redop", "root", "algo", "time(us)", "algbw", "busbw", "#wrong", "time(us)",
@@ -514,7 +532,7 @@ static hcomm_result_t bench_op(run_t *R) {
     bench_case_t c;
     hcomm_result_t r = alloc_case(R, &c);
     if (r == HCOMM_OK && R->rank == 0)
-        print_header(R);
+        print_header(R, &c);
     memset(R->busbw_sum, 0, sizeof R->busbw_sum);
     memset(R->busbw_n, 0, sizeof R->busbw_n);
     int total = count_sizes(R->o), done = 0;

@@ -229,6 +229,14 @@ static hcomm_result_t moe_baseline(bench_case_t *c) {
     return HCOMM_OK;
 }
 
+static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
+    int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E;
+    snprintf(line, cap,
+             "tokens [T, %d] per rank, T = size / %zu B; top-%d of %d experts (a multiple of the "
+             "ranks), weights 1/%d, identity experts; dispatch + combine per iteration",
+             c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, k, E, k);
+}
+
 static double f_a2a(int p) {
     return (double)(p - 1) / p;
 }
@@ -238,6 +246,7 @@ const bench_op_t bench_moe_op = {.name = "moe_dispatch_combine",
                                  .busbw = f_a2a,
                                  .no_inplace = true,
                                  .primitive = true,
+                                 .float_only = true,
                                  .own_variant = "baseline",
                                  .shape = moe_shape,
                                  .capacity = moe_capacity,
@@ -246,4 +255,5 @@ const bench_op_t bench_moe_op = {.name = "moe_dispatch_combine",
                                  .wrong = moe_wrong,
                                  .variant = moe_baseline,
                                  .setup = moe_setup,
-                                 .teardown = moe_teardown};
+                                 .teardown = moe_teardown,
+                                 .describe = moe_describe};

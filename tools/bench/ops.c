@@ -810,6 +810,7 @@ static const bench_op_t ops[] = {
      .variant = p2p_pp},
     {.name = "dp_all_reduce",
      .primitive = true,
+     .sum_avg_only = true,
      .coll = "allreduce",
      .busbw = f_allreduce,
      .inplace_only = true,
