@@ -51,7 +51,8 @@ typedef struct bench_case {
  * op may have its own variants (moe: "baseline"). */
 struct bench_op {
     const char *name;
-    const char *coll;       /* collective name for hcomm_comm_set_algo, NULL: none */
+    /* collective name for hcomm_comm_set_algo ('|' between spellings to try), NULL: none */
+    const char *coll;
     double (*busbw)(int p); /* nccl-tests factor */
     bool inplace_only, no_inplace, rooted, reduces, primitive;
     bool sum_avg_only, float_only; /* what -o and -d may be */

@@ -82,13 +82,35 @@ static volatile int usage_error;
 
 /* --- which algorithms run --- */
 
-static bool valid_for(const bench_op_t *op, int algo) {
-    if (op->coll == NULL)
-        return false;
-    char spec[64];
+static bool valid_in(const char *coll, size_t len, int algo) {
+    char spec[96];
     hcomm__algo_set_t set;
-    snprintf(spec, sizeof spec, "%s:%s", op->coll, hcomm__algo_name(algo));
+    snprintf(spec, sizeof spec, "%.*s:%s", (int)len, coll, hcomm__algo_name(algo));
     return hcomm__algo_parse("hcomm-bench", "--algo", spec, &set) == HCOMM_OK;
+}
+
+/* The name hcomm_comm_set_algo knows the op's collective by: op->coll, or the first of its
+ * '|'-separated spellings that the algorithms layer knows (all_to_all has none yet); "" if
+ * none. */
+static const char *coll_of(const bench_op_t *op, char *buf, size_t cap) {
+    for (const char *s = op->coll; s && *s;) {
+        const char *bar = strchr(s, '|');
+        size_t len = bar ? (size_t)(bar - s) : strlen(s);
+        for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+            if (valid_in(s, len, k)) {
+                snprintf(buf, cap, "%.*s", (int)len, s);
+                return buf;
+            }
+        s = bar ? bar + 1 : s + len;
+    }
+    buf[0] = '\0';
+    return buf;
+}
+
+static bool valid_for(const bench_op_t *op, int algo) {
+    char coll[64];
+    coll_of(op, coll, sizeof coll);
+    return coll[0] && valid_in(coll, strlen(coll), algo);
 }
 
 static void add_algo(run_t *R, int kind, const char *name) {
@@ -96,8 +118,9 @@ static void add_algo(run_t *R, int kind, const char *name) {
     memset(a, 0, sizeof *a);
     a->kind = kind;
     snprintf(a->name, sizeof a->name, "%s", name);
+    char coll[64];
     if (kind == KIND_NAMED)
-        snprintf(a->spec, sizeof a->spec, "%s:%s", R->op->coll, name);
+        snprintf(a->spec, sizeof a->spec, "%s:%s", coll_of(R->op, coll, sizeof coll), name);
 }
 
 static void list_valid(const bench_op_t *op) {
@@ -192,8 +215,6 @@ static hcomm_result_t call(run_t *R, algo_row_t *a, bench_case_t *c) {
 }
 
 static hcomm_result_t select_algo(run_t *R, algo_row_t *a) {
-    if (R->op->coll == NULL)
-        return HCOMM_OK;
     return hcomm_comm_set_algo(R->w, a->kind == KIND_NAMED ? a->spec : NULL);
 }
 
