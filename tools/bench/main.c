@@ -440,18 +440,22 @@ static void report_size(run_t *R, const bench_case_t *c) {
         print_summary(R, au);
 }
 
+/* nccl-tests' closing line for the main row (auto, else the one algorithm asked for), then one
+ * per other algorithm. */
 static void print_average(run_t *R) {
     if (R->rank != 0)
         return;
+    int main_row = 0;
+    for (int k = 0; k < R->nalgos; k++)
+        main_row = R->algos[k].kind == KIND_AUTO ? k : main_row;
     for (int k = 0; k < R->nalgos; k++) {
-        const algo_row_t *a = &R->algos[k];
         if (R->busbw_n[k] == 0)
             continue;
         double avg = R->busbw_sum[k] / R->busbw_n[k];
-        if (R->nalgos == 1 || a->kind == KIND_AUTO)
+        if (k == main_row)
             printf("# Avg bus bandwidth    : %.3f\n", avg);
         else
-            printf("# Avg bus bandwidth (%s): %.3f\n", a->name, avg);
+            printf("# Avg bus bandwidth (%s): %.3f\n", R->algos[k].name, avg);
     }
     printf("#\n");
 }
