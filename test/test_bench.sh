@@ -61,6 +61,9 @@ echo "$out"
 echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
 echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
 echo "$out" | grep -q "out-of-place: auto/baseline [0-9.]*$" || fail "moe: auto/baseline"
+# T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
+echo "$out" | grep -q "received 128 B per rank (mean): auto [0-9.]* GB/s baseline [0-9.]* GB/s$" ||
+    fail "moe: received bytes line"
 out=$(timeout 60 "$bench" pp_send_recv -t 2 -b 1K -e 1K -n 2)
 echo "$out" | rows | awk '$6 == "p2p" && $10 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
 

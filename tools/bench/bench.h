@@ -70,6 +70,9 @@ struct bench_op {
     hcomm_result_t (*variant)(bench_case_t *c);
     hcomm_result_t (*setup)(bench_case_t *c); /* once per size (moe), may be NULL */
     void (*teardown)(bench_case_t *c);
+    /* Bytes a rank receives per call on average, where that differs from the size (moe: the
+     * expanded rows); a line per size then gives them and the rate of each row. */
+    size_t (*received)(const bench_case_t *c);
     /* A header line saying what the rows measure (NULL: none). */
     void (*describe)(const bench_case_t *c, char *line, size_t cap);
 };

@@ -416,6 +416,17 @@ static void print_summary(run_t *R, const algo_row_t *au) {
         printf("#%-28s%s\n", "", line);
 }
 
+static void print_received(run_t *R, const bench_case_t *c) {
+    size_t bytes = R->op->received(c);
+    printf("#%-28s received %zu B per rank (mean):", "", bytes);
+    for (int k = 0; k < R->nalgos; k++) {
+        const bench_record_t *x = &R->algos[k].rec[0];
+        if (x->measured)
+            printf(" %s %.3f GB/s", R->algos[k].name, (double)bytes / x->time_us / 1e3);
+    }
+    printf("\n");
+}
+
 static void report_size(run_t *R, const bench_case_t *c) {
     algo_row_t *au = NULL;
     for (int k = 0; k < R->nalgos; k++)
@@ -438,6 +449,8 @@ static void report_size(run_t *R, const bench_case_t *c) {
     }
     if (R->rank == 0 && au)
         print_summary(R, au);
+    if (R->rank == 0 && R->op->received)
+        print_received(R, c);
 }
 
 /* nccl-tests' closing line for the main row (auto, else the one algorithm asked for), then one

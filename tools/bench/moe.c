@@ -237,6 +237,13 @@ static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
              c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, k, E, k);
 }
 
+/* Dropless: every one of the group's p * T * k slots is received by some rank as one row, so
+ * a rank receives T * k rows on average. */
+static size_t moe_received(const bench_case_t *c) {
+    int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E;
+    return c->count / (size_t)c->o->moe_hidden * (size_t)k * (size_t)c->o->moe_hidden * c->es;
+}
+
 static double f_a2a(int p) {
     return (double)(p - 1) / p;
 }
@@ -256,4 +263,5 @@ const bench_op_t bench_moe_op = {.name = "moe_dispatch_combine",
                                  .variant = moe_baseline,
                                  .setup = moe_setup,
                                  .teardown = moe_teardown,
-                                 .describe = moe_describe};
+                                 .describe = moe_describe,
+                                 .received = moe_received};
