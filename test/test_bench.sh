@@ -110,7 +110,7 @@ echo "$out" | grep -q '^# Avg bus bandwidth    : [0-9.]*$' || fail "average busb
 "$PY" - "$tmp/b.json" "$tmp/b.csv" <<'EOF' || fail "json/csv records"
 import csv, json, sys
 recs = json.load(open(sys.argv[1]))
-assert recs[0]["op"] == "memcpy" and recs[0]["busbw"] > 0, recs[0]
+assert recs[0]["op"] == "memcpy" and recs[0]["dtype"] == "u8" and recs[0]["busbw"] > 0, recs[0]
 rows = [r for r in recs if r["op"] == "all_reduce"]
 assert len(rows) == 3 * 6 * 2, len(rows)  # sizes x (5 algorithms + auto) x placements
 keys = {"op", "algo", "bytes", "count", "dtype", "world", "inplace", "time_us", "algbw", "busbw", "wrong"}

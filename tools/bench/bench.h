@@ -89,7 +89,7 @@ extern const char *const bench_op_names[HCOMM_OP_COUNT];
 
 /* One measured row. */
 typedef struct bench_record {
-    const char *op, *algo, *chosen, *redop; /* redop NULL: none */
+    const char *op, *algo, *chosen, *dtype, *redop; /* redop NULL: none */
     size_t bytes, count;
     int world;
     bool inplace, measured;

@@ -287,6 +287,7 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     bench_record_t *rec = &a->rec[c->inplace];
     rec->op = R->op->name;
     rec->algo = a->name;
+    rec->dtype = dtype_name(c->dt);
     rec->redop = R->op->reduces ? bench_op_names[R->o->redop] : NULL;
     rec->chosen = a->kind == KIND_AUTO ? chosen : NULL;
     rec->bytes = c->bytes;
@@ -615,6 +616,7 @@ static hcomm_result_t bench_memcpy(run_t *R) {
         double sec = median(t, iters);
         bench_record_t rec = {.op = "memcpy",
                               .algo = "memcpy",
+                              .dtype = "u8",
                               .bytes = bytes,
                               .count = bytes,
                               .world = R->size,

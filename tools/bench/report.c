@@ -31,24 +31,13 @@ void bench_report_add(bench_report_t *r, const bench_record_t *rec) {
     r->recs[r->n++] = *rec;
 }
 
-static const char *dtype_of(const bench_report_t *r, const bench_record_t *rec) {
-    const char *n = "?";
-    hcomm_dtype_t dt = r->o->dtype;
-    if (!strcmp(rec->op, "memcpy"))
-        return "u8";
-    if (!strcmp(rec->op, "moe_dispatch_combine") && !r->o->dtype_given)
-        dt = HCOMM_BF16;
-    hcomm_dtype_name(dt, &n);
-    return n;
-}
-
-static void json_record(FILE *f, const bench_report_t *r, const bench_record_t *x) {
+static void json_record(FILE *f, const bench_record_t *x) {
     fprintf(
         f,
         "\"op\": \"%s\", \"algo\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"dtype\": \"%s\", "
         "\"redop\": \"%s\", \"world\": %d, \"inplace\": %s, \"time_us\": %.4f, \"algbw\": %.6f, "
         "\"busbw\": %.6f, \"wrong\": ",
-        x->op, x->algo, x->bytes, x->count, dtype_of(r, x), x->redop ? x->redop : "none", x->world,
+        x->op, x->algo, x->bytes, x->count, x->dtype, x->redop ? x->redop : "none", x->world,
         x->inplace ? "true" : "false", x->time_us, x->algbw, x->busbw);
     if (x->wrong < 0)
         fprintf(f, "null");
@@ -73,7 +62,7 @@ static int write_json(const bench_report_t *r, const char *path) {
     fprintf(f, "[\n");
     for (int i = 0; i < r->n; i++) {
         fprintf(f, "  {");
-        json_record(f, r, &r->recs[i]);
+        json_record(f, &r->recs[i]);
         fprintf(f, "}%s\n", i + 1 < r->n ? "," : "");
     }
     fprintf(f, "]\n");
@@ -88,7 +77,7 @@ static int write_csv(const bench_report_t *r, const char *path) {
     for (int i = 0; i < r->n; i++) {
         const bench_record_t *x = &r->recs[i];
         fprintf(f, "%s,%s,%s,%zu,%zu,%s,%s,%d,%d,%.4f,%.6f,%.6f,", x->op, x->algo,
-                x->chosen ? x->chosen : "", x->bytes, x->count, dtype_of(r, x),
+                x->chosen ? x->chosen : "", x->bytes, x->count, x->dtype,
                 x->redop ? x->redop : "none", x->world, x->inplace, x->time_us, x->algbw, x->busbw);
         if (x->wrong < 0)
             fprintf(f, "N/A\n");
