@@ -3,8 +3,8 @@
 set -euo pipefail
 # python3-*: the Python package's tests and examples, run with Debian's /usr/bin/python3.
 # gnuplot-nox: hcomm-bench --plot.
-pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin gnuplot-nox python3 python3-numpy python3-torch
-      python3-pytest)
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin gnuplot-nox python3 python3-numpy
+      python3-torch python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
