@@ -60,7 +60,8 @@ out=$(timeout 120 "$bench" moe_dispatch_combine -t 3 -b 64 -e 4K -f 8 -n 2 -w 1 
 echo "$out"
 echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
 echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
-echo "$out" | grep -q "out-of-place: auto/baseline [0-9.]*$" || fail "moe: auto/baseline"
+echo "$out" | grep -q "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$" ||
+    fail "moe: auto/baseline"
 # T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
 echo "$out" | grep -q "received 128 B per rank (mean): auto [0-9.]* GB/s baseline [0-9.]* GB/s$" ||
     fail "moe: received bytes line"
@@ -103,7 +104,7 @@ for a in native rd ring rhd naive; do
     [ "$n" -eq 3 ] || fail "--algo all: $n rows of $a, expected 3"
 done
 echo "$out" | rows | awk '$6 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "auto rows must name their choice"
-[ "$(echo "$out" | grep -c 'out-of-place: regret [0-9.]* (best [a-z]*) in-place: regret')" -eq 3 ] ||
+[ "$(echo "$out" | grep -c 'out-of-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* in-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$')" -eq 3 ] ||
     fail "a regret line per size"
 echo "$out" | grep -q '^# memcpy, every rank copying at once: 1048576 B in' || fail "memcpy line"
 echo "$out" | grep -q '^# Avg bus bandwidth    : [0-9.]*$' || fail "average busbw line"
@@ -117,7 +118,7 @@ keys = {"op", "algo", "bytes", "count", "dtype", "world", "inplace", "time_us", 
 for r in rows:
     assert keys <= set(r), r
     assert r["world"] == 3 and r["dtype"] == "f32" and r["wrong"] == 0, r
-    assert r["bytes"] == 4 * r["count"] and r["time_us"] > 0, r
+    assert r["bytes"] == 4 * r["count"] and r["time_us"] > 0 and r["memcpy_gbs"] > 0, r
     assert abs(r["algbw"] - r["bytes"] / r["time_us"] / 1e3) <= 1e-3 * r["algbw"] + 1e-6, r
     assert abs(r["busbw"] - r["algbw"] * 4 / 3) <= 1e-4 * r["busbw"] + 1e-6, r
     assert (r["algo"] == "auto") == ("chosen" in r), r
@@ -144,7 +145,7 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
     echo "$out" | grep -q '^# all_reduce, 2 ranks on mpi$' || fail "mpirun: header"
     echo "$out" | check_rows all_reduce 2 both || fail "mpirun rows"
     echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun: a raw row per size"
-    [ "$(echo "$out" | grep -c 'hcomm/raw [0-9.]* in-place: .* hcomm/raw [0-9.]*$')" -eq 3 ] ||
+    [ "$(echo "$out" | grep -c 'hcomm/raw [0-9.]* busbw/memcpy [0-9.]* in-place: .* hcomm/raw [0-9.]* busbw')" -eq 3 ] ||
         fail "mpirun: hcomm/raw per size and placement"
     "$PY" -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["algo"]=="raw"]; assert len(r)==6 and all(x["wrong"]==0 and x["world"]==2 for x in r), r' \
         "$tmp/m.json" || fail "mpirun: raw json records"

@@ -100,6 +100,7 @@ typedef struct bench_record {
     double regret, vs_raw, vs_variant;
     char best[24];
     const char *variant_name;
+    double memcpy_gbs; /* memcpy with every rank copying at once, at this size */
 } bench_record_t;
 
 /* args.c: 0 run, 1 done (help/version), -1 bad (message printed). */

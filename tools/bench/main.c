@@ -40,6 +40,7 @@ typedef struct run {
     algo_row_t algos[BENCH_MAX_ALGOS];
     int nalgos;
     double start, last_progress;
+    double memcpy_gbs; /* at the size being measured */
     double busbw_sum[BENCH_MAX_ALGOS];
     int busbw_n[BENCH_MAX_ALGOS];
 } run_t;
@@ -299,6 +300,7 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     rec->algbw = sec > 0 ? (double)c->bytes / sec / 1e9 : 0;
     rec->busbw = rec->algbw * R->op->busbw(R->size);
     rec->wrong = R->o->check ? wrong : -1;
+    rec->memcpy_gbs = R->memcpy_gbs;
 }
 
 /* Every algorithm at one size and placement. */
@@ -400,10 +402,10 @@ static void compare_auto(run_t *R, algo_row_t *au) {
 static void print_summary(run_t *R, const algo_row_t *au) {
     static const char *const place[2] = {"out-of-place", "in-place"};
     char line[512] = "";
-    for (int ip = 0; ip < 2; ip++) {
+    size_t n = 0;
+    for (int ip = 0; ip < 2 && au; ip++) {
         const bench_record_t *x = &au->rec[ip];
-        size_t n = strlen(line);
-        if (!x->measured || (!x->regret && !x->vs_raw && !x->vs_variant))
+        if (!x->measured || n >= sizeof line)
             continue;
         n += (size_t)snprintf(line + n, sizeof line - n, " %s:", place[ip]);
         if (x->regret > 0 && n < sizeof line)
@@ -412,10 +414,15 @@ static void print_summary(run_t *R, const algo_row_t *au) {
         if (x->vs_raw > 0 && n < sizeof line)
             n += (size_t)snprintf(line + n, sizeof line - n, " hcomm/raw %.2f", x->vs_raw);
         if (x->vs_variant > 0 && n < sizeof line)
-            snprintf(line + n, sizeof line - n, " auto/%s %.2f", R->op->own_variant, x->vs_variant);
+            n += (size_t)snprintf(line + n, sizeof line - n, " auto/%s %.2f", R->op->own_variant,
+                                  x->vs_variant);
+        if (R->memcpy_gbs > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " busbw/memcpy %.2f",
+                                  x->busbw / R->memcpy_gbs);
     }
-    if (line[0])
-        printf("#%-28s%s\n", "", line);
+    if (n < sizeof line)
+        snprintf(line + n, sizeof line - n, " memcpy %.3f GB/s", R->memcpy_gbs);
+    printf("#%-28s%s\n", "", line);
 }
 
 static void print_received(run_t *R, const bench_case_t *c) {
@@ -449,7 +456,7 @@ static void report_size(run_t *R, const bench_case_t *c) {
                 R->busbw_n[k]++;
             }
     }
-    if (R->rank == 0 && au)
+    if (R->rank == 0)
         print_summary(R, au);
     if (R->rank == 0 && R->op->received)
         print_received(R, c);
@@ -545,9 +552,35 @@ static void free_case(run_t *R, bench_case_t *c) {
         free(R->algos[k].t);
 }
 
+/* Median seconds (slowest rank, as -a says) of copying bytes from src to dst with every rank
+ * copying at once. */
+static hcomm_result_t time_memcpy(run_t *R, char *dst, char *src, size_t bytes, double *sec) {
+    int iters = R->o->iters;
+    double *t = calloc((size_t)iters, sizeof *t);
+    hcomm_result_t r = t ? hcomm_barrier(R->w) : HCOMM_ERR_NOMEM;
+    for (int i = -1; r == HCOMM_OK && i < iters; i++) {
+        double t0 = now_s();
+        memcpy(dst, src, bytes);
+        if (i >= 0)
+            t[i] = now_s() - t0;
+        if (bytes)
+            src[(size_t)i % bytes] = (char)i; /* the copy is not dead code */
+    }
+    if (r == HCOMM_OK)
+        r = across_ranks(R, t, iters);
+    if (r == HCOMM_OK)
+        *sec = median(t, iters);
+    free(t);
+    return r;
+}
+
 static hcomm_result_t bench_size(run_t *R, bench_case_t *c, size_t req) {
     R->op->shape(c, req);
-    hcomm_result_t r = R->op->setup ? R->op->setup(c) : HCOMM_OK;
+    double sec = 0;
+    hcomm_result_t r = time_memcpy(R, c->recv, c->send, c->bytes, &sec);
+    R->memcpy_gbs = sec > 0 ? (double)c->bytes / sec / 1e9 : 0;
+    if (r == HCOMM_OK && R->op->setup)
+        r = R->op->setup(c);
     for (int ip = 0; r == HCOMM_OK && ip < 2; ip++) {
         if ((ip == 0 && R->op->inplace_only) || (ip == 1 && R->op->no_inplace)) {
             for (int k = 0; k < R->nalgos; k++)
@@ -589,31 +622,21 @@ static hcomm_result_t bench_op(run_t *R) {
 
 /* --- memcpy baseline: every rank copying at once --- */
 
+/* The baseline printed first: memcpy at the largest size (1 MiB to 256 MiB). */
 static hcomm_result_t bench_memcpy(run_t *R) {
     size_t bytes = R->o->max_bytes;
     bytes = bytes < ((size_t)1 << 20)     ? (size_t)1 << 20
             : bytes > ((size_t)256 << 20) ? (size_t)256 << 20
                                           : bytes;
-    int iters = R->o->iters;
     char *src = malloc(bytes), *dst = malloc(bytes);
-    double *t = calloc((size_t)iters, sizeof *t);
-    hcomm_result_t r = src && dst && t ? HCOMM_OK : HCOMM_ERR_NOMEM;
+    double sec = 0;
+    hcomm_result_t r = src && dst ? HCOMM_OK : HCOMM_ERR_NOMEM;
     if (r == HCOMM_OK) {
         memset(src, 1, bytes);
         memset(dst, 2, bytes);
-        r = hcomm_barrier(R->w);
+        r = time_memcpy(R, dst, src, bytes, &sec);
     }
-    for (int i = -1; r == HCOMM_OK && i < iters; i++) {
-        double t0 = now_s();
-        memcpy(dst, src, bytes);
-        if (i >= 0)
-            t[i] = now_s() - t0;
-        src[i & 1023] = (char)i; /* the copy is not dead code */
-    }
-    if (r == HCOMM_OK)
-        r = across_ranks(R, t, iters);
-    if (r == HCOMM_OK) {
-        double sec = median(t, iters);
+    if (r == HCOMM_OK && R->rank == 0) {
         bench_record_t rec = {.op = "memcpy",
                               .algo = "memcpy",
                               .dtype = "u8",
@@ -624,16 +647,13 @@ static hcomm_result_t bench_memcpy(run_t *R) {
                               .time_us = sec * 1e6,
                               .algbw = (double)bytes / sec / 1e9,
                               .wrong = -1};
-        rec.busbw = rec.algbw;
-        if (R->rank == 0)
-            bench_report_add(R->rep, &rec);
-        if (R->rank == 0)
-            printf("# memcpy, every rank copying at once: %zu B in %.2f us, %.3f GB/s per rank\n",
-                   bytes, rec.time_us, rec.algbw);
+        rec.busbw = rec.memcpy_gbs = rec.algbw;
+        bench_report_add(R->rep, &rec);
+        printf("# memcpy, every rank copying at once: %zu B in %.2f us, %.3f GB/s per rank\n",
+               bytes, rec.time_us, rec.algbw);
     }
     free(src);
     free(dst);
-    free(t);
     return r;
 }
 

@@ -43,6 +43,8 @@ static void json_record(FILE *f, const bench_record_t *x) {
         fprintf(f, "null");
     else
         fprintf(f, "%ld", x->wrong);
+    if (x->memcpy_gbs > 0)
+        fprintf(f, ", \"memcpy_gbs\": %.6f", x->memcpy_gbs);
     if (strcmp(x->algo, "auto"))
         return;
     /* null: the op made no call that chooses (all_to_allv) */
