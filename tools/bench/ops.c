@@ -20,7 +20,7 @@
 
 const char *const bench_op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
-#define SENTINEL 120.0 /* in no op's output for groups up to 30 ranks */
+#define SENTINEL 120.0 /* in no op's output for groups of fewer than 30 ranks */
 
 double bench_get(hcomm_dtype_t dt, const void *buf, size_t i) {
     switch (dt) {
