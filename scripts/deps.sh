@@ -2,8 +2,9 @@
 # Installs the Debian packages hcomm builds, tests and runs with. Safe to rerun.
 set -euo pipefail
 # python3-*: the Python package's tests and examples, run with Debian's /usr/bin/python3.
-pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin python3 python3-numpy python3-torch
-      python3-pytest)
+# gnuplot-nox: hcomm-bench --plot.
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin gnuplot-nox python3 python3-numpy
+      python3-torch python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -65,6 +65,7 @@ typedef struct algo {
     char extra_desc[200];
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
+    int last_algo; /* 1 + the algorithm the last call chose; 0: none since last asked */
 } algo_t;
 
 static algo_t *algo_of(hcomm_comm_t *c) {
@@ -108,6 +109,14 @@ hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res) {
         dump_flight(c);
     c->call_fn = a->outer_fn ? a->outer_fn : "hcomm";
     return res;
+}
+
+const char *hcomm__coll_take_algo(hcomm_comm_t *c) {
+    algo_t *a = algo_of(c);
+    int last = a ? a->last_algo : 0;
+    if (a)
+        a->last_algo = 0;
+    return last > 0 ? hcomm__algo_name(last - 1) : NULL;
 }
 
 void hcomm__coll_set_extra(hcomm_comm_t *c, uint64_t digest, const char *desc) {
@@ -512,6 +521,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo = with_twoshot(k, coll, bytes, algo, &why);
     k->sig.algo = algo;
     k->f->sig.algo = algo;
+    a->last_algo = algo + 1;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO, "%s seq %u: %s of %zu bytes on %d ranks: %s (%s)",
                k->c->call_fn, (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size,
                hcomm__algo_name(algo), why);

@@ -59,6 +59,10 @@ void hcomm__coll_clear_extra(hcomm_comm_t *c);
 /* Narrows this rank's algorithm choice on c (HCOMM_ALGO syntax; NULL or "" undoes it). */
 hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec);
 
+/* The name of the algorithm the last collective on c chose since the previous ask (NULL if
+ * none chose one), so hcomm-bench can report what the automatic choice picked. */
+const char *hcomm__coll_take_algo(hcomm_comm_t *c);
+
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 
