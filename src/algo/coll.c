@@ -492,8 +492,11 @@ static hcomm_result_t agree(call_t *k) {
 
 /* From this size up, an all_reduce among processes that can read each other's memory runs
  * twoshot by default (one copy per byte and phase): measured faster than Open MPI's native
- * all_reduce from 16 KiB with 2 processes, from between 16 and 256 KiB with 4 on 2 cores. */
-#define TWOSHOT_MIN_BYTES ((size_t)64 << 10)
+ * all_reduce from 16 KiB with 2 processes, from between 16 and 256 KiB with 4 on 2 cores
+ * (its address exchange and barriers take p - 1 and 2 log p messages). */
+static size_t twoshot_min_bytes(int p) {
+    return p <= 2 ? (size_t)16 << 10 : (size_t)64 << 10;
+}
 
 static bool peer_reads(hcomm_comm_t *c) {
     return c->tr->peer_read_ok && c->tr->peer_read_ok(c);
@@ -506,7 +509,7 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         *why = "twoshot needs every rank on one node with cross-memory reads";
         return HCOMM__ALGO_RING;
     }
-    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) && bytes >= TWOSHOT_MIN_BYTES &&
+    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) && bytes >= twoshot_min_bytes(k->c->size) &&
         strcmp(*why, "default") == 0 && peer_reads(k->c) &&
         hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
         return HCOMM__ALGO_TWOSHOT;
