@@ -2,7 +2,8 @@
 # Installs the Debian packages hcomm builds, tests and runs with. Safe to rerun.
 set -euo pipefail
 # python3-*: the Python package's tests and examples, run with Debian's /usr/bin/python3.
-pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin python3 python3-numpy python3-torch
+# libhwloc-dev: optional, this host's cores and NUMA nodes for the topology layer.
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev python3 python3-numpy python3-torch
       python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -31,6 +31,7 @@
 #include "transport/transport.h"
 
 #include "core/env.h"
+#include "core/topo_spec.h"
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -804,9 +805,16 @@ static bool mpi_world_aborted(hcomm_comm_t *c) {
     return peer_aborted();
 }
 
-/* Node of each world rank (a hash of its host name), gathered once per launch. */
+/* Node of each world rank (a hash of its host name), gathered once per launch together with
+ * the selection digests (core/topo_spec.h): GATHERED words per rank. */
+enum { GATHERED = 1 + HCOMM__SEL_COUNT };
 static uint64_t *world_node;
 static int world_node_size;
+
+static uint64_t mpi_node_of(hcomm_comm_t *c, int rank) {
+    int w = c->world_ranks[rank];
+    return world_node && w < world_node_size ? world_node[w] : 0; /* unknown: one node */
+}
 
 static bool mpi_shares_memory(hcomm_comm_t *c, int peer) {
     int a = c->world_ranks[c->rank], b = c->world_ranks[peer];
@@ -1068,6 +1076,7 @@ static const hcomm__transport_t mpi_tr = {
     .cancel = mpi_cancel,
     .world_aborted = mpi_world_aborted,
     .shares_memory = mpi_shares_memory,
+    .node_of = mpi_node_of,
     .mem_kind = mpi_mem_kind,
     .threads_ok = mpi_threads_ok,
     .native = &mpi_native,
@@ -1120,23 +1129,44 @@ static hcomm_result_t agree(MPI_Comm ctrl, hcomm_result_t mine, int rank, int si
     return HCOMM_OK;
 }
 
+/* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file) differs
+ * from rank 0's: every rank runs the same check on the same table, so all fail alike. */
+static hcomm_result_t check_selection(const uint64_t *all, int size) {
+    for (int i = 0; i < HCOMM__SEL_COUNT; i++)
+        for (int r = 1; r < size; r++)
+            if (all[(size_t)r * GATHERED + 1 + (size_t)i] != all[1 + (size_t)i])
+                return hcomm__err(HCOMM_ERR_MISMATCH, "hcomm_launch",
+                                  "%s differs between rank 0 and rank %d%s; algorithm selection "
+                                  "needs the same on every rank (mpirun -x %s)",
+                                  hcomm__selection_var(i), r,
+                                  i == HCOMM__SEL_TUNING ? " (the files' contents)" : "",
+                                  hcomm__selection_var(i));
+    return HCOMM_OK;
+}
+
 /* world_node[r] = a hash of world rank r's host name (polled: a rank that never arrives times
- * out), so shares_memory can tell which peers are on this node. */
+ * out), so shares_memory can tell which peers are on this node. The same gather carries the
+ * digests of the algorithm-selection inputs, which every rank must share. */
 static hcomm_result_t gather_nodes(int size) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    uint64_t h = 1469598103934665603ull;
+    uint64_t mine[GATHERED], h = 1469598103934665603ull;
     for (const char *p = host; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    mine[0] = h;
+    hcomm__selection_digests(mine + 1);
     free(world_node);
     world_node_size = 0;
-    world_node = malloc(sizeof *world_node * (size_t)size);
+    world_node = malloc(sizeof *world_node * (size_t)size * GATHERED);
     if (!world_node)
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "out of memory for %d node ids", size);
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_TRY("hcomm_launch",
-            MPI_Iallgather(&h, 1, MPI_UINT64_T, world_node, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+    MPI_TRY("hcomm_launch", MPI_Iallgather(mine, GATHERED, MPI_UINT64_T, world_node, GATHERED,
+                                           MPI_UINT64_T, MPI_COMM_WORLD, &req));
     HCOMM__TRY(wait_setup("hcomm_launch", "MPI_Iallgather of the host names", &req));
+    HCOMM__TRY(check_selection(world_node, size));
+    for (int r = 0; r < size; r++)
+        world_node[r] = world_node[(size_t)r * GATHERED];
     world_node_size = size;
     return HCOMM_OK;
 }
@@ -1176,5 +1206,6 @@ hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg) {
                           "nranks=%d but the MPI job has %d process%s (pass 0 to use the MPI "
                           "world size, or start the job with mpirun -np %d)",
                           nranks, size, size == 1 ? "" : "es", nranks);
+    HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size));
     return run_world(fn, arg, rank, size);
 }

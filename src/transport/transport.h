@@ -85,6 +85,8 @@ typedef struct hcomm__transport {
     bool (*world_aborted)(hcomm_comm_t *c);
     /* True when peer shares this rank's memory (threads, or processes on one node). */
     bool (*shares_memory)(hcomm_comm_t *c, int peer);
+    /* An id of the host that rank runs on (equal ids: one node); NULL: every rank on one. */
+    uint64_t (*node_of)(hcomm_comm_t *c, int rank);
     hcomm__mem_kind_t (*mem_kind)(hcomm_comm_t *c, const void *p);
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
@@ -111,6 +113,7 @@ typedef struct hcomm__transport {
 typedef enum {
     HCOMM__LAYER_P2P,
     HCOMM__LAYER_ALGO,
+    HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
@@ -128,7 +131,7 @@ struct hcomm_comm {
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
     atomic_int aborted;    /* hcomm_comm_abort() was called */
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
-    bool posted_held; /* a posted check failed: the slots wait for posted_release */
+    bool posted_held;    /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
     void *layer[HCOMM__LAYER_COUNT];
