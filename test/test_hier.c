@@ -323,6 +323,40 @@ static hcomm_result_t env_topo(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
+/* Real nodes (scripts/multinode.sh): detection finds the declared shape from the host
+ * names, the cost model picks hier for a large all_reduce on a transport without shared-memory
+ * collectives, and hier (forced and auto) is right across them. */
+static int want_nodes, want_per_node;
+
+static hcomm_result_t detect(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int nn, node, local, lsize, me = t_rank(w);
+    T_TRY(hcomm_comm_node(w, &nn, &node, &local, &lsize));
+    T_EQ_INT(nn, want_nodes);
+    T_EQ_INT(node, me / want_per_node);
+    T_EQ_INT(local, me % want_per_node);
+    T_EQ_INT(lsize, want_per_node);
+    double est;
+    int a = hcomm__cost_choose(w, NULL, HCOMM__COLL_ALLREDUCE, (size_t)4 << 20, false, &est);
+    T_CHECK(nn == 1 || a == HCOMM__ALGO_HIER, "4 MiB all_reduce across %d nodes chose %s", nn,
+            hcomm__algo_name(a));
+    static const size_t counts[] = {0, 1, 1009, 1 << 20};
+    for (int i = 0; i < 4; i++) {
+        tcase_t t = {w, "detected", HCOMM_F32, HCOMM_SUM, counts[i], i % 2 == 1};
+        T_TRY(t_all_reduce(&t));
+        T_TRY(t_reduce_scatter(&t));
+        t.dt = HCOMM_U8;
+        T_TRY(t_all_gather(&t));
+    }
+    float v[1 << 12];
+    for (int i = 0; i < 1 << 12; i++)
+        v[i] = (float)(me + i);
+    T_TRY(hcomm_all_reduce(w, v, v, 1 << 12, HCOMM_F32, HCOMM_SUM)); /* auto */
+    int p = t_size(w);
+    T_CHECK(v[7] == (float)(p * (p - 1) / 2 + 7 * p), "auto all_reduce: %g", v[7]);
+    return HCOMM_OK;
+}
+
 /* --- syntax --- */
 
 static void spec_ok(const char *text, int kind, int ranks) {
@@ -398,6 +432,12 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--tuning") == 0) { /* the child of test_hier_mpi.sh */
         test_tuning_file();
         return t_finish("test_hier --tuning");
+    }
+    if (argc > 3 && strcmp(argv[1], "--detect") == 0) { /* NODES PER_NODE, under mpirun */
+        want_nodes = atoi(argv[2]);
+        want_per_node = atoi(argv[3]);
+        T_OK(hcomm_launch(NULL, 0, detect, NULL));
+        return t_finish("test_hier --detect");
     }
     test_syntax();
     if (getenv("HCOMM_TOPO") && getenv("HCOMM_TOPO")[0]) { /* a job-wide declaration: its size */
