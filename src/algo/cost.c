@@ -75,7 +75,7 @@ static double hier(const model_t *m, int coll, double S) {
 static double native(const model_t *m, int coll, double S) {
     double f = (m->p - 1.0) / m->p;
     if (m->shm)
-        return m->t->simulated ? INFINITY
+        return m->t->simulated && m->t->nnodes > 1 ? INFINITY
                : coll == HCOMM__COLL_ALLREDUCE
                    ? 2.0 * m->in.alpha + 2.0 * f * S * m->in.beta + f * S * m->gamma
                    : m->in.alpha + f * S * (m->in.beta + (coll ? m->gamma : 0.0));
@@ -164,8 +164,8 @@ int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *set, int coll, 
                        bool shm, double *est_s) {
     hcomm__topo_t *t;
     if (coll > HCOMM__COLL_REDUCESCATTER || hcomm__topo_get(c, &t) != HCOMM_OK ||
-        (t->nnodes == 1 && t->kind == HCOMM__TOPO_DETECT))
-        return -1;
+        (t->nnodes == 1 && t->kind != HCOMM__TOPO_MESH && t->kind != HCOMM__TOPO_RING))
+        return -1; /* one node (say, a TP group inside a declared one): the measured defaults */
     pthread_once(&every_once, read_every);
     uint32_t allowed = (set ? set : &every)->allowed[coll];
     double S;
