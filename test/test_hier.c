@@ -309,7 +309,7 @@ static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
 static hcomm_result_t env_topo(hcomm_comm_t *w, void *arg) {
     (void)arg;
     const char *env = getenv("HCOMM_TOPO");
-    if (!env || strcmp(env, "nodes=2x2") != 0 || t_size(w) != 4)
+    if (!env || strncmp(env, "nodes=2x2", 9) != 0 || t_size(w) != 4)
         return HCOMM_OK;
     int nn, node, local;
     T_TRY(hcomm_comm_node(w, &nn, &node, &local, NULL));

@@ -70,8 +70,7 @@ static double hier(const model_t *m, int coll, double S) {
 }
 
 /* The backend's own: shared-memory transports read peers' buffers once (not over the
- * simulated links, so not a candidate there); Open MPI picks among the flat schemes and
- * hcomm agrees on the signature first. */
+ * simulated links, so not a candidate there); Open MPI picks among the flat schemes. */
 static double native(const model_t *m, int coll, double S) {
     double f = (m->p - 1.0) / m->p;
     if (m->shm)
@@ -79,16 +78,24 @@ static double native(const model_t *m, int coll, double S) {
                : coll == HCOMM__COLL_ALLREDUCE
                    ? 2.0 * m->in.alpha + 2.0 * f * S * m->in.beta + f * S * m->gamma
                    : m->in.alpha + f * S * (m->in.beta + (coll ? m->gamma : 0.0));
-    double agree = m->lg * m->flat.alpha, flat;
     if (coll == HCOMM__COLL_ALLREDUCE)
-        flat = fmin(ring_ar(m, S), fmin(rhd_ar(m, S), rd_ar(m, S)));
-    else
-        flat = (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta) +
-               (coll == HCOMM__COLL_REDUCESCATTER ? f * S * m->gamma : 0.0);
-    return agree + flat;
+        return fmin(ring_ar(m, S), fmin(rhd_ar(m, S), rd_ar(m, S)));
+    return (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta) +
+           (coll == HCOMM__COLL_REDUCESCATTER ? f * S * m->gamma : 0.0);
 }
 
-static double estimate(const model_t *m, int coll, int algo, double S) {
+/* The signature agreement before the call (coll.c): a meeting in the posted slots on
+ * shared-memory transports (none for their native path), else an empty recursive doubling
+ * (HCOMM_CHECK=always); rd needs none, its first exchange is the check. */
+static double agreement(const model_t *m, int algo) {
+    if (algo == HCOMM__ALGO_RD)
+        return 0.0;
+    if (m->shm)
+        return algo == HCOMM__ALGO_NATIVE ? 0.0 : m->in.alpha;
+    return m->lg * m->flat.alpha;
+}
+
+static double transfer(const model_t *m, int coll, int algo, double S) {
     double f = (m->p - 1.0) / m->p;
     if (algo == HCOMM__ALGO_NATIVE)
         return native(m, coll, S);
@@ -104,6 +111,10 @@ static double estimate(const model_t *m, int coll, int algo, double S) {
         return INFINITY;
     double ag = (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta);
     return coll == HCOMM__COLL_ALLGATHER ? ag : ag + f * S * m->gamma + S * m->in.beta;
+}
+
+static double estimate(const model_t *m, int coll, int algo, double S) {
+    return agreement(m, algo) + transfer(m, coll, algo, S);
 }
 
 static void model_of(const hcomm__topo_t *t, bool shm, model_t *m) {
