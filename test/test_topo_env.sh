@@ -38,6 +38,8 @@ tuning=$(mktemp)
 trap 'rm -f "$tuning"' EXIT
 echo "inter.bw_GBps = 3" >"$tuning"
 export HCOMM_BACKEND=mpi
+expect_fail 'HCOMM_TOPO="nodes=2x2" declares 4 ranks but the world has 2' "${mpi[@]}" -np 2 \
+    -x HCOMM_TOPO=nodes=2x2 "$prog"
 expect_fail "HCOMM_ALGO differs between rank 0 and rank 1" "${mpi[@]}" \
     -np 1 env HCOMM_ALGO=allreduce:ring "$prog" : -np 1 env HCOMM_ALGO=allreduce:rhd "$prog"
 expect_fail "HCOMM_TOPO differs between rank 0 and rank 1" "${mpi[@]}" \

@@ -1175,6 +1175,7 @@ static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int siz
     hcomm_comm_t *world = NULL;
     MPI_Comm ctrl = MPI_COMM_NULL;
     HCOMM__TRY(gather_nodes(size));
+    HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size)); /* the same text everywhere now */
     HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, &world));
     world->is_world = true;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl);
@@ -1206,6 +1207,5 @@ hcomm_result_t hcomm__mpi_launch(int nranks, hcomm_rank_fn_t fn, void *arg) {
                           "nranks=%d but the MPI job has %d process%s (pass 0 to use the MPI "
                           "world size, or start the job with mpirun -np %d)",
                           nranks, size, size == 1 ? "" : "es", nranks);
-    HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size));
     return run_world(fn, arg, rank, size);
 }

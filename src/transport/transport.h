@@ -131,7 +131,7 @@ struct hcomm_comm {
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
     atomic_int aborted;    /* hcomm_comm_abort() was called */
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
-    bool posted_held;    /* a posted check failed: the slots wait for posted_release */
+    bool posted_held; /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
     void *layer[HCOMM__LAYER_COUNT];
