@@ -329,7 +329,7 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv. Algorithms: native (the
  *  backend's own), rd (recursive doubling), ring, rhd (recursive halving-doubling), naive
  *  (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
- *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: all_reduce, allgather,
+ *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
  *  reducescatter). Where a communicator spans several nodes the allowed algorithm with the
  *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the
  *  measured defaults. NULL or "" restores the default choice. Every rank must choose the same
