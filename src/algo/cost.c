@@ -70,7 +70,8 @@ static double hier(const model_t *m, int coll, double S) {
 }
 
 /* The backend's own: shared-memory transports read peers' buffers once (not over the
- * simulated links, so not a candidate there); Open MPI picks among the flat schemes. */
+ * simulated links, so not a candidate there); Open MPI picks among the flat schemes as if
+ * every pair were linked alike (it does not know a declared ring), and runs that one here. */
 static double native(const model_t *m, int coll, double S) {
     double f = (m->p - 1.0) / m->p;
     if (m->shm)
@@ -78,8 +79,12 @@ static double native(const model_t *m, int coll, double S) {
                : coll == HCOMM__COLL_ALLREDUCE
                    ? 2.0 * m->in.alpha + 2.0 * f * S * m->in.beta + f * S * m->gamma
                    : m->in.alpha + f * S * (m->in.beta + (coll ? m->gamma : 0.0));
-    if (coll == HCOMM__COLL_ALLREDUCE)
-        return fmin(ring_ar(m, S), fmin(rhd_ar(m, S), rd_ar(m, S)));
+    if (coll == HCOMM__COLL_ALLREDUCE) {
+        model_t mesh = *m;
+        mesh.hop = 1.0;
+        double ring = ring_ar(&mesh, S), rhd = rhd_ar(&mesh, S), rd = rd_ar(&mesh, S);
+        return ring <= rhd && ring <= rd ? ring_ar(m, S) : rhd <= rd ? rhd_ar(m, S) : rd_ar(m, S);
+    }
     return (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta) +
            (coll == HCOMM__COLL_REDUCESCATTER ? f * S * m->gamma : 0.0);
 }
@@ -99,8 +104,8 @@ static double transfer(const model_t *m, int coll, int algo, double S) {
     double f = (m->p - 1.0) / m->p;
     if (algo == HCOMM__ALGO_NATIVE)
         return native(m, coll, S);
-    if (algo == HCOMM__ALGO_HIER)
-        return hier(m, coll, S);
+    if (algo == HCOMM__ALGO_HIER) /* on one node it is a ring without segments: leave it out */
+        return m->t->nnodes > 1 ? hier(m, coll, S) : INFINITY;
     if (coll == HCOMM__COLL_ALLREDUCE)
         return algo == HCOMM__ALGO_RING    ? ring_ar(m, S)
                : algo == HCOMM__ALGO_RHD   ? rhd_ar(m, S)
@@ -191,8 +196,9 @@ int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *set, int coll, 
     double best_est = INFINITY;
     for (int a = 0; a < HCOMM__ALGO_COUNT; a++) {
         double e = allowed & (1u << a) ? estimate(&m, coll, a, S) : INFINITY;
-        if (e < best_est)
-            best = a, best_est = e;
+        if (e < best_est || (e == best_est && best == HCOMM__ALGO_NATIVE))
+            best = a,
+            best_est = e; /* a tie goes to hcomm's own scheme, which the model describes */
     }
     if (best < 0)
         return -1; /* nothing allowed has a model: the defaults decide */
