@@ -329,7 +329,10 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv. Algorithms: native (the
  *  backend's own), rd (recursive doubling), ring, rhd (recursive halving-doubling), naive
  *  (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
- *  (binomial), direct. NULL or "" restores the default choice. Every rank must choose the same
+ *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
+ *  reducescatter). Where a communicator spans several nodes the allowed algorithm with the
+ *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the
+ *  measured defaults. NULL or "" restores the default choice. Every rank must choose the same
  *  (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
  *  thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an
  *  unknown name, listing the valid ones; a collective left without an algorithm). */

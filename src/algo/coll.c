@@ -3,6 +3,7 @@
 #include "algo/coll.h"
 
 #include "algo/algos.h"
+#include "algo/cost.h"
 #include "algo/select.h"
 #include "core/env.h"
 #include "core/log.h"
@@ -516,18 +517,24 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
     return algo;
 }
 
+/* The cost model decides where the topology is known (cost.h); elsewhere the defaults. */
 static int choose(call_t *k, int coll, size_t bytes) {
-    const char *why;
+    const char *why = "cost model";
     algo_t *a = k->a;
-    int algo = hcomm__algo_choose(a->has_over ? &a->over : NULL, coll, bytes, k->c->size,
-                                  shm_coll(k->c), &why);
+    const hcomm__algo_set_t *over = a->has_over ? &a->over : NULL;
+    double est = -1.0;
+    int algo = hcomm__cost_choose(k->c, over ? over : hcomm__algo_env(), coll, bytes,
+                                  shm_coll(k->c), &est);
+    if (algo < 0)
+        algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
     k->sig.algo = algo;
     k->f->sig.algo = algo;
     a->last_algo = algo + 1;
-    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO, "%s seq %u: %s of %zu bytes on %d ranks: %s (%s)",
-               k->c->call_fn, (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size,
-               hcomm__algo_name(algo), why);
+    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
+               "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, estimate %.4g us)", k->c->call_fn,
+               (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size, hcomm__algo_name(algo),
+               why, est * 1e6);
     return algo;
 }
 
@@ -667,6 +674,8 @@ static hcomm_result_t run_all_reduce(red_t *r) {
         return hcomm__ar_ring(&x, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RHD)
         return hcomm__ar_rhd(&x, r->recv, r->in, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_HIER)
+        return hcomm__ar_hier(&x, r->recv, r->in, r->dt, r->op);
     return hcomm__ar_naive(&x, r->recv, r->in, r->dt, r->op);
 }
 
@@ -687,6 +696,8 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
     hcomm__xfer_t x = xfer_of(r->k);
+    if (r->algo == HCOMM__ALGO_HIER && !r->counts)
+        return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
         return hcomm__rsv_ring(&x, r->send, r->recv, r->counts, r->dt, r->op);
     size_t *counts = equal_counts(c->size, r->out);
@@ -745,8 +756,10 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     char *mine = (char *)recvbuf + (size_t)c->rank * bytes_per_rank;
     if (mine != sendbuf && bytes_per_rank)
         memcpy(mine, sendbuf, bytes_per_rank);
-    size_t *bytes = equal_counts(c->size, bytes_per_rank);
     hcomm__xfer_t x = xfer_of(&k);
+    if (algo == HCOMM__ALGO_HIER)
+        return call_end(&k, hcomm__ag_hier(&x, recvbuf, bytes_per_rank));
+    size_t *bytes = equal_counts(c->size, bytes_per_rank);
     res = bytes ? hcomm__agv_ring(&x, recvbuf, bytes) : nomem(&k);
     free(bytes);
     return call_end(&k, res);

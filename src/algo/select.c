@@ -16,7 +16,7 @@
 #define BIT(a) (1u << (a))
 
 static const char *const algo_names[HCOMM__ALGO_COUNT] = {
-    "native", "rd", "ring", "rhd", "naive", "tree", "direct", "twoshot"};
+    "native", "rd", "ring", "rhd", "naive", "tree", "direct", "hier", "twoshot"};
 static const char *const coll_names[HCOMM__COLL_COUNT] = {
     "allreduce", "allgather", "reducescatter", "broadcast",     "reduce",
     "gather",    "scatter",   "allgatherv",    "reducescatterv"};
@@ -25,9 +25,12 @@ static const char *const coll_names[HCOMM__COLL_COUNT] = {
 static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_ALLREDUCE] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RD) |
                               BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) |
-                              BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_TWOSHOT),
-    [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
-    [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING),
+                              BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_HIER) |
+                              BIT(HCOMM__ALGO_TWOSHOT),
+    [HCOMM__COLL_ALLGATHER] =
+        BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_HIER),
+    [HCOMM__COLL_REDUCESCATTER] =
+        BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_HIER),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT),
@@ -38,8 +41,9 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
 
 /* When the default is excluded, the first allowed of these runs. */
 static const int preference[HCOMM__ALGO_COUNT] = {
-    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,   HCOMM__ALGO_RD,      HCOMM__ALGO_TREE,
-    HCOMM__ALGO_DIRECT, HCOMM__ALGO_NAIVE, HCOMM__ALGO_TWOSHOT, HCOMM__ALGO_NATIVE};
+    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,  HCOMM__ALGO_RD,      HCOMM__ALGO_TREE,
+    HCOMM__ALGO_DIRECT, HCOMM__ALGO_HIER, HCOMM__ALGO_TWOSHOT, HCOMM__ALGO_NAIVE,
+    HCOMM__ALGO_NATIVE};
 
 const char *hcomm__algo_name(int algo) {
     return algo >= 0 && algo < HCOMM__ALGO_COUNT ? algo_names[algo] : "?";

@@ -18,6 +18,7 @@ typedef enum {
     HCOMM__ALGO_NAIVE,
     HCOMM__ALGO_TREE,
     HCOMM__ALGO_DIRECT,
+    HCOMM__ALGO_HIER,
     HCOMM__ALGO_TWOSHOT,
     HCOMM__ALGO_COUNT
 } hcomm__algo_t;

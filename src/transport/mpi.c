@@ -34,6 +34,7 @@
 #include "transport/transport.h"
 
 #include "core/env.h"
+#include "core/topo_spec.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -854,15 +855,22 @@ static bool mpi_world_aborted(hcomm_comm_t *c) {
 }
 
 /* Per world rank, gathered once per launch: a hash of its host name, its process id, and
- * whether cross-memory attach (process_vm_readv) works in it. */
+ * whether cross-memory attach (process_vm_readv) works in it. The same gather carries the
+ * digests of the algorithm-selection inputs (core/topo_spec.h): GATHERED words per rank. */
 typedef struct node_info {
     uint64_t host;
     uint64_t pid;
     uint64_t cma;
 } node_info_t;
 
+enum { NODE_WORDS = 3, GATHERED = NODE_WORDS + HCOMM__SEL_COUNT };
 static node_info_t *world_node;
 static int world_node_size;
+
+static uint64_t mpi_node_of(hcomm_comm_t *c, int rank) {
+    int w = c->world_ranks[rank];
+    return world_node && w < world_node_size ? world_node[w].host : 0; /* unknown: one node */
+}
 
 static bool mpi_shares_memory(hcomm_comm_t *c, int peer) {
     int a = c->world_ranks[c->rank], b = c->world_ranks[peer];
@@ -1157,6 +1165,7 @@ static const hcomm__transport_t mpi_tr = {
     .shares_memory = mpi_shares_memory,
     .peer_read_ok = mpi_peer_read_ok,
     .peer_read = mpi_peer_read,
+    .node_of = mpi_node_of,
     .mem_kind = mpi_mem_kind,
     .threads_ok = mpi_threads_ok,
     .native = &mpi_native,
@@ -1217,32 +1226,65 @@ static bool cma_works(void) {
     return process_vm_readv(getpid(), &local, 1, &far, 1, 0) == (ssize_t)sizeof dst && dst == src;
 }
 
+/* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file) differs
+ * from rank 0's: every rank runs the same check on the same table, so all fail alike. */
+static hcomm_result_t check_selection(const uint64_t *all, int size) {
+    for (int i = 0; i < HCOMM__SEL_COUNT; i++)
+        for (int r = 1; r < size; r++)
+            if (all[(size_t)r * GATHERED + NODE_WORDS + (size_t)i] != all[NODE_WORDS + (size_t)i])
+                return hcomm__err(HCOMM_ERR_MISMATCH, "hcomm_launch",
+                                  "%s differs between rank 0 and rank %d%s; algorithm selection "
+                                  "needs the same on every rank (mpirun -x %s)",
+                                  hcomm__selection_var(i), r,
+                                  i == HCOMM__SEL_TUNING ? " (the files' contents)" : "",
+                                  hcomm__selection_var(i));
+    return HCOMM_OK;
+}
+
 /* world_node[r]: world rank r's host (a hash of its name), pid and cross-memory attach (polled:
  * a rank that never arrives times out), so shares_memory can tell which peers are on this node
- * and peer_read can reach them. */
+ * and peer_read can reach them. The same gather carries the digests of the algorithm-selection
+ * inputs, which every rank must share. */
 static hcomm_result_t gather_nodes(int size) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    node_info_t me = {1469598103934665603ull, (uint64_t)getpid(), cma_works()};
+    uint64_t mine[GATHERED], h = 1469598103934665603ull;
     for (const char *p = host; *p; p++)
-        me.host = (me.host ^ (unsigned char)*p) * 1099511628211ull;
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    mine[0] = h;
+    mine[1] = (uint64_t)getpid();
+    mine[2] = cma_works();
+    hcomm__selection_digests(mine + NODE_WORDS);
     free(world_node);
     world_node_size = 0;
     world_node = malloc(sizeof *world_node * (size_t)size);
-    if (!world_node)
+    uint64_t *all = malloc(sizeof *all * (size_t)size * GATHERED);
+    if (!world_node || !all) {
+        free(all);
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "out of memory for %d node ids", size);
+    }
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_TRY("hcomm_launch", MPI_Iallgather(&me, 3, MPI_UINT64_T, world_node, 3, MPI_UINT64_T,
-                                           MPI_COMM_WORLD, &req));
-    HCOMM__TRY(wait_setup("hcomm_launch", "MPI_Iallgather of the host names", &req));
-    world_node_size = size;
-    return HCOMM_OK;
+    int rc = MPI_Iallgather(mine, GATHERED, MPI_UINT64_T, all, GATHERED, MPI_UINT64_T,
+                            MPI_COMM_WORLD, &req);
+    hcomm_result_t res = rc == MPI_SUCCESS
+                             ? wait_setup("hcomm_launch", "MPI_Iallgather of the host names", &req)
+                             : mpi_fail("hcomm_launch", "MPI_Iallgather", rc);
+    if (res == HCOMM_OK)
+        res = check_selection(all, size);
+    for (int r = 0; res == HCOMM_OK && r < size; r++)
+        world_node[r] = (node_info_t){all[(size_t)r * GATHERED], all[(size_t)r * GATHERED + 1],
+                                      all[(size_t)r * GATHERED + 2]};
+    free(all);
+    if (res == HCOMM_OK)
+        world_node_size = size;
+    return res;
 }
 
 static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int size) {
     hcomm_comm_t *world = NULL;
     MPI_Comm ctrl = MPI_COMM_NULL;
     HCOMM__TRY(gather_nodes(size));
+    HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size)); /* the same text everywhere now */
     HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, &world));
     world->is_world = true;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl);

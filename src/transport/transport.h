@@ -90,6 +90,8 @@ typedef struct hcomm__transport {
     bool (*world_aborted)(hcomm_comm_t *c);
     /* True when peer shares this rank's memory (threads, or processes on one node). */
     bool (*shares_memory)(hcomm_comm_t *c, int peer);
+    /* An id of the host that rank runs on (equal ids: one node); NULL: every rank on one. */
+    uint64_t (*node_of)(hcomm_comm_t *c, int rank);
     hcomm__mem_kind_t (*mem_kind)(hcomm_comm_t *c, const void *p);
     /* Optional (NULL when absent): one-copy reads of a peer's memory on this node. peer_read_ok
      * is true when every member of c can read every other's (all ranks of c get the same
@@ -135,6 +137,7 @@ typedef struct hcomm__transport {
 typedef enum {
     HCOMM__LAYER_P2P,
     HCOMM__LAYER_ALGO,
+    HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
