@@ -420,7 +420,7 @@ static void test_parse(void) {
     parse_ok("ring", HCOMM__COLL_BROADCAST, HCOMM__ALGO_NATIVE, true); /* no ring there */
     parse_ok("^native", HCOMM__COLL_BROADCAST, HCOMM__ALGO_TREE, true);
     parse_ok("", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_NATIVE, true);
-    parse_bad("allreduce:rings", "valid: native, rd, ring, rhd, naive, tree, direct, twoshot");
+    parse_bad("allreduce:rings", "valid: native, rd, ring, rhd, naive, tree, direct, hier, twoshot");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
     parse_bad("allgather:rhd", "leaves no algorithm for allgather; valid: native, ring");
     parse_bad("allreduce:", "names no algorithm");
