@@ -16,8 +16,7 @@
  *   combine_bwd:           pairs (w * grad) -> recv
  * Summing at the source in slot order is what makes combine independent of the EP layout and
  * of other ranks' batches; the price is that combine returns one row per slot. */
-#include "hcomm/moe.h"
-#include "prims/prims.h"
+#include "prims/moe_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,29 +24,30 @@
 
 struct hcomm_moe_handle {
     hcomm_comm_t *group;
-    int size, num_local, k; /* EP group size, experts per rank, slots per token */
-    bool topk;              /* false: the top-1 calls, whose passes copy rows of any dtype */
-    int64_t n, r, h, npair; /* tokens, rows received, row width, slots sent */
-    int64_t capacity;       /* per expert and source rank; -1 dropless */
-    hcomm_dtype_t dtype;    /* of the dispatched tokens */
-    int64_t *send_rows;     /* [size] distinct tokens to each rank */
-    int64_t *send_off;      /* [size] first entry of send_tok for each rank */
-    int64_t *send_tok;      /* [sum send_rows] token of each sent row, rank-major */
-    int64_t *pair_rows;     /* [size] slots to each rank */
-    int64_t *pair_off;      /* [size] first pair of each rank */
-    int64_t *pair_slot;     /* [npair] slot t*k+j of each pair */
-    int64_t *slot_pair;     /* [n*k] pair of each slot; -1 empty or dropped */
-    float *weights;         /* [n*k] copy of topk_weights (1 when none were given) */
-    int64_t *dropped;       /* [size*num_local] this rank's dropped slots per expert */
-    int64_t *recv_rows;     /* [size] distinct rows from each rank */
-    int64_t *recv_off;      /* [size] first compacted distinct row from each rank */
-    int64_t *rpair_rows;    /* [size] slots from each rank */
-    int64_t *rpair_off;     /* [size] first raw (source-major) slot from each rank */
-    int64_t *rpair_row;     /* [r] compacted distinct row of each raw slot */
-    int64_t *out_pair;      /* [r] raw slot of each expert-major row */
-    int64_t *expert_off;    /* [num_local + 1] first row of each local expert */
-    void *recv;             /* [r, h] received rows, expert-major */
-    void *y;                /* [npair, y_h] the last combine's inputs, pair order */
+    hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
+    int size, num_local, k;  /* EP group size, experts per rank, slots per token */
+    bool topk;               /* false: the top-1 calls, whose passes copy rows of any dtype */
+    int64_t n, r, h, npair;  /* tokens, rows received, row width, slots sent */
+    int64_t capacity;        /* per expert and source rank; -1 dropless */
+    hcomm_dtype_t dtype;     /* of the dispatched tokens */
+    int64_t *send_rows;      /* [size] distinct tokens to each rank */
+    int64_t *send_off;       /* [size] first entry of send_tok for each rank */
+    int64_t *send_tok;       /* [sum send_rows] token of each sent row, rank-major */
+    int64_t *pair_rows;      /* [size] slots to each rank */
+    int64_t *pair_off;       /* [size] first pair of each rank */
+    int64_t *pair_slot;      /* [npair] slot t*k+j of each pair */
+    int64_t *slot_pair;      /* [n*k] pair of each slot; -1 empty or dropped */
+    float *weights;          /* [n*k] copy of topk_weights (1 when none were given) */
+    int64_t *dropped;        /* [size*num_local] this rank's dropped slots per expert */
+    int64_t *recv_rows;      /* [size] distinct rows from each rank */
+    int64_t *recv_off;       /* [size] first compacted distinct row from each rank */
+    int64_t *rpair_rows;     /* [size] slots from each rank */
+    int64_t *rpair_off;      /* [size] first raw (source-major) slot from each rank */
+    int64_t *rpair_row;      /* [r] compacted distinct row of each raw slot */
+    int64_t *out_pair;       /* [r] raw slot of each expert-major row */
+    int64_t *expert_off;     /* [num_local + 1] first row of each local expert */
+    void *recv;              /* [r, h] received rows, expert-major */
+    void *y;                 /* [npair, y_h] the last combine's inputs, pair order */
     int64_t y_h;
     hcomm_dtype_t y_dtype;
 };
@@ -255,8 +255,18 @@ static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t 
     if (h == NULL)
         return NULL;
     size_t p = (size_t)g->size, slots = (size_t)(n * k);
-    *h = (hcomm_moe_handle_t){
-        .group = g, .size = g->size, .num_local = num_local, .n = n, .k = k, .capacity = -1};
+    *h = (hcomm_moe_handle_t){.group = g,
+                              .pool = hcomm__moe_pool_of(g),
+                              .size = g->size,
+                              .num_local = num_local,
+                              .n = n,
+                              .k = k,
+                              .capacity = -1};
+    if (h->pool == NULL) {
+        free(h);
+        return NULL;
+    }
+    hcomm__moe_pool_ref(h->pool);
     h->send_rows = alloc_i64(p);
     h->send_off = alloc_i64(p);
     h->pair_rows = alloc_i64(p);
@@ -284,15 +294,27 @@ hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
     void *owned[] = {handle->send_rows, handle->send_off,  handle->send_tok,  handle->pair_rows,
                      handle->pair_off,  handle->pair_slot, handle->slot_pair, handle->weights,
                      handle->dropped,   handle->recv_rows, handle->recv_off,  handle->rpair_rows,
-                     handle->rpair_off, handle->rpair_row, handle->out_pair,  handle->expert_off,
-                     handle->recv,      handle->y};
+                     handle->rpair_off, handle->rpair_row, handle->out_pair,  handle->expert_off};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
+    hcomm__moe_pool_put(handle->pool, handle->recv);
+    hcomm__moe_pool_put(handle->pool, handle->y);
+    hcomm__moe_pool_unref(handle->pool);
     free(handle);
     return HCOMM_OK;
 }
 
 /* ---- moving rows ---- */
+
+void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
+    for (int64_t i = 0; i < n; i++)
+        memcpy((char *)dst + (size_t)i * rb, (const char *)src + (size_t)idx[i] * rb, rb);
+}
+
+void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
+    for (int64_t i = 0; i < n; i++)
+        memcpy((char *)dst + (size_t)idx[i] * rb, (const char *)src + (size_t)i * rb, rb);
+}
 
 /* all_to_allv of rows of row_bytes: counts and offsets in rows, one per peer. */
 static hcomm_result_t exchange_rows(const char *fn, hcomm_comm_t *g, const void *sendbuf,
@@ -319,14 +341,13 @@ static hcomm_result_t route_pairs_fwd(const char *fn, const hcomm_moe_handle_t *
                                       const void *pairs, void *out, size_t rb) {
     char *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&raw), res, done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, (void **)&raw), res, done);
     HCOMM__TRY_GOTO(exchange_rows(fn, h->group, pairs, h->pair_rows, h->pair_off, raw,
                                   h->rpair_rows, h->rpair_off, rb),
                     res, done);
-    for (int64_t i = 0; i < h->r; i++)
-        memcpy((char *)out + (size_t)i * rb, raw + (size_t)h->out_pair[i] * rb, rb);
+    hcomm__moe_gather_rows(out, raw, h->out_pair, h->r, rb);
 done:
-    free(raw);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -335,13 +356,12 @@ static hcomm_result_t route_pairs_bwd(const char *fn, const hcomm_moe_handle_t *
                                       void *pairs, size_t rb) {
     char *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&raw), res, done);
-    for (int64_t i = 0; i < h->r; i++)
-        memcpy(raw + (size_t)h->out_pair[i] * rb, (const char *)in + (size_t)i * rb, rb);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, (void **)&raw), res, done);
+    hcomm__moe_scatter_rows(raw, in, h->out_pair, h->r, rb);
     res = exchange_rows(fn, h->group, raw, h->rpair_rows, h->rpair_off, pairs, h->pair_rows,
                         h->pair_off, rb);
 done:
-    free(raw);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -353,18 +373,18 @@ static hcomm_result_t route_tokens(const char *fn, const hcomm_moe_handle_t *h, 
     int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
     char *sbuf = NULL, *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)nsend * rb, (void **)&sbuf), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)nrecv * rb, (void **)&raw), res, done);
-    for (int64_t i = 0; i < nsend; i++)
-        memcpy(sbuf + (size_t)i * rb, (const char *)in + (size_t)h->send_tok[i] * rb, rb);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)nsend * rb, (void **)&sbuf), res,
+                    done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)nrecv * rb, (void **)&raw), res, done);
+    hcomm__moe_gather_rows(sbuf, in, h->send_tok, nsend, rb);
     HCOMM__TRY_GOTO(exchange_rows(fn, h->group, sbuf, h->send_rows, h->send_off, raw, h->recv_rows,
                                   h->recv_off, rb),
                     res, done);
     for (int64_t i = 0; i < h->r; i++)
         memcpy((char *)out + (size_t)i * rb, raw + (size_t)h->rpair_row[h->out_pair[i]] * rb, rb);
 done:
-    free(sbuf);
-    free(raw);
+    hcomm__moe_pool_put(h->pool, sbuf);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -583,9 +603,7 @@ static void pack_tokens(const hcomm_moe_handle_t *h, const void *tokens, const i
                         size_t rb, const size_t *soff, char *buf) {
     for (int p = 0; p < h->size; p++) {
         char *dst = buf + soff[p];
-        const int64_t *tok = h->send_tok + h->send_off[p];
-        for (int64_t i = 0; i < h->send_rows[p]; i++)
-            memcpy(dst + (size_t)i * rb, (const char *)tokens + (size_t)tok[i] * rb, rb);
+        hcomm__moe_gather_rows(dst, tokens, h->send_tok + h->send_off[p], h->send_rows[p], rb);
         memcpy(dst + (size_t)h->send_rows[p] * rb, hdr + h->send_off[p] * h->k,
                sizeof(int32_t) * (size_t)(h->send_rows[p] * h->k));
     }
@@ -644,17 +662,19 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
     if (v == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 4 * p);
     token_bytes(h, meta, rb, v);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, &h->recv), res, done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,
+                    done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
+                    res, done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
     pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
     HCOMM__TRY_GOTO(hcomm__coll_all_to_allv(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p),
                     res, done);
     res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
 done:
     free(v);
-    free(sbuf);
-    free(raw);
+    hcomm__moe_pool_put(h->pool, sbuf);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -799,25 +819,20 @@ hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle, int64_t *drop
 
 /* ---- arithmetic of combine and the backward passes ---- */
 
-static float load_f32(hcomm_dtype_t dt, const void *row, int64_t c) {
-    uint16_t u;
+/* bf16 <-> f32 inline (the same bits as hcomm__bf16_to_f32 / hcomm__f32_to_bf16: round to
+ * nearest even, NaN stays NaN), so the row loops below vectorise. */
+static inline float bf16_to_f32(uint16_t u) {
+    uint32_t bits = (uint32_t)u << 16;
     float f;
-    if (dt == HCOMM_F32) {
-        memcpy(&f, (const char *)row + 4 * (size_t)c, 4);
-        return f;
-    }
-    memcpy(&u, (const char *)row + 2 * (size_t)c, 2);
-    return dt == HCOMM_F16 ? hcomm__f16_to_f32(u) : hcomm__bf16_to_f32(u);
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
-static void store_f32(hcomm_dtype_t dt, void *row, int64_t c, float f) {
-    uint16_t u;
-    if (dt == HCOMM_F32) {
-        memcpy((char *)row + 4 * (size_t)c, &f, 4);
-        return;
-    }
-    u = dt == HCOMM_F16 ? hcomm__f32_to_f16(f) : hcomm__f32_to_bf16(f);
-    memcpy((char *)row + 2 * (size_t)c, &u, 2);
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, quiet = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 static double load_f64(const void *row, int64_t c) {
@@ -828,21 +843,34 @@ static double load_f64(const void *row, int64_t c) {
 
 /* A row of f16, bf16 or f32 as f32, and back (rounded to nearest even). */
 static void row_to_f32(hcomm_dtype_t dt, const void *row, int64_t cols, float *out) {
+    const char *r = row;
     if (dt == HCOMM_F32) {
         memcpy(out, row, sizeof(float) * (size_t)cols);
-        return;
+    } else if (dt == HCOMM_BF16) {
+        for (int64_t c = 0; c < cols; c++) {
+            uint16_t u;
+            memcpy(&u, r + 2 * c, 2);
+            out[c] = bf16_to_f32(u);
+        }
+    } else {
+        for (int64_t c = 0; c < cols; c++) {
+            uint16_t u;
+            memcpy(&u, r + 2 * c, 2);
+            out[c] = hcomm__f16_to_f32(u);
+        }
     }
-    for (int64_t c = 0; c < cols; c++)
-        out[c] = load_f32(dt, row, c);
 }
 
 static void row_from_f32(hcomm_dtype_t dt, const float *in, int64_t cols, void *row) {
+    char *r = row;
     if (dt == HCOMM_F32) {
         memcpy(row, in, sizeof(float) * (size_t)cols);
         return;
     }
-    for (int64_t c = 0; c < cols; c++)
-        store_f32(dt, row, c, in[c]);
+    for (int64_t c = 0; c < cols; c++) {
+        uint16_t u = dt == HCOMM_BF16 ? f32_to_bf16(in[c]) : hcomm__f32_to_f16(in[c]);
+        memcpy(r + 2 * c, &u, 2);
+    }
 }
 
 /* acc (+)= w * y over one row: the first term initialises, so one term is exact (sign of zero
@@ -891,40 +919,49 @@ static void sum_slots(const hcomm_moe_handle_t *h, const char *pairs, hcomm_dtyp
     }
 }
 
-/* pairs[p] = w[slot] * grad_out[token of slot], rounded once to dt. */
+/* pairs[p] = w[slot] * grad_out[token of slot], rounded once to dt; tmp holds cols floats. */
 static void scale_to_pairs(const hcomm_moe_handle_t *h, const char *grad_out, hcomm_dtype_t dt,
-                           int64_t cols, char *pairs) {
+                           int64_t cols, char *pairs, float *tmp) {
     size_t rb = (size_t)cols * hcomm__dtype_size(dt);
     for (int64_t p = 0; p < h->npair; p++) {
         int64_t s = h->pair_slot[p];
         const char *src = grad_out + (size_t)(s / h->k) * rb;
         char *dst = pairs + (size_t)p * rb;
-        for (int64_t c = 0; c < cols; c++) {
-            if (dt == HCOMM_F64) {
-                double v = (double)h->weights[s] * load_f64(src, c);
+        float w = h->weights[s];
+        if (dt == HCOMM_F64) {
+            for (int64_t c = 0; c < cols; c++) {
+                double v = (double)w * load_f64(src, c);
                 memcpy(dst + 8 * (size_t)c, &v, 8);
-            } else {
-                store_f32(dt, dst, c, h->weights[s] * load_f32(dt, src, c));
             }
+            continue;
         }
+        row_to_f32(dt, src, cols, tmp);
+        for (int64_t c = 0; c < cols; c++)
+            tmp[c] *= w;
+        row_from_f32(dt, tmp, cols, dst);
     }
 }
 
-/* grad_w[t, j] = <grad_out[t], y[slot]> in column order, f32 (f64 for f64); 0 if not kept. */
-static void weight_grads(const hcomm_moe_handle_t *h, const char *grad_out, float *grad_w) {
+/* grad_w[t, j] = <grad_out[t], y[slot]> in column order, f32 (f64 for f64); 0 if not kept.
+ * tg and ty hold y_h floats each. */
+static void weight_grads(const hcomm_moe_handle_t *h, const char *grad_out, float *grad_w,
+                         float *tg, float *ty) {
     hcomm_dtype_t dt = h->y_dtype;
     size_t rb = (size_t)h->y_h * hcomm__dtype_size(dt);
     for (int64_t s = 0; s < h->n * h->k; s++) {
         int64_t p = h->slot_pair[s];
         const char *g = grad_out + (size_t)(s / h->k) * rb,
-                   *y = (const char *)h->y + (size_t)p * rb;
+                   *y = (const char *)h->y + (size_t)(p < 0 ? 0 : p) * rb;
         float a32 = 0;
         double a64 = 0;
-        for (int64_t c = 0; p >= 0 && c < h->y_h; c++) {
-            if (dt == HCOMM_F64)
+        if (p >= 0 && dt == HCOMM_F64)
+            for (int64_t c = 0; c < h->y_h; c++)
                 a64 += load_f64(g, c) * load_f64(y, c);
-            else
-                a32 += load_f32(dt, g, c) * load_f32(dt, y, c);
+        else if (p >= 0) {
+            row_to_f32(dt, g, h->y_h, tg);
+            row_to_f32(dt, y, h->y_h, ty);
+            for (int64_t c = 0; c < h->y_h; c++)
+                a32 += tg[c] * ty[c];
         }
         grad_w[s] = dt == HCOMM_F64 ? (float)a64 : a32;
     }
@@ -998,25 +1035,25 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
     void *acc = NULL;
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
-    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
+        done);
     HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * (size_t)cols * sizeof(double), &acc), res, done);
     HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, ps->in->data, pairs, ps->rb), res, done);
     if (!h->topk) /* top-1: every token has exactly one slot, copied as bytes */
-        for (int64_t p = 0; p < h->npair; p++)
-            memcpy((char *)ps->out->data + (size_t)h->pair_slot[p] * ps->rb,
-                   pairs + (size_t)p * ps->rb, ps->rb);
+        hcomm__moe_scatter_rows(ps->out->data, pairs, h->pair_slot, h->npair, ps->rb);
     else
         sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, acc,
                   (float *)((double *)acc + cols));
     if (keep_y) { /* combine_bwd's weight gradients need y */
-        free(h->y);
+        hcomm__moe_pool_put(h->pool, h->y);
         h->y = pairs;
         h->y_h = cols;
         h->y_dtype = ps->in->dtype;
         pairs = NULL;
     }
 done:
-    free(pairs);
+    hcomm__moe_pool_put(h->pool, pairs);
     free(acc);
     return res;
 }
@@ -1032,19 +1069,24 @@ static hcomm_result_t dispatch_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps)
 /* pairs from grad_out (copied for top-1, weighted for top-k), then forward to recv. */
 static hcomm_result_t combine_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) {
     char *pairs = NULL;
+    float *tmp = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
+    int64_t cols = ps->in->shape[1];
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
+        done);
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * sizeof(float) * (size_t)cols, (void **)&tmp), res,
+                    done);
     if (!h->topk)
-        for (int64_t p = 0; p < h->npair; p++)
-            memcpy(pairs + (size_t)p * ps->rb,
-                   (const char *)ps->in->data + (size_t)h->pair_slot[p] * ps->rb, ps->rb);
+        hcomm__moe_gather_rows(pairs, ps->in->data, h->pair_slot, h->npair, ps->rb);
     else
-        scale_to_pairs(h, ps->in->data, ps->in->dtype, ps->in->shape[1], pairs);
+        scale_to_pairs(h, ps->in->data, ps->in->dtype, cols, pairs, tmp);
     if (ps->grad_w)
-        weight_grads(h, ps->in->data, ps->grad_w);
+        weight_grads(h, ps->in->data, ps->grad_w, tmp, tmp + cols);
     res = route_pairs_fwd(ps->fn, h, pairs, ps->out->data, ps->rb);
 done:
-    free(pairs);
+    hcomm__moe_pool_put(h->pool, pairs);
+    free(tmp);
     return res;
 }
 

@@ -112,6 +112,7 @@ typedef enum {
     HCOMM__LAYER_P2P,
     HCOMM__LAYER_ALGO,
     HCOMM__LAYER_PRIMS,
+    HCOMM__LAYER_MOE, /* MoE scratch (src/prims/moe_pool.c) */
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
