@@ -39,6 +39,8 @@ struct hcomm_moe_handle {
     int64_t *slot_pair;      /* [n*k] pair of each slot; -1 empty or dropped */
     float *weights;          /* [n*k] copy of topk_weights (1 when none were given) */
     int64_t *dropped;        /* [size*num_local] this rank's dropped slots per expert */
+    int64_t *global_count;   /* [size*num_local] kept slots per expert over the group */
+    int64_t global_dropped;  /* dropped slots over the group */
     int64_t *recv_rows;      /* [size] distinct rows from each rank */
     int64_t *recv_off;       /* [size] first compacted distinct row from each rank */
     int64_t *rpair_rows;     /* [size] slots from each rank */
@@ -47,6 +49,7 @@ struct hcomm_moe_handle {
     int64_t *out_pair;       /* [r] raw slot of each expert-major row */
     int64_t *expert_off;     /* [num_local + 1] first row of each local expert */
     void *recv;              /* [r, h] received rows, expert-major */
+    hcomm_moe_plan_t *plan;  /* the plan whose buffer recv is and which owns the handle */
     void *y;                 /* [npair, y_h] the last combine's inputs, pair order */
     int64_t y_h;
     hcomm_dtype_t y_dtype;
@@ -54,8 +57,19 @@ struct hcomm_moe_handle {
 
 /* The meta row each rank sends each peer before the tokens move: its argument-check status
  * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
- * (so a disagreement is reported, not mis-delivered) and its counts for that peer. */
-enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_COUNTS };
+ * (so a disagreement is reported, not mis-delivered), the rows for that peer, its dropped
+ * slots and its kept slots for every expert (the peer's own experts say what arrives; all of
+ * them give every rank the global statistics without another collective). */
+enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_DROPPED, META_COUNTS };
+
+static int meta_width(const hcomm_moe_handle_t *h) {
+    return META_COUNTS + h->size * h->num_local;
+}
+
+/* Source row m's slots for this rank's local expert l. */
+static int64_t local_count(const hcomm_moe_handle_t *h, const int64_t *m, int l) {
+    return m[META_COUNTS + h->group->rank * h->num_local + l];
+}
 
 static int64_t *alloc_i64(size_t n) {
     return calloc(n ? n : 1, sizeof(int64_t));
@@ -206,7 +220,19 @@ typedef struct dispatch_args {
     bool topk, capacity_mode;
     double capacity_factor;
     int policy;
+    const hcomm_moe_plan_t *plan; /* preallocated mode: the limits every call is checked against */
 } dispatch_args_t;
+
+/* A preallocated dispatch: limits agreed by every rank at creation, one receive buffer of the
+ * worst case, one handle reused by every dispatch. */
+struct hcomm_moe_plan {
+    hcomm_comm_t *group;
+    hcomm_moe_plan_desc_t d;
+    int64_t capacity; /* from max_tokens_per_rank; -1 dropless */
+    int64_t max_rows; /* rows the buffer holds: the most any rank can receive */
+    void *recv;       /* [max_rows, hidden] */
+    hcomm_moe_handle_t *handle;
+};
 
 static hcomm_result_t check_options(const char *fn, const hcomm_moe_options_t *o) {
     if (o == NULL)
@@ -230,6 +256,21 @@ static hcomm_result_t check_weights(const char *fn, const float *w, int64_t n, i
     return HCOMM_OK;
 }
 
+/* A plan's call passes at most max_tokens_per_rank tokens of its hidden size and dtype. */
+static hcomm_result_t check_plan_tokens(const char *fn, const hcomm_moe_plan_t *pl,
+                                        const hcomm_tensor_t *t) {
+    if (t->shape[0] > pl->d.max_tokens_per_rank)
+        return hcomm__err(HCOMM_ERR_SHAPE, fn,
+                          "tokens->shape[0]=%lld exceeds the plan's max_tokens_per_rank=%lld",
+                          (long long)t->shape[0], (long long)pl->d.max_tokens_per_rank);
+    if (t->shape[1] != pl->d.hidden || t->dtype != pl->d.dtype)
+        return hcomm__err(HCOMM_ERR_SHAPE, fn,
+                          "tokens are %s [*, %lld], the plan was made for %s [*, %lld]",
+                          hcomm__dtype_str(t->dtype), (long long)t->shape[1],
+                          hcomm__dtype_str(pl->d.dtype), (long long)pl->d.hidden);
+    return HCOMM_OK;
+}
+
 static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_options_t *o) {
     const char *fn = a->fn;
     HCOMM__TRY(hcomm__tensor_check(fn, "tokens", a->tokens, NULL));
@@ -245,10 +286,14 @@ static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_o
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "k=%d, expected >= 1", a->k);
     HCOMM__TRY(check_ids(fn, a->ids, a->tokens->shape[0], a->k, a->num_experts, true));
     HCOMM__TRY(check_weights(fn, a->weights, a->tokens->shape[0], a->k));
+    if (a->plan != NULL)
+        return check_plan_tokens(fn, a->plan, a->tokens);
     return check_options(fn, o);
 }
 
 /* ---- the handle ---- */
+
+static void handle_release(hcomm_moe_handle_t *handle);
 
 static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t n, int k) {
     hcomm_moe_handle_t *h = calloc(1, sizeof *h);
@@ -277,31 +322,39 @@ static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t 
     h->rpair_off = alloc_i64(p);
     h->slot_pair = alloc_i64(slots);
     h->dropped = alloc_i64(p * (size_t)num_local);
+    h->global_count = alloc_i64(p * (size_t)num_local);
     h->expert_off = alloc_i64((size_t)num_local + 1);
     h->weights = malloc(sizeof(float) * (slots ? slots : 1));
     if (!h->send_rows || !h->send_off || !h->pair_rows || !h->pair_off || !h->recv_rows ||
         !h->recv_off || !h->rpair_rows || !h->rpair_off || !h->slot_pair || !h->dropped ||
-        !h->expert_off || !h->weights) {
-        hcomm_moe_handle_free(h);
+        !h->global_count || !h->expert_off || !h->weights) {
+        handle_release(h);
         return NULL;
     }
     return h;
 }
 
 hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
+    if (handle != NULL && handle->plan == NULL) /* a plan's handle lives as long as the plan */
+        handle_release(handle);
+    return HCOMM_OK;
+}
+
+static void handle_release(hcomm_moe_handle_t *handle) {
     if (handle == NULL)
-        return HCOMM_OK;
-    void *owned[] = {handle->send_rows, handle->send_off,  handle->send_tok,  handle->pair_rows,
-                     handle->pair_off,  handle->pair_slot, handle->slot_pair, handle->weights,
-                     handle->dropped,   handle->recv_rows, handle->recv_off,  handle->rpair_rows,
-                     handle->rpair_off, handle->rpair_row, handle->out_pair,  handle->expert_off};
+        return;
+    void *owned[] = {handle->send_rows,   handle->send_off,  handle->send_tok,  handle->pair_rows,
+                     handle->pair_off,    handle->pair_slot, handle->slot_pair, handle->weights,
+                     handle->dropped,     handle->recv_rows, handle->recv_off,  handle->rpair_rows,
+                     handle->rpair_off,   handle->rpair_row, handle->out_pair,  handle->expert_off,
+                     handle->global_count};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
-    hcomm__moe_pool_put(handle->pool, handle->recv);
+    if (handle->plan == NULL)
+        hcomm__moe_pool_put(handle->pool, handle->recv);
     hcomm__moe_pool_put(handle->pool, handle->y);
     hcomm__moe_pool_unref(handle->pool);
     free(handle);
-    return HCOMM_OK;
 }
 
 /* ---- moving rows ---- */
@@ -433,14 +486,13 @@ done:
 /* Counting pass: distinct rows and slots per rank, slots per (rank, local expert) in meta. */
 static void count_send(const hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t *keep,
                        int64_t *meta, int64_t *last) {
-    int w = META_COUNTS + h->num_local;
     for (int p = 0; p < h->size; p++)
         last[p] = -1;
     for (int64_t s = 0; s < h->n * h->k; s++) {
         if (!keep[s])
             continue;
         int p = ids[s] / h->num_local;
-        meta[p * w + META_COUNTS + ids[s] % h->num_local]++;
+        meta[META_COUNTS + ids[s]]++; /* row 0; dispatch copies it to the others */
         h->pair_rows[p]++;
         if (last[p] != s / h->k) {
             last[p] = s / h->k;
@@ -478,8 +530,8 @@ static void place_send(hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t 
     }
 }
 
-/* Routes this rank's tokens and fills the counts of the meta rows ([size][META_COUNTS +
- * num_local]); *hdr gets the headers of the sent rows. */
+/* Routes this rank's tokens and fills the per-expert counts of meta row 0; *hdr gets the
+ * headers of the sent rows. */
 static hcomm_result_t plan_send(const dispatch_args_t *a, hcomm_moe_handle_t *h, int64_t *meta,
                                 int32_t **hdr) {
     uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
@@ -514,7 +566,7 @@ done:
 /* Fails if a peer failed its checks or disagrees on the rows. */
 static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
                                   const int64_t *meta) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_STATUS] != HCOMM_OK)
@@ -536,7 +588,7 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
 /* The receive side from the peers' meta rows: row and slot counts per source, rows per local
  * expert and their offsets. */
 static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     HCOMM__TRY(check_peers(fn, h, meta));
     int64_t *per_expert = alloc_i64((size_t)h->num_local);
     if (per_expert == NULL)
@@ -545,9 +597,12 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
         const int64_t *m = meta + s * w;
         h->recv_rows[s] = m[META_ROWS];
         for (int l = 0; l < h->num_local; l++) {
-            h->rpair_rows[s] += m[META_COUNTS + l];
-            per_expert[l] += m[META_COUNTS + l];
+            h->rpair_rows[s] += local_count(h, m, l);
+            per_expert[l] += local_count(h, m, l);
         }
+        h->global_dropped += m[META_DROPPED];
+        for (int e = 0; e < h->size * h->num_local; e++)
+            h->global_count[e] += m[META_COUNTS + e];
     }
     exclusive_scan(h->recv_rows, h->recv_off, h->size);
     h->r = exclusive_scan(h->rpair_rows, h->rpair_off, h->size);
@@ -561,32 +616,18 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
     return HCOMM_OK;
 }
 
-/* Exchanges the meta rows: every rank gets one row from each peer. */
-static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const int64_t *send,
-                                    int64_t *recv) {
-    int64_t *ones = alloc_i64((size_t)h->size), *off = alloc_i64((size_t)h->size);
-    hcomm_result_t res = HCOMM_OK;
-    if (ones == NULL || off == NULL) {
-        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d counts", h->size);
-        goto done;
-    }
-    for (int p = 0; p < h->size; p++) {
-        ones[p] = 1;
-        off[p] = p;
-    }
-    res = exchange_rows(fn, h->group, send, ones, off, recv, ones, off,
-                        (size_t)(META_COUNTS + h->num_local) * sizeof(int64_t));
-done:
-    free(ones);
-    free(off);
-    return res;
+/* Exchanges the meta rows: every rank gets one row from each peer. The call's signature rides
+ * in these messages, so no agreement runs before them (hcomm__coll_all_to_all_checked). */
+static hcomm_result_t exchange_meta(hcomm_moe_handle_t *h, const int64_t *send, int64_t *recv) {
+    return hcomm__coll_all_to_all_checked(h->group, send, recv,
+                                          (size_t)meta_width(h) * sizeof(int64_t));
 }
 
 /* Byte counts and offsets of the first token exchange: each peer's rows, then their headers
  * (the peer's k int32 each). v is [4][size]: send counts, send offsets, recv counts, recv. */
 static void token_bytes(const hcomm_moe_handle_t *h, const int64_t *meta, size_t rb, size_t *v) {
     size_t p = (size_t)h->size, soff = 0, roff = 0;
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     for (size_t i = 0; i < p; i++) {
         v[i] = (size_t)h->send_rows[i] * (rb + sizeof(int32_t) * (size_t)h->k);
         v[p + i] = soff;
@@ -634,7 +675,7 @@ static hcomm_result_t expand_source(const char *fn, hcomm_moe_handle_t *h, int s
 /* Expert-major placement of every source's rows: local expert, then source, then token. */
 static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
                                  const char *raw, const size_t *roff, size_t rb) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     int64_t *next = alloc_i64((size_t)h->num_local);
     hcomm_result_t res = HCOMM_OK;
     if (next == NULL)
@@ -644,7 +685,7 @@ static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const in
         for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
             next[l] = h->expert_off[l];
             for (int s2 = 0; s2 < s; s2++)
-                next[l] += meta[s2 * w + META_COUNTS + l];
+                next[l] += local_count(h, meta + s2 * w, l);
         }
         res = expand_source(fn, h, s, (int)meta[s * w + META_K], raw + roff[s], rb, next, &q);
     }
@@ -666,10 +707,17 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
                     done);
     HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
                     res, done);
-    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
+    if (h->plan == NULL)
+        HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
+    else if (h->r > h->plan->max_rows) /* the plan's own limits make this impossible */
+        HCOMM__TRY_GOTO(hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
+                                   (long long)h->r, (long long)h->plan->max_rows),
+                        res, done);
     pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
-    HCOMM__TRY_GOTO(hcomm__coll_all_to_allv(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p),
-                    res, done);
+    /* The count exchange proved that every rank is in this dispatch with these counts. */
+    HCOMM__TRY_GOTO(
+        hcomm__coll_all_to_allv_agreed(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p), res,
+        done);
     res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
 done:
     free(v);
@@ -682,7 +730,7 @@ done:
  * this rank's check result, which every peer learns from the count exchange. */
 static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
                                hcomm_result_t local) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     int64_t *meta_send = alloc_i64((size_t)(h->size * w)),
             *meta_recv = alloc_i64((size_t)(h->size * w));
     int32_t *hdr = NULL;
@@ -702,8 +750,14 @@ static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
         m[META_DTYPE] = h->dtype;
         m[META_K] = h->k;
         m[META_ROWS] = h->send_rows[p];
+        m[META_DROPPED] = 0;
+        for (int e = 0; e < h->size * h->num_local; e++)
+            m[META_DROPPED] += h->dropped[e];
+        if (p > 0)
+            memcpy(m + META_COUNTS, meta_send + META_COUNTS,
+                   sizeof(int64_t) * (size_t)(h->size * h->num_local));
     }
-    HCOMM__TRY_GOTO(exchange_meta(a->fn, h, meta_send, meta_recv), res, done);
+    HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
@@ -733,6 +787,11 @@ static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
     if (h == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the routing handle");
     h->topk = a->topk;
+    if (a->plan != NULL) { /* its buffer, its capacity: no all_reduce of the largest T */
+        h->plan = (hcomm_moe_plan_t *)a->plan;
+        h->recv = a->plan->recv;
+        h->capacity = a->plan->capacity;
+    }
     h->h = ok ? a->tokens->shape[1] : 0;
     h->dtype = ok ? a->tokens->dtype : HCOMM_F32;
     for (int64_t s = 0; s < h->n * h->k; s++)
@@ -740,7 +799,7 @@ static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
     hcomm__enter(g, a->fn);
     hcomm_result_t res = hcomm__leave(g, dispatch(a, h, local));
     if (res != HCOMM_OK) {
-        hcomm_moe_handle_free(h);
+        handle_release(h);
         return res;
     }
     *out = h;
@@ -780,6 +839,159 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
     return dispatch_call(ep_group, &a, options, handle);
 }
 
+/* ---- preallocated plans ---- */
+
+/* The row each rank contributes to the creation check: its own check status, then the fields
+ * every rank must agree on. */
+enum { PL_STATUS, PL_MAX_T, PL_HIDDEN, PL_K, PL_E, PL_DTYPE, PL_CF, PL_POLICY, PL_FIELDS };
+static const char *const pl_names[PL_FIELDS] = {
+    "",      "max_tokens_per_rank", "hidden",     "k", "num_experts",
+    "dtype", "capacity_factor",     "drop_policy"};
+
+static hcomm_result_t check_plan_desc(const char *fn, const hcomm_moe_plan_desc_t *d, int size) {
+    if (d->max_tokens_per_rank < 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "desc->max_tokens_per_rank=%lld, expected >= 0",
+                          (long long)d->max_tokens_per_rank);
+    if (d->hidden < 1)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "desc->hidden=%lld, expected >= 1",
+                          (long long)d->hidden);
+    if (!hcomm__dtype_valid(d->dtype))
+        return hcomm__err(HCOMM_ERR_DTYPE, fn, "desc->dtype=%d is not a hcomm dtype",
+                          (int)d->dtype);
+    hcomm_moe_options_t o = {d->capacity_factor, d->drop_policy};
+    HCOMM__TRY(check_options(fn, &o));
+    return check_layout_args(fn, 0, d->k, d->num_experts, size);
+}
+
+static void plan_row(const hcomm_moe_plan_desc_t *d, hcomm_result_t status, int64_t *row) {
+    memset(row, 0, sizeof(int64_t) * PL_FIELDS);
+    row[PL_STATUS] = status;
+    if (d == NULL)
+        return;
+    int64_t cf;
+    memcpy(&cf, &d->capacity_factor, sizeof cf);
+    int64_t v[PL_FIELDS] = {status, d->max_tokens_per_rank, d->hidden,
+                            d->k,   d->num_experts,         d->dtype,
+                            cf,     d->drop_policy};
+    memcpy(row, v, sizeof v);
+}
+
+static void field_text(int f, int64_t v, char *buf, size_t cap) {
+    double cf;
+    memcpy(&cf, &v, sizeof cf);
+    if (f == PL_DTYPE)
+        snprintf(buf, cap, "%s", hcomm__dtype_str((hcomm_dtype_t)v));
+    else if (f == PL_CF)
+        snprintf(buf, cap, "%g", cf);
+    else
+        snprintf(buf, cap, "%lld", (long long)v);
+}
+
+/* Every rank sees every row, so every rank reaches the same verdict and the same message. */
+static hcomm_result_t plan_verdict(const char *fn, const int64_t *rows, int size, int me) {
+    for (int r = 0; r < size; r++)
+        if (r != me && rows[r * PL_FIELDS + PL_STATUS] != HCOMM_OK)
+            return hcomm__err(HCOMM_ERR_PEER, fn, "rank %d of ep_group failed its checks with %s",
+                              r, hcomm_result_name((hcomm_result_t)rows[r * PL_FIELDS]));
+    for (int f = PL_MAX_T; f < PL_FIELDS; f++)
+        for (int r = 1; r < size; r++)
+            if (rows[r * PL_FIELDS + f] != rows[f]) {
+                char a[32], b[32];
+                field_text(f, rows[f], a, sizeof a);
+                field_text(f, rows[r * PL_FIELDS + f], b, sizeof b);
+                return hcomm__err(HCOMM_ERR_MISMATCH, fn, "%s=%s on rank 0 but %s=%s on rank %d",
+                                  pl_names[f], a, pl_names[f], b, r);
+            }
+    return HCOMM_OK;
+}
+
+/* The worst case of one rank's receive: every slot of every source to its experts, or each
+ * source's capacity for each of its experts. */
+static hcomm_result_t plan_buffer(const char *fn, hcomm_moe_plan_t *pl) {
+    const hcomm_moe_plan_desc_t *d = &pl->d;
+    int size = pl->group->size, num_local = d->num_experts / size;
+    pl->capacity = -1;
+    if (d->capacity_factor > 0) {
+        double cap =
+            ceil((double)d->max_tokens_per_rank * d->k / d->num_experts * d->capacity_factor);
+        int64_t all = d->max_tokens_per_rank * d->k;
+        pl->capacity = cap < (double)all ? (int64_t)cap : all;
+    }
+    pl->max_rows = (int64_t)size * d->max_tokens_per_rank * d->k;
+    if (pl->capacity >= 0 && (int64_t)size * num_local * pl->capacity < pl->max_rows)
+        pl->max_rows = (int64_t)size * num_local * pl->capacity;
+    return hcomm__alloc(fn, (size_t)pl->max_rows * (size_t)d->hidden * hcomm__dtype_size(d->dtype),
+                        &pl->recv);
+}
+
+hcomm_result_t hcomm_moe_plan_create(hcomm_comm_t *ep_group, const hcomm_moe_plan_desc_t *desc,
+                                     hcomm_moe_plan_t **plan) {
+    HCOMM__CHECK_NULL(plan);
+    *plan = NULL;
+    HCOMM__CHECK_NULL(ep_group);
+    int size = ep_group->size;
+    hcomm_result_t local = desc == NULL
+                               ? hcomm__err(HCOMM_ERR_NULL, __func__, "argument 'desc' is NULL")
+                               : check_plan_desc(__func__, desc, size);
+    int64_t mine[PL_FIELDS], *rows = malloc(sizeof(int64_t) * PL_FIELDS * (size_t)size);
+    hcomm_moe_plan_t *pl = calloc(1, sizeof *pl);
+    if (rows == NULL || pl == NULL) {
+        free(rows);
+        free(pl);
+        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for the plan");
+    }
+    plan_row(desc, local, mine);
+    hcomm__enter(ep_group, __func__);
+    hcomm_result_t res = hcomm__coll_all_gather(ep_group, mine, rows, sizeof mine);
+    if (res == HCOMM_OK)
+        res = local != HCOMM_OK ? local : plan_verdict(__func__, rows, size, ep_group->rank);
+    res = hcomm__leave(ep_group, res);
+    free(rows);
+    if (res == HCOMM_OK) {
+        pl->group = ep_group;
+        pl->d = *desc;
+        res = plan_buffer(__func__, pl);
+    }
+    if (res != HCOMM_OK) {
+        hcomm_moe_plan_free(pl);
+        return res;
+    }
+    *plan = pl;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_plan_dispatch(hcomm_moe_plan_t *plan, const hcomm_tensor_t *tokens,
+                                       const int32_t *topk_ids, const float *topk_weights,
+                                       hcomm_moe_handle_t **handle) {
+    HCOMM__CHECK_NULL(handle);
+    *handle = NULL;
+    HCOMM__CHECK_NULL(plan);
+    handle_release(plan->handle); /* its buffer is the one this dispatch fills */
+    plan->handle = NULL;
+    dispatch_args_t a = {.fn = __func__,
+                         .tokens = tokens,
+                         .ids = topk_ids,
+                         .weights = topk_weights,
+                         .k = plan->d.k,
+                         .num_experts = plan->d.num_experts,
+                         .topk = true,
+                         .policy = (int)plan->d.drop_policy,
+                         .plan = plan};
+    HCOMM__TRY(dispatch_call(plan->group, &a, NULL, handle));
+    plan->handle = *handle;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_plan_free(hcomm_moe_plan_t *plan) {
+    if (plan == NULL)
+        return HCOMM_OK;
+    handle_release(plan->handle);
+    free(plan->recv);
+    free(plan);
+    return HCOMM_OK;
+}
+
 /* ---- reading the handle ---- */
 
 hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle, hcomm_tensor_t *recv,
@@ -814,6 +1026,24 @@ hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle, int64_t *drop
         *total = sum;
     if (capacity)
         *capacity = handle->capacity;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle, int64_t *tokens_per_expert,
+                               double *imbalance, int64_t *dropped) {
+    HCOMM__CHECK_NULL(handle);
+    int e_all = handle->size * handle->num_local;
+    int64_t sum = 0, max = 0;
+    for (int e = 0; e < e_all; e++) {
+        sum += handle->global_count[e];
+        max = handle->global_count[e] > max ? handle->global_count[e] : max;
+    }
+    if (tokens_per_expert)
+        memcpy(tokens_per_expert, handle->global_count, sizeof(int64_t) * (size_t)e_all);
+    if (imbalance) /* max / mean, mean = sum / E */
+        *imbalance = sum > 0 ? (double)max * e_all / (double)sum : 0.0;
+    if (dropped)
+        *dropped = handle->global_dropped;
     return HCOMM_OK;
 }
 
