@@ -282,10 +282,98 @@ static void test_plan_dispatch(hcomm_comm_t *g) {
     }
 }
 
+static bool zero_row(const char *row, size_t rb) {
+    for (size_t i = 0; i < rb; i++)
+        if (row[i])
+            return false;
+    return true;
+}
+
+/* Pad-to-capacity: R = E * capacity rows, [local expert][source][capacity]; without its zero
+ * rows the same rows as the plan without padding; combine and both backward passes give the
+ * same bits; one collective call per dispatch. Both drop policies, T = 0 on rank 1. */
+static void test_plan_pad(hcomm_comm_t *g) {
+    int p = t_size(g), rank = t_rank(g);
+    rt_case_t c = {2, 2 * p, 8, 4, HCOMM_F32, true};
+    size_t rb = (size_t)c.h * 4;
+    for (int pol = 0; pol <= 1; pol++) {
+        batch_t b = make_batch(&c, rank);
+        for (int64_t i = 0; i < b.n * c.k; i++) /* distinct weights for the probs policy */
+            b.w[i] = ldexpf(1.0f, -(int)(mix((uint32_t)(rank * 1000 + i)) % 4));
+        hcomm_moe_plan_desc_t d = {8, c.h, c.k, c.e_all, c.dt, 0.5, (hcomm_moe_drop_t)pol, 0};
+        hcomm_moe_plan_t *plain = NULL, *padded = NULL;
+        hcomm_moe_handle_t *h1 = NULL, *h2 = NULL;
+        T_OK(hcomm_moe_plan_create(g, &d, &plain));
+        d.pad_to_capacity = 1;
+        T_OK(hcomm_moe_plan_create(g, &d, &padded));
+        T_OK(hcomm_moe_plan_dispatch(plain, &b.x, b.ids, b.w, &h1));
+        uint64_t c0, a0, c1, a1;
+        hcomm__coll_counts(g, &c0, &a0);
+        T_OK(hcomm_moe_plan_dispatch(padded, &b.x, b.ids, b.w, &h2));
+        hcomm__coll_counts(g, &c1, &a1);
+        T_CHECK(c1 - c0 == 1 && a1 == a0, "a padded dispatch made %llu calls, %llu agreements",
+                (unsigned long long)(c1 - c0), (unsigned long long)(a1 - a0));
+        if (h1 == NULL || h2 == NULL)
+            goto next;
+        hcomm_tensor_t r1, r2;
+        int64_t cap = -1, tpe[64], off[65], d1 = -1, d2 = -2;
+        T_OK(hcomm_moe_received(h1, &r1, NULL));
+        T_OK(hcomm_moe_received(h2, &r2, tpe));
+        T_OK(hcomm_moe_expert_offsets(h2, off));
+        T_OK(hcomm_moe_dropped(h2, NULL, NULL, &cap));
+        T_EQ_INT(cap, (int64_t)ceil(8.0 * c.k / c.e_all * 0.5));
+        T_EQ_INT(r2.shape[0], c.e_all * cap);
+        T_EQ_INT(tpe[0], p * cap);
+        T_EQ_INT(off[1], p * cap);
+        int64_t kept = 0;
+        bool same = true;
+        for (int64_t i = 0; i < r2.shape[0]; i++) {
+            const char *row = (const char *)r2.data + (size_t)i * rb;
+            if (zero_row(row, rb))
+                continue;
+            same &= kept < r1.shape[0] && !memcmp(row, (char *)r1.data + (size_t)kept * rb, rb);
+            kept++;
+        }
+        T_CHECK(same && kept == r1.shape[0], "padded rows (%lld kept) differ from the plain %lld",
+                (long long)kept, (long long)r1.shape[0]);
+        T_OK(hcomm_moe_stats(h1, NULL, NULL, &d1));
+        T_OK(hcomm_moe_stats(h2, NULL, NULL, &d2));
+        T_EQ_INT(d1, d2);
+        hcomm_tensor_t o1 = make2(c.dt, b.n, c.h), o2 = make2(c.dt, b.n, c.h);
+        T_OK(hcomm_moe_combine_topk(h1, &r1, &o1));
+        T_OK(hcomm_moe_combine_topk(h2, &r2, &o2));
+        T_CHECK(!memcmp(o1.data, o2.data, (size_t)b.n * rb), "padded combine differs");
+        T_OK(hcomm_moe_dispatch_topk_bwd(h1, &r1, &o1));
+        T_OK(hcomm_moe_dispatch_topk_bwd(h2, &r2, &o2));
+        T_CHECK(!memcmp(o1.data, o2.data, (size_t)b.n * rb), "padded dispatch_topk_bwd differs");
+        hcomm_tensor_t g1 = make2(c.dt, r1.shape[0], c.h), g2 = make2(c.dt, r2.shape[0], c.h);
+        float *w1 = calloc((size_t)(b.n * c.k + 1), 4), *w2 = calloc((size_t)(b.n * c.k + 1), 4);
+        T_OK(hcomm_moe_combine_topk_bwd(h1, &b.x, &g1, w1));
+        T_OK(hcomm_moe_combine_topk_bwd(h2, &b.x, &g2, w2));
+        T_CHECK(!memcmp(w1, w2, sizeof(float) * (size_t)(b.n * c.k)), "padded grad_weights differ");
+        T_OK(hcomm_moe_redispatch(h2, &b.x, &g2));
+        T_CHECK(!memcmp(g2.data, r2.data, (size_t)r2.shape[0] * rb), "padded redispatch differs");
+        free(w1);
+        free(w2);
+        free(g1.data);
+        free(g2.data);
+        free(o1.data);
+        free(o2.data);
+    next:
+        T_OK(hcomm_moe_plan_free(plain));
+        T_OK(hcomm_moe_plan_free(padded));
+        free_batch(&b);
+    }
+    hcomm_moe_plan_desc_t bad = {8, 4, 2, 2 * p, HCOMM_F32, 0, HCOMM_MOE_DROP_POSITION, 1};
+    hcomm_moe_plan_t *pl = NULL;
+    T_ERR(hcomm_moe_plan_create(g, &bad, &pl), HCOMM_ERR_INVALID_ARG);
+    expect_text("desc->pad_to_capacity=1 needs desc->capacity_factor > 0");
+}
+
 /* Ranks that disagree on a field all fail, naming it, both values and both ranks. */
 static void test_plan_mismatch(hcomm_comm_t *g) {
     int p = t_size(g), rank = t_rank(g);
-    hcomm_moe_plan_desc_t d = {4, 8, 2, 2 * p, HCOMM_BF16, 0, HCOMM_MOE_DROP_POSITION};
+    hcomm_moe_plan_desc_t d = {4, 8, 2, 2 * p, HCOMM_BF16, 0, HCOMM_MOE_DROP_POSITION, 0};
     hcomm_moe_plan_t *pl = NULL;
     char want[160];
     if (p > 1) {
@@ -327,6 +415,7 @@ static hcomm_result_t moe_world(hcomm_comm_t *world, void *arg) {
     test_capacity_stats(world);
     test_plan_dispatch(world);
     test_plan_mismatch(world);
+    test_plan_pad(world);
     return HCOMM_OK;
 }
 

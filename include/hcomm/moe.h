@@ -207,6 +207,13 @@ typedef struct hcomm_moe_plan_desc {
      *  capacity_factor), max_tokens_per_rank * k) slots per expert and source rank. */
     double capacity_factor;
     hcomm_moe_drop_t drop_policy; /**< which slots to keep past capacity */
+    /** Non-zero: pad-to-capacity (GShard's static shapes; needs capacity_factor > 0). Every
+     *  local expert receives exactly capacity rows from every rank, R = E / P * P * capacity
+     *  rows [local expert][source rank][capacity], the kept slots first (token, then slot
+     *  order) and zero rows after them; no count exchange: a dispatch is one all_to_all of
+     *  fixed blocks that carry the checks and statistics too. Combine ignores padding rows;
+     *  the backward passes take and give [R, H'] with zeros in them. */
+    int pad_to_capacity;
 } hcomm_moe_plan_desc_t;
 
 /** Preallocated dispatch state. Opaque. */

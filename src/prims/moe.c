@@ -27,6 +27,7 @@ struct hcomm_moe_handle {
     hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
     int size, num_local, k;  /* EP group size, experts per rank, slots per token */
     bool topk;               /* false: the top-1 calls, whose passes copy rows of any dtype */
+    bool pad;                /* pad-to-capacity: every (expert, source) block has capacity rows */
     int64_t n, r, h, npair;  /* tokens, rows received, row width, slots sent */
     int64_t capacity;        /* per expert and source rank; -1 dropless */
     hcomm_dtype_t dtype;     /* of the dispatched tokens */
@@ -585,6 +586,13 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
     return HCOMM_OK;
 }
 
+/* The group's statistics: the sum of every source's counts and drops. */
+static void add_stats(hcomm_moe_handle_t *h, const int64_t *m) {
+    h->global_dropped += m[META_DROPPED];
+    for (int e = 0; e < h->size * h->num_local; e++)
+        h->global_count[e] += m[META_COUNTS + e];
+}
+
 /* The receive side from the peers' meta rows: row and slot counts per source, rows per local
  * expert and their offsets. */
 static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
@@ -600,9 +608,7 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
             h->rpair_rows[s] += local_count(h, m, l);
             per_expert[l] += local_count(h, m, l);
         }
-        h->global_dropped += m[META_DROPPED];
-        for (int e = 0; e < h->size * h->num_local; e++)
-            h->global_count[e] += m[META_COUNTS + e];
+        add_stats(h, m);
     }
     exclusive_scan(h->recv_rows, h->recv_off, h->size);
     h->r = exclusive_scan(h->rpair_rows, h->rpair_off, h->size);
@@ -726,10 +732,148 @@ done:
     return res;
 }
 
+/* Fills the meta row for each peer (row p at meta + p * w; row 0's counts are filled). */
+static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t *meta, int w) {
+    for (int p = 0; p < h->size; p++) {
+        int64_t *m = meta + p * w;
+        m[META_STATUS] = local;
+        m[META_H] = h->h;
+        m[META_DTYPE] = h->dtype;
+        m[META_K] = h->k;
+        m[META_ROWS] = h->send_rows[p];
+        m[META_DROPPED] = 0;
+        for (int e = 0; e < h->size * h->num_local; e++)
+            m[META_DROPPED] += h->dropped[e];
+        if (p > 0)
+            memcpy(m + META_COUNTS, meta + META_COUNTS,
+                   sizeof(int64_t) * (size_t)(h->size * h->num_local));
+    }
+}
+
+/* ---- pad-to-capacity: static shapes, no count exchange ----
+ * Each rank sends each peer one block of fixed size: its meta row (checks and statistics ride
+ * here), then capacity rows for each of the peer's experts, the kept slots in token order and
+ * zeros after them. Pairs are those rows (pair e * capacity + c: expert e, position c; slot -1
+ * for padding); received rows are [local expert][source][capacity]. */
+
+/* Places this rank's kept slots into the pair rows of their expert; meta row 0 gets the
+ * counts per expert. */
+static hcomm_result_t pad_layout(const dispatch_args_t *a, hcomm_moe_handle_t *h, int64_t *meta) {
+    uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
+    if (keep == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the layout");
+    hcomm_result_t res = mark_kept(a, h, keep);
+    for (int64_t s = 0; res == HCOMM_OK && s < h->n * h->k; s++) {
+        h->slot_pair[s] = -1;
+        if (!keep[s])
+            continue;
+        int64_t e = a->ids[s], q = e * h->capacity + meta[META_COUNTS + e]++;
+        h->pair_slot[q] = s;
+        h->slot_pair[s] = q;
+    }
+    free(keep);
+    return res;
+}
+
+/* Sets the fixed layout both sides know without exchanging counts. */
+static void pad_routes(hcomm_moe_handle_t *h) {
+    int64_t block = h->num_local * h->capacity;
+    for (int p = 0; p < h->size; p++) {
+        h->pair_rows[p] = h->rpair_rows[p] = block;
+        h->pair_off[p] = h->rpair_off[p] = p * block;
+    }
+    h->r = h->npair = h->size * block;
+    for (int l = 0; l <= h->num_local; l++)
+        h->expert_off[l] = (int64_t)l * h->size * h->capacity;
+    for (int l = 0; l < h->num_local; l++)
+        for (int s = 0; s < h->size; s++)
+            for (int64_t c = 0; c < h->capacity; c++)
+                h->out_pair[(l * h->size + s) * h->capacity + c] = s * block + l * h->capacity + c;
+}
+
+/* Packs each peer's block: meta row, then its pair rows (zeros for padding). */
+static void pad_pack(const hcomm_moe_handle_t *h, const void *tokens, const int64_t *meta, int w,
+                     size_t rb, size_t block_bytes, char *buf) {
+    for (int p = 0; p < h->size; p++) {
+        char *dst = buf + (size_t)p * block_bytes;
+        memcpy(dst, meta + p * w, sizeof(int64_t) * (size_t)w);
+        dst += sizeof(int64_t) * (size_t)w;
+        for (int64_t i = 0; i < h->pair_rows[p]; i++) {
+            int64_t s = h->pair_slot[h->pair_off[p] + i];
+            if (s < 0)
+                memset(dst + (size_t)i * rb, 0, rb);
+            else
+                memcpy(dst + (size_t)i * rb, (const char *)tokens + (size_t)(s / h->k) * rb, rb);
+        }
+    }
+}
+
+/* Reads every source's meta row from its block, then its rows into [expert][source][cap]. */
+static hcomm_result_t pad_unpack(const char *fn, hcomm_moe_handle_t *h, const char *buf, int w,
+                                 size_t rb, size_t block_bytes) {
+    int64_t *meta = alloc_i64((size_t)(h->size * w));
+    if (meta == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+    for (int s = 0; s < h->size; s++)
+        memcpy(meta + s * w, buf + (size_t)s * block_bytes, sizeof(int64_t) * (size_t)w);
+    hcomm_result_t res = check_peers(fn, h, meta);
+    for (int s = 0; res == HCOMM_OK && s < h->size; s++) {
+        add_stats(h, meta + s * w);
+        const char *rows = buf + (size_t)s * block_bytes + sizeof(int64_t) * (size_t)w;
+        for (int l = 0; l < h->num_local; l++) /* one block copy per (expert, source) */
+            memcpy((char *)h->recv + (size_t)((l * h->size + s) * h->capacity) * rb,
+                   rows + (size_t)(l * h->capacity) * rb, (size_t)h->capacity * rb);
+    }
+    free(meta);
+    return res;
+}
+
+/* The padded dispatch: one all_to_all of fixed blocks. */
+static hcomm_result_t dispatch_padded(const dispatch_args_t *a, hcomm_moe_handle_t *h,
+                                      hcomm_result_t local) {
+    int w = meta_width(h);
+    size_t rb = (size_t)h->plan->d.hidden * hcomm__dtype_size(h->plan->d.dtype),
+           block_bytes = sizeof(int64_t) * (size_t)w + (size_t)(h->num_local * h->capacity) * rb;
+    int64_t npair = h->size * h->num_local * h->capacity;
+    int64_t *meta = alloc_i64((size_t)(h->size * w));
+    char *sbuf = NULL, *rbuf = NULL;
+    hcomm_result_t res = HCOMM_OK;
+    h->pair_slot = alloc_i64((size_t)npair);
+    h->out_pair = alloc_i64((size_t)npair);
+    if (!meta || !h->pair_slot || !h->out_pair) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for %lld padded rows",
+                         (long long)npair);
+        goto done;
+    }
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, a->fn, block_bytes * (size_t)h->size, (void **)&sbuf), res,
+        done);
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, a->fn, block_bytes * (size_t)h->size, (void **)&rbuf), res,
+        done);
+    memset(h->pair_slot, 0xff, sizeof(int64_t) * (size_t)npair); /* every pair padding */
+    pad_routes(h);
+    if (local == HCOMM_OK)
+        local = pad_layout(a, h, meta);
+    fill_meta(h, local, meta, w);
+    for (int p = 0; p < h->size; p++)
+        meta[p * w + META_ROWS] = h->pair_rows[p];
+    pad_pack(h, local == HCOMM_OK ? a->tokens->data : NULL, meta, w, rb, block_bytes, sbuf);
+    HCOMM__TRY_GOTO(hcomm__coll_all_to_all_checked(h->group, sbuf, rbuf, block_bytes), res, done);
+    res = local != HCOMM_OK ? local : pad_unpack(a->fn, h, rbuf, w, rb, block_bytes);
+done:
+    free(meta);
+    hcomm__moe_pool_put(h->pool, sbuf);
+    hcomm__moe_pool_put(h->pool, rbuf);
+    return res;
+}
+
 /* The collective part of dispatch once the group and num_experts are known good; local is
  * this rank's check result, which every peer learns from the count exchange. */
 static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
                                hcomm_result_t local) {
+    if (h->pad)
+        return dispatch_padded(a, h, local);
     int w = meta_width(h);
     int64_t *meta_send = alloc_i64((size_t)(h->size * w)),
             *meta_recv = alloc_i64((size_t)(h->size * w));
@@ -743,20 +887,7 @@ static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
         HCOMM__TRY_GOTO(find_capacity(a, h), res, done);
     if (local == HCOMM_OK)
         local = plan_send(a, h, meta_send, &hdr);
-    for (int p = 0; p < h->size; p++) {
-        int64_t *m = meta_send + p * w;
-        m[META_STATUS] = local;
-        m[META_H] = h->h;
-        m[META_DTYPE] = h->dtype;
-        m[META_K] = h->k;
-        m[META_ROWS] = h->send_rows[p];
-        m[META_DROPPED] = 0;
-        for (int e = 0; e < h->size * h->num_local; e++)
-            m[META_DROPPED] += h->dropped[e];
-        if (p > 0)
-            memcpy(m + META_COUNTS, meta_send + META_COUNTS,
-                   sizeof(int64_t) * (size_t)(h->size * h->num_local));
-    }
+    fill_meta(h, local, meta_send, w);
     HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
@@ -791,6 +922,7 @@ static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
         h->plan = (hcomm_moe_plan_t *)a->plan;
         h->recv = a->plan->recv;
         h->capacity = a->plan->capacity;
+        h->pad = a->plan->d.pad_to_capacity != 0;
     }
     h->h = ok ? a->tokens->shape[1] : 0;
     h->dtype = ok ? a->tokens->dtype : HCOMM_F32;
@@ -843,10 +975,16 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
 
 /* The row each rank contributes to the creation check: its own check status, then the fields
  * every rank must agree on. */
-enum { PL_STATUS, PL_MAX_T, PL_HIDDEN, PL_K, PL_E, PL_DTYPE, PL_CF, PL_POLICY, PL_FIELDS };
-static const char *const pl_names[PL_FIELDS] = {
-    "",      "max_tokens_per_rank", "hidden",     "k", "num_experts",
-    "dtype", "capacity_factor",     "drop_policy"};
+enum { PL_STATUS, PL_MAX_T, PL_HIDDEN, PL_K, PL_E, PL_DTYPE, PL_CF, PL_POLICY, PL_PAD, PL_FIELDS };
+static const char *const pl_names[PL_FIELDS] = {"",
+                                                "max_tokens_per_rank",
+                                                "hidden",
+                                                "k",
+                                                "num_experts",
+                                                "dtype",
+                                                "capacity_factor",
+                                                "drop_policy",
+                                                "pad_to_capacity"};
 
 static hcomm_result_t check_plan_desc(const char *fn, const hcomm_moe_plan_desc_t *d, int size) {
     if (d->max_tokens_per_rank < 0)
@@ -861,6 +999,10 @@ static hcomm_result_t check_plan_desc(const char *fn, const hcomm_moe_plan_desc_
                           (int)d->dtype);
     hcomm_moe_options_t o = {d->capacity_factor, d->drop_policy};
     HCOMM__TRY(check_options(fn, &o));
+    if (d->pad_to_capacity && !(d->capacity_factor > 0))
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "desc->pad_to_capacity=%d needs desc->capacity_factor > 0 (it is %g)",
+                          d->pad_to_capacity, d->capacity_factor);
     return check_layout_args(fn, 0, d->k, d->num_experts, size);
 }
 
@@ -873,7 +1015,7 @@ static void plan_row(const hcomm_moe_plan_desc_t *d, hcomm_result_t status, int6
     memcpy(&cf, &d->capacity_factor, sizeof cf);
     int64_t v[PL_FIELDS] = {status, d->max_tokens_per_rank, d->hidden,
                             d->k,   d->num_experts,         d->dtype,
-                            cf,     d->drop_policy};
+                            cf,     d->drop_policy,         d->pad_to_capacity};
     memcpy(row, v, sizeof v);
 }
 
@@ -919,8 +1061,9 @@ static hcomm_result_t plan_buffer(const char *fn, hcomm_moe_plan_t *pl) {
         pl->capacity = cap < (double)all ? (int64_t)cap : all;
     }
     pl->max_rows = (int64_t)size * d->max_tokens_per_rank * d->k;
-    if (pl->capacity >= 0 && (int64_t)size * num_local * pl->capacity < pl->max_rows)
-        pl->max_rows = (int64_t)size * num_local * pl->capacity;
+    if (pl->capacity >= 0 &&
+        (d->pad_to_capacity || (int64_t)size * num_local * pl->capacity < pl->max_rows))
+        pl->max_rows = (int64_t)size * num_local * pl->capacity; /* padded: exactly this */
     return hcomm__alloc(fn, (size_t)pl->max_rows * (size_t)d->hidden * hcomm__dtype_size(d->dtype),
                         &pl->recv);
 }
@@ -1155,8 +1298,12 @@ static void scale_to_pairs(const hcomm_moe_handle_t *h, const char *grad_out, hc
     size_t rb = (size_t)cols * hcomm__dtype_size(dt);
     for (int64_t p = 0; p < h->npair; p++) {
         int64_t s = h->pair_slot[p];
-        const char *src = grad_out + (size_t)(s / h->k) * rb;
         char *dst = pairs + (size_t)p * rb;
+        if (s < 0) { /* a padding row */
+            memset(dst, 0, rb);
+            continue;
+        }
+        const char *src = grad_out + (size_t)(s / h->k) * rb;
         float w = h->weights[s];
         if (dt == HCOMM_F64) {
             for (int64_t c = 0; c < cols; c++) {
@@ -1321,7 +1468,25 @@ done:
 }
 
 static hcomm_result_t redispatch_body(hcomm_moe_handle_t *h, const pass_t *ps) {
-    return route_tokens(ps->fn, h, ps->in->data, ps->out->data, ps->rb);
+    if (!h->pad)
+        return route_tokens(ps->fn, h, ps->in->data, ps->out->data, ps->rb);
+    char *pairs = NULL; /* padded: every pair row travels, zeros for padding */
+    hcomm_result_t res;
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
+        done);
+    for (int64_t p = 0; p < h->npair; p++) {
+        int64_t s = h->pair_slot[p];
+        if (s < 0)
+            memset(pairs + (size_t)p * ps->rb, 0, ps->rb);
+        else
+            memcpy(pairs + (size_t)p * ps->rb,
+                   (const char *)ps->in->data + (size_t)(s / h->k) * ps->rb, ps->rb);
+    }
+    res = route_pairs_fwd(ps->fn, h, pairs, ps->out->data, ps->rb);
+done:
+    hcomm__moe_pool_put(h->pool, pairs);
+    return res;
 }
 
 hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
