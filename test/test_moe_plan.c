@@ -213,6 +213,67 @@ static void test_capacity_stats(hcomm_comm_t *g) {
     free_batch(&b);
 }
 
+/* Each drop policy on T = 8, E = 4, k = 2, capacity factor 0.5 (capacity 2 per expert and
+ * rank): drops per expert and the combine output against a serial reference of the kept
+ * slots (position: the first two in token order; probs: the two highest weights, the
+ * earlier slot on a tie). Worlds whose size divides 4. */
+static void test_drop_policies(hcomm_comm_t *g) {
+    int p = t_size(g), rank = t_rank(g);
+    if (4 % p != 0)
+        return;
+    rt_case_t c = {2, 4, 8, 3, HCOMM_F32, false};
+    c.t_max = 8 + rank % 3; /* n_of(c, rank) = 8 */
+    for (int pol = 0; pol <= 1; pol++) {
+        batch_t b = make_batch(&c, rank);
+        for (int64_t i = 0; i < 16; i++) /* weights 1, 1/2, 1/4 or 1/8 in a scrambled order */
+            b.w[i] = ldexpf(1.0f, -(int)(mix((uint32_t)(rank * 100 + i)) % 4));
+        uint8_t keep[16];
+        int64_t want_drop[4] = {0}, got_drop[4];
+        for (int e = 0; e < 4; e++) { /* the reference: rank the expert's slots, keep two */
+            int64_t sl[16], n = 0;
+            for (int64_t i = 0; i < 16; i++)
+                if (b.ids[i] == e)
+                    sl[n++] = i;
+            for (int64_t x = 0; pol == 1 && x < n; x++) /* insertion sort: weight desc, stable */
+                for (int64_t y = x; y > 0 && b.w[sl[y]] > b.w[sl[y - 1]]; y--) {
+                    int64_t t = sl[y];
+                    sl[y] = sl[y - 1];
+                    sl[y - 1] = t;
+                }
+            for (int64_t x = 0; x < n; x++)
+                keep[sl[x]] = x < 2;
+            want_drop[e] = n > 2 ? n - 2 : 0;
+        }
+        hcomm_moe_options_t opt = {0.5, (hcomm_moe_drop_t)pol};
+        hcomm_moe_handle_t *hd = NULL;
+        hcomm_tensor_t recv, out = make2(c.dt, 8, c.h);
+        T_OK(hcomm_moe_dispatch_topk(g, &b.x, b.ids, b.w, 2, 4, &opt, &hd));
+        if (hd != NULL) {
+            int64_t cap = 0;
+            T_OK(hcomm_moe_dropped(hd, got_drop, NULL, &cap));
+            T_EQ_INT(cap, 2);
+            for (int e = 0; e < 4; e++)
+                T_CHECK(got_drop[e] == want_drop[e], "policy %d expert %d: %lld dropped, want %lld",
+                        pol, e, (long long)got_drop[e], (long long)want_drop[e]);
+            T_OK(hcomm_moe_received(hd, &recv, NULL));
+            T_OK(hcomm_moe_combine_topk(hd, &recv, &out));
+            for (int64_t t = 0; t < 8; t++)
+                for (int64_t col = 0; col < c.h; col++) {
+                    float acc = 0; /* exact: small integers times powers of two */
+                    for (int j = 0; j < 2; j++)
+                        acc += keep[t * 2 + j] ? b.w[t * 2 + j] * (float)x_of(rank * 1000 + t, col)
+                                               : 0.0f;
+                    float got = ((float *)out.data)[t * c.h + col];
+                    T_CHECK(got == acc, "policy %d rank %d out[%lld][%lld] = %g, want %g", pol,
+                            rank, (long long)t, (long long)col, (double)got, (double)acc);
+                }
+        }
+        T_OK(hcomm_moe_handle_free(hd));
+        free(out.data);
+        free_batch(&b);
+    }
+}
+
 /* ---- the plan ---- */
 
 static void expect_text(const char *want) {
@@ -413,6 +474,7 @@ static hcomm_result_t moe_world(hcomm_comm_t *world, void *arg) {
     (void)arg;
     test_round_trips(world);
     test_capacity_stats(world);
+    test_drop_policies(world);
     test_plan_dispatch(world);
     test_plan_mismatch(world);
     test_plan_pad(world);
