@@ -180,8 +180,8 @@ static hcomm_result_t check_ids(const char *fn, const int32_t *ids, int64_t n, i
     return HCOMM_OK;
 }
 
-static hcomm_result_t check_layout_args(const char *fn, int64_t n, int k, int num_experts,
-                                        int ep_size) {
+hcomm_result_t hcomm__moe_check_layout_args(const char *fn, int64_t n, int k, int num_experts,
+                                            int ep_size) {
     if (n < 0)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "num_tokens=%lld, expected >= 0",
                           (long long)n);
@@ -199,7 +199,7 @@ hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_tokens, int
                                 int64_t *perm) {
     HCOMM__CHECK_NULL(tokens_per_rank);
     HCOMM__CHECK_NULL(tokens_per_expert);
-    HCOMM__TRY(check_layout_args(__func__, num_tokens, k, num_experts, ep_size));
+    HCOMM__TRY(hcomm__moe_check_layout_args(__func__, num_tokens, k, num_experts, ep_size));
     HCOMM__TRY(check_ids(__func__, topk_ids, num_tokens, k, num_experts, true));
     int64_t *scratch = alloc_i64((size_t)ep_size + (size_t)num_experts);
     if (scratch == NULL)
@@ -211,31 +211,7 @@ hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_tokens, int
     return HCOMM_OK;
 }
 
-/* What a dispatch was asked to do. */
-typedef struct dispatch_args {
-    const char *fn;
-    const hcomm_tensor_t *tokens;
-    const int32_t *ids;
-    const float *weights;
-    int k, num_experts;
-    bool topk, capacity_mode;
-    double capacity_factor;
-    int policy;
-    const hcomm_moe_plan_t *plan; /* preallocated mode: the limits every call is checked against */
-} dispatch_args_t;
-
-/* A preallocated dispatch: limits agreed by every rank at creation, one receive buffer of the
- * worst case, one handle reused by every dispatch. */
-struct hcomm_moe_plan {
-    hcomm_comm_t *group;
-    hcomm_moe_plan_desc_t d;
-    int64_t capacity; /* from max_tokens_per_rank; -1 dropless */
-    int64_t max_rows; /* rows the buffer holds: the most any rank can receive */
-    void *recv;       /* [max_rows, hidden] */
-    hcomm_moe_handle_t *handle;
-};
-
-static hcomm_result_t check_options(const char *fn, const hcomm_moe_options_t *o) {
+hcomm_result_t hcomm__moe_check_options(const char *fn, const hcomm_moe_options_t *o) {
     if (o == NULL)
         return HCOMM_OK;
     if (!isfinite(o->capacity_factor))
@@ -272,7 +248,7 @@ static hcomm_result_t check_plan_tokens(const char *fn, const hcomm_moe_plan_t *
     return HCOMM_OK;
 }
 
-static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_options_t *o) {
+static hcomm_result_t check_dispatch(const hcomm__moe_args_t *a, const hcomm_moe_options_t *o) {
     const char *fn = a->fn;
     HCOMM__TRY(hcomm__tensor_check(fn, "tokens", a->tokens, NULL));
     if (a->tokens->ndim != 2)
@@ -289,12 +265,10 @@ static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_o
     HCOMM__TRY(check_weights(fn, a->weights, a->tokens->shape[0], a->k));
     if (a->plan != NULL)
         return check_plan_tokens(fn, a->plan, a->tokens);
-    return check_options(fn, o);
+    return hcomm__moe_check_options(fn, o);
 }
 
 /* ---- the handle ---- */
-
-static void handle_release(hcomm_moe_handle_t *handle);
 
 static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t n, int k) {
     hcomm_moe_handle_t *h = calloc(1, sizeof *h);
@@ -329,7 +303,7 @@ static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t 
     if (!h->send_rows || !h->send_off || !h->pair_rows || !h->pair_off || !h->recv_rows ||
         !h->recv_off || !h->rpair_rows || !h->rpair_off || !h->slot_pair || !h->dropped ||
         !h->global_count || !h->expert_off || !h->weights) {
-        handle_release(h);
+        hcomm__moe_handle_release(h);
         return NULL;
     }
     return h;
@@ -337,11 +311,11 @@ static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t 
 
 hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
     if (handle != NULL && handle->plan == NULL) /* a plan's handle lives as long as the plan */
-        handle_release(handle);
+        hcomm__moe_handle_release(handle);
     return HCOMM_OK;
 }
 
-static void handle_release(hcomm_moe_handle_t *handle) {
+void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
     if (handle == NULL)
         return;
     void *owned[] = {handle->send_rows,   handle->send_off,  handle->send_tok,  handle->pair_rows,
@@ -447,7 +421,7 @@ done:
 /* Capacity mode: the per-expert capacity from the largest T of any rank (GShard's
  * expert capacity), so every rank computes the same number. A rank whose checks failed
  * still joins with T = 0. */
-static hcomm_result_t find_capacity(const dispatch_args_t *a, hcomm_moe_handle_t *h) {
+static hcomm_result_t find_capacity(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h) {
     int64_t t = h->n, t_max = 0;
     HCOMM__TRY(hcomm__coll_all_reduce(h->group, &t, &t_max, 1, HCOMM_I64, HCOMM_MAX));
     double cap = ceil((double)t_max * a->k / a->num_experts * a->capacity_factor);
@@ -456,7 +430,7 @@ static hcomm_result_t find_capacity(const dispatch_args_t *a, hcomm_moe_handle_t
 }
 
 /* keep[s]: slot s is routed (not empty, not dropped); counts the drops per expert. */
-static hcomm_result_t mark_kept(const dispatch_args_t *a, hcomm_moe_handle_t *h, uint8_t *keep) {
+static hcomm_result_t mark_kept(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h, uint8_t *keep) {
     int64_t slots = h->n * h->k, e_all = a->num_experts;
     for (int64_t s = 0; s < slots; s++)
         keep[s] = a->ids[s] >= 0;
@@ -533,7 +507,7 @@ static void place_send(hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t 
 
 /* Routes this rank's tokens and fills the per-expert counts of meta row 0; *hdr gets the
  * headers of the sent rows. */
-static hcomm_result_t plan_send(const dispatch_args_t *a, hcomm_moe_handle_t *h, int64_t *meta,
+static hcomm_result_t plan_send(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h, int64_t *meta,
                                 int32_t **hdr) {
     uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
     int64_t *scratch = alloc_i64(3 * (size_t)h->size);
@@ -758,7 +732,7 @@ static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t
 
 /* Places this rank's kept slots into the pair rows of their expert; meta row 0 gets the
  * counts per expert. */
-static hcomm_result_t pad_layout(const dispatch_args_t *a, hcomm_moe_handle_t *h, int64_t *meta) {
+static hcomm_result_t pad_layout(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h, int64_t *meta) {
     uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
     if (keep == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the layout");
@@ -829,7 +803,7 @@ static hcomm_result_t pad_unpack(const char *fn, hcomm_moe_handle_t *h, const ch
 }
 
 /* The padded dispatch: one all_to_all of fixed blocks. */
-static hcomm_result_t dispatch_padded(const dispatch_args_t *a, hcomm_moe_handle_t *h,
+static hcomm_result_t dispatch_padded(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
                                       hcomm_result_t local) {
     int w = meta_width(h);
     size_t rb = (size_t)h->plan->d.hidden * hcomm__dtype_size(h->plan->d.dtype),
@@ -870,7 +844,7 @@ done:
 
 /* The collective part of dispatch once the group and num_experts are known good; local is
  * this rank's check result, which every peer learns from the count exchange. */
-static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
+static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
                                hcomm_result_t local) {
     if (h->pad)
         return dispatch_padded(a, h, local);
@@ -903,8 +877,8 @@ done:
 }
 
 /* Checks, allocates the handle and runs the collective part; shared by both dispatch calls. */
-static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
-                                    const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
+hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
+                                        const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
     /* num_experts is the same on every rank: failing here fails them all. */
     if (a->num_experts < 1 || a->num_experts % g->size != 0)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
@@ -931,7 +905,7 @@ static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
     hcomm__enter(g, a->fn);
     hcomm_result_t res = hcomm__leave(g, dispatch(a, h, local));
     if (res != HCOMM_OK) {
-        handle_release(h);
+        hcomm__moe_handle_release(h);
         return res;
     }
     *out = h;
@@ -944,9 +918,9 @@ hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *
     HCOMM__CHECK_NULL(handle);
     *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
-    dispatch_args_t a = {
+    hcomm__moe_args_t a = {
         .fn = __func__, .tokens = tokens, .ids = expert_ids, .k = 1, .num_experts = num_experts};
-    return dispatch_call(ep_group, &a, NULL, handle);
+    return hcomm__moe_dispatch_call(ep_group, &a, NULL, handle);
 }
 
 hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
@@ -956,183 +930,19 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
     HCOMM__CHECK_NULL(handle);
     *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
-    dispatch_args_t a = {.fn = __func__,
-                         .tokens = tokens,
-                         .ids = topk_ids,
-                         .weights = topk_weights,
-                         .k = k,
-                         .num_experts = num_experts,
-                         .topk = true};
+    hcomm__moe_args_t a = {.fn = __func__,
+                           .tokens = tokens,
+                           .ids = topk_ids,
+                           .weights = topk_weights,
+                           .k = k,
+                           .num_experts = num_experts,
+                           .topk = true};
     if (options != NULL && options->capacity_factor > 0) {
         a.capacity_mode = true;
         a.capacity_factor = options->capacity_factor;
         a.policy = (int)options->drop_policy;
     }
-    return dispatch_call(ep_group, &a, options, handle);
-}
-
-/* ---- preallocated plans ---- */
-
-/* The row each rank contributes to the creation check: its own check status, then the fields
- * every rank must agree on. */
-enum { PL_STATUS, PL_MAX_T, PL_HIDDEN, PL_K, PL_E, PL_DTYPE, PL_CF, PL_POLICY, PL_PAD, PL_FIELDS };
-static const char *const pl_names[PL_FIELDS] = {"",
-                                                "max_tokens_per_rank",
-                                                "hidden",
-                                                "k",
-                                                "num_experts",
-                                                "dtype",
-                                                "capacity_factor",
-                                                "drop_policy",
-                                                "pad_to_capacity"};
-
-static hcomm_result_t check_plan_desc(const char *fn, const hcomm_moe_plan_desc_t *d, int size) {
-    if (d->max_tokens_per_rank < 0)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
-                          "desc->max_tokens_per_rank=%lld, expected >= 0",
-                          (long long)d->max_tokens_per_rank);
-    if (d->hidden < 1)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "desc->hidden=%lld, expected >= 1",
-                          (long long)d->hidden);
-    if (!hcomm__dtype_valid(d->dtype))
-        return hcomm__err(HCOMM_ERR_DTYPE, fn, "desc->dtype=%d is not a hcomm dtype",
-                          (int)d->dtype);
-    hcomm_moe_options_t o = {d->capacity_factor, d->drop_policy};
-    HCOMM__TRY(check_options(fn, &o));
-    if (d->pad_to_capacity && !(d->capacity_factor > 0))
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
-                          "desc->pad_to_capacity=%d needs desc->capacity_factor > 0 (it is %g)",
-                          d->pad_to_capacity, d->capacity_factor);
-    return check_layout_args(fn, 0, d->k, d->num_experts, size);
-}
-
-static void plan_row(const hcomm_moe_plan_desc_t *d, hcomm_result_t status, int64_t *row) {
-    memset(row, 0, sizeof(int64_t) * PL_FIELDS);
-    row[PL_STATUS] = status;
-    if (d == NULL)
-        return;
-    int64_t cf;
-    memcpy(&cf, &d->capacity_factor, sizeof cf);
-    int64_t v[PL_FIELDS] = {status, d->max_tokens_per_rank, d->hidden,
-                            d->k,   d->num_experts,         d->dtype,
-                            cf,     d->drop_policy,         d->pad_to_capacity};
-    memcpy(row, v, sizeof v);
-}
-
-static void field_text(int f, int64_t v, char *buf, size_t cap) {
-    double cf;
-    memcpy(&cf, &v, sizeof cf);
-    if (f == PL_DTYPE)
-        snprintf(buf, cap, "%s", hcomm__dtype_str((hcomm_dtype_t)v));
-    else if (f == PL_CF)
-        snprintf(buf, cap, "%g", cf);
-    else
-        snprintf(buf, cap, "%lld", (long long)v);
-}
-
-/* Every rank sees every row, so every rank reaches the same verdict and the same message. */
-static hcomm_result_t plan_verdict(const char *fn, const int64_t *rows, int size, int me) {
-    for (int r = 0; r < size; r++)
-        if (r != me && rows[r * PL_FIELDS + PL_STATUS] != HCOMM_OK)
-            return hcomm__err(HCOMM_ERR_PEER, fn, "rank %d of ep_group failed its checks with %s",
-                              r, hcomm_result_name((hcomm_result_t)rows[r * PL_FIELDS]));
-    for (int f = PL_MAX_T; f < PL_FIELDS; f++)
-        for (int r = 1; r < size; r++)
-            if (rows[r * PL_FIELDS + f] != rows[f]) {
-                char a[32], b[32];
-                field_text(f, rows[f], a, sizeof a);
-                field_text(f, rows[r * PL_FIELDS + f], b, sizeof b);
-                return hcomm__err(HCOMM_ERR_MISMATCH, fn, "%s=%s on rank 0 but %s=%s on rank %d",
-                                  pl_names[f], a, pl_names[f], b, r);
-            }
-    return HCOMM_OK;
-}
-
-/* The worst case of one rank's receive: every slot of every source to its experts, or each
- * source's capacity for each of its experts. */
-static hcomm_result_t plan_buffer(const char *fn, hcomm_moe_plan_t *pl) {
-    const hcomm_moe_plan_desc_t *d = &pl->d;
-    int size = pl->group->size, num_local = d->num_experts / size;
-    pl->capacity = -1;
-    if (d->capacity_factor > 0) {
-        double cap =
-            ceil((double)d->max_tokens_per_rank * d->k / d->num_experts * d->capacity_factor);
-        int64_t all = d->max_tokens_per_rank * d->k;
-        pl->capacity = cap < (double)all ? (int64_t)cap : all;
-    }
-    pl->max_rows = (int64_t)size * d->max_tokens_per_rank * d->k;
-    if (pl->capacity >= 0 &&
-        (d->pad_to_capacity || (int64_t)size * num_local * pl->capacity < pl->max_rows))
-        pl->max_rows = (int64_t)size * num_local * pl->capacity; /* padded: exactly this */
-    return hcomm__alloc(fn, (size_t)pl->max_rows * (size_t)d->hidden * hcomm__dtype_size(d->dtype),
-                        &pl->recv);
-}
-
-hcomm_result_t hcomm_moe_plan_create(hcomm_comm_t *ep_group, const hcomm_moe_plan_desc_t *desc,
-                                     hcomm_moe_plan_t **plan) {
-    HCOMM__CHECK_NULL(plan);
-    *plan = NULL;
-    HCOMM__CHECK_NULL(ep_group);
-    int size = ep_group->size;
-    hcomm_result_t local = desc == NULL
-                               ? hcomm__err(HCOMM_ERR_NULL, __func__, "argument 'desc' is NULL")
-                               : check_plan_desc(__func__, desc, size);
-    int64_t mine[PL_FIELDS], *rows = malloc(sizeof(int64_t) * PL_FIELDS * (size_t)size);
-    hcomm_moe_plan_t *pl = calloc(1, sizeof *pl);
-    if (rows == NULL || pl == NULL) {
-        free(rows);
-        free(pl);
-        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory for the plan");
-    }
-    plan_row(desc, local, mine);
-    hcomm__enter(ep_group, __func__);
-    hcomm_result_t res = hcomm__coll_all_gather(ep_group, mine, rows, sizeof mine);
-    if (res == HCOMM_OK)
-        res = local != HCOMM_OK ? local : plan_verdict(__func__, rows, size, ep_group->rank);
-    res = hcomm__leave(ep_group, res);
-    free(rows);
-    if (res == HCOMM_OK) {
-        pl->group = ep_group;
-        pl->d = *desc;
-        res = plan_buffer(__func__, pl);
-    }
-    if (res != HCOMM_OK) {
-        hcomm_moe_plan_free(pl);
-        return res;
-    }
-    *plan = pl;
-    return HCOMM_OK;
-}
-
-hcomm_result_t hcomm_moe_plan_dispatch(hcomm_moe_plan_t *plan, const hcomm_tensor_t *tokens,
-                                       const int32_t *topk_ids, const float *topk_weights,
-                                       hcomm_moe_handle_t **handle) {
-    HCOMM__CHECK_NULL(handle);
-    *handle = NULL;
-    HCOMM__CHECK_NULL(plan);
-    handle_release(plan->handle); /* its buffer is the one this dispatch fills */
-    plan->handle = NULL;
-    dispatch_args_t a = {.fn = __func__,
-                         .tokens = tokens,
-                         .ids = topk_ids,
-                         .weights = topk_weights,
-                         .k = plan->d.k,
-                         .num_experts = plan->d.num_experts,
-                         .topk = true,
-                         .policy = (int)plan->d.drop_policy,
-                         .plan = plan};
-    HCOMM__TRY(dispatch_call(plan->group, &a, NULL, handle));
-    plan->handle = *handle;
-    return HCOMM_OK;
-}
-
-hcomm_result_t hcomm_moe_plan_free(hcomm_moe_plan_t *plan) {
-    if (plan == NULL)
-        return HCOMM_OK;
-    handle_release(plan->handle);
-    free(plan->recv);
-    free(plan);
-    return HCOMM_OK;
+    return hcomm__moe_dispatch_call(ep_group, &a, options, handle);
 }
 
 /* ---- reading the handle ---- */
