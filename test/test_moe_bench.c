@@ -162,7 +162,7 @@ static void permute_bandwidth(int64_t rows, size_t rb, double *perm_gbs, double 
         idx[j] = tmp;
     }
     double tp = 1e30, tc = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 15; rep++) {
         double t0 = now_s();
         hcomm__moe_gather_rows(dst, src, idx, rows, rb);
         double t1 = now_s();

@@ -334,14 +334,26 @@ void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
 
 /* ---- moving rows ---- */
 
+/* One row. Rows of 2 KiB and more go in fixed 256-byte pieces, which the compiler turns into
+ * vector moves: glibc's memcpy takes `rep movsb` from 2 KiB on, and on the AMD EPYC hosts we
+ * measured that ran a permutation of 14 KiB rows at 6-38% of memcpy's bandwidth (GLIBC_TUNABLES
+ * moving the threshold gave 188%). */
+static inline void copy_row(char *restrict dst, const char *restrict src, size_t rb) {
+    size_t i = 0;
+    if (rb >= 2048)
+        for (; i + 256 <= rb; i += 256)
+            memcpy(dst + i, src + i, 256);
+    memcpy(dst + i, src + i, rb - i);
+}
+
 void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
     for (int64_t i = 0; i < n; i++)
-        memcpy((char *)dst + (size_t)i * rb, (const char *)src + (size_t)idx[i] * rb, rb);
+        copy_row((char *)dst + (size_t)i * rb, (const char *)src + (size_t)idx[i] * rb, rb);
 }
 
 void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
     for (int64_t i = 0; i < n; i++)
-        memcpy((char *)dst + (size_t)idx[i] * rb, (const char *)src + (size_t)i * rb, rb);
+        copy_row((char *)dst + (size_t)idx[i] * rb, (const char *)src + (size_t)i * rb, rb);
 }
 
 /* all_to_allv of rows of row_bytes: counts and offsets in rows, one per peer. */
