@@ -11,7 +11,10 @@
  * padded, so R (rows received) varies by rank and batch. Top-k routing with weights, empty
  * slots and capacity is hcomm_moe_dispatch_topk and its passes below; the top-1 calls run on
  * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
- * combine that is a plain copy). Combine sends expert outputs back
+ * combine that is a plain copy). hcomm_moe_stats reads the global tokens per expert, imbalance
+ * and drops of a dispatch; hcomm_moe_plan_create fixes the limits once for preallocated and
+ * pad-to-capacity dispatches. Scratch and received rows come from a pool kept per group and
+ * reused by later calls (freed with the group). Combine sends expert outputs back
  * and restores the original token order. The backward passes reuse the routing: dispatch_bwd
  * is a combine, combine_bwd a dispatch. Shapes are in rows and elements.
  * Dispatch, combine and the backward passes are collective over the EP group (every member
