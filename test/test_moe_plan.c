@@ -425,8 +425,24 @@ static void test_plan_pad(hcomm_comm_t *g) {
         T_OK(hcomm_moe_plan_free(padded));
         free_batch(&b);
     }
-    hcomm_moe_plan_desc_t bad = {8, 4, 2, 2 * p, HCOMM_F32, 0, HCOMM_MOE_DROP_POSITION, 1};
+    /* one rank past max_tokens_per_rank: its status rides in the fixed blocks */
+    hcomm_moe_plan_desc_t d = {8, c.h, c.k, c.e_all, c.dt, 0.5, HCOMM_MOE_DROP_POSITION, 1};
     hcomm_moe_plan_t *pl = NULL;
+    hcomm_moe_handle_t *hd = NULL;
+    hcomm_tensor_t x9 = make2(c.dt, rank == p - 1 ? 9 : 2, c.h);
+    int32_t ids9[18] = {0};
+    T_OK(hcomm_moe_plan_create(g, &d, &pl));
+    hcomm_result_t r = hcomm_moe_plan_dispatch(pl, &x9, ids9, NULL, &hd);
+    T_CHECK(r == (rank == p - 1 ? HCOMM_ERR_SHAPE
+                  : p > 1       ? HCOMM_ERR_PEER
+                                : HCOMM_OK),
+            "padded dispatch past the maximum: rank %d got %s", rank, hcomm_result_name(r));
+    x9.shape[0] = 2;
+    T_OK(hcomm_moe_plan_dispatch(pl, &x9, ids9, NULL, &hd)); /* the group still works */
+    T_OK(hcomm_moe_plan_free(pl));
+    free(x9.data);
+    hcomm_moe_plan_desc_t bad = {8, 4, 2, 2 * p, HCOMM_F32, 0, HCOMM_MOE_DROP_POSITION, 1};
+    pl = NULL;
     T_ERR(hcomm_moe_plan_create(g, &bad, &pl), HCOMM_ERR_INVALID_ARG);
     expect_text("desc->pad_to_capacity=1 needs desc->capacity_factor > 0");
 }
