@@ -897,8 +897,11 @@ hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendb
     if (shm_coll(c))
         RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
                                                   recvcounts, rdispls));
-    return call_end(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
-                                                   recvcounts, rdispls));
+    c->counts_agreed = true; /* nor does the transport check the counts again */
+    hcomm_result_t res =
+        c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls);
+    c->counts_agreed = false;
+    return call_end(&k, res);
 }
 
 void hcomm__coll_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements) {
