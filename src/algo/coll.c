@@ -67,6 +67,7 @@ typedef struct algo {
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
     int last_algo; /* 1 + the algorithm the last call chose; 0: none since last asked */
+    uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
 } algo_t;
 
 static algo_t *algo_of(hcomm_comm_t *c) {
@@ -483,6 +484,7 @@ static hcomm_result_t agree(call_t *k) {
         for (int i = 0; i < k->a->nseen; i++)
             if (k->a->seen[i] == h)
                 return HCOMM_OK;
+    k->a->agreements++;
     HCOMM__TRY(rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
     if (mode == CHECK_FIRST)
         k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
@@ -913,6 +915,66 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
         res = c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
                                          rdispls);
     return call_end(&k, res);
+}
+
+/* Pairwise exchange (Thakur, Rabenseifner & Gropp 2005, section 3.3: step i sends to
+ * rank + i and receives from rank - i), the signature in every envelope. */
+static hcomm_result_t pairwise_all_to_all(call_t *k, const char *send, char *recv, size_t bytes) {
+    hcomm__xfer_t x = xfer_of(k);
+    int p = k->c->size, me = k->c->rank;
+    if (bytes)
+        memcpy(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes);
+    for (int i = 1; i < p; i++) {
+        int to = (me + i) % p, from = (me - i + p) % p;
+        HCOMM__TRY(hcomm__x_sendrecv(&x, to, send + (size_t)to * bytes, bytes, from,
+                                     recv + (size_t)from * bytes, bytes));
+    }
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__coll_all_to_all_checked(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                              size_t bytes) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, bytes));
+    if (!shm_coll(c))
+        return call_end(&k, pairwise_all_to_all(&k, sendbuf, recvbuf, bytes));
+    size_t p = (size_t)c->size, *v = malloc(2 * p * sizeof *v);
+    if (v == NULL)
+        return call_end(&k, nomem(&k));
+    for (size_t i = 0; i < p; i++) {
+        v[i] = bytes;
+        v[p + i] = i * bytes;
+    }
+    hcomm__posted_sig_t ps = posted_of(&k.sig);
+    c->posted = &ps;
+    hcomm_result_t res = c->tr->native->all_to_allv(c, sendbuf, v, v + p, recvbuf, v, v + p);
+    c->posted = NULL;
+    if (res == HCOMM_ERR_MISMATCH && c->posted_held)
+        res = posted_verdict(&k, &ps);
+    free(v);
+    return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendbuf,
+                                              const size_t *sendcounts, const size_t *sdispls,
+                                              void *recvbuf, const size_t *recvcounts,
+                                              const size_t *rdispls) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
+    if (shm_coll(c))
+        RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
+                                                  recvcounts, rdispls));
+    c->counts_agreed = true; /* nor does the transport check the counts again */
+    hcomm_result_t res =
+        c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls);
+    c->counts_agreed = false;
+    return call_end(&k, res);
+}
+
+void hcomm__coll_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements) {
+    algo_t *a = algo_of(c);
+    *calls = a ? a->seq : 0;
+    *agreements = a ? a->agreements : 0;
 }
 
 static hcomm_result_t posted_barrier(hcomm_comm_t *c) {

@@ -1105,7 +1105,8 @@ static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY_GOTO(
         counts_to_int(c->call_fn, "recv", p, recvcounts, rdispls, v + 2 * p, v + 3 * p, &rext), r,
         done);
-    HCOMM__TRY_GOTO(agree_on_counts(c, c->call_fn, sendcounts, recvcounts), r, done);
+    if (!c->counts_agreed) /* else the caller's own exchange proved them */
+        HCOMM__TRY_GOTO(agree_on_counts(c, c->call_fn, sendcounts, recvcounts), r, done);
     HCOMM__TRY_GOTO(detach_send(c->call_fn, &src, sext, recvbuf, rext, &tmp), r, done);
     int rc = MPI_Ialltoallv(src, v, v + p, MPI_BYTE, recvbuf, v + 2 * p, v + 3 * p, MPI_BYTE,
                             mcomm(c), &req);

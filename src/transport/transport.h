@@ -139,6 +139,7 @@ typedef enum {
     HCOMM__LAYER_ALGO,
     HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
+    HCOMM__LAYER_MOE,   /* MoE scratch (src/prims/moe_pool.c) */
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
@@ -155,9 +156,11 @@ struct hcomm_comm {
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
     atomic_int aborted;    /* hcomm_comm_abort() was called */
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
-    bool posted_held; /* a posted check failed: the slots wait for posted_release */
+    bool posted_held;    /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
+    bool counts_agreed;  /* the running all_to_allv's counts were proved by an earlier exchange
+                            (MoE's count exchange): the transport skips its own count check */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);
 };
