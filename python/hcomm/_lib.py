@@ -187,6 +187,10 @@ _PROTOS = {
     "hcomm_moe_dispatch_topk_bwd": (_I, [_P, _T, _T]),
     "hcomm_moe_handle_free": (_I, [_P]),
     "hcomm_dp_all_reduce_grads": (_I, [_P, _T, _I, _I, _SZ]),
+    "hcomm_dp_reducer_create": (_I, [_P, _T, _I, _I, _SZ, ctypes.POINTER(_P)]),
+    "hcomm_dp_reducer_mark_ready": (_I, [_P, _I]),
+    "hcomm_dp_reducer_finish": (_I, [_P, ctypes.POINTER(ctypes.c_double)]),
+    "hcomm_dp_reducer_destroy": (_I, [_P]),
 }
 for _region in ("copy_to", "reduce_from"):
     for _dir in ("fwd", "bwd"):
