@@ -20,6 +20,7 @@ class Group:
 
     def __init__(self, ptr, name="world"):
         self._ptr = ptr
+        self._vp = ctypes.c_void_p(ptr)  # as _lib.raw functions take it
         self.name = name
         r, s = ctypes.c_int(), ctypes.c_int()
         call(lib.hcomm_comm_rank, ptr, ctypes.byref(r))
