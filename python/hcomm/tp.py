@@ -13,6 +13,7 @@ _OPS = _lib.OPS
 # (dim, op) are C ints.
 _C = types.SimpleNamespace(**{n: _lib.raw(n) for n in _lib.PROTOS if n.startswith("hcomm_tp_")})
 _ALL_REDUCE = _C.hcomm_tp_all_reduce
+_pack, _pack_like, _empty_like = _tensor.pack, _tensor.pack_like, _tensor.empty_like
 
 
 def _op(op):
@@ -40,10 +41,15 @@ def _run(fn, g, x, shape, *extra, out=None):
     allocation, and its page faults, per call for large tensors). This is the whole Python
     cost of a TP call, so it stays lean: see examples/python/overhead.py."""
     d_in, d_out, p_in, p_out = _tensor.slots()
-    _tensor.pack(x, d_in, "x")
-    if out is None:
-        out = _tensor.empty(x, x.shape if shape is None else shape)
-    _tensor.pack(out, d_out, "out", True)
+    _pack(x, d_in, "x")
+    if out is not None:
+        _pack(out, d_out, "out", True)
+    elif shape is None:  # x's shape and dtype
+        out = _empty_like(x)
+        _pack_like(out)
+    else:
+        out = _tensor.empty(x, shape)
+        _pack(out, d_out, "out", True)
     r = fn(g._vp, p_in, p_out, *extra)
     if r:
         raise _lib.error(r)
@@ -59,9 +65,22 @@ def _scaled(x, dim, factor):
 def all_reduce(x, op="sum", group=None, out=None):
     """op ('sum', 'prod', 'max', 'min', 'avg') over the group's ranks of x. Collective.
     out: where to write (x itself for in place), else a new array."""
+    # _run inlined: this is the call whose overhead examples/python/overhead.py measures.
+    g = group if type(group) is Group else default_group("tp", group)
     code = _OPS.get(op) if type(op) is str else None
-    return _run(_ALL_REDUCE, _group(group), x, None, _op(op) if code is None else code,
-                out=out)
+    if code is None:
+        code = _op(op)
+    d_in, d_out, p_in, p_out = _tensor.slots()
+    _pack(x, d_in, "x")
+    if out is None:
+        out = _empty_like(x)
+        _pack_like(out)
+    else:
+        _pack(out, d_out, "out", True)
+    r = _ALL_REDUCE(g._vp, p_in, p_out, code)
+    if r:
+        raise _lib.error(r)
+    return out
 
 
 def all_gather(x, dim=-1, group=None, out=None):
