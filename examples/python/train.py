@@ -221,7 +221,8 @@ def train(a):
     for step in range(a.steps):
         kept, loss = [], 0.0
         for cur, prev, tgt in batches(a, text, step, dp_rank, dp_size):  # GPipe: forwards
-            h = None if first else pp.recv_forward(shape=(n, a.hidden), dtype=dtype).requires_grad_()
+            h = None if first else \
+                pp.recv_forward(shape=(n, a.hidden), dtype=dtype).requires_grad_()
             out = stage(h, cur, prev, tgt, scale)
             if not last:
                 pp.send_forward(out.detach())

@@ -126,11 +126,13 @@ class Reducer:
     def hook_params(self):
         """Marks each registered parameter ready once backward has accumulated its .grad (a
         hook on its AccumulateGrad node, as DDP has). Returns self."""
+        import torch
         for i, p in enumerate(self.params):
             if p is None:
                 raise TypeError(f"hcomm.dp.Reducer.hook_params: grads[{i}] is not a torch "
                                 f"parameter (a leaf that requires grad)")
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            with torch.enable_grad():  # a graph node, even when called under no_grad
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
             acc.register_hook(self._hook(i))
             self._hooks.append(acc)  # the node must live for its hook to stay
         return self

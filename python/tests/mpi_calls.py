@@ -1,7 +1,8 @@
 """Every call of the package, on this rank, against numpy references, for any world size: each
 rank's data is a function of its rank, so every rank computes the whole reference itself. Run
 by test_mpi.py under mpirun -np 2, 3 and 4 (one process per rank, backend mpi) through
-python3 -m hcomm.run; prints 'rank R: N checks ok on mpi'. numpy only, so that startup stays short."""
+python3 -m hcomm.run, and on the local backend; prints 'rank R: N checks ok on BACKEND'. numpy
+only, so that startup stays short."""
 import numpy as np
 
 import hcomm

@@ -49,8 +49,7 @@ def ref64():
 
 @pytest.mark.parametrize("layout", [
     "--ranks 8 --tp 2 --pp 2 --dp 2 --ep 2",
-    "--ranks 8 --tp 2 --pp 2 --dp 2 --ep 2 --dp-overlap 0",
-    "--ranks 6 --tp 2 --pp 3",
+    "--ranks 6 --tp 2 --pp 3 --dp-overlap 0",
     "--ranks 3 --dp 3 --experts 3 --ep 3 --batch 6",
 ])
 def test_local_parity_f64(layout, ref64):
