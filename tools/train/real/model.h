@@ -1,6 +1,7 @@
 /* The model of hcomm-train and one rank's share of it.
  *
- * Four units, split contiguously over the pipeline stages:
+ * Four kinds of unit (embed, --layers x (TP block, MoE), head), split into pp x V contiguous
+ * chunks (V = --virtual-stages, 1 unless interleaved), chunk v*pp + s on stage s:
  *   0 embed: h = emb_cur[c_t] + emb_prev[c_{t-1}]                         [n, C]
  *   1 TP block: h += W2 gelu(W1 h + b1) + b2, W1 column- and W2 row-parallel over TP
  *   2 MoE: p = softmax(h Wr); h += sum over the --topk most likely experts e of
@@ -101,7 +102,7 @@ static void model_init(model_t *m, const train_opts_t *o, int vocab, const train
                        const struct ckpt *ck);
 static void model_free(model_t *m);
 static void model_zero_grads(model_t *m);
-/* v = momentum * v + g; w -= lr * v. */
+/* v = momentum * v + g; master -= lr * v (and, with bf16, w = master rounded). */
 static void model_sgd(model_t *m, double lr, double momentum);
 
 /* Runs unit u forward on one micro-batch; h [n, C] is the unit's input and gets its output
