@@ -4,6 +4,7 @@
 #   (local backend, and under mpirun -np 8 when HCOMM_WITH_MPI=ON);
 # - a 2x2x2 checkpoint resumed as 1x1x1 and as 1x4x2 keeps the 1-rank parity (1e-3 relative);
 # - truncated, flipped and other-model checkpoints fail naming the file and the field;
+# - a bf16 checkpoint resumes bitwise; resuming with another --dtype fails naming 'dtype';
 # - kill -9 while a checkpoint is written leaves the previous one loadable;
 # - the sample is the same for a seed on every layout, and another seed changes it;
 # - divergence, binary data and the val_loss column.
@@ -148,6 +149,19 @@ expect_fail other-model "ckpt-00000002.bin does not fit this run: field 'hidden'
 expect_fail nothing-left "is at step 20 and --steps is 20: nothing left" \
     "$TRAIN" "${COMMON[@]}" --steps 20 --resume "$WORK/ck"
 expect_fail not-a-save-dir "cannot read $WORK/latest" "$TRAIN" "${COMMON[@]}" --resume "$WORK"
+
+# --- --dtype: a bf16 checkpoint (f32 master weights) resumes bit for bit; another --dtype is
+# refused, naming the field ----------------------------------------------------------------------
+run bf16-full "$TRAIN" "${COMMON[@]}" --dtype bf16 --steps 10 --metrics "$WORK/bf16-full.csv" &&
+    run bf16-save "$TRAIN" "${COMMON[@]}" --dtype bf16 --steps 5 --save "$WORK/ck-bf16" &&
+    run bf16-resume "$TRAIN" "${COMMON[@]}" --dtype bf16 --steps 10 --resume "$WORK/ck-bf16" \
+        --metrics "$WORK/bf16-resume.csv" &&
+    { same_losses resume-bf16-bitwise "$WORK/bf16-full.csv" "$WORK/bf16-resume.csv" 5 9 0 ||
+        fail "bf16: resumed losses differ from the uninterrupted run"; }
+expect_fail other-dtype "field 'dtype' is bf16, but --dtype is f32; resume with --dtype bf16" \
+    "$TRAIN" "${COMMON[@]}" --dtype f32 --steps 10 --resume "$WORK/ck-bf16"
+expect_fail f64-into-f32 "field 'dtype' is f64, but --dtype is f32" \
+    "$TRAIN" "${COMMON[@]}" --dtype f32 --steps 40 --resume "$WORK/ck"
 
 # --- kill -9 while a checkpoint is being written ---------------------------------------------
 cp -r "$WORK/ck" "$WORK/ck-kill"

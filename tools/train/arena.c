@@ -36,16 +36,6 @@ void *arena_alloc(arena_t *a, size_t bytes) {
     return a->extra[a->nextra++] = train_alloc(bytes);
 }
 
-double *arena_doubles(arena_t *a, int64_t count) {
-    return arena_alloc(a, (size_t)count * sizeof(double));
-}
-
-double *arena_zeros(arena_t *a, int64_t count) {
-    double *p = arena_doubles(a, count);
-    memset(p, 0, (size_t)count * sizeof(double));
-    return p;
-}
-
 void arena_reset(arena_t *a) {
     for (int i = 0; i < a->nextra; i++)
         free(a->extra[i]);

@@ -18,9 +18,6 @@ typedef struct arena {
 
 /* @p bytes of uninitialized memory, 64-byte granular, valid until arena_reset(). */
 void *arena_alloc(arena_t *a, size_t bytes);
-/* @p count doubles, uninitialized / zeroed. */
-double *arena_doubles(arena_t *a, int64_t count);
-double *arena_zeros(arena_t *a, int64_t count);
 /* Takes back everything; grows the block to what the step needed, so the next one fits. */
 void arena_reset(arena_t *a);
 void arena_free(arena_t *a);

@@ -11,12 +11,12 @@
 
 #define CKPT_MAGIC "HCOMMCKP"
 #define CKPT_END "HCKPTEND"
-enum { CKPT_VERSION = 1, CKPT_NFIELDS = 16 };
+enum { CKPT_VERSION = 2, CKPT_NFIELDS = 17 };
 
 /* The header's u64 fields after the version, in file order. */
 static const char *const FIELD_NAMES[CKPT_NFIELDS] = {
-    "step", "data_rng",  "first_loss", "seed", "hidden", "experts", "vocab",  "batch",
-    "seq",  "data_hash", "tp",         "pp",   "dp",     "ep",      "tensors"};
+    "step",      "data_rng", "first_loss", "seed", "hidden", "experts", "vocab",   "batch", "seq",
+    "data_hash", "tp",       "pp",         "dp",   "ep",     "layers",  "tensors", "dtype"};
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -25,6 +25,20 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 #define FNV0 0xcbf29ce484222325ull
+
+/* The header's code of each --dtype (0 is no dtype: a corrupt field). */
+static const char *const DTYPES[] = {"?", "f64", "f32", "bf16"};
+
+int ckpt_dtype_code(const char *dtype) {
+    for (int i = 1; i < (int)(sizeof DTYPES / sizeof DTYPES[0]); i++)
+        if (strcmp(dtype, DTYPES[i]) == 0)
+            return i;
+    return 0;
+}
+
+size_t ckpt_value_size(const char *dtype) {
+    return strcmp(dtype, "f64") == 0 ? 8 : 4; /* bf16 keeps f32 master weights */
+}
 
 /* ---------------------------------------------------------------- writing */
 
@@ -87,10 +101,8 @@ static int commit_file(FILE *f, int bad, const char *tmp, const char *final) {
     return 0;
 }
 
-/* Writes the full tensors @p full (w then v per tensor) and the header as ckpt-N.bin, then
- * points `latest` at it. */
-static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_state_t *st,
-                      const model_tensor_t *ts, int nt, const double *full) {
+int ckpt_write(const train_job_t *job, const train_state_t *st, const model_tensor_t *ts, int nt,
+               const void *full) {
     const train_opts_t *o = job->opts;
     char name[64], path[4200], tmp[4200];
     if (mkdir(o->save, 0777) != 0 && errno != EEXIST) {
@@ -122,7 +134,8 @@ static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_
                                (uint64_t)o->dp,
                                (uint64_t)o->ep,
                                (uint64_t)o->layers,
-                               (uint64_t)nt};
+                               (uint64_t)nt,
+                               (uint64_t)ckpt_dtype_code(o->dtype)};
     /* A field left out would be written as 0 by a sized initializer: count them instead. */
     _Static_assert(sizeof fields / sizeof fields[0] == CKPT_NFIELDS, "one value per field name");
     w_bytes(&w, CKPT_MAGIC, 8);
@@ -133,6 +146,7 @@ static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_
     memcpy(chars, job->corpus->chars, (size_t)job->corpus->vocab);
     w_bytes(&w, chars, sizeof chars);
     w_sum(&w);
+    const size_t elem = ckpt_value_size(o->dtype);
     size_t off = 0;
     for (int i = 0; i < nt; i++) {
         const size_t n = (size_t)(ts[i].rows * ts[i].cols);
@@ -140,9 +154,9 @@ static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_
         w_bytes(&w, ts[i].name, strlen(ts[i].name));
         w_u64(&w, (uint64_t)ts[i].rows);
         w_u64(&w, (uint64_t)ts[i].cols);
-        w_bytes(&w, full + off, 2 * n * sizeof(double));
+        w_bytes(&w, (const char *)full + off, 2 * n * elem);
         w_sum(&w);
-        off += 2 * n;
+        off += 2 * n * elem;
         if (i == nt / 2)
             test_delay();
     }
@@ -160,62 +174,7 @@ static int write_ckpt(const train_job_t *job, const train_rt_t *rt, const train_
     int bad = fprintf(f, "%s\n", name) < 0;
     if (commit_file(f, bad, tmp, path) != 0 || sync_dir(o->save) != 0)
         return -1;
-    (void)rt;
     return 0;
-}
-
-hcomm_result_t ckpt_save(const train_job_t *job, const model_t *m, train_rt_t *rt,
-                         const train_state_t *st) {
-    const train_opts_t *o = job->opts;
-    model_tensor_t *ts = train_alloc((size_t)model_num_tensors(o) * sizeof *ts);
-    const int nt = model_tensors(o, job->corpus->vocab, ts);
-    size_t *off = train_alloc((size_t)nt * sizeof *off), total = 0;
-    for (int i = 0; i < nt; i++) {
-        off[i] = total;
-        total += 2 * (size_t)(ts[i].rows * ts[i].cols);
-    }
-    /* Each element has exactly one owner; the others add zero bits, so an integer sum moves
-     * the owner's bits unchanged (the sign of -0.0 included). */
-    int64_t *full = calloc(total, sizeof(int64_t));
-    if (full == NULL) {
-        fprintf(stderr, "hcomm-train: out of memory for a checkpoint of %zu values\n", total);
-        exit(1);
-    }
-    for (int i = 0; i < m->nparams; i++) {
-        const param_t *p = m->params[i];
-        if (!p->owner)
-            continue;
-        const int64_t R = ts[p->gi].rows, C = ts[p->gi].cols;
-        const int64_t r0 = p->how == SHARD_ROWS ? p->part * p->rows : 0;
-        const int64_t c0 = p->how == SHARD_COLS ? p->part * p->cols : 0;
-        for (int64_t r = 0; r < p->rows; r++) {
-            memcpy(full + off[p->gi] + (r0 + r) * C + c0, p->w + r * p->cols,
-                   (size_t)p->cols * sizeof(double));
-            memcpy(full + off[p->gi] + R * C + (r0 + r) * C + c0, p->v + r * p->cols,
-                   (size_t)p->cols * sizeof(double));
-        }
-    }
-    hcomm_result_t r = hcomm_all_reduce(rt->world, full, full, total, HCOMM_I64, HCOMM_SUM);
-    int64_t ok = 1, all_ok = 0;
-    if (r == HCOMM_OK && rt->world_rank == 0)
-        ok = write_ckpt(job, rt, st, ts, nt, (const double *)(void *)full) == 0;
-    /* Every rank learns whether rank 0 wrote it, so all stop together. */
-    if (r == HCOMM_OK)
-        r = hcomm_all_reduce(rt->world, &ok, &all_ok, 1, HCOMM_I64, HCOMM_MIN);
-    free(full);
-    free(off);
-    free(ts);
-    if (r != HCOMM_OK)
-        return train_fail(rt, "gathering a checkpoint", r);
-    if (!all_ok) {
-        atomic_store(job->explained, 1);
-        return HCOMM_ERR_IO;
-    }
-    if (rt->world_rank == 0) {
-        printf("checkpoint: %s/ckpt-%08d.bin (step %d)\n", o->save, st->step, st->step);
-        fflush(stdout);
-    }
-    return HCOMM_OK;
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -317,6 +276,15 @@ static int read_header(rfile_t *r, ckpt_t *ck, const train_opts_t *o, const corp
         expect(ck, r->err, "seq", f[8], (uint64_t)o->seq, "--seq") != 0 ||
         expect(ck, r->err, "layers", f[14], (uint64_t)o->layers, "--layers") != 0)
         return -1;
+    if (f[16] != (uint64_t)ckpt_dtype_code(o->dtype)) {
+        fprintf(r->err,
+                "hcomm-train: checkpoint %s does not fit this run: field 'dtype' is %s, but "
+                "--dtype is %s; resume with --dtype %s (a checkpoint is not converted between "
+                "precisions)\n",
+                ck->file, f[16] < 4 ? DTYPES[f[16]] : "unknown", o->dtype,
+                f[16] < 4 ? DTYPES[f[16]] : "of the saving run");
+        return -1;
+    }
     if (f[9] != corpus_hash(c) || memcmp(chars, want_chars, sizeof chars) != 0) {
         fprintf(r->err,
                 "hcomm-train: checkpoint %s does not fit this run: fields 'data_hash' and "
@@ -336,6 +304,7 @@ static int read_header(rfile_t *r, ckpt_t *ck, const train_opts_t *o, const corp
 }
 
 static int read_tensors(rfile_t *r, ckpt_t *ck, const train_opts_t *o, int vocab) {
+    const size_t elem = ckpt_value_size(o->dtype);
     model_tensor_t *ts = train_alloc((size_t)model_num_tensors(o) * sizeof *ts);
     const int nt = model_tensors(o, vocab, ts);
     int bad = expect(ck, r->err, "tensors", (uint64_t)ck->ntensors, (uint64_t)nt, "the model's");
@@ -362,7 +331,7 @@ static int read_tensors(rfile_t *r, ckpt_t *ck, const train_opts_t *o, int vocab
             bad = 1;
         }
         snprintf(field, sizeof field, "tensor %s values", ts[i].name);
-        bad = bad || r_bytes(r, field, NULL, 2 * rows * cols * sizeof(double), &w) != 0;
+        bad = bad || r_bytes(r, field, NULL, 2 * rows * cols * elem, &w) != 0;
         snprintf(field, sizeof field, "tensor '%s'", ts[i].name);
         bad = bad || r_sum(r, field, from) != 0;
         if (!bad) {
@@ -370,9 +339,9 @@ static int read_tensors(rfile_t *r, ckpt_t *ck, const train_opts_t *o, int vocab
             t->cols = (int64_t)cols;
             /* The values sit at an offset that is a multiple of 8 in a malloc'ed buffer
              * only by chance of the name length: copy them out aligned. */
-            t->w = train_alloc(2 * rows * cols * sizeof(double));
-            memcpy(t->w, w, 2 * rows * cols * sizeof(double));
-            t->v = t->w + rows * cols;
+            t->w = train_alloc(2 * rows * cols * elem);
+            memcpy(t->w, w, 2 * rows * cols * elem);
+            t->v = (char *)t->w + rows * cols * elem;
         }
     }
     char end[8];

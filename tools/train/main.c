@@ -132,7 +132,8 @@ int main(int argc, char **argv) {
     }
     atomic_int explained = 0;
     train_job_t job = {&opts, &corpus, opts.resume != NULL ? &ck : NULL, &explained};
-    hcomm_result_t r = hcomm_launch(opts_backend(&opts), opts_world_size(&opts), train_rank, &job);
+    hcomm_rank_fn_t body = strcmp(opts.dtype, "f64") == 0 ? train_rank_f64 : train_rank_f32;
+    hcomm_result_t r = hcomm_launch(opts_backend(&opts), opts_world_size(&opts), body, &job);
     if (r != HCOMM_OK && atomic_load(&explained) == 0) {
         fprintf(stderr, "hcomm-train: training failed: %s: %s\n", hcomm_result_name(r),
                 hcomm_last_error());

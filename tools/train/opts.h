@@ -8,35 +8,39 @@
 /* Every flag of hcomm-train; the layout is tp x pp x dp ranks (cp = 1), experts spread over
  * ep ranks, and sharded over the expert-TP group, which is the TP group (etp = tp). */
 typedef struct train_opts {
-    int tp, pp, dp, ep;   /* parallel sizes */
-    int experts;          /* number of experts of the MoE layer */
-    int hidden;           /* model width C; the TP FFN is 4C wide, each expert's FFN 2C */
-    int layers;           /* (TP block, MoE) pairs between the embedding and the head */
-    int steps;            /* optimizer steps */
-    int micro_batches;    /* micro-batches per step on each DP rank */
-    int batch;            /* global batch, in sequences */
-    int seq;              /* characters per sequence */
-    int log_every;        /* steps between progress lines */
-    int dp_overlap;       /* 1: DP gradient buckets reduced during backward (the reducer) */
-    const char *schedule; /* "gpipe" or "1f1b" */
-    uint64_t seed;        /* seeds the weights and the data sampler */
-    double lr;            /* SGD learning rate */
-    double momentum;      /* SGD momentum */
-    const char *backend;  /* --backend, or NULL: see opts_backend() */
-    const char *chosen;   /* without --backend: what hcomm_launch_backend() picks */
-    const char *data;     /* training text */
-    const char *metrics;  /* CSV output, or NULL */
-    const char *val_data; /* held-out text, or NULL: the last 10% of data */
-    int eval_every;       /* steps between validation losses (and at the end) */
-    int binary;           /* --binary: train on a file that is not text */
-    int sample;           /* characters to generate at the end; 0: none */
-    const char *prompt;   /* text the sample continues */
-    double temperature;   /* 0: greedy; else sampling from softmax(logits / T) */
-    const char *save;     /* checkpoint directory, or NULL */
-    int save_every;       /* steps between checkpoints (and at the end); 0: only at the end */
-    const char *resume;   /* checkpoint directory (or file) to continue from, or NULL */
-    int help;             /* --help was given */
-    int version;          /* --version was given */
+    int tp, pp, dp, ep;     /* parallel sizes */
+    int experts;            /* number of experts of the MoE layer */
+    int topk;               /* experts per token */
+    double capacity_factor; /* 0: dropless; else hcomm_moe_options_t.capacity_factor */
+    int hidden;             /* model width C; the TP FFN is 4C wide, each expert's FFN 2C */
+    int layers;             /* (TP block, MoE) pairs between the embedding and the head */
+    int steps;              /* optimizer steps */
+    int micro_batches;      /* micro-batches per step on each DP rank */
+    int batch;              /* global batch, in sequences */
+    int seq;                /* characters per sequence */
+    int log_every;          /* steps between progress lines */
+    int dp_overlap;         /* 1: DP gradient buckets reduced during backward (the reducer) */
+    const char *schedule;   /* "gpipe", "1f1b" or "interleaved" */
+    int virtual_stages;     /* model chunks per stage (interleaved) */
+    const char *dtype;      /* "f64", "f32" or "bf16" (real/real.h) */
+    uint64_t seed;          /* seeds the weights and the data sampler */
+    double lr;              /* SGD learning rate */
+    double momentum;        /* SGD momentum */
+    const char *backend;    /* --backend, or NULL: see opts_backend() */
+    const char *chosen;     /* without --backend: what hcomm_launch_backend() picks */
+    const char *data;       /* training text */
+    const char *metrics;    /* CSV output, or NULL */
+    const char *val_data;   /* held-out text, or NULL: the last 10% of data */
+    int eval_every;         /* steps between validation losses (and at the end) */
+    int binary;             /* --binary: train on a file that is not text */
+    int sample;             /* characters to generate at the end; 0: none */
+    const char *prompt;     /* text the sample continues */
+    double temperature;     /* 0: greedy; else sampling from softmax(logits / T) */
+    const char *save;       /* checkpoint directory, or NULL */
+    int save_every;         /* steps between checkpoints (and at the end); 0: only at the end */
+    const char *resume;     /* checkpoint directory (or file) to continue from, or NULL */
+    int help;               /* --help was given */
+    int version;            /* --version was given */
 } train_opts_t;
 
 /* Fills *o from argv. Returns 0, or -1 after writing one line saying what is wrong to err. */

@@ -19,7 +19,9 @@ typedef struct train_job {
     atomic_int *explained;    /* set by a rank that told the user why the run stops */
 } train_job_t;
 
-/* hcomm_rank_fn_t of hcomm-train; @p arg is a train_job_t. */
-hcomm_result_t train_rank(hcomm_comm_t *world, void *arg);
+/* hcomm_rank_fn_t of hcomm-train, one per compute precision (real/real.h): f64 for --dtype
+ * f64, f32 for f32 and bf16; @p arg is a train_job_t. */
+hcomm_result_t train_rank_f64(hcomm_comm_t *world, void *arg);
+hcomm_result_t train_rank_f32(hcomm_comm_t *world, void *arg);
 
 #endif /* HCOMM_TRAIN_TRAIN_H_ */

@@ -1,16 +1,17 @@
 /* The body of every rank of hcomm-train.
  *
- * Schedule (--schedule): GPipe (every micro-batch forward, then every backward in reverse) or
- * 1F1B (see run_schedule); activations go to the next stage and gradients to the previous one
- * with hcomm_pp_send/recv. Dense gradients are summed over DP x CP and expert gradients over
- * expert-DP, bucket by bucket during the last backward (--dp-overlap) or after it, and every
- * rank applies SGD with momentum to its shards. The loss is the mean over every token of the global
- * batch, so the gradient of each token's loss is scaled by 1 / (batch * seq) and the reductions are
- * plain sums: any layout computes the update of the 1-rank run.
+ * Schedule (--schedule): GPipe, 1F1B or interleaved 1F1B (see schedule_ops); activations go
+ * to the next model chunk and gradients to the previous one with nonblocking
+ * hcomm_pp_isend/irecv, every receive posted when the step starts (see pipe_t). Dense gradients are
+ * summed over DP x CP and expert gradients over expert-DP, bucket by bucket during the last
+ * backward (--dp-overlap) or after it, and every rank applies SGD with momentum to its shards. The
+ * loss is the mean over every token of the global batch, so the gradient of each token's loss is
+ * scaled by 1 / (batch * seq) and the reductions are plain sums: any layout computes the update of
+ * the 1-rank run.
  */
-#include "train.h"
+#include "../train.h"
 
-#include "ckpt.h"
+#include "../ckpt.h"
 #include "model.h"
 
 #include <errno.h>
@@ -18,8 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { TAG_ACT = 1, TAG_GRAD = 2 };
 
 /* Progress figures world rank 0 keeps between reports. */
 typedef struct report {
@@ -90,8 +89,6 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     if (r == HCOMM_OK)
         r = rt_group(rt, *ctx, HCOMM_GROUP_EDP, &rt->edp, &rt->edp_rank, &rt->edp_size);
     if (r == HCOMM_OK)
-        TRAIN_TRY(rt, hcomm_ctx_pp_neighbors(*ctx, &rt->prev, &rt->next));
-    if (r == HCOMM_OK)
         r = rt_check_etp(rt);
     return r;
 }
@@ -117,25 +114,6 @@ static void mb_tokens(const train_job_t *job, train_rt_t *rt, const int64_t *sta
             c->tgt[i] = job->corpus->ids[s + 1];
         }
     }
-}
-
-/* Forward of micro-batch c through this stage's units, between the neighbouring stages. */
-static hcomm_result_t stage_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, double *h) {
-    hcomm_tensor_t h_t = train_view2(h, c->n, m->C);
-    double t = train_now();
-    if (rt->prev >= 0)
-        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_recv(rt->pp, &h_t, rt->prev, TAG_ACT)));
-    rt->pp_s += train_now() - t;
-    for (int u = m->unit_lo; u < m->unit_hi; u++) {
-        hcomm_result_t r = unit_forward(u, m, rt, c, h);
-        if (r != HCOMM_OK)
-            return r;
-    }
-    t = train_now();
-    if (rt->next >= 0)
-        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_send(rt->pp, &h_t, rt->next, TAG_ACT)));
-    rt->pp_s += train_now() - t;
-    return HCOMM_OK;
 }
 
 /* --- DP gradient reduction overlapped with backward (--dp-overlap 1) --- */
@@ -165,27 +143,6 @@ static hcomm_result_t grads_ready(model_t *m, train_rt_t *rt, int u) {
         hcomm_dp_reducer_t *red = p->expert ? rt->red_expert : rt->red_dense;
         TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_dp_reducer_mark_ready(red, rt->red_index[i])));
     }
-    return HCOMM_OK;
-}
-
-static hcomm_result_t stage_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, double *dh,
-                                     double scale, int last) {
-    hcomm_tensor_t dh_t = train_view2(dh, c->n, m->C);
-    double t = train_now();
-    if (rt->next >= 0)
-        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_recv(rt->pp, &dh_t, rt->next, TAG_GRAD)));
-    rt->pp_s += train_now() - t;
-    for (int u = m->unit_hi - 1; u >= m->unit_lo; u--) {
-        hcomm_result_t r = unit_backward(u, m, rt, c, dh, scale);
-        if (r == HCOMM_OK && last)
-            r = grads_ready(m, rt, u);
-        if (r != HCOMM_OK)
-            return r;
-    }
-    t = train_now();
-    if (rt->prev >= 0)
-        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_send(rt->pp, &dh_t, rt->prev, TAG_GRAD)));
-    rt->pp_s += train_now() - t;
     return HCOMM_OK;
 }
 
@@ -254,52 +211,218 @@ static hcomm_result_t reduce_grads(model_t *m, train_rt_t *rt) {
     return r == HCOMM_OK ? r : train_fail(rt, "hcomm_dp_all_reduce_grads", r);
 }
 
-/* Backward of micro-batch k; the last one to run makes the gradients final (DP overlap). */
-static hcomm_result_t backward_mb(model_t *m, train_rt_t *rt, mb_cache_t *cs, int k, double *h,
-                                  double scale, int last, double *loss) {
-    memset(h, 0, (size_t)(cs[k].n * m->C) * sizeof(double));
-    hcomm_result_t r = stage_backward(m, rt, &cs[k], h, scale, last);
-    if (rt->next < 0 && rt->tp_rank == 0)
-        *loss += cs[k].loss;
+/* ---------------------------------------------------------------- pipeline schedules */
+
+/* One pass of the schedule: forward (F) or backward (B) of this rank's model chunk v on
+ * micro-batch mb. */
+typedef struct op {
+    int fwd, v, mb;
+} op_t;
+
+/* The k-th forward (or backward) pass of a rank, Megatron-LM's interleaved order
+ * (get_model_chunk_id): passes go in groups of P micro-batches, chunk by chunk (backward:
+ * last chunk first). With V = 1 it is micro-batch k on the one chunk. */
+static op_t nth_pass(int fwd, int k, int P, int V) {
+    op_t op = {fwd, (k % (P * V)) / P, (k / (P * V)) * P + k % P};
+    if (!fwd)
+        op.v = V - 1 - op.v;
+    return op;
+}
+
+/* The passes of one step on this rank, in order, into ops [2 * M * V]; returns their number.
+ * GPipe (Huang et al. 2019): every forward, then every backward in reverse. 1F1B
+ * (PipeDream-Flush, Narayanan et al. 2021): stage s runs P-s-1 warm-up forwards, then
+ * alternates one forward and one backward, then drains the backwards, so at most P-s
+ * micro-batches hold activations. Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM's
+ * forward_backward_pipelining_with_interleaving): the same with V chunks per rank, warm-up
+ * (P-s-1)*2 + (V-1)*P passes (all of them when M = P). Each chunk's backwards run in
+ * micro-batch order (GPipe: reverse order), so a layout reproduces the 1-rank run. */
+static int schedule_ops(const train_opts_t *o, const train_rt_t *rt, op_t *ops) {
+    const int M = o->micro_batches, P = rt->pp_size, s = rt->stage, V = o->virtual_stages;
+    const int total = M * V;
+    int n = 0, warm = total;
+    if (strcmp(o->schedule, "gpipe") == 0) {
+        for (int k = 0; k < M; k++)
+            ops[n++] = nth_pass(1, k, P, V);
+        for (int k = M - 1; k >= 0; k--)
+            ops[n++] = nth_pass(0, k, P, V);
+        return n;
+    }
+    if (strcmp(o->schedule, "interleaved") == 0 && M != P)
+        warm = (P - s - 1) * 2 + (V - 1) * P;
+    else if (strcmp(o->schedule, "1f1b") == 0)
+        warm = P - s - 1;
+    warm = warm < total ? warm : total;
+    for (int k = 0; k < warm; k++)
+        ops[n++] = nth_pass(1, k, P, V);
+    for (int k = 0; k < total - warm; k++) {
+        ops[n++] = nth_pass(1, warm + k, P, V);
+        ops[n++] = nth_pass(0, k, P, V);
+    }
+    for (int k = total - warm; k < total; k++)
+        ops[n++] = nth_pass(0, k, P, V);
+    return n;
+}
+
+/* One step's PP transfers. Chunk v of stage s is the model's chunk v*P + s; its input comes
+ * from the previous chunk on stage s-1 (on stage 0: the last stage's chunk v-1, the ring
+ * from the last stage to the first), its output goes to the next. Every receive the step
+ * needs is posted when it starts, each into its own buffer with its own tag (kind, receiving
+ * chunk, micro-batch), so no message waits unexpected and the order peers send in does not
+ * matter; each send is posted as soon as its data is ready, from a copy (the work buffer moves
+ * on), and the step waits for all of them at its end. */
+enum { PIPE_ACT, PIPE_GRAD };
+typedef struct pipe {
+    int P, V, M, chunks;    /* stages, chunks per stage, micro-batches, chunks in all */
+    hcomm_tensor_t *in;     /* [2][V][M] receive tensors (bf16 with --dtype bf16) */
+    hcomm_pp_req_t **recv;  /* [2][V][M] posted receives; NULL: none, or already waited */
+    hcomm_pp_req_t **sends; /* [2 * V * M] posted sends */
+    int nsends;
+} pipe_t;
+
+static int pipe_slot(const pipe_t *p, int kind, int v, int mb) {
+    return (kind * p->V + v) * p->M + mb;
+}
+
+/* Tag of the message of @p kind for the model's chunk @p chunk, micro-batch @p mb. */
+static int pipe_tag(const pipe_t *p, int kind, int chunk, int mb) {
+    return 16 + (kind * p->chunks + chunk) * p->M + mb;
+}
+
+/* Posts the step's receives of n rows each: activations for every chunk but the model's
+ * first, and with @p backward gradients for every chunk but its last. */
+static hcomm_result_t pipe_open(pipe_t *p, train_rt_t *rt, int V, int M, int64_t n, int C,
+                                int backward) {
+    const int P = rt->pp_size, slots = 2 * V * M;
+    *p = (pipe_t){P, V, M, P * V, NULL, NULL, NULL, 0};
+    p->in = arena_alloc(&rt->arena, (size_t)slots * sizeof *p->in);
+    p->recv = arena_alloc(&rt->arena, (size_t)slots * sizeof *p->recv);
+    p->sends = arena_alloc(&rt->arena, (size_t)slots * sizeof *p->sends);
+    memset(p->recv, 0, (size_t)slots * sizeof *p->recv);
+    for (int kind = 0; kind < 2; kind++) {
+        for (int v = 0; v < V; v++) {
+            const int chunk = v * P + rt->stage;
+            const int has = kind == PIPE_ACT ? chunk > 0 : backward && chunk < p->chunks - 1;
+            const int peer = (rt->stage + (kind == PIPE_ACT ? P - 1 : 1)) % P;
+            for (int mb = 0; has && mb < M; mb++) {
+                const int i = pipe_slot(p, kind, v, mb);
+                p->in[i] = comm_out(rt, arena_reals(&rt->arena, n * C), n, C);
+                TRAIN_TRY(
+                    rt, TRAIN_COMM(rt, hcomm_pp_irecv(rt->pp, &p->in[i], peer,
+                                                      pipe_tag(p, kind, chunk, mb), &p->recv[i])));
+            }
+        }
+    }
+    return HCOMM_OK;
+}
+
+/* Waits for the message of @p kind for chunk v, micro-batch mb, and widens it into x. */
+static hcomm_result_t pipe_take(pipe_t *p, train_rt_t *rt, int kind, int v, int mb, real_t *x) {
+    const int i = pipe_slot(p, kind, v, mb);
+    hcomm_pp_req_t *req = p->recv[i];
+    p->recv[i] = NULL;
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_wait(req)));
+    comm_out_done(&p->in[i], x);
+    return HCOMM_OK;
+}
+
+/* Posts a copy of x [n, C] as the message of @p kind from chunk v to its neighbour chunk. */
+static hcomm_result_t pipe_give(pipe_t *p, train_rt_t *rt, int kind, int v, int mb, real_t *x,
+                                int64_t n, int C) {
+    const int P = p->P, chunk = v * P + rt->stage, to = chunk + (kind == PIPE_ACT ? 1 : -1);
+    hcomm_tensor_t t = comm_in(rt, x, n, C); /* with bf16, a copy already */
+    if (!rt->bf16) {
+        t.data = arena_reals(&rt->arena, n * C);
+        memcpy(t.data, x, (size_t)(n * C) * sizeof(real_t));
+    }
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_pp_isend(rt->pp, &t, to % P, pipe_tag(p, kind, to, mb),
+                                                &p->sends[p->nsends++])));
+    return HCOMM_OK;
+}
+
+/* Completes the step's sends (and, after a failure, whatever was still posted). */
+static hcomm_result_t pipe_close(pipe_t *p, train_rt_t *rt, hcomm_result_t r) {
+    hcomm_result_t w = TRAIN_COMM(rt, hcomm_pp_wait_all(p->sends, p->nsends));
+    p->nsends = 0;
+    if (r != HCOMM_OK)
+        return r;
+    return w == HCOMM_OK ? w : train_fail(rt, "hcomm_pp_wait_all of the PP sends", w);
+}
+
+/* Unit range of this rank's chunk v: the model's chunk v*P + s of P*V. */
+static void chunk_units(const model_t *m, int v, int *lo, int *hi) {
+    *lo = m->chunk_lo[v];
+    *hi = m->chunk_hi[v];
+}
+
+/* Forward of chunk v on micro-batch c: receive its input, run its units, send its output. */
+static hcomm_result_t chunk_forward(const model_t *m, train_rt_t *rt, pipe_t *p, mb_cache_t *c,
+                                    int v, int mb, real_t *h) {
+    const int chunk = v * p->P + rt->stage;
+    int lo, hi;
+    chunk_units(m, v, &lo, &hi);
+    double t = train_now();
+    hcomm_result_t r = chunk > 0 ? pipe_take(p, rt, PIPE_ACT, v, mb, h) : HCOMM_OK;
+    rt->pp_s += train_now() - t;
+    for (int u = lo; u < hi && r == HCOMM_OK; u++)
+        r = unit_forward(u, m, rt, c, h);
+    t = train_now();
+    if (r == HCOMM_OK && chunk < p->chunks - 1)
+        r = pipe_give(p, rt, PIPE_ACT, v, mb, h, c->n, m->C);
+    rt->pp_s += train_now() - t;
     return r;
 }
 
-/* The micro-batch order of a step. GPipe (Huang et al. 2019): every forward, then every
- * backward in reverse. 1F1B (PipeDream-Flush, Narayanan et al. 2021; Megatron-LM's
- * forward_backward_pipelining_without_interleaving): stage s runs P-s-1 warm-up forwards,
- * then alternates one forward and one backward, then drains the backwards, so at most P-s
- * micro-batches hold activations. The backward order decides how gradients accumulate, so a
- * layout reproduces the 1-rank run of the same schedule bit for bit. */
-static hcomm_result_t run_schedule(const train_job_t *job, model_t *m, train_rt_t *rt,
-                                   const int64_t *starts, mb_cache_t *cs, double *loss) {
-    const train_opts_t *o = job->opts;
-    const int M = o->micro_batches;
-    const double scale = 1.0 / ((double)o->batch * o->seq);
-    const int one_f_one_b = strcmp(o->schedule, "1f1b") == 0;
-    int warm = one_f_one_b ? rt->pp_size - rt->stage - 1 : M;
-    if (warm > M)
-        warm = M;
-    double *h = NULL;
-    int f = 0, b = 0;
-    hcomm_result_t r = HCOMM_OK;
-    for (; f < warm && r == HCOMM_OK; f++) {
-        mb_tokens(job, rt, starts, f, &cs[f]);
-        if (h == NULL)
-            h = arena_doubles(&rt->arena, cs[f].n * m->C);
-        r = stage_forward(m, rt, &cs[f], h);
+/* Backward of chunk v on micro-batch c; @p last: its gradients are final after it (DP
+ * overlap starts their buckets). */
+static hcomm_result_t chunk_backward(model_t *m, train_rt_t *rt, pipe_t *p, mb_cache_t *c, int v,
+                                     int mb, real_t *dh, double scale, int last) {
+    const int chunk = v * p->P + rt->stage;
+    int lo, hi;
+    chunk_units(m, v, &lo, &hi);
+    double t = train_now();
+    memset(dh, 0, (size_t)(c->n * m->C) * sizeof(real_t));
+    hcomm_result_t r = chunk < p->chunks - 1 ? pipe_take(p, rt, PIPE_GRAD, v, mb, dh) : HCOMM_OK;
+    rt->pp_s += train_now() - t;
+    for (int u = hi - 1; u >= lo && r == HCOMM_OK; u--) {
+        r = unit_backward(u, m, rt, c, dh, scale);
+        if (r == HCOMM_OK && last)
+            r = grads_ready(m, rt, u);
     }
-    for (; f < M && r == HCOMM_OK; f++, b++) { /* 1F1B steady state */
-        mb_tokens(job, rt, starts, f, &cs[f]);
-        if (h == NULL)
-            h = arena_doubles(&rt->arena, cs[f].n * m->C);
-        r = stage_forward(m, rt, &cs[f], h);
-        if (r == HCOMM_OK)
-            r = backward_mb(m, rt, cs, b, h, scale, b == M - 1, loss);
+    t = train_now();
+    if (r == HCOMM_OK && chunk > 0)
+        r = pipe_give(p, rt, PIPE_GRAD, v, mb, dh, c->n, m->C);
+    rt->pp_s += train_now() - t;
+    return r;
+}
+
+/* Runs @p ops on the micro-batches cs (tokens set) between the stages; adds the loss of the
+ * micro-batches whose head ran on this rank (TP rank 0 of the last stage) into *loss, after
+ * their backward (after their forward when @p train is 0: forward passes only). */
+static hcomm_result_t run_ops(model_t *m, train_rt_t *rt, mb_cache_t *cs, int M, const op_t *ops,
+                              int nops, int train, double scale, double *loss) {
+    const int V = m->vstages, last_chunk = rt->stage == rt->pp_size - 1 ? V - 1 : -1;
+    /* The last backward pass of each chunk makes its gradients final. */
+    int *final = arena_alloc(&rt->arena, (size_t)V * sizeof(int));
+    for (int i = 0; i < nops; i++)
+        if (!ops[i].fwd)
+            final[ops[i].v] = i;
+    pipe_t p;
+    real_t *h = arena_reals(&rt->arena, cs[0].n * m->C);
+    hcomm_result_t r = pipe_open(&p, rt, V, M, cs[0].n, m->C, train);
+    for (int i = 0; i < nops && r == HCOMM_OK; i++) {
+        const op_t op = ops[i];
+        mb_cache_t *c = &cs[op.mb];
+        if (op.fwd)
+            r = chunk_forward(m, rt, &p, c, op.v, op.mb, h);
+        else
+            r = chunk_backward(m, rt, &p, c, op.v, op.mb, h, scale, final[op.v] == i);
+        if (r == HCOMM_OK && op.v == last_chunk && op.fwd == !train && rt->tp_rank == 0)
+            *loss += c->loss;
     }
-    for (; b < M && r == HCOMM_OK; b++) {
-        int k = one_f_one_b ? b : M - 1 - b; /* GPipe drains in reverse */
-        r = backward_mb(m, rt, cs, k, h, scale, b == M - 1, loss);
-    }
+    double t = train_now();
+    r = pipe_close(&p, rt, r);
+    rt->pp_s += train_now() - t;
     return r;
 }
 
@@ -307,14 +430,31 @@ static hcomm_result_t run_schedule(const train_job_t *job, model_t *m, train_rt_
  * (the loss of its tokens on the last stage's TP rank 0, else 0) in *loss. */
 static hcomm_result_t step_grads(const train_job_t *job, model_t *m, train_rt_t *rt,
                                  const int64_t *starts, double *loss) {
-    const int M = job->opts->micro_batches;
+    const train_opts_t *o = job->opts;
+    const int M = o->micro_batches;
     mb_cache_t *cs = arena_alloc(&rt->arena, (size_t)M * sizeof *cs);
+    op_t *ops = arena_alloc(&rt->arena, 2 * (size_t)(M * m->vstages) * sizeof *ops);
     memset(cs, 0, (size_t)M * sizeof *cs);
+    for (int k = 0; k < M; k++)
+        mb_tokens(job, rt, starts, k, &cs[k]);
     *loss = 0.0;
-    hcomm_result_t r = run_schedule(job, m, rt, starts, cs, loss);
+    const int nops = schedule_ops(o, rt, ops);
+    hcomm_result_t r = run_ops(m, rt, cs, M, ops, nops, 1, 1.0 / ((double)o->batch * o->seq), loss);
     for (int k = 0; k < M; k++)
         mb_cache_clear(&cs[k]);
     return r;
+}
+
+/* Forward passes only of the micro-batches cs[0..M) (evaluation, sampling): micro-batch by
+ * micro-batch, chunk by chunk, so every pass waits only for passes earlier in that order;
+ * the loss as in run_ops. */
+static hcomm_result_t forward_only(model_t *m, train_rt_t *rt, mb_cache_t *cs, int M,
+                                   double *loss) {
+    const int V = m->vstages;
+    op_t *ops = arena_alloc(&rt->arena, (size_t)(M * V) * sizeof *ops);
+    for (int k = 0; k < M * V; k++)
+        ops[k] = (op_t){1, k % V, k / V};
+    return run_ops(m, rt, cs, M, ops, M * V, 0, 0.0, loss);
 }
 
 /* ---------------------------------------------------------------- replica check */
@@ -329,7 +469,7 @@ static uint64_t replica_hash(const model_t *m, int kind) {
         const param_t *p = m->params[i];
         int in = kind == REPLICA_TP ? !p->sharded : (kind == REPLICA_EXPERT) == p->expert;
         const unsigned char *b = (const unsigned char *)p->w;
-        for (size_t k = 0; in && k < (size_t)(p->rows * p->cols) * sizeof(double); k++)
+        for (size_t k = 0; in && k < (size_t)(p->rows * p->cols) * sizeof(real_t); k++)
             h = (h ^ b[k]) * 0x100000001b3ull;
     }
     return h;
@@ -378,15 +518,15 @@ static hcomm_result_t evaluate(const train_job_t *job, model_t *m, train_rt_t *r
     val_starts(job->corpus, o->batch * EVAL_BATCHES, o->seq, starts);
     double mine = 0.0, sum = 0.0;
     hcomm_result_t r = HCOMM_OK;
+    const int M = o->micro_batches;
     for (int b = 0; b < EVAL_BATCHES && r == HCOMM_OK; b++) {
-        for (int k = 0; k < o->micro_batches && r == HCOMM_OK; k++) {
-            mb_cache_t c = {0};
-            mb_tokens(job, rt, starts + (size_t)b * o->batch, k, &c);
-            r = stage_forward(m, rt, &c, arena_doubles(&rt->arena, c.n * m->C));
-            if (rt->next < 0 && rt->tp_rank == 0)
-                mine += c.loss;
-            mb_cache_clear(&c);
-        }
+        mb_cache_t *cs = arena_alloc(&rt->arena, (size_t)M * sizeof *cs);
+        memset(cs, 0, (size_t)M * sizeof *cs);
+        for (int k = 0; k < M; k++)
+            mb_tokens(job, rt, starts + (size_t)b * o->batch, k, &cs[k]);
+        r = forward_only(m, rt, cs, M, &mine);
+        for (int k = 0; k < M; k++)
+            mb_cache_clear(&cs[k]);
         arena_reset(&rt->arena);
     }
     free(starts);
@@ -402,7 +542,7 @@ static hcomm_result_t evaluate(const train_job_t *job, model_t *m, train_rt_t *r
 
 /* Next character from the head's probabilities p[V]: the most likely one (lowest index on
  * ties) when T is 0, else a draw from p^(1/T) renormalized, which is softmax(logits / T). */
-static int32_t pick_char(const double *p, int V, double T, rng_t *r) {
+static int32_t pick_char(const real_t *p, int V, double T, rng_t *r) {
     int32_t best = 0;
     if (T == 0.0) {
         for (int32_t v = 1; v < V; v++)
@@ -430,7 +570,7 @@ static int32_t pick_char(const double *p, int V, double T, rng_t *r) {
 static hcomm_result_t generate(const train_job_t *job, model_t *m, train_rt_t *rt, char *out) {
     const train_opts_t *o = job->opts;
     const size_t plen = strlen(o->prompt);
-    const int picker = rt->next < 0 && rt->tp_rank == 0 && rt->dp_rank == 0;
+    const int picker = rt->stage == rt->pp_size - 1 && rt->tp_rank == 0 && rt->dp_rank == 0;
     int32_t ids[3] = {0, 0, 0}; /* prev, cur, target (unused) */
     for (size_t i = 0; i < plen; i++) {
         ids[0] = ids[1];
@@ -448,7 +588,8 @@ static hcomm_result_t generate(const train_job_t *job, model_t *m, train_rt_t *r
         c.prev = &ids[0];
         c.cur = &ids[1];
         c.tgt = &ids[2];
-        hcomm_result_t r = stage_forward(m, rt, &c, arena_doubles(&rt->arena, m->C));
+        double unused = 0.0;
+        hcomm_result_t r = forward_only(m, rt, &c, 1, &unused);
         int64_t mine = picker ? pick_char(c.head_p, m->V, o->temperature, &rng) : 0, next = 0;
         mb_cache_clear(&c);
         arena_reset(&rt->arena);
@@ -485,14 +626,19 @@ static void report_start(const train_job_t *job, const train_rt_t *rt, int first
            job->corpus->len - job->corpus->train_len, o->val_data ? " from --val-data" : "",
            job->corpus->vocab, (long long)model_full_size(o, job->corpus->vocab), o->batch, o->seq,
            o->micro_batches, o->micro_batches == 1 ? "" : "es");
+    /* Each stage's units; with --virtual-stages its chunks are separated by " | ". */
+    const int V = o->virtual_stages, n = o->pp * V;
     printf("hcomm-train: stages:");
     for (int s = 0; s < o->pp; s++) {
         printf(" [");
-        for (int u = s * U / o->pp; u < (s + 1) * U / o->pp; u++) {
-            const int k = unit_kind(u, o->layers);
-            printf("%s%s", u == s * U / o->pp ? "" : ", ", names[k]);
-            if ((k == UNIT_TP || k == UNIT_MOE) && o->layers > 1)
-                printf(" %d", (u - 1) / 2);
+        for (int v = 0; v < V; v++) {
+            const int lo = (v * o->pp + s) * U / n, hi = (v * o->pp + s + 1) * U / n;
+            for (int u = lo; u < hi; u++) {
+                const int k = unit_kind(u, o->layers);
+                printf("%s%s", u > lo ? ", " : v > 0 ? " | " : "", names[k]);
+                if ((k == UNIT_TP || k == UNIT_MOE) && o->layers > 1)
+                    printf(" %d", (u - 1) / 2);
+            }
         }
         printf("]");
     }
@@ -558,6 +704,65 @@ static void report_end(const report_t *rep, const train_opts_t *o, const double 
            o->dp_overlap ? "overlapped with" : "after",
            steps > 0 ? 1e3 * sums[4] / steps / o->tp / o->pp / o->dp : 0.0);
     fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* Gathers the full tensors (master weights and momentum) from their owners to world rank 0,
+ * which writes the checkpoint of the state after st->step steps into --save. Collective over
+ * the world. */
+static hcomm_result_t ckpt_save(const train_job_t *job, const model_t *m, train_rt_t *rt,
+                                const train_state_t *st) {
+    const train_opts_t *o = job->opts;
+    model_tensor_t *ts = train_alloc((size_t)model_num_tensors(o) * sizeof *ts);
+    const int nt = model_tensors(o, job->corpus->vocab, ts);
+    size_t *off = train_alloc((size_t)nt * sizeof *off), total = 0;
+    for (int i = 0; i < nt; i++) {
+        off[i] = total;
+        total += 2 * (size_t)(ts[i].rows * ts[i].cols);
+    }
+    /* Each element has exactly one owner; the others add zero bits, so an integer sum moves
+     * the owner's bits unchanged (the sign of -0.0 included). */
+    real_bits_t *full = calloc(total, sizeof(real_bits_t));
+    if (full == NULL) {
+        fprintf(stderr, "hcomm-train: out of memory for a checkpoint of %zu values\n", total);
+        exit(1);
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        const param_t *p = m->params[i];
+        if (!p->owner)
+            continue;
+        const int64_t R = ts[p->gi].rows, C = ts[p->gi].cols;
+        const int64_t r0 = p->how == SHARD_ROWS ? p->part * p->rows : 0;
+        const int64_t c0 = p->how == SHARD_COLS ? p->part * p->cols : 0;
+        for (int64_t r = 0; r < p->rows; r++) {
+            memcpy(full + off[p->gi] + (r0 + r) * C + c0, p->master + r * p->cols,
+                   (size_t)p->cols * sizeof(real_t));
+            memcpy(full + off[p->gi] + R * C + (r0 + r) * C + c0, p->v + r * p->cols,
+                   (size_t)p->cols * sizeof(real_t));
+        }
+    }
+    hcomm_result_t r = hcomm_all_reduce(rt->world, full, full, total, REAL_BITS_DTYPE, HCOMM_SUM);
+    int64_t ok = 1, all_ok = 0;
+    if (r == HCOMM_OK && rt->world_rank == 0)
+        ok = ckpt_write(job, st, ts, nt, full) == 0;
+    /* Every rank learns whether rank 0 wrote it, so all stop together. */
+    if (r == HCOMM_OK)
+        r = hcomm_all_reduce(rt->world, &ok, &all_ok, 1, HCOMM_I64, HCOMM_MIN);
+    free(full);
+    free(off);
+    free(ts);
+    if (r != HCOMM_OK)
+        return train_fail(rt, "gathering a checkpoint", r);
+    if (!all_ok) {
+        atomic_store(job->explained, 1);
+        return HCOMM_ERR_IO;
+    }
+    if (rt->world_rank == 0) {
+        printf("checkpoint: %s/ckpt-%08d.bin (step %d)\n", o->save, st->step, st->step);
+        fflush(stdout);
+    }
+    return HCOMM_OK;
 }
 
 /* ---------------------------------------------------------------- the rank body */
@@ -659,7 +864,7 @@ static hcomm_result_t sample_and_print(const train_job_t *job, model_t *m, train
     return r;
 }
 
-hcomm_result_t train_rank(hcomm_comm_t *world, void *arg) {
+hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     const train_job_t *job = arg;
     train_rt_t rt = {0};
     hcomm_ctx_t *ctx = NULL;
@@ -667,6 +872,7 @@ hcomm_result_t train_rank(hcomm_comm_t *world, void *arg) {
     report_t rep = {0};
     train_state_t st = {0};
     rt.world = world;
+    rt.bf16 = strcmp(job->opts->dtype, "bf16") == 0;
     rep.last_val = NAN;
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
     if (r == HCOMM_OK)
