@@ -855,7 +855,7 @@ static bool mpi_world_aborted(hcomm_comm_t *c) {
 }
 
 /* Per world rank, gathered once per launch: a hash of its host name, its process id, and
- * whether cross-memory attach (process_vm_readv) works in it. The same gather carries the
+ * the address of its cross-memory probe word (0: process_vm_readv does not work in it). The same gather carries the
  * digests of the algorithm-selection inputs (core/topo_spec.h): GATHERED words per rank. */
 typedef struct node_info {
     uint64_t host;
@@ -865,6 +865,8 @@ typedef struct node_info {
 
 enum { NODE_WORDS = 3, GATHERED = NODE_WORDS + HCOMM__SEL_COUNT };
 static node_info_t *world_node;
+/* Every rank of the world can read every peer on its host (agreed at launch). */
+static bool world_cma;
 static int world_node_size;
 
 static uint64_t mpi_node_of(hcomm_comm_t *c, int rank) {
@@ -884,7 +886,7 @@ static bool mpi_shares_memory(hcomm_comm_t *c, int peer) {
 static bool mpi_peer_read_ok(hcomm_comm_t *c) {
     for (int r = 0; r < c->size; r++) {
         int w = c->world_ranks[r];
-        if (!world_node || w >= world_node_size || !world_node[w].cma || !mpi_shares_memory(c, r))
+        if (!world_cma || !world_node || w >= world_node_size || !mpi_shares_memory(c, r))
             return false;
     }
     return true;
@@ -1219,12 +1221,43 @@ static hcomm_result_t agree(MPI_Comm ctrl, hcomm_result_t mine, int rank, int si
     return HCOMM_OK;
 }
 
-/* True when this process may read its own memory through process_vm_readv: containers whose
- * seccomp profile forbids the call fail here, and then nobody uses it. */
-static bool cma_works(void) {
-    uint64_t src = 0x5eed, dst = 0;
-    struct iovec local = {&dst, sizeof dst}, far = {&src, sizeof src};
-    return process_vm_readv(getpid(), &local, 1, &far, 1, 0) == (ssize_t)sizeof dst && dst == src;
+/* A word every rank publishes (its address travels in the launch's gather) so that peers on
+ * its host can try a cross-memory read of it. */
+static const volatile uint64_t cma_probe = 0x5eedc0ffee5eedull;
+/* The address of cma_probe when this process may read its own memory through
+ * process_vm_readv (a seccomp profile may forbid the call), else 0. */
+static uint64_t cma_self(void) {
+    uint64_t dst = 0;
+    struct iovec local = {&dst, sizeof dst}, far = {(void *)(uintptr_t)&cma_probe, sizeof dst};
+    bool ok = process_vm_readv(getpid(), &local, 1, &far, 1, 0) == (ssize_t)sizeof dst &&
+              dst == cma_probe;
+    return ok ? (uint64_t)(uintptr_t)&cma_probe : 0;
+}
+
+/* True when this rank can read the probe of every peer on its host: a ptrace policy (Yama's
+ * ptrace_scope=1, the Ubuntu default) may allow reading oneself but not a sibling process. */
+static bool cma_reaches_peers(const node_info_t *nodes, int size, int me) {
+    for (int r = 0; r < size; r++) {
+        if (r == me || nodes[r].host != nodes[me].host)
+            continue;
+        uint64_t dst = 0;
+        struct iovec local = {&dst, sizeof dst}, far = {(void *)(uintptr_t)nodes[r].cma, sizeof dst};
+        if (!nodes[r].cma ||
+            process_vm_readv((pid_t)nodes[r].pid, &local, 1, &far, 1, 0) != (ssize_t)sizeof dst ||
+            dst != cma_probe)
+            return false;
+    }
+    return nodes[me].cma != 0;
+}
+
+/* world_cma: every rank's verdict, so all of them decide alike (polled, as the gather). */
+static hcomm_result_t agree_on_cma(int size, int me) {
+    int ok = cma_reaches_peers(world_node, size, me), all = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_TRY("hcomm_launch", MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
+    HCOMM__TRY(wait_setup("hcomm_launch", "MPI_Iallreduce of the cross-memory probes", &req));
+    world_cma = all != 0;
+    return HCOMM_OK;
 }
 
 /* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file) differs
@@ -1254,7 +1287,7 @@ static hcomm_result_t gather_nodes(int size) {
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
     mine[0] = h;
     mine[1] = (uint64_t)getpid();
-    mine[2] = cma_works();
+    mine[2] = cma_self();
     hcomm__selection_digests(mine + NODE_WORDS);
     free(world_node);
     world_node_size = 0;
@@ -1278,7 +1311,9 @@ static hcomm_result_t gather_nodes(int size) {
     free(all);
     if (res == HCOMM_OK)
         world_node_size = size;
-    return res;
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return res == HCOMM_OK ? agree_on_cma(size, me) : res;
 }
 
 static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int size) {
