@@ -1029,10 +1029,14 @@ static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
     return HCOMM_OK;
 }
 
+/* How long a lane send may take to complete after a peer's notice ended its step. */
+#define LANE_DRAIN_S 0.5
+
 /* Ends s after `why`. A send still in flight is one eager message: after a peer's notice
- * (the peer is alive and progresses in its next call) it completes soon, so it is waited for
- * (at most HCOMM_TIMEOUT) instead of cancelled: a send MPI cannot cancel leaves the
- * communicator unusable, and the next call would fail on every rank. */
+ * (the peer is alive and progresses in its next call) it completes within milliseconds, so
+ * it is waited for (at most LANE_DRAIN_S, bounded by HCOMM_TIMEOUT: a backend that sends it
+ * by rendezvous never completes it) instead of cancelled at once: a send MPI cannot cancel
+ * leaves the communicator unusable, and the next call would fail on every rank. */
 static void lane_give_up(lane_step_t *s, hcomm_result_t why) {
     if (!s->received)
         s->c->tr->cancel(s->c, &s->rx, false);
@@ -1041,7 +1045,8 @@ static void lane_give_up(lane_step_t *s, hcomm_result_t why) {
         hcomm__backoff_init(&b);
         hcomm_result_t res = HCOMM_OK;
         size_t got;
-        while (!s->sent && hcomm__backoff(&b) <= s->c->timeout_s)
+        double limit = s->c->timeout_s < LANE_DRAIN_S ? s->c->timeout_s : LANE_DRAIN_S;
+        while (!s->sent && hcomm__backoff(&b) <= limit)
             s->sent = s->c->tr->lane_test(s->c, &s->tx, &res, &got) && res == HCOMM_OK;
     }
     if (!s->sent)
