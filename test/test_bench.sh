@@ -183,6 +183,9 @@ expect_msg "--iters 99999999999999: out of range 1..1048576" --iters 99999999999
 expect_msg "-a 4: out of range 0..3" -a 4
 expect_msg "-n needs a value" -n
 expect_msg "--algo needs a value" --algo --json x
+expect_msg "--json needs a value" all_reduce --json -t 2
+expect_msg "--json $tmp/no/b.json: cannot write the file" all_reduce -t 2 -b 8 -e 8 --json "$tmp/no/b.json"
+expect_msg "-F $tmp/no/b.csv: cannot write the file" all_reduce -t 2 -b 8 -e 8 -F "$tmp/no/b.csv"
 expect_msg "-e -1 is not a size" -e -1
 expect_msg "-e 65G is not a size" -e 65G
 expect_msg "-b 1073741824 is larger than -e 1024" -b 1G -e 1K

@@ -470,10 +470,9 @@ static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbu
     return HCOMM_OK;
 }
 
-/* Before a native collective on a transport without posted checks: every rank agrees on the
- * signature (HCOMM_CHECK=always), or on its first use per comm (first), or not at all (off). */
-static hcomm_result_t agree(call_t *k) {
-    int mode = check_mode();
+/* Before a collective on a transport without posted checks: every rank agrees on the
+ * signature; before a native one as HCOMM_CHECK says (mode: always, first use per comm, off). */
+static hcomm_result_t agree_as(call_t *k, int mode) {
     if (mode == CHECK_OFF || k->c->size == 1)
         return HCOMM_OK;
     uint64_t h = ((uint64_t)k->sig.call << 56) ^ ((uint64_t)k->sig.dtype << 48) ^
@@ -489,6 +488,10 @@ static hcomm_result_t agree(call_t *k) {
     if (mode == CHECK_FIRST)
         k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
     return HCOMM_OK;
+}
+
+static hcomm_result_t agree(call_t *k) {
+    return agree_as(k, check_mode());
 }
 
 /* --- choosing and running an algorithm --- */
@@ -558,8 +561,14 @@ static hcomm__xfer_t xfer_of(call_t *k) {
  * needs neither: it checks in its first exchange and writes recvbuf only at the end. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
+    /* HCOMM_CHECK=first is always for hcomm's own algorithms: their envelopes check every
+     * message, so only a skipped agreement could hang, and under first only the ranks that saw
+     * a signature before skip it: their peers would wait in the agreement until the timeout
+     * instead of failing with the mismatch (off: every rank skips it alike) */
+    int mode =
+        algo == HCOMM__ALGO_NATIVE || check_mode() == CHECK_OFF ? check_mode() : CHECK_ALWAYS;
     if (!shm_coll(c))
-        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
+        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree_as(k, mode);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);

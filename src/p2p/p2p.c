@@ -1029,9 +1029,26 @@ static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
     return HCOMM_OK;
 }
 
-static void lane_give_up(lane_step_t *s) {
+/* How long a lane send may take to complete after a peer's notice ended its step. */
+#define LANE_DRAIN_S 0.5
+
+/* Ends s after `why`. A send still in flight is one eager message: after a peer's notice
+ * (the peer is alive and progresses in its next call) it completes within milliseconds, so
+ * it is waited for (at most LANE_DRAIN_S, bounded by HCOMM_TIMEOUT: a backend that sends it
+ * by rendezvous never completes it) instead of cancelled at once: a send MPI cannot cancel
+ * leaves the communicator unusable, and the next call would fail on every rank. */
+static void lane_give_up(lane_step_t *s, hcomm_result_t why) {
     if (!s->received)
         s->c->tr->cancel(s->c, &s->rx, false);
+    if (!s->sent && (why == HCOMM_ERR_PEER || why == HCOMM_ERR_MISMATCH)) {
+        hcomm__backoff_t b;
+        hcomm__backoff_init(&b);
+        hcomm_result_t res = HCOMM_OK;
+        size_t got;
+        double limit = s->c->timeout_s < LANE_DRAIN_S ? s->c->timeout_s : LANE_DRAIN_S;
+        while (!s->sent && hcomm__backoff(&b) <= limit)
+            s->sent = s->c->tr->lane_test(s->c, &s->tx, &res, &got) && res == HCOMM_OK;
+    }
     if (!s->sent)
         s->c->tr->cancel(s->c, &s->tx, true);
 }
@@ -1056,7 +1073,7 @@ hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_
         hcomm_result_t res =
             c->tr->lane_post(c, to, seq, sbuf, HCOMM__LANE_HDR + sbytes, true, &s.tx);
         if (res != HCOMM_OK) {
-            lane_give_up(&s);
+            lane_give_up(&s, res);
             return res;
         }
     }
@@ -1066,12 +1083,12 @@ hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_
     while (!lane_advance(&s, &res)) {
         double waited = hcomm__backoff(&b);
         if ((b.iter & 63) == 0 && (res = lane_verdict(&s, waited)) != HCOMM_OK) {
-            lane_give_up(&s);
+            lane_give_up(&s, res);
             return res;
         }
     }
     if (res != HCOMM_OK) {
-        lane_give_up(&s);
+        lane_give_up(&s, res);
         return res;
     }
     if (from >= 0) {

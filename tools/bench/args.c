@@ -304,8 +304,10 @@ static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)len, a);
     const char *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
-    /* "-n -3" is a value; "--algo --json x" is a missing one */
-    if (v == NULL || (!eq && v[0] == '-' && v[1] == '-')) {
+    /* "-n -3" is a value; "--algo --json x" and "--json -t 2" (a file name or backend that
+     * looks like a flag; --json=-t still names one) are missing ones */
+    if (v == NULL ||
+        (!eq && v[0] == '-' && (v[1] == '-' || (flags[f].kind == K_STR && v[1] != '\0')))) {
         fprintf(stderr, "hcomm-bench: %s needs a value (see --help)\n", name);
         return -1;
     }

@@ -15,6 +15,7 @@
 #include "algo/coll.h"
 #include "algo/select.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -710,6 +711,24 @@ static bool on_path(const char *prog) {
     return false;
 }
 
+/* True when path can be written; checked before the run so that a bad --json, -F or --plot
+ * path fails at once instead of after a long run. Leaves no file behind that was not there. */
+static bool writable(const char *flag, const char *path) {
+    if (!path)
+        return true;
+    bool existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "hcomm-bench: %s %s: cannot write the file (%s)\n", flag, path,
+                strerror(errno));
+        return false;
+    }
+    fclose(f);
+    if (!existed)
+        remove(path);
+    return true;
+}
+
 int main(int argc, char **argv) {
     bench_opts_t o = {.iters = 20,
                       .warmup = 3,
@@ -734,6 +753,8 @@ int main(int argc, char **argv) {
                 o.plot);
         return 2;
     }
+    if (!writable("--json", o.json) || !writable("-F", o.csv) || !writable("--plot", o.plot))
+        return 2;
     const char *b = NULL;
     hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
     bool mpi = r == HCOMM_OK && !strcmp(b, "mpi");
