@@ -318,13 +318,21 @@ static const algo_case_t cases[] = {
     {"allreduce:naive", HCOMM__COLL_ALLREDUCE},
     {"reducescatter:native", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
+    {"reducescatter:rhd", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
+    {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
     {"allgather:native", HCOMM__COLL_ALLGATHER},
     {"allgather:ring", HCOMM__COLL_ALLGATHER},
+    {"allgather:rd", HCOMM__COLL_ALLGATHER},
+    {"allgather:bruck", HCOMM__COLL_ALLGATHER},
     {"allgatherv:ring", HCOMM__COLL_ALLGATHERV},
+    {"allgatherv:rd", HCOMM__COLL_ALLGATHERV},
+    {"allgatherv:bruck", HCOMM__COLL_ALLGATHERV},
     {"broadcast:native", HCOMM__COLL_BROADCAST},
     {"broadcast:tree", HCOMM__COLL_BROADCAST},
+    {"broadcast:chain", HCOMM__COLL_BROADCAST},
+    {"broadcast:scatter_allgather", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
 };
@@ -419,9 +427,10 @@ static void test_parse(void) {
     parse_ok("ring", HCOMM__COLL_BROADCAST, HCOMM__ALGO_NATIVE, true); /* no ring there */
     parse_ok("^native", HCOMM__COLL_BROADCAST, HCOMM__ALGO_TREE, true);
     parse_ok("", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_NATIVE, true);
-    parse_bad("allreduce:rings", "valid: native, rd, ring, rhd, naive, tree, direct");
+    parse_bad("allreduce:rings",
+              "valid: native, rd, ring, rhd, naive, tree, direct, bruck, chain, scatter_allgather");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
-    parse_bad("allgather:rhd", "leaves no algorithm for allgather; valid: native, ring");
+    parse_bad("allgather:rhd", "leaves no algorithm for allgather; valid: native, rd, ring, bruck");
     parse_bad("allreduce:", "names no algorithm");
     int algo;
     const char *why;

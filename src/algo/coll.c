@@ -4,6 +4,7 @@
 
 #include "algo/algos.h"
 #include "algo/select.h"
+#include "algo/variants.h"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -466,11 +467,19 @@ static hcomm_result_t agree(call_t *k) {
 
 /* --- choosing and running an algorithm --- */
 
+static bool is_reduction(int coll) {
+    return coll == HCOMM__COLL_ALLREDUCE || coll == HCOMM__COLL_REDUCESCATTER ||
+           coll == HCOMM__COLL_REDUCE || coll == HCOMM__COLL_REDUCESCATTERV;
+}
+
 static int choose(call_t *k, int coll, size_t bytes) {
     const char *why;
     algo_t *a = k->a;
     int algo = hcomm__algo_choose(a->has_over ? &a->over : NULL, coll, bytes, k->c->size,
                                   shm_coll(k->c), &why);
+    if (k->c->deterministic && is_reduction(coll) &&
+        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE))
+        algo |= HCOMM__ALGO_DET; /* the shared-memory native ones reduce in rank order already */
     k->sig.algo = algo;
     k->f->sig.algo = algo;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO, "%s seq %u: %s of %zu bytes on %d ranks: %s (%s)",
@@ -602,6 +611,12 @@ static hcomm_result_t run_reduction(red_t *r, red_run_t run) {
 static hcomm_result_t run_all_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
+    if (r->algo & HCOMM__ALGO_DET) {
+        if (r->send != r->recv && bytes)
+            memcpy(r->recv, r->send, bytes);
+        hcomm__xfer_t x = xfer_of(r->k);
+        return hcomm__ar_det(&x, r->algo, r->recv, r->in, r->dt, r->op);
+    }
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->all_reduce(c, r->send, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RD)
@@ -634,11 +649,11 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
     hcomm__xfer_t x = xfer_of(r->k);
     if (r->counts)
-        return hcomm__rsv_ring(&x, r->send, r->recv, r->counts, r->dt, r->op);
+        return hcomm__rsv_run(&x, r->algo, r->send, r->recv, r->counts, r->dt, r->op);
     size_t *counts = equal_counts(c->size, r->out);
     if (!counts)
         return nomem(r->k);
-    hcomm_result_t res = hcomm__rsv_ring(&x, r->send, r->recv, counts, r->dt, r->op);
+    hcomm_result_t res = hcomm__rsv_run(&x, r->algo, r->send, r->recv, counts, r->dt, r->op);
     free(counts);
     return res;
 }
@@ -648,6 +663,10 @@ static hcomm_result_t run_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
     bool root = c->rank == r->root;
+    if (r->algo & HCOMM__ALGO_DET) {
+        hcomm__xfer_t x = xfer_of(r->k);
+        return hcomm__reduce_det(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
+    }
     void *buf = root ? r->recv : malloc(bytes + 1);
     if (!buf && bytes) /* the root's recvbuf may be NULL with count 0 */
         return nomem(r->k);
@@ -693,7 +712,7 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
         memcpy(mine, sendbuf, bytes_per_rank);
     size_t *bytes = equal_counts(c->size, bytes_per_rank);
     hcomm__xfer_t x = xfer_of(&k);
-    res = bytes ? hcomm__agv_ring(&x, recvbuf, bytes) : nomem(&k);
+    res = bytes ? hcomm__agv_run(&x, algo, recvbuf, bytes) : nomem(&k);
     free(bytes);
     return call_end(&k, res);
 }
@@ -725,7 +744,7 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     }
     hcomm_result_t res = p2p_agree(&k, algo);
     hcomm__xfer_t x = xfer_of(&k);
-    return call_end(&k, res == HCOMM_OK ? hcomm__bc_tree(&x, buf, bytes, root) : res);
+    return call_end(&k, res == HCOMM_OK ? hcomm__bc_run(&x, algo, buf, bytes, root) : res);
 }
 
 hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -801,7 +820,7 @@ hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, voi
     if ((char *)recvbuf + off != sendbuf && bytes[c->rank])
         memcpy((char *)recvbuf + off, sendbuf, bytes[c->rank]);
     hcomm__xfer_t x = xfer_of(&k);
-    return call_end(&k, hcomm__agv_ring(&x, recvbuf, bytes));
+    return call_end(&k, hcomm__agv_run(&x, algo, recvbuf, bytes));
 }
 
 hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
