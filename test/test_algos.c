@@ -372,8 +372,8 @@ static hcomm_result_t run_one(tcase_t *t, int coll) {
  * about 1M (past the ring's 4 MiB f32 segment and the 2^20-element f16/bf16 widening) for
  * f32, bf16 and i32 SUM and for the data movers; CI runs a pairwise-covering subset (every pair
  * of values of any two factors appears in some case, greedily chosen) and the 1M count once
- * per algorithm on 3 ranks. HCOMM_TEST_ALGO=spec runs the algorithms whose spec contains it;
- * HCOMM_TEST_MAX_RANKS caps the local group sizes. */
+ * per algorithm on 3 ranks. HCOMM_TEST_ALGO=prefix runs the algorithms whose spec starts with it
+ * ("allreduce:", "broadcast:chain"); HCOMM_TEST_MAX_RANKS caps the local group sizes. */
 enum { NF = 5, F_DT = 0, F_OP, F_COUNT, F_IP, F_ROOT, NCOUNTS = 5, MAXV = 8 };
 
 typedef struct tuple {
@@ -473,7 +473,7 @@ static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
     (void)arg;
     const char *only = getenv("HCOMM_TEST_ALGO");
     for (int i = 0; i < NCASES; i++)
-        if (!only || !only[0] || strstr(cases[i].spec, only))
+        if (!only || !only[0] || strncmp(cases[i].spec, only, strlen(only)) == 0)
             T_TRY(run_case(w, &cases[i]));
     return HCOMM_OK;
 }

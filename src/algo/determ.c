@@ -42,8 +42,9 @@ static hcomm_result_t wait_recv(const hcomm__xfer_t *x, int peer, hcomm__req_t *
 typedef struct det {
     const hcomm__xfer_t *x;
     const char *send;
+    char *recv;
     const size_t *counts, *offs;
-    char *acc, *slots;    /* this rank's block; p receive slots of seg elements */
+    char *slots;          /* p receive slots of slot elements (this rank's own unused) */
     hcomm__req_t **reqs;  /* p receives, then p sends */
     size_t es, seg, slot; /* elements per round of every block; per receive slot */
     hcomm_dtype_t dt;
@@ -55,6 +56,31 @@ static size_t seg_len(const det_t *d, int b, size_t s0) {
     return c > s0 ? (c - s0 < d->seg ? c - s0 : d->seg) : 0;
 }
 
+/* Segment s0 of this rank's block reduced in rank order. The running result lives where no
+ * later read can see it: on rank 0 in recv itself (its own input, the first operand, is the
+ * only part of send recv may alias there, and nobody is sent it); elsewhere in the slot of
+ * rank 0's part, copied to recv once this round's sends are done (recv may alias send, but
+ * only where this and earlier rounds read). */
+static hcomm_result_t reduce_in_order(const det_t *d, size_t s0, size_t n, char **acc) {
+    const hcomm__xfer_t *x = d->x;
+    int p = x->c->size, me = x->c->rank;
+    const char *own = d->send + (d->offs[me] + s0) * d->es;
+    *acc = me == 0 ? d->recv + s0 * d->es : d->slots;
+    if (me == 0 && *acc != own)
+        memcpy(*acc, own, n * d->es);
+    for (int r = 0; r < p; r++) {
+        if (r != me) {
+            hcomm_result_t res = wait_recv(x, r, d->reqs[r]);
+            d->reqs[r] = NULL;
+            HCOMM__TRY(res);
+        }
+        if (r > 0) /* r == 0 is already in place */
+            hcomm__reduce(*acc, r == me ? own : d->slots + (size_t)r * d->slot * d->es, n, d->dt,
+                          d->op);
+    }
+    return HCOMM_OK;
+}
+
 /* Segment [s0, s0 + seg) of every block: sends, receives, the rank-order reduction. */
 static hcomm_result_t det_round(const det_t *d, size_t s0) {
     const hcomm__xfer_t *x = d->x;
@@ -62,6 +88,7 @@ static hcomm_result_t det_round(const det_t *d, size_t s0) {
     size_t n = seg_len(d, me, s0);
     hcomm__req_t **rq = d->reqs, **sq = d->reqs + p;
     hcomm_result_t res = HCOMM_OK;
+    char *acc = NULL;
     for (int r = 0; r < p && res == HCOMM_OK; r++)
         if (r != me && n > 0)
             res = hcomm__irecv(x->c, HCOMM__CH_COLL, x->tag, r,
@@ -71,20 +98,12 @@ static hcomm_result_t det_round(const det_t *d, size_t s0) {
         if (b != me && seg_len(d, b, s0) > 0)
             res = hcomm__isend(x->c, HCOMM__CH_COLL, x->tag, b, d->send + (d->offs[b] + s0) * d->es,
                                seg_len(d, b, s0) * d->es, &x->desc, &sq[b]);
-    for (int r = 0; r < p && res == HCOMM_OK && n > 0; r++) {
-        const char *src = d->send + (d->offs[me] + s0) * d->es;
-        if (r != me) {
-            res = wait_recv(x, r, rq[r]);
-            rq[r] = NULL;
-            src = d->slots + (size_t)r * d->slot * d->es;
-        }
-        if (res == HCOMM_OK && r == 0)
-            memcpy(d->acc + s0 * d->es, src, n * d->es);
-        else if (res == HCOMM_OK)
-            hcomm__reduce(d->acc + s0 * d->es, src, n, d->dt, d->op);
-    }
+    if (res == HCOMM_OK && n > 0)
+        res = reduce_in_order(d, s0, n, &acc);
     hcomm_result_t wres = hcomm__wait_all(d->reqs, 2 * p); /* the sends; after a failure, all */
     memset(d->reqs, 0, sizeof(hcomm__req_t *) * 2 * (size_t)p);
+    if (res == HCOMM_OK && wres == HCOMM_OK && n > 0 && acc != d->recv + s0 * d->es)
+        memcpy(d->recv + s0 * d->es, acc, n * d->es);
     return res != HCOMM_OK ? res : wres;
 }
 
@@ -93,7 +112,7 @@ hcomm_result_t hcomm__rsv_det(const hcomm__xfer_t *x, const void *send, void *re
     int p = x->c->size, me = x->c->rank;
     size_t es = hcomm__dtype_size(dt), maxc = 0, seg = DET_SCRATCH_BYTES / es / (size_t)p;
     seg = seg > 0 ? seg : 1; /* the same on every rank: the rounds line up */
-    det_t d = {x, send, counts, NULL, NULL, NULL, NULL, es, seg, seg, dt, op};
+    det_t d = {x, send, recv, counts, NULL, NULL, NULL, es, seg, seg, dt, op};
     size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
     if (offs) {
         offs[0] = 0;
@@ -105,19 +124,14 @@ hcomm_result_t hcomm__rsv_det(const hcomm__xfer_t *x, const void *send, void *re
     d.offs = offs;
     if (d.slot > counts[me])
         d.slot = counts[me] > 0 ? counts[me] : 1;
-    d.acc = malloc(counts[me] * es + 1);
     d.slots = malloc((size_t)p * d.slot * es + 1);
     d.reqs = calloc(2 * (size_t)p, sizeof *d.reqs);
-    hcomm_result_t res =
-        offs && d.acc && d.slots && d.reqs ? HCOMM_OK : nomem(x, (size_t)p * d.slot * es);
+    hcomm_result_t res = offs && d.slots && d.reqs ? HCOMM_OK : nomem(x, (size_t)p * d.slot * es);
     /* As many rounds as the longest block needs: the same on every rank. */
     for (size_t s0 = 0; res == HCOMM_OK && s0 < maxc; s0 += seg)
         res = det_round(&d, s0);
-    if (res == HCOMM_OK && counts[me] > 0)
-        memcpy(recv, d.acc, counts[me] * es);
     free(d.reqs);
     free(d.slots);
-    free(d.acc);
     free(offs);
     return res;
 }
