@@ -503,11 +503,11 @@ static hcomm__xfer_t xfer_of(call_t *k) {
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
  * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
- * needs neither: it checks in its first exchange and writes recvbuf only at the end. */
+ * needs neither, nor its deterministic form: they check in their first exchange. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     if (!shm_coll(c))
-        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
+        return (algo & ~HCOMM__ALGO_DET) == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
