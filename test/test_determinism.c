@@ -267,6 +267,32 @@ static hcomm_result_t inherits(hcomm_comm_t *w, void *arg) {
     return res;
 }
 
+/* Nonblocking all_reduce runs on a private duplicate made at the first one: it follows the
+ * mode its communicator has when each operation is issued, not when the duplicate was made.
+ * (The local default reduces in rank order anyway; on mpi the default at 4 KiB is rd.) */
+static hcomm_result_t nonblocking(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    static const spec_t dflt = {"", 0};
+    int me = t_rank(w);
+    size_t n = 1009;
+    float *v = malloc(n * sizeof *v);
+    if (!v)
+        return HCOMM_ERR_NOMEM;
+    hcomm_request_t *req = NULL;
+    T_TRY(hcomm_comm_set_deterministic(w, 0));
+    T_TRY(hcomm_iall_reduce(w, v, v, 1, HCOMM_F32, HCOMM_SUM, &req)); /* makes the duplicate */
+    T_TRY(hcomm_wait(req));
+    T_TRY(hcomm_comm_set_deterministic(w, 1));
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)input(HCOMM_F32, HCOMM_SUM, me, i);
+    T_TRY(hcomm_iall_reduce(w, v, v, n, HCOMM_F32, HCOMM_SUM, &req));
+    T_TRY(hcomm_wait(req));
+    tcase_t t = {w, &dflt, HCOMM_F32, HCOMM_SUM, n, true};
+    compare(&t, v, 0, n, true);
+    free(v);
+    return hcomm_comm_set_deterministic(w, 0);
+}
+
 /* Ranks that disagree on the mode fail with MISMATCH naming it; the comm stays usable. */
 static hcomm_result_t differ(hcomm_comm_t *w, void *arg) {
     (void)arg;
@@ -311,6 +337,7 @@ int main(void) {
     t_for_each_world(can_fail, NULL, 5);
     t_for_each_world(inherits, NULL, 7);
     t_for_each_world(differ, NULL, 3);
+    t_for_each_world(nonblocking, NULL, 4);
     environment();
     return t_finish("test_determinism");
 }
