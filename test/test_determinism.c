@@ -5,7 +5,7 @@
  * size (before rounding). Inputs are random floats over 21 binades, so any other association
  * would change low bits; group sizes 1..9 (local) or the mpirun job (HCOMM_TEST_MPI); counts 0,
  * 1, p-1, p+1, 1009 and 5000 (past rd's 4 KiB pieces), in place and out of place (CI thins
- * these above 5 ranks, see skipped); one count past the owner's receive segment. Also: the
+ * these above 4 ranks, see skipped); one count past the owner's receive segment. Also: the
  * test can fail (ring without the mode differs from the serial bits somewhere for p >= 3),
  * HCOMM_DETERMINISTIC turns it on, a bad value fails hcomm_launch naming it, split
  * communicators inherit it, and ranks that disagree fail with HCOMM_ERR_MISMATCH. */
@@ -180,12 +180,12 @@ static hcomm_result_t run_case(const tcase_t *t, bool report, size_t *bad) {
 }
 
 /* HCOMM_TEST_FULL=1 (scripts/test-algorithms.sh): every count, in place and not, on every
- * group size; CI's default thins the groups above 5 ranks (2-core machine) to counts 0, p+1
+ * group size; CI's default thins the groups above 4 ranks (2-core machine) to counts 0, p+1
  * and 1009, alternating in place and out of place. */
 static bool full;
 
 static bool skipped(int p, int ci, int ip) {
-    return !full && p > 5 && (ci == 1 || ci == 2 || ci == 5 || ip != ci % 2);
+    return !full && p > 4 && (ci == 1 || ci == 2 || ci == 5 || ip != ci % 2);
 }
 
 static hcomm_result_t every_case(hcomm_comm_t *w, void *arg) {
