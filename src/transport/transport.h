@@ -126,12 +126,12 @@ struct hcomm_comm {
     double timeout_s;      /* any wait on this comm fails after this long (HCOMM_TIMEOUT) */
     size_t eager_limit;    /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
-    bool deterministic;    /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     atomic_int aborted;    /* hcomm_comm_abort() was called */
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
-    bool posted_held; /* a posted check failed: the slots wait for posted_release */
+    bool posted_held;    /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
+    bool deterministic;  /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);
 };
