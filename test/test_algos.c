@@ -317,6 +317,7 @@ static const algo_case_t cases[] = {
     {"allreduce:ring", HCOMM__COLL_ALLREDUCE},
     {"allreduce:rhd", HCOMM__COLL_ALLREDUCE},
     {"allreduce:naive", HCOMM__COLL_ALLREDUCE},
+    {"allreduce:twoshot", HCOMM__COLL_ALLREDUCE},
     {"reducescatter:native", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:rhd", HCOMM__COLL_REDUCESCATTER},
@@ -508,9 +509,11 @@ static void test_parse(void) {
     parse_ok("^native", HCOMM__COLL_BROADCAST, HCOMM__ALGO_TREE, true);
     parse_ok("", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_NATIVE, true);
     parse_bad("allreduce:rings",
-              "valid: native, rd, ring, rhd, naive, tree, direct, bruck, chain, scatter_allgather");
+              "valid: native, rd, ring, rhd, naive, tree, direct, hier, twoshot, "
+              "bruck, chain, scatter_allgather");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
-    parse_bad("allgather:rhd", "leaves no algorithm for allgather; valid: native, rd, ring, bruck");
+    parse_bad("allgather:rhd",
+              "leaves no algorithm for allgather; valid: native, rd, ring, hier, bruck");
     parse_bad("allreduce:", "names no algorithm");
     int algo;
     const char *why;

@@ -1,32 +1,168 @@
 #!/usr/bin/env bash
-# hcomm-bench: every op on 3 ranks (a non-power of two) reports rows with zero wrong elements,
-# busbw = algbw * the nccl-tests factor, and bad flags exit 2 with a message.
+# hcomm-bench, checked on what it prints and writes:
+# - every op on 3 ranks (a non-power of two) gives rows with #wrong 0 in each column it measures,
+#   N/A exactly where the op has no such form, and busbw = algbw * the nccl-tests factor;
+# - counts are rounded only where the collective needs it, -c 0 prints N/A, and a spoiled
+#   output (HCOMM_BENCH_CORRUPT=1) is counted as wrong (the check can fail);
+# - --algo all: a row per valid algorithm plus auto naming its choice, the regret line, and a
+#   --json array / -F CSV whose records agree with the table (python3 reads them); --plot;
+# - under mpirun -np 2: raw MPI rows and hcomm/raw;
+# - bad options exit 2 with a message that names the problem.
 set -euo pipefail
 bench=$1/hcomm-bench
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+export HCOMM_BACKEND=local
 
-out=$(HCOMM_BACKEND=local timeout 120 "$bench" -n 3 -b 1K -e 64K -f 8 --iters 3)
-echo "$out"
-rows=$(echo "$out" | awk '!/^#/ && NF == 8' | wc -l)
-[ "$rows" -eq 15 ] || fail "expected 15 rows (5 ops x 3 sizes), got $rows"
-echo "$out" | awk '!/^#/ && NF == 8 && $8 != 0 {bad = 1} END {exit bad}' || fail "wrong elements reported"
-# busbw / algbw per op with n = 3: all_reduce 4/3, broadcast 1, the others 2/3.
-# Columns are printed to 3 decimals, hence the absolute slack of half a unit (plus 1%).
-echo "$out" | awk '!/^#/ && NF == 8 {
-    f = ($4 == "all_reduce") ? 4/3 : ($4 == "broadcast") ? 1 : 2/3
-    d = $7 - f * $6; if (d < 0) d = -d
-    if (d > 0.0015 + 0.01 * f * $6) { print "busbw " $7 " vs algbw " $6 " for " $4; bad = 1 }
-} END {exit bad}' || fail "busbw is not algbw times the nccl-tests factor"
+# Data rows have 14 fields: size count type redop root algo, then time algbw busbw #wrong twice.
+rows() { awk '!/^#/ && NF == 14'; }
 
-for args in "-e -1" "-b 8M -e 1K" "-f 2x" "--op gather" "--iters 0"; do
-    set +e
-    msg=$("$bench" $args 2>&1 >/dev/null)
-    rc=$?
-    set -e
-    [ "$rc" -eq 2 ] || fail "hcomm-bench $args exited $rc, expected 2"
-    [ -n "$msg" ] || fail "hcomm-bench $args printed no message"
+# busbw/algbw per op on p ranks (nccl-tests): all_reduce 2(p-1)/p; broadcast, reduce, send_recv
+# 1; the others (p-1)/p. Columns have 3 decimals: slack of 0.0015 plus 1%.
+check_rows() { # op p placement(both|oop|ip)
+    local op=$1 p=$2 place=$3
+    awk -v op="$op" -v p="$p" -v place="$place" '
+    function factor(o) {
+        if (o ~ /all_reduce$/) return 2 * (p - 1) / p
+        if (o == "broadcast" || o == "reduce" || o == "pp_send_recv") return 1
+        return (p - 1) / p
+    }
+    function half(t, a, b, w, name,   d) {
+        if (t == "N/A") { print op " " name ": no figures"; bad = 1; return }
+        if (w != "0") { print op " " name ": #wrong " w; bad = 1 }
+        d = b - factor(op) * a; if (d < 0) d = -d
+        if (d > 0.0015 + 0.01 * factor(op) * a) { print op " " name ": busbw " b " vs algbw " a; bad = 1 }
+    }
+    !/^#/ && NF == 14 {
+        n++
+        if (place != "ip") half($7, $8, $9, $10, "out-of-place"); else if ($7 != "N/A") { print op ": out-of-place measured"; bad = 1 }
+        if (place != "oop") half($11, $12, $13, $14, "in-place"); else if ($11 != "N/A") { print op ": in-place measured"; bad = 1 }
+    }
+    END { if (n == 0) { print op ": no rows"; bad = 1 } exit bad }'
+}
+
+# 1. Every op, 3 ranks, sizes 8 B .. 4 KiB.
+for spec in all_reduce:both all_gather:both reduce_scatter:both broadcast:ip reduce:both \
+    gather:both scatter:both all_to_all:oop all_to_allv:oop all_gatherv:both \
+    reduce_scatterv:both tp_all_reduce:both tp_all_gather:oop tp_reduce_scatter:both \
+    pp_send_recv:oop dp_all_reduce:ip; do
+    op=${spec%%:*}
+    out=$(timeout 120 "$bench" "$op" -t 3 -b 8 -e 4K -f 8 -n 2 -w 1 -r 2)
+    echo "$out" | check_rows "$op" 3 "${spec##*:}" || { echo "$out"; fail "$op rows"; }
+    n=$(echo "$out" | rows | awk '$6 ~ /^auto/' | wc -l)
+    [ "$n" -eq 4 ] || fail "$op: $n auto rows, expected 4 (8 B to 4 KiB by 8)"
 done
-# The message names the real problem.
+out=$(timeout 120 "$bench" moe_dispatch_combine -t 3 -b 64 -e 4K -f 8 -n 2 -w 1 --moe-hidden 32 \
+    --moe-experts 6 --moe-topk 2)
+echo "$out"
+echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
+echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
+echo "$out" | grep -q "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$" ||
+    fail "moe: auto/baseline"
+# T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
+echo "$out" | grep -q "received 128 B per rank (mean): auto [0-9.]* GB/s baseline [0-9.]* GB/s$" ||
+    fail "moe: received bytes line"
+out=$(timeout 60 "$bench" pp_send_recv -t 2 -b 1K -e 1K -n 2)
+echo "$out" | rows | awk '$6 == "p2p" && $10 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
+
+# Every dtype and reduction of reduce_scatterv (uneven blocks) is right.
+for d in f32 f64 f16 bf16 i8 u8 i32 i64; do
+    for o in sum prod max min avg; do
+        out=$(timeout 60 "$bench" reduce_scatterv -t 3 -b 8 -e 100 -f 11 -n 1 -w 0 -d $d -o $o)
+        echo "$out" | check_rows reduce_scatterv 3 both || { echo "$out"; fail "-d $d -o $o"; }
+        echo "$out" | rows | awk -v d=$d -v o=$o '$3 != d || $4 != o {exit 1}' || fail "type/redop columns for $d $o"
+    done
+done
+
+# 2. Counts: rounded only where the collective needs it.
+count_of() { timeout 60 "$bench" "$@" -n 1 -w 0 | rows | awk 'NR == 1 {print $2 " " $1}'; }
+[ "$(count_of all_reduce -t 8 -b 8 -e 8)" = "2 8" ] || fail "all_reduce -b 8 on 8 ranks: $(count_of all_reduce -t 8 -b 8 -e 8)"
+[ "$(count_of all_gatherv -t 3 -b 20 -e 20)" = "5 20" ] || fail "all_gatherv -b 20 on 3 ranks"
+[ "$(count_of all_gather -t 3 -b 40 -e 40)" = "9 36" ] || fail "all_gather -b 40 on 3 ranks: a multiple of 3"
+[ "$(count_of all_gather -t 3 -b 4 -e 4)" = "3 12" ] || fail "all_gather -b 4 on 3 ranks: one element each"
+[ "$(count_of all_reduce -t 2 -b 8 -e 8 -d f64)" = "1 8" ] || fail "f64 all_reduce of 8 B"
+[ "$(count_of all_reduce -t 2 -b 6 -e 6 -d f16)" = "3 6" ] || fail "f16 all_reduce of 6 B"
+sizes=$(timeout 60 "$bench" all_reduce -t 2 -b 1K -e 4K -i 1K -n 1 -w 0 | rows | awk '{printf "%s ", $1}')
+[ "$sizes" = "1024 2048 3072 4096 " ] || fail "-i 1K: sizes $sizes"
+
+# -c 0: no check, #wrong N/A; a spoiled output is counted.
+timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -c 0 -n 1 | rows | awk '$10 != "N/A" || $14 != "N/A" {exit 1}' ||
+    fail "-c 0 must print N/A for #wrong"
+HCOMM_BENCH_CORRUPT=1 timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -n 1 | rows |
+    awk '$10 == 0 || $14 == 0 {exit 1}' || fail "a spoiled output was not counted as wrong"
+
+# 3. --algo all, --json, -F and --plot (K/M suffixes and --flag=value forms).
+out=$(timeout 120 "$bench" all_reduce --ranks=3 -b 8 -e 64K -f 64 --iters=2 -w 1 --algo all \
+    --json "$tmp/b.json" -F "$tmp/b.csv")
+echo "$out"
+echo "$out" | check_rows all_reduce 3 both || fail "--algo all rows"
+for a in native rd ring rhd naive; do
+    n=$(echo "$out" | rows | awk -v a=$a '$6 == a' | wc -l)
+    [ "$n" -eq 3 ] || fail "--algo all: $n rows of $a, expected 3"
+done
+echo "$out" | rows | awk '$6 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "auto rows must name their choice"
+[ "$(echo "$out" | grep -c 'out-of-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* in-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$')" -eq 3 ] ||
+    fail "a regret line per size"
+echo "$out" | grep -q '^# memcpy, every rank copying at once: 1048576 B in' || fail "memcpy line"
+echo "$out" | grep -q '^# Avg bus bandwidth    : [0-9.]*$' || fail "average busbw line"
+"$PY" - "$tmp/b.json" "$tmp/b.csv" <<'EOF' || fail "json/csv records"
+import csv, json, sys
+recs = json.load(open(sys.argv[1]))
+assert recs[0]["op"] == "memcpy" and recs[0]["dtype"] == "u8" and recs[0]["busbw"] > 0, recs[0]
+rows = [r for r in recs if r["op"] == "all_reduce"]
+algos = {r["algo"] for r in rows}
+assert {"native", "rd", "ring", "rhd", "naive", "auto"} <= algos, algos
+assert len(rows) == 3 * len(algos) * 2, len(rows)  # sizes x (algorithms + auto) x placements
+keys = {"op", "algo", "bytes", "count", "dtype", "world", "inplace", "time_us", "algbw", "busbw", "wrong"}
+for r in rows:
+    assert keys <= set(r), r
+    assert r["world"] == 3 and r["dtype"] == "f32" and r["wrong"] == 0, r
+    assert r["bytes"] == 4 * r["count"] and r["time_us"] > 0 and r["memcpy_gbs"] > 0, r
+    assert abs(r["algbw"] - r["bytes"] / r["time_us"] / 1e3) <= 1e-3 * r["algbw"] + 1e-6, r
+    assert abs(r["busbw"] - r["algbw"] * 4 / 3) <= 1e-4 * r["busbw"] + 1e-6, r
+    assert (r["algo"] == "auto") == ("chosen" in r), r
+    if r["algo"] == "auto":
+        assert r["chosen"] in algos - {"auto"}, r
+assert sorted({r["bytes"] for r in rows}) == [8, 512, 32768], {r["bytes"] for r in rows}
+assert {r["inplace"] for r in rows} == {True, False}
+c = list(csv.DictReader(open(sys.argv[2])))
+assert len(c) == len(recs) and c[1]["algo"] == recs[1]["algo"], (len(c), len(recs))
+EOF
+if command -v gnuplot >/dev/null; then
+    timeout 60 "$bench" all_gather -t 2 -b 1K -e 4K -n 1 --algo=all --plot "$tmp/b.png" >/dev/null
+    head -c 8 "$tmp/b.png" | od -An -c | grep -q 'P   N   G' || fail "--plot wrote no PNG"
+fi
+msg=$(PATH=/nonexistent "$bench" --plot "$tmp/x.png" 2>&1 >/dev/null) && fail "--plot without gnuplot ran"
+echo "$msg" | grep -q "needs gnuplot" || fail "--plot without gnuplot: '$msg'"
+
+# 4. Under mpirun -np 2: raw MPI rows beside hcomm's, and hcomm/raw.
+if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
+        -b 8 -e 32K -f 64 -n 2 -w 1 --algo all --json "$tmp/m.json")
+    echo "$out"
+    echo "$out" | grep -q '^# all_reduce, 2 ranks on mpi$' || fail "mpirun: header"
+    echo "$out" | check_rows all_reduce 2 both || fail "mpirun rows"
+    echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun: a raw row per size"
+    [ "$(echo "$out" | grep -c 'hcomm/raw [0-9.]* busbw/memcpy [0-9.]* in-place: .* hcomm/raw [0-9.]* busbw')" -eq 3 ] ||
+        fail "mpirun: hcomm/raw per size and placement"
+    "$PY" -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["algo"]=="raw"]; assert len(r)==6 and all(x["wrong"]==0 and x["world"]==2 for x in r), r' \
+        "$tmp/m.json" || fail "mpirun: raw json records"
+    for op in reduce_scatterv all_to_allv broadcast; do
+        out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 3 "$bench" $op \
+            -b 8 -e 512 -f 8 -n 1 -w 0 -r 1)
+        place=both; [ $op = all_to_allv ] && place=oop; [ $op = broadcast ] && place=ip
+        echo "$out" | check_rows $op 3 $place || { echo "$out"; fail "mpirun $op"; }
+        echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun $op: raw rows"
+    done
+else
+    echo "skip the mpirun checks (HCOMM_WITH_MPI=${HCOMM_WITH_MPI:-OFF})"
+fi
+
+# 5. Bad options: exit 2, and the message names the problem.
 expect_msg() {
     local want=$1
     shift
@@ -34,16 +170,37 @@ expect_msg() {
     msg=$(timeout 30 "$bench" "$@" 2>&1 >/dev/null)
     rc=$?
     set -e
-    [ "$rc" -eq 2 ] || fail "hcomm-bench $* exited $rc, expected 2"
+    [ "$rc" -eq 2 ] || fail "hcomm-bench $* exited $rc, expected 2 ($msg)"
     echo "$msg" | grep -qF -- "$want" || fail "hcomm-bench $*: '$msg' does not say '$want'"
 }
 expect_msg "unknown option --bogus" --bogus
-expect_msg "unknown option --bogus" -n 2 --bogus 3
-expect_msg "-n 0: out of range 1..1048576" -n 0
+expect_msg "unknown option --bogus" all_reduce -t 2 --bogus 3
+expect_msg "unknown option --bogus" --bogus=3
+expect_msg "unknown option -x" -x 1
+expect_msg "-t 0: out of range 1..4096" -t 0
 expect_msg "-n -3: out of range 1..1048576" -n -3
 expect_msg "--iters 99999999999999: out of range 1..1048576" --iters 99999999999999
+expect_msg "-a 4: out of range 0..3" -a 4
 expect_msg "-n needs a value" -n
+expect_msg "--algo needs a value" --algo --json x
+expect_msg "-e -1 is not a size" -e -1
+expect_msg "-e 65G is not a size" -e 65G
+expect_msg "-b 1073741824 is larger than -e 1024" -b 1G -e 1K
+expect_msg "-b 8589934592 is larger than -e 4294967296" -b 8G -e 4G
+expect_msg "-f 2x must be a number above 1" -f 2x
+expect_msg "-f and -i exclude each other" -f 2 -i 8
+expect_msg "-d f12 is not a dtype" -d f12
+expect_msg "-o mean is not a reduction" -o mean
+expect_msg "gatherx is not an operation; valid: all_reduce" gatherx
+expect_msg "--op gatherx is not an operation" --op gatherx
+expect_msg "--algo bogus is not an algorithm; valid: auto, all, raw, native" --algo bogus
+expect_msg "--algo tree does not run all_reduce; valid: auto, all, native, rd, ring, rhd, naive" all_reduce --algo tree
+expect_msg "--algo raw needs the mpi backend" all_reduce --algo raw
+expect_msg "-r 3: out of range 0..2 for 3 ranks" broadcast -t 3 -r 3 -b 8 -e 8
+expect_msg "dp_all_reduce reduces with sum or avg, not -o max" dp_all_reduce -o max
+expect_msg "moe_dispatch_combine combines f32, f64, f16 or bf16, not -d i32" moe_dispatch_combine -d i32
 v=$("$bench" --version)
 echo "$v" | grep -Eq '^hcomm-bench [0-9]+\.[0-9]+\.[0-9]+ \(hcomm library [0-9.]+; backends: local( mpi)?\)$' ||
     fail "--version: '$v'"
+"$bench" --help | grep -q -- "--algo A" || fail "--help"
 echo "bench test passed"

@@ -1,27 +1,41 @@
-"""What the Python layer adds to a call: hcomm.tp.all_reduce (descriptor building, output
-allocation, error check) against the same C call, hcomm_tp_all_reduce, made through ctypes with
-descriptors built once, in the same run on 2 local ranks. Blocks of calls alternate between
-the two so that load on the machine hits both alike; the figure is the median over blocks of
-the time per call.  Usage: HCOMM_LIBRARY=build PYTHONPATH=python /usr/bin/python3 examples/python/overhead.py
-(or under mpirun -np 2 for one process per rank)."""
+"""What the Python layer adds to a call: hcomm.tp.all_reduce (argument checks, descriptors,
+output allocation, error check) against the C call it makes, hcomm_tp_all_reduce through
+ctypes with its descriptors built once, in the same run. Blocks of calls alternate between the
+two so that load on the machine hits both alike; the figures are medians over blocks of the
+time per call, and the overhead is the median of the blocks' paired differences.
+
+    HCOMM_LIBRARY=build PYTHONPATH=python /usr/bin/python3 examples/python/overhead.py
+    mpirun --oversubscribe -np 2 /usr/bin/python3 examples/python/overhead.py
+
+On the local backend the ranks are threads of one process and share the GIL: what one rank
+does in Python delays the other, so the 2-rank figure counts the Python work of both ranks;
+the 1-rank line and the mpirun run (one process per rank) show one rank's own cost."""
 import ctypes
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-import hcomm
+try:
+    import hcomm
+except ImportError:  # run from the source tree without PYTHONPATH
+    import pathlib
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+    import hcomm
 from hcomm import _lib, _tensor, tp
 
 
-def body(nbytes, blocks, per_block):
+def body(nbytes, blocks, per_block, kind):
     w = hcomm.world()
     x = np.ones(nbytes // 4, np.float32)
-    out = np.empty_like(x)
+    if kind == "torch":
+        import torch
+        x = torch.from_numpy(x)
+    out = _tensor.empty(x, x.shape)
     din, dout = _tensor.desc(x), _tensor.desc(out)
-    c_call = _lib.lib.hcomm_tp_all_reduce
+    pin, pout = ctypes.byref(din), ctypes.byref(dout)
+    c_call = _lib.raw("hcomm_tp_all_reduce")  # what tp.all_reduce calls
     py, raw = [], []
     for _ in range(blocks):
         w.barrier()
@@ -32,27 +46,28 @@ def body(nbytes, blocks, per_block):
         w.barrier()
         t2 = time.perf_counter_ns()
         for _ in range(per_block):
-            if c_call(w._ptr, ctypes.byref(din), ctypes.byref(dout), 0):
+            if c_call(w._vp, pin, pout, 0):
                 raise _lib.error(1)
         t3 = time.perf_counter_ns()
         py.append((t1 - t0) / per_block / 1e3)
         raw.append((t3 - t2) / per_block / 1e3)
-    return statistics.median(py), statistics.median(raw)
+    return (statistics.median(py), statistics.median(raw),
+            statistics.median(p - r for p, r in zip(py, raw)))
 
 
 def main():
-    for nbytes, blocks, per in ((8, 41, 500), (1 << 20, 21, 20)):
-        # Under mpirun each process is a rank (no shared GIL); else 2 threads of this one.
-        res = hcomm.launch(body, nranks=2, args=(nbytes, blocks, per))
-        if hcomm._world.under_mpirun() and "OMPI_COMM_WORLD_RANK" in os.environ and \
-                os.environ["OMPI_COMM_WORLD_RANK"] != "0":
-            continue
-        py, raw = res[0]
-        where = "mpi" if hcomm._world.under_mpirun() else "local"
-        print(f"all_reduce {nbytes:>8} B, 2 ranks ({where}): python tp.all_reduce {py:8.2f} us, "
-              f"C call via ctypes {raw:8.2f} us, overhead {py - raw:+.2f} us (median of "
-              f"{blocks} blocks of {per})")
-    sys.stdout.flush()
+    mpi = hcomm.under_mpirun()
+    runs = [(8, 41, 500, "numpy"), (8, 41, 200, "torch"), (1 << 20, 21, 20, "numpy")]
+    for nranks in ((None,) if mpi else (1, 2)):
+        for nbytes, blocks, per, kind in runs:
+            res = hcomm.launch(body, nranks=nranks, args=(nbytes, blocks, per, kind))
+            if mpi and hcomm.launch(hcomm.get_rank)[0] != 0:
+                continue
+            py, raw, over = res[0]
+            n = nranks or "mpi"
+            print(f"all_reduce {nbytes:>8} B {kind:5}, {n} rank(s): python tp.all_reduce "
+                  f"{py:8.2f} us, C call {raw:8.2f} us, overhead {over:+.2f} us "
+                  f"(median of {blocks} blocks of {per})", flush=True)
 
 
 if __name__ == "__main__":

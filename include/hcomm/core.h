@@ -330,12 +330,15 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  backend's own), rd (recursive doubling; all_gather(v) on a group that is not a power of two
  *  runs Bruck), ring, rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving),
  *  naive (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
- *  (binomial), direct, bruck (all_gather(v), Bruck et al. 1997), chain (pipelined broadcast),
- *  scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn).
- *  NULL or "" restores the default choice. Every rank must choose the same (the algorithm is
- *  part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not thread-safe with calls
- *  on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an unknown name, listing the
- *  valid ones; a collective left without an algorithm). */
+ *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
+ *  reducescatter), twoshot (allreduce), bruck (all_gather(v), Bruck et al. 1997), chain
+ *  (pipelined broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather,
+ *  van de Geijn). Where a communicator spans several nodes the allowed algorithm with the
+ *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the
+ *  measured defaults. NULL or "" restores the default choice. Every rank must choose the same
+ *  (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
+ *  thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an
+ *  unknown name, listing the valid ones; a collective left without an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
 /** Turns deterministic mode on (@p on = 1) or off (0) for this rank's reductions on @p comm
  *  (all_reduce, reduce_scatter, reduce, reduce_scatterv, and the TP/DP primitives built on

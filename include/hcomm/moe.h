@@ -11,7 +11,10 @@
  * padded, so R (rows received) varies by rank and batch. Top-k routing with weights, empty
  * slots and capacity is hcomm_moe_dispatch_topk and its passes below; the top-1 calls run on
  * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
- * combine that is a plain copy). Combine sends expert outputs back
+ * combine that is a plain copy). hcomm_moe_stats reads the global tokens per expert, imbalance
+ * and drops of a dispatch; hcomm_moe_plan_create fixes the limits once for preallocated and
+ * pad-to-capacity dispatches. Scratch and received rows come from a pool kept per group and
+ * reused by later calls (freed with the group). Combine sends expert outputs back
  * and restores the original token order. The backward passes reuse the routing: dispatch_bwd
  * is a combine, combine_bwd a dispatch. Shapes are in rows and elements.
  * Dispatch, combine and the backward passes are collective over the EP group (every member
@@ -148,6 +151,16 @@ HCOMM_API hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle,
                                            int64_t *dropped_per_expert, int64_t *total,
                                            int64_t *capacity);
 
+/** Statistics of the dispatch that made @p handle, the same on every rank of the group (they
+ *  ride on the count exchange: no extra communication): @p tokens_per_expert [E] (int64, may
+ *  be NULL) slots kept for each global expert, summed over the group's ranks;
+ *  *imbalance (may be NULL) their maximum over their mean (1.0 = balanced, E = everything on
+ *  one expert, 0.0 when no slot was routed); *dropped (may be NULL) slots dropped by capacity
+ *  on all ranks together (0 when dropless). Local, thread-safe. Errors: HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle,
+                                         int64_t *tokens_per_expert, double *imbalance,
+                                         int64_t *dropped);
+
 /** Top-k combine: @p expert_out [R, H'] (f16, bf16, f32 or f64; rows in received order) ->
  *  @p out [T, H'] (same dtype), out[t] = sum over j = 0..k-1 of w[t, j] * y[t, j] in slot
  *  order, accumulated in f32 (f64 for f64) and rounded once; a token with no kept slot gets
@@ -179,7 +192,67 @@ HCOMM_API hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
                                                      const hcomm_tensor_t *grad_recv,
                                                      hcomm_tensor_t *grad_tokens);
 
-/** Frees @p handle (NULL is a no-op). Local. Always returns HCOMM_OK. */
+/* ---- Preallocated worst-case mode ----
+ * A plan fixes max_tokens_per_rank, H, k, E, the dtype and the capacity options once, checked
+ * collectively at creation, and sizes one receive buffer for the worst case (every slot of
+ * every rank to this rank's experts, or each rank's capacity for each local expert), so a
+ * training step allocates nothing for the received rows and capacity needs no all_reduce of
+ * the largest T (it comes from max_tokens_per_rank). */
+
+/** What a plan is made for; every rank of the group passes the same values. */
+typedef struct hcomm_moe_plan_desc {
+    int64_t max_tokens_per_rank; /**< the largest T any dispatch of the plan passes (>= 0) */
+    int64_t hidden;              /**< H, elements per token row (>= 1) */
+    int k;                       /**< slots per token (>= 1) */
+    int num_experts;             /**< E, a positive multiple of the group size */
+    hcomm_dtype_t dtype;         /**< of the tokens */
+    /** <= 0: dropless. > 0: capacity = min(ceil(max_tokens_per_rank * k / E *
+     *  capacity_factor), max_tokens_per_rank * k) slots per expert and source rank. */
+    double capacity_factor;
+    hcomm_moe_drop_t drop_policy; /**< which slots to keep past capacity */
+    /** Non-zero: pad-to-capacity (GShard's static shapes; needs capacity_factor > 0). Every
+     *  local expert receives exactly capacity rows from every rank, R = E / P * P * capacity
+     *  rows [local expert][source rank][capacity], the kept slots first (token, then slot
+     *  order) and zero rows after them; no count exchange: a dispatch is one all_to_all of
+     *  fixed blocks that carry the checks and statistics too. Combine ignores padding rows;
+     *  the backward passes take and give [R, H'] with zeros in them. */
+    int pad_to_capacity;
+} hcomm_moe_plan_desc_t;
+
+/** Preallocated dispatch state. Opaque. */
+typedef struct hcomm_moe_plan hcomm_moe_plan_t;
+
+/** Creates a plan over @p ep_group from @p desc. Collective over ep_group (one all_gather of
+ *  eight int64 per rank). Every rank checks its own desc (HCOMM_ERR_NULL, _INVALID_ARG, _DTYPE,
+ *  as hcomm_moe_dispatch_topk words them) and then every rank compares all of them: a rank
+ *  whose checks failed returns its own error and the others HCOMM_ERR_PEER; ranks that disagree
+ *  all fail with HCOMM_ERR_MISMATCH naming the field, both values and both ranks, e.g.
+ *  "hcomm_moe_plan_create: hidden=8 on rank 0 but hidden=6 on rank 2". Also HCOMM_ERR_NOMEM
+ *  (the buffer: ep size x max_tokens_per_rank x k rows of H, fewer with capacity) and the
+ *  transport's errors. *plan is NULL after any failure. The plan keeps ep_group: free the plan
+ *  before the group. Not thread-safe per group. */
+HCOMM_API hcomm_result_t hcomm_moe_plan_create(hcomm_comm_t *ep_group,
+                                               const hcomm_moe_plan_desc_t *desc,
+                                               hcomm_moe_plan_t **plan);
+
+/** hcomm_moe_dispatch_topk with the plan's k, E and capacity into the plan's buffer:
+ *  @p tokens [T, H] with T <= max_tokens_per_rank and the plan's H and dtype; a rank that
+ *  passes more tokens (or another H or dtype) fails with HCOMM_ERR_SHAPE, and every other rank
+ *  with HCOMM_ERR_PEER, in the count exchange (no hang, the group stays usable). One count
+ *  exchange and one token exchange, also in capacity mode. *handle belongs to the plan: it is
+ *  valid until the next hcomm_moe_plan_dispatch on the plan or hcomm_moe_plan_free, every
+ *  pass and reader takes it, and hcomm_moe_handle_free on it does nothing. Collective over the
+ *  plan's group. Errors: as hcomm_moe_dispatch_topk. */
+HCOMM_API hcomm_result_t hcomm_moe_plan_dispatch(hcomm_moe_plan_t *plan,
+                                                 const hcomm_tensor_t *tokens,
+                                                 const int32_t *topk_ids, const float *topk_weights,
+                                                 hcomm_moe_handle_t **handle);
+
+/** Frees @p plan, its buffer and its handle (NULL is a no-op). Local. Returns HCOMM_OK. */
+HCOMM_API hcomm_result_t hcomm_moe_plan_free(hcomm_moe_plan_t *plan);
+
+/** Frees @p handle (NULL is a no-op; a plan's handle stays with its plan). Local. Always
+ *  returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle);
 
 #ifdef __cplusplus

@@ -13,7 +13,7 @@ from . import _lib
 from ._lib import (BACKENDS, AbortedError, BackendError, DtypeError, GroupError, HcommError,
                    HcommTimeout, InternalError, InvalidArgError, MismatchError, NoMemError,
                    NullError, PeerError, ShapeError, StateError, UnsupportedError)
-from ._world import Group, get_rank, get_world_size, launch, world
+from ._world import Group, get_rank, get_world_size, launch, under_mpirun, world
 from .context import Context, init_context, init_tensor_parallel_group, plan
 from . import dp, moe, pp, tp  # noqa: E402  (after the names they import)
 
@@ -24,4 +24,4 @@ __all__ = ["AbortedError", "BACKENDS", "BackendError", "Context", "DtypeError", 
            "InvalidArgError", "MismatchError", "NoMemError", "NullError", "PeerError",
            "ShapeError", "StateError", "UnsupportedError", "dp", "get_rank", "get_world_size",
            "init_context", "init_tensor_parallel_group", "launch", "moe", "plan", "pp", "tp",
-           "world"]
+           "under_mpirun", "world"]

@@ -135,7 +135,7 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int
 _T = ctypes.POINTER(Tensor)
 _SZ = ctypes.c_size_t
-_PROTOS = {
+PROTOS = {
     "hcomm_strerror": (ctypes.c_char_p, [_I]),
     "hcomm_result_name": (ctypes.c_char_p, [_I]),
     "hcomm_last_error": (ctypes.c_char_p, []),
@@ -187,21 +187,37 @@ _PROTOS = {
     "hcomm_moe_dispatch_topk_bwd": (_I, [_P, _T, _T]),
     "hcomm_moe_handle_free": (_I, [_P]),
     "hcomm_dp_all_reduce_grads": (_I, [_P, _T, _I, _I, _SZ]),
+    "hcomm_dp_reducer_create": (_I, [_P, _T, _I, _I, _SZ, ctypes.POINTER(_P)]),
+    "hcomm_dp_reducer_mark_ready": (_I, [_P, _I]),
+    "hcomm_dp_reducer_finish": (_I, [_P, ctypes.POINTER(ctypes.c_double)]),
+    "hcomm_dp_reducer_destroy": (_I, [_P]),
 }
 for _region in ("copy_to", "reduce_from"):
     for _dir in ("fwd", "bwd"):
-        _PROTOS[f"hcomm_tp_{_region}_{_dir}"] = (_I, [_P, _T, _T])
+        PROTOS[f"hcomm_tp_{_region}_{_dir}"] = (_I, [_P, _T, _T])
 for _region in ("scatter_to", "gather_from"):
     for _dir in ("fwd", "bwd"):
-        _PROTOS[f"hcomm_tp_{_region}_{_dir}"] = (_I, [_P, _T, _T, _I])
+        PROTOS[f"hcomm_tp_{_region}_{_dir}"] = (_I, [_P, _T, _T, _I])
 for _h in ("send_forward", "send_backward", "recv_forward", "recv_backward"):
-    _PROTOS["hcomm_pp_" + _h] = (_I, [_P, _T, _I])
+    PROTOS["hcomm_pp_" + _h] = (_I, [_P, _T, _I])
 for _h in ("send_forward_recv_backward", "send_backward_recv_forward",
            "send_forward_recv_forward", "send_backward_recv_backward"):
-    _PROTOS["hcomm_pp_" + _h] = (_I, [_P, _T, _T, _I])
-for _name, (_res, _args) in _PROTOS.items():
+    PROTOS["hcomm_pp_" + _h] = (_I, [_P, _T, _T, _I])
+for _name, (_res, _args) in PROTOS.items():
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
+
+
+
+def raw(name):
+    """C function `name` without argtypes, for the hot paths (hcomm.tp): ctypes then passes
+    the arguments as they are, c_void_p and byref() objects and ints (as C int), without the
+    per-argument conversion that costs about 0.3 us each. The caller passes exactly the C
+    types; the prototype above documents them."""
+    f = lib[name]  # a new function object: the declared one keeps its argtypes
+    f.restype = PROTOS[name][0]
+    return f
+
 
 # Backends this build has: hcomm_comm_wrap_mpi exists only when the mpi backend is built.
 BACKENDS = ("local", "mpi") if hasattr(lib, "hcomm_comm_wrap_mpi") else ("local",)

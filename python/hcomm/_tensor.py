@@ -1,7 +1,9 @@
 """numpy arrays and torch CPU tensors as hcomm_tensor_t descriptors, zero-copy: the
 descriptor points at the array's own memory, so the C call reads and writes it in place."""
 import ctypes
+import struct
 import sys
+import threading
 
 import numpy as np
 
@@ -79,8 +81,85 @@ def desc(x, name="tensor", writable=False):
     return d
 
 
+# --- the fast path of blocking calls: descriptors packed into per-thread slots --------------
+# hcomm_tensor_t's bytes: void *data, int dtype, int ndim, int64_t shape[8], native sizes and
+# alignment as the C compiler lays it out; one format per ndim, whose pad bytes zero the
+# unused dims (fewer arguments to pack_into is most of its cost).
+_DESC = [struct.Struct(f"@Pii{n}q{8 * (_lib.MAX_DIMS - n)}x") for n in range(_lib.MAX_DIMS + 1)]
+SIZE = ctypes.sizeof(Tensor)
+assert all(d.size == SIZE for d in _DESC), "hcomm_tensor_t layout changed"
+_tls = threading.local()
+_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def slots():
+    """This thread's two descriptors for a blocking call and their byref() objects: (in, out,
+    &in, &out). Per thread because ranks are threads; a blocking call is done with them when
+    it returns, so every call reuses them instead of allocating."""
+    try:
+        return _tls.slots
+    except AttributeError:
+        d_in, d_out = Tensor(), Tensor()
+        _tls.slots = (d_in, d_out, ctypes.byref(d_in), ctypes.byref(d_out))
+        # For pack_like: the two descriptors as bytes, and out's data pointer.
+        _tls.like = (memoryview(d_in).cast("B"), memoryview(d_out).cast("B"),
+                     ctypes.c_void_p.from_buffer(d_out))
+        return _tls.slots
+
+
+def pack_like(out):
+    """Fills this thread's out descriptor for `out`, a new array that empty() made with the
+    shape and dtype of the input just packed into the in descriptor: its bytes, with out's
+    data pointer (half the cost of pack)."""
+    b_in, b_out, data = _tls.like
+    b_out[:] = b_in
+    if type(out) is np.ndarray:
+        try:
+            data.value = _addressof(_from_buffer(out))
+        except ValueError:  # no elements: no buffer to point at
+            data.value = out.ctypes.data
+    else:
+        data.value = out.data_ptr()
+
+
+def pack(x, d, name="tensor", writable=False):
+    """Writes x's descriptor into Tensor `d` (see slots()): what desc() does, with
+    one struct.pack_into instead of ctypes field stores. Contiguous writable numpy arrays and
+    plain torch CPU tensors take the fast path; everything else goes through desc(), which
+    copies its descriptor in or raises the same TypeError/ValueError."""
+    ptr = None
+    t = type(x)
+    if t is np.ndarray:
+        try:  # 3x faster than x.ctypes.data; numpy refuses (BufferError) a buffer that is not
+            # C-contiguous, and ctypes one that is read-only or empty: those take desc()
+            ptr = _addressof(_from_buffer(x))
+        except (TypeError, ValueError, BufferError):
+            pass
+        code = _NP.get(x.dtype)
+    elif _TORCH is not None and t is sys.modules["torch"].Tensor:
+        code = _TORCH.get(x.dtype)
+        if x.is_cpu and x.is_contiguous():
+            ptr = x.data_ptr()
+    if ptr is None or code is None or len(x.shape) > _lib.MAX_DIMS:
+        slow = desc(x, name, writable)  # named: it must outlive the copy
+        ctypes.memmove(_addressof(d), _addressof(slow), SIZE)
+        return
+    shape = x.shape
+    _DESC[len(shape)].pack_into(d, 0, ptr, code, len(shape), *shape)
+
+
+def empty_like(x):
+    """A new array of x's kind, shape and dtype (contiguous: x passed pack() already);
+    np.empty and torch.empty_like are the fastest ways to it."""
+    if type(x) is np.ndarray:
+        return np.empty(x.shape, x.dtype)
+    return sys.modules["torch"].empty_like(x)
+
+
 def empty(like, shape, dtype=None):
     """A new array of `shape`, of like's kind (numpy or torch) and dtype unless given."""
+    if type(like) is np.ndarray:
+        return np.empty(shape, dtype=dtype or like.dtype)
     if is_torch(like):
         import torch
         return torch.empty(tuple(shape), dtype=dtype or like.dtype)

@@ -9,7 +9,7 @@ from . import _lib
 from ._lib import call, lib
 
 # Per rank thread: .world (Group), .contexts (list), .ctx (the current one), .routings (the
-# live MoE handles, freed before their groups).
+# live handles that keep a group, MoE routings and DP reducers, freed before their groups).
 _state = threading.local()
 _launching = threading.Lock()
 
@@ -20,6 +20,7 @@ class Group:
 
     def __init__(self, ptr, name="world"):
         self._ptr = ptr
+        self._vp = ctypes.c_void_p(ptr)  # as _lib.raw functions take it
         self.name = name
         r, s = ctypes.c_int(), ctypes.c_int()
         call(lib.hcomm_comm_rank, ptr, ctypes.byref(r))
@@ -47,6 +48,12 @@ class Group:
         torch parameters (their .grad is reduced; those without one are skipped)."""
         from . import dp
         return dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self)
+
+    def reducer(self, grads, op="avg", bucket_bytes=0):
+        """A DDP-style hcomm.dp.Reducer over this group: buckets reduced during backward as
+        their gradients are marked ready (see hcomm.dp.Reducer). Collective."""
+        from . import dp
+        return dp.Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=self)
 
 
 def _rank_state():

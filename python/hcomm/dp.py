@@ -1,19 +1,29 @@
-"""Data parallelism: bucketed gradient all_reduce in place (hcomm_dp_all_reduce_grads)."""
-from . import _lib, _tensor
+"""Data parallelism: bucketed gradient all_reduce in place (hcomm_dp_all_reduce_grads), and the
+DDP-style reducer that overlaps it with the backward pass (hcomm_dp_reducer_*)."""
+import contextlib
+import ctypes
+
+from . import _lib, _tensor, _world
 from ._lib import Tensor, call, lib
 from .context import default_group
 
 
-def _grads(grads):
+def _items(grads):
     if isinstance(grads, (list, tuple)):
-        items = list(grads)
-    elif hasattr(grads, "shape"):
-        items = [grads]
-    else:  # an iterable such as model.parameters()
-        items = list(grads)
+        return list(grads)
+    if hasattr(grads, "shape"):
+        return [grads]
+    return list(grads)  # an iterable such as model.parameters()
+
+
+def _is_param(t):
+    return _tensor.is_torch(t) and t.requires_grad and t.is_leaf
+
+
+def _grads(grads):
     out = []
-    for g in items:
-        if _tensor.is_torch(g) and g.requires_grad and g.is_leaf:  # a parameter: its .grad
+    for g in _items(grads):
+        if _is_param(g):  # a parameter: its .grad
             if g.grad is not None:
                 out.append(g.grad)
         else:
@@ -21,21 +31,136 @@ def _grads(grads):
     return out
 
 
+def _checked(op, bucket_bytes):
+    if op not in ("avg", "sum"):
+        raise ValueError(f"hcomm.dp: op must be 'avg' or 'sum', not {op!r}")
+    if not isinstance(bucket_bytes, int) or bucket_bytes < 0:
+        raise ValueError(f"hcomm.dp: bucket_bytes must be an int >= 0, not {bucket_bytes!r}")
+    return _lib.OPS[op]
+
+
+def _descs(items):
+    arr = (Tensor * max(len(items), 1))()
+    for i, t in enumerate(items):
+        arr[i] = _tensor.desc(t, f"grads[{i}]", writable=True)
+    return arr
+
+
 def all_reduce_grads(grads, op="avg", bucket_bytes=0, group=None):
     """Reduces the gradients in place over the DP group (default: the current context's) and
     returns them. op 'avg' or 'sum'; bucket_bytes 0 = 25 MiB. Every rank passes the same list
     of shapes and dtypes. Collective."""
     g = default_group("dp", group)
-    if op not in ("avg", "sum"):
-        raise ValueError(f"hcomm.dp: op must be 'avg' or 'sum', not {op!r}")
-    if not isinstance(bucket_bytes, int) or bucket_bytes < 0:
-        raise ValueError(f"hcomm.dp: bucket_bytes must be an int >= 0, not {bucket_bytes!r}")
+    code = _checked(op, bucket_bytes)
     items = _grads(grads)
-    arr = (Tensor * max(len(items), 1))()
-    for i, t in enumerate(items):
-        arr[i] = _tensor.desc(t, f"grads[{i}]", writable=True)
-    call(lib.hcomm_dp_all_reduce_grads, g._ptr, arr, len(items), _lib.OPS[op], bucket_bytes)
+    call(lib.hcomm_dp_all_reduce_grads, g._ptr, _descs(items), len(items), code, bucket_bytes)
     return grads
 
 
 all_reduce = all_reduce_grads
+
+
+class Reducer:
+    """PyTorch DDP's gradient reducer over hcomm (Li et al. 2020, section 3.2): the gradient
+    tensors are registered once and packed into buckets (reverse order, bucket_bytes each,
+    0 = 25 MiB); mark_ready(i) says gradient i is final for this step, and a bucket's
+    nonblocking all_reduce starts as soon as all of its gradients are; wait() finishes the
+    step (the remaining buckets, the results written back into the gradients) and returns the
+    seconds it waited. Collective over the group: every member registers the same shapes and
+    dtypes with the same op and bucket_bytes.
+
+    `grads`: tensors (numpy or torch), or torch parameters, whose .grad is registered (it is
+    allocated as zeros when missing; it must stay the same tensor: zero it, do not set it to
+    None). hook_params() marks a parameter ready when backward has accumulated its gradient;
+    inside `with reducer.no_sync():` (micro-batches before the last) nothing is marked."""
+
+    def __init__(self, grads, op="avg", bucket_bytes=0, group=None):
+        self.group = default_group("dp", group)
+        code = _checked(op, bucket_bytes)
+        items = _items(grads)
+        self.params = [p if _is_param(p) else None for p in items]
+        for p in items:
+            if _is_param(p) and p.grad is None:
+                import torch
+                p.grad = torch.zeros_like(p)
+        self.grads = [p.grad if _is_param(p) else p for p in items]
+        self._ptrs = [_tensor.desc(t).data for t in self.grads]
+        self._h = ctypes.c_void_p()
+        call(lib.hcomm_dp_reducer_create, self.group._ptr, _descs(self.grads), len(self.grads),
+             code, bucket_bytes, ctypes.byref(self._h))
+        self._sync, self._hooks = True, []
+        handles = getattr(_world._state, "routings", None)
+        if handles is not None:  # freed before its group goes away (Context.destroy)
+            handles.add(self)
+
+    def __len__(self):
+        return len(self.grads)
+
+    @property
+    def handle(self):
+        if self._h is None:
+            raise RuntimeError("hcomm.dp.Reducer: this reducer was freed")
+        return self._h
+
+    def mark_ready(self, index):
+        """Gradient `index` (registration order) is final for this step. Local; may start a
+        bucket's all_reduce."""
+        if not isinstance(index, int) or not 0 <= index < len(self.grads):
+            raise ValueError(f"hcomm.dp.Reducer.mark_ready: index={index!r} outside "
+                             f"0..{len(self.grads) - 1}")
+        call(lib.hcomm_dp_reducer_mark_ready, self.handle, index)
+
+    def wait(self):
+        """Ends the step: every bucket reduced and written back. Collective. Returns the
+        seconds spent waiting (the reduction the backward pass did not hide)."""
+        for i, (p, ptr) in enumerate(zip(self.params, self._ptrs)):
+            if p is not None and (p.grad is None or p.grad.data_ptr() != ptr):
+                raise RuntimeError(f"hcomm.dp.Reducer: the .grad of parameter {i} is no longer "
+                                   f"the registered tensor (zero it instead of replacing it)")
+        waited = ctypes.c_double()
+        call(lib.hcomm_dp_reducer_finish, self.handle, ctypes.byref(waited))
+        return waited.value
+
+    finish = wait
+
+    def hook_params(self):
+        """Marks each registered parameter ready once backward has accumulated its .grad (a
+        hook on its AccumulateGrad node, as DDP has). Returns self."""
+        import torch
+        for i, p in enumerate(self.params):
+            if p is None:
+                raise TypeError(f"hcomm.dp.Reducer.hook_params: grads[{i}] is not a torch "
+                                f"parameter (a leaf that requires grad)")
+            with torch.enable_grad():  # a graph node, even when called under no_grad
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._hook(i))
+            self._hooks.append(acc)  # the node must live for its hook to stay
+        return self
+
+    def _hook(self, index):
+        def hook(*_):
+            if self._sync:
+                self.mark_ready(index)
+        return hook
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate gradients without marking them (DDP's no_sync)."""
+        old, self._sync = self._sync, False
+        try:
+            yield self
+        finally:
+            self._sync = old
+
+    def free(self):
+        if getattr(self, "_h", None) is not None:
+            lib.hcomm_dp_reducer_destroy(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.free()
+
+
+def reducer(grads, op="avg", bucket_bytes=0, group=None):
+    """A Reducer over the DP group (default: the current context's)."""
+    return Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=group)

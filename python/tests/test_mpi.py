@@ -1,4 +1,5 @@
-"""The package under mpirun -np 2: each process is a rank (backend mpi)."""
+"""The package under mpirun -np 2..4 (each process a rank, backend mpi) and the same scripts on
+the local backend."""
 import os
 import pathlib
 import shutil
@@ -22,6 +23,32 @@ def test_mpirun_np2():
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "rank 0: mpi ok" in p.stdout and "rank 1: mpi ok" in p.stdout, p.stdout
+
+
+@pytest.mark.skipif("mpi" not in hcomm.BACKENDS, reason="this build has no mpi backend")
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not found")
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_every_call_mpirun(n):
+    """mpi_calls.py: every call against numpy references, one process per rank."""
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HCOMM_TIMEOUT="60")
+    cmd = ["mpirun", "--oversubscribe", "-np", str(n), sys.executable, "-m", "hcomm.run",
+           str(HERE / "mpi_calls.py")]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(n):
+        assert f"rank {r}: 8 checks ok on mpi" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n", [1, 5, 8])
+def test_every_call_local(n):
+    """The same script on the local backend (threads), at sizes mpirun does not run here."""
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), HCOMM_TIMEOUT="60")
+    cmd = [sys.executable, "-m", "hcomm.run", "-n", str(n), str(HERE / "mpi_calls.py")]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(n):
+        assert f"rank {r}: 8 checks ok on local" in p.stdout, p.stdout + p.stderr
 
 
 def run_brief(cmd):

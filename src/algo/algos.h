@@ -16,7 +16,10 @@
  *   naive  every rank sends to rank 0, which reduces in rank order (the serial reference),
  *          then a binomial broadcast;
  *   tree   binomial tree (broadcast, reduce);
- *   direct the root exchanges with every rank itself (gather, scatter). */
+ *   direct the root exchanges with every rank itself (gather, scatter);
+ *   twoshot one node: each rank reads its block of every rank's input in rank order (the
+ *          serial reduction's bits), then every other rank's reduced block, straight from the
+ *          peers' buffers (transport.peer_read); only addresses and barriers are messages. */
 #ifndef HCOMM_C_ALGO_ALGOS_H_
 #define HCOMM_C_ALGO_ALGOS_H_
 
@@ -51,6 +54,9 @@ hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hc
                              hcomm_op_t op);
 hcomm_result_t hcomm__ar_naive(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
                                hcomm_op_t op);
+/* all_reduce of send into recv (may alias) by direct reads; needs transport.peer_read_ok. */
+hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 size_t count, hcomm_dtype_t dt, hcomm_op_t op);
 /* all_gatherv around the ring: bytes[r] from rank r land at the sum of bytes[0..r) in buf,
  * where this rank's own block already is. */
 hcomm_result_t hcomm__agv_ring(const hcomm__xfer_t *x, void *buf, const size_t *bytes);
@@ -69,5 +75,14 @@ hcomm_result_t hcomm__gather_direct(const hcomm__xfer_t *x, const void *send, vo
                                     size_t bytes, int root);
 hcomm_result_t hcomm__scatter_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                      size_t bytes, int root);
+
+/* Hierarchical two-level algorithms over the topology's nodes (hier.c): all_reduce in place
+ * on buf; reduce_scatter of m elements per rank (recv may alias send); all_gather of m bytes
+ * per rank in place on buf (this rank's block already at rank * m). */
+hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
+                              hcomm_op_t op);
+hcomm_result_t hcomm__rs_hier(const hcomm__xfer_t *x, const void *send, void *recv, size_t m,
+                              hcomm_dtype_t dt, hcomm_op_t op);
+hcomm_result_t hcomm__ag_hier(const hcomm__xfer_t *x, void *buf, size_t m);
 
 #endif /* HCOMM_C_ALGO_ALGOS_H_ */

@@ -3,6 +3,7 @@
 #include "algo/coll.h"
 
 #include "algo/algos.h"
+#include "algo/cost.h"
 #include "algo/select.h"
 #include "algo/variants.h"
 #include "core/env.h"
@@ -66,6 +67,8 @@ typedef struct algo {
     char extra_desc[200];
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
+    int last_algo;       /* 1 + the algorithm the last call chose; 0: none since last asked */
+    uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
 } algo_t;
 
 static algo_t *algo_of(hcomm_comm_t *c) {
@@ -109,6 +112,14 @@ hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res) {
         dump_flight(c);
     c->call_fn = a->outer_fn ? a->outer_fn : "hcomm";
     return res;
+}
+
+const char *hcomm__coll_take_algo(hcomm_comm_t *c) {
+    algo_t *a = algo_of(c);
+    int last = a ? a->last_algo : 0;
+    if (a)
+        a->last_algo = 0;
+    return last > 0 ? hcomm__algo_name(last - 1) : NULL;
 }
 
 void hcomm__coll_set_extra(hcomm_comm_t *c, uint64_t digest, const char *desc) {
@@ -349,43 +360,61 @@ typedef struct rd {
     size_t count, bytes;
     hcomm_dtype_t dt;
     hcomm_op_t op;
+    bool lane; /* messages take the transport's lane: acc and tmp have HCOMM__LANE_HDR before */
 } rd_t;
 
-/* Compares a partner's envelope with this call; a difference is reported to every peer. */
-static hcomm_result_t check_env(rd_t *d, int peer, const hcomm__env_t *env) {
+/* Compares a partner's signature with this call; a difference is reported to every peer. */
+static hcomm_result_t check_sig(rd_t *d, int peer, const hcomm__sig_t *sig) {
     call_t *k = d->k;
-    if (first_difference(&k->sig, &env->sig) < 0)
+    if (first_difference(&k->sig, sig) < 0)
         return HCOMM_OK;
-    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, &env->sig, peer, k->a->extra_desc);
+    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, sig, peer, k->a->extra_desc);
     char text[512];
     snprintf(text, sizeof text, "%s", hcomm_last_error() + strlen(k->c->call_fn) + 2);
     hcomm__notify_error(k->c, k->seq, res, text);
     return hcomm__err(res, k->c->call_fn, "%s", text);
 }
 
-static hcomm_result_t rd_send(rd_t *d, int peer, hcomm__req_t **req) {
-    hcomm__env_t desc = {.sig = d->k->sig};
-    return hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc,
-                        req);
+/* One step on the lane: acc to `to` (-1: none), the partner's vector from `from` (-1: none)
+ * into tmp, checked. */
+static hcomm_result_t rd_lane(rd_t *d, int to, int from) {
+    hcomm__sig_t sig;
+    size_t got;
+    HCOMM__TRY(hcomm__lane_step(d->k->c, d->k->seq, &d->k->sig, to,
+                                (unsigned char *)d->acc - HCOMM__LANE_HDR, d->bytes, from,
+                                d->tmp - HCOMM__LANE_HDR, RD_MAX_BYTES, &sig, &got));
+    return from < 0 ? HCOMM_OK : check_sig(d, from, &sig);
 }
 
-/* Receives the partner's vector into tmp and checks its envelope. */
+static hcomm_result_t rd_send(rd_t *d, int peer) {
+    if (d->lane)
+        return rd_lane(d, peer, -1);
+    hcomm__env_t desc = {.sig = d->k->sig};
+    return hcomm__send(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc);
+}
+
+/* Receives the partner's vector into tmp and checks its signature. */
 static hcomm_result_t rd_recv(rd_t *d, int peer) {
+    if (d->lane)
+        return rd_lane(d, -1, peer);
     hcomm__env_t env;
     HCOMM__TRY(hcomm__recv(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->tmp, RD_MAX_BYTES,
                            HCOMM__RECV_UPTO, &env));
-    return check_env(d, peer, &env);
+    return check_sig(d, peer, &env.sig);
 }
 
-static hcomm_result_t rd_exchange(rd_t *d, int peer) {
+/* Sends acc to peer and receives the peer's into tmp at once. */
+static hcomm_result_t rd_swap(rd_t *d, int peer) {
+    if (d->lane)
+        return rd_lane(d, peer, peer);
+    hcomm__env_t desc = {.sig = d->k->sig};
     hcomm__req_t *s = NULL;
-    HCOMM__TRY(rd_send(d, peer, &s));
+    HCOMM__TRY(
+        hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc, &s));
     hcomm_result_t res = rd_recv(d, peer);
     hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
     HCOMM__TRY(res);
-    HCOMM__TRY(sres);
-    hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
-    return HCOMM_OK;
+    return sres;
 }
 
 static hcomm_result_t rd_run(rd_t *d) {
@@ -395,13 +424,8 @@ static hcomm_result_t rd_run(rd_t *d) {
         pof2 *= 2;
     int rem = p - pof2, newrank;
     if (rank < 2 * rem && rank % 2 == 0) { /* folded: hand the vector over, get the result */
-        hcomm__req_t *s = NULL;
-        HCOMM__TRY(rd_send(d, rank + 1, &s));
-        HCOMM__TRY(hcomm__wait(s, NULL, NULL));
-        hcomm__env_t env;
-        HCOMM__TRY(hcomm__recv(c, HCOMM__CH_COLL, (int)d->k->seq, rank + 1, d->tmp, RD_MAX_BYTES,
-                               HCOMM__RECV_UPTO, &env));
-        HCOMM__TRY(check_env(d, rank + 1, &env));
+        HCOMM__TRY(rd_send(d, rank + 1));
+        HCOMM__TRY(rd_recv(d, rank + 1));
         if (d->bytes)
             memcpy(d->acc, d->tmp, d->bytes);
         return HCOMM_OK;
@@ -415,31 +439,39 @@ static hcomm_result_t rd_run(rd_t *d) {
     }
     for (int mask = 1; mask < pof2; mask <<= 1) {
         int np = newrank ^ mask;
-        HCOMM__TRY(rd_exchange(d, np < rem ? np * 2 + 1 : np + rem));
+        HCOMM__TRY(rd_swap(d, np < rem ? np * 2 + 1 : np + rem));
+        hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
     }
-    if (rank < 2 * rem) {
-        hcomm__req_t *s = NULL;
-        HCOMM__TRY(rd_send(d, rank - 1, &s));
-        HCOMM__TRY(hcomm__wait(s, NULL, NULL));
-    }
+    if (rank < 2 * rem)
+        HCOMM__TRY(rd_send(d, rank - 1));
     return HCOMM_OK;
 }
 
 /* all_reduce by recursive doubling, in pieces of RD_MAX_BYTES (a forced rd on a large
- * vector), or (count 0) a pure signature agreement. */
+ * vector), or (count 0) a pure signature agreement. On a transport with a lane every message
+ * takes it, in pieces the lane carries (HCOMM__LANE_HDR of room before acc and tmp). */
 static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbuf, size_t count,
                                     hcomm_dtype_t dt, hcomm_op_t op) {
-    _Alignas(16) unsigned char tmp[RD_MAX_BYTES], acc[RD_MAX_BYTES];
-    size_t es = hcomm__dtype_size(dt), piece = RD_MAX_BYTES / es, done = 0;
+    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + RD_MAX_BYTES],
+        acc[HCOMM__LANE_HDR + RD_MAX_BYTES];
+    size_t lane = hcomm__lane_payload(k->c), es = hcomm__dtype_size(dt), done = 0;
+    size_t piece = (lane && lane < RD_MAX_BYTES ? lane : RD_MAX_BYTES) / es;
     do {
         size_t n = count - done < piece ? count - done : piece, bytes = n * es;
-        rd_t d = {k, acc, tmp, n, bytes, dt, op == HCOMM_AVG ? HCOMM_SUM : op};
+        rd_t d = {k,
+                  acc + HCOMM__LANE_HDR,
+                  tmp + HCOMM__LANE_HDR,
+                  n,
+                  bytes,
+                  dt,
+                  op == HCOMM_AVG ? HCOMM_SUM : op,
+                  lane > 0};
         if (bytes)
-            memcpy(acc, (const char *)sendbuf + done * es, bytes);
+            memcpy(d.acc, (const char *)sendbuf + done * es, bytes);
         if (k->c->size > 1)
             HCOMM__TRY(rd_run(&d));
         if (bytes)
-            memcpy((char *)recvbuf + done * es, acc, bytes);
+            memcpy((char *)recvbuf + done * es, d.acc, bytes);
         done += n;
     } while (done < count);
     return HCOMM_OK;
@@ -459,6 +491,7 @@ static hcomm_result_t agree(call_t *k) {
         for (int i = 0; i < k->a->nseen; i++)
             if (k->a->seen[i] == h)
                 return HCOMM_OK;
+    k->a->agreements++;
     HCOMM__TRY(rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
     if (mode == CHECK_FIRST)
         k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
@@ -472,25 +505,59 @@ static bool is_reduction(int coll) {
            coll == HCOMM__COLL_REDUCE || coll == HCOMM__COLL_REDUCESCATTERV;
 }
 
+/* From this size up, an all_reduce among processes that can read each other's memory runs
+ * twoshot by default (one copy per byte and phase): measured faster than Open MPI's native
+ * all_reduce from 16 KiB with 2 processes, from between 16 and 256 KiB with 4 on 2 cores
+ * (its address exchange and barriers take p - 1 and 2 log p messages). */
+static size_t twoshot_min_bytes(int p) {
+    return p <= 2 ? (size_t)16 << 10 : (size_t)64 << 10;
+}
+
+static bool peer_reads(hcomm_comm_t *c) {
+    return c->tr->peer_read_ok && c->tr->peer_read_ok(c);
+}
+
+/* twoshot where it can and should run (every rank decides alike: the inputs are shared). */
+static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char **why) {
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    if (algo == HCOMM__ALGO_TWOSHOT && !peer_reads(k->c)) {
+        *why = "twoshot needs every rank on one node with cross-memory reads";
+        return HCOMM__ALGO_RING;
+    }
+    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) &&
+        bytes >= twoshot_min_bytes(k->c->size) && strcmp(*why, "default") == 0 &&
+        peer_reads(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
+        return HCOMM__ALGO_TWOSHOT;
+    return algo;
+}
+
+/* The cost model decides where the topology is known (cost.h); elsewhere the defaults. */
 static int choose(call_t *k, int coll, size_t bytes) {
-    const char *why;
+    const char *why = "cost model";
     algo_t *a = k->a;
-    int algo = hcomm__algo_choose(a->has_over ? &a->over : NULL, coll, bytes, k->c->size,
-                                  shm_coll(k->c), &why);
+    const hcomm__algo_set_t *over = a->has_over ? &a->over : NULL;
+    double est = -1.0;
+    int algo = hcomm__cost_choose(k->c, over ? over : hcomm__algo_env(), coll, bytes,
+                                  shm_coll(k->c), &est);
+    if (algo < 0)
+        algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
+    algo = with_twoshot(k, coll, bytes, algo, &why);
     if (k->c->deterministic && is_reduction(coll) &&
         !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE))
         algo |= HCOMM__ALGO_DET; /* the shared-memory native ones reduce in rank order already */
     k->sig.algo = algo;
     k->f->sig.algo = algo;
-    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO, "%s seq %u: %s of %zu bytes on %d ranks: %s (%s)",
-               k->c->call_fn, (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size,
-               hcomm__algo_name(algo), why);
+    a->last_algo = algo + 1;
+    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
+               "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, estimate %.4g us)", k->c->call_fn,
+               (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size, hcomm__algo_name(algo),
+               why, est * 1e6);
     return algo;
 }
 
 static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env) {
     rd_t d = {.k = x->call};
-    return check_env(&d, peer, env);
+    return check_sig(&d, peer, &env->sig);
 }
 
 static hcomm__xfer_t xfer_of(call_t *k) {
@@ -503,11 +570,12 @@ static hcomm__xfer_t xfer_of(call_t *k) {
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
  * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
- * needs neither, nor its deterministic form: they check in their first exchange. */
+ * needs neither: it checks in its first exchange (on the lane, where every rank of the call
+ * meets). Its deterministic form (Bruck over p2p) agrees first, like the others. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     if (!shm_coll(c))
-        return (algo & ~HCOMM__ALGO_DET) == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
+        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree(k);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
@@ -621,13 +689,17 @@ static hcomm_result_t run_all_reduce(red_t *r) {
         return c->tr->native->all_reduce(c, r->send, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RD)
         return rd_all_reduce(r->k, r->send, r->recv, r->in, r->dt, r->op);
+    hcomm__xfer_t x = xfer_of(r->k);
+    if (r->algo == HCOMM__ALGO_TWOSHOT)
+        return hcomm__ar_twoshot(&x, r->send, r->recv, r->in, r->dt, r->op);
     if (r->send != r->recv && bytes)
         memcpy(r->recv, r->send, bytes);
-    hcomm__xfer_t x = xfer_of(r->k);
     if (r->algo == HCOMM__ALGO_RING)
         return hcomm__ar_ring(&x, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RHD)
         return hcomm__ar_rhd(&x, r->recv, r->in, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_HIER)
+        return hcomm__ar_hier(&x, r->recv, r->in, r->dt, r->op);
     return hcomm__ar_naive(&x, r->recv, r->in, r->dt, r->op);
 }
 
@@ -648,6 +720,8 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
     hcomm__xfer_t x = xfer_of(r->k);
+    if (r->algo == HCOMM__ALGO_HIER && !r->counts)
+        return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
         return hcomm__rsv_run(&x, r->algo, r->send, r->recv, r->counts, r->dt, r->op);
     size_t *counts = equal_counts(c->size, r->out);
@@ -710,8 +784,10 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     char *mine = (char *)recvbuf + (size_t)c->rank * bytes_per_rank;
     if (mine != sendbuf && bytes_per_rank)
         memcpy(mine, sendbuf, bytes_per_rank);
-    size_t *bytes = equal_counts(c->size, bytes_per_rank);
     hcomm__xfer_t x = xfer_of(&k);
+    if (algo == HCOMM__ALGO_HIER)
+        return call_end(&k, hcomm__ag_hier(&x, recvbuf, bytes_per_rank));
+    size_t *bytes = equal_counts(c->size, bytes_per_rank);
     res = bytes ? hcomm__agv_run(&x, algo, recvbuf, bytes) : nomem(&k);
     free(bytes);
     return call_end(&k, res);
@@ -865,6 +941,66 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
         res = c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
                                          rdispls);
     return call_end(&k, res);
+}
+
+/* Pairwise exchange (Thakur, Rabenseifner & Gropp 2005, section 3.3: step i sends to
+ * rank + i and receives from rank - i), the signature in every envelope. */
+static hcomm_result_t pairwise_all_to_all(call_t *k, const char *send, char *recv, size_t bytes) {
+    hcomm__xfer_t x = xfer_of(k);
+    int p = k->c->size, me = k->c->rank;
+    if (bytes)
+        memcpy(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes);
+    for (int i = 1; i < p; i++) {
+        int to = (me + i) % p, from = (me - i + p) % p;
+        HCOMM__TRY(hcomm__x_sendrecv(&x, to, send + (size_t)to * bytes, bytes, from,
+                                     recv + (size_t)from * bytes, bytes));
+    }
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__coll_all_to_all_checked(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                              size_t bytes) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, bytes));
+    if (!shm_coll(c))
+        return call_end(&k, pairwise_all_to_all(&k, sendbuf, recvbuf, bytes));
+    size_t p = (size_t)c->size, *v = malloc(2 * p * sizeof *v);
+    if (v == NULL)
+        return call_end(&k, nomem(&k));
+    for (size_t i = 0; i < p; i++) {
+        v[i] = bytes;
+        v[p + i] = i * bytes;
+    }
+    hcomm__posted_sig_t ps = posted_of(&k.sig);
+    c->posted = &ps;
+    hcomm_result_t res = c->tr->native->all_to_allv(c, sendbuf, v, v + p, recvbuf, v, v + p);
+    c->posted = NULL;
+    if (res == HCOMM_ERR_MISMATCH && c->posted_held)
+        res = posted_verdict(&k, &ps);
+    free(v);
+    return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendbuf,
+                                              const size_t *sendcounts, const size_t *sdispls,
+                                              void *recvbuf, const size_t *recvcounts,
+                                              const size_t *rdispls) {
+    call_t k = {0};
+    HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
+    if (shm_coll(c))
+        RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
+                                                  recvcounts, rdispls));
+    c->counts_agreed = true; /* nor does the transport check the counts again */
+    hcomm_result_t res =
+        c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls);
+    c->counts_agreed = false;
+    return call_end(&k, res);
+}
+
+void hcomm__coll_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements) {
+    algo_t *a = algo_of(c);
+    *calls = a ? a->seq : 0;
+    *agreements = a ? a->agreements : 0;
 }
 
 static hcomm_result_t posted_barrier(hcomm_comm_t *c) {

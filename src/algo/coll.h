@@ -34,6 +34,22 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls);
+/* all_to_all of bytes per rank whose checks ride on the data: over p2p the signature travels
+ * in every message (no separate agreement), on shared memory in the posted slots. For a
+ * caller's small count exchange that carries its own argument checks (MoE dispatch). */
+hcomm_result_t hcomm__coll_all_to_all_checked(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                              size_t bytes);
+/* all_to_allv without a signature agreement before a native call, and without the transport's
+ * own count check (mpi: an MPI_Ialltoall of the counts and an MPI_Iallreduce): only for a
+ * caller whose previous exchange on c proved that every rank makes this call with matching
+ * counts (the token exchange after MoE's count exchange). */
+hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendbuf,
+                                              const size_t *sendcounts, const size_t *sdispls,
+                                              void *recvbuf, const size_t *recvcounts,
+                                              const size_t *rdispls);
+/* Collective calls made on c so far (each sequence number) and the signature agreements run
+ * before native calls among them: what tests count per MoE dispatch. */
+void hcomm__coll_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements);
 hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                                   hcomm_dtype_t dt, hcomm_op_t op, int root);
 hcomm_result_t hcomm__coll_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
@@ -58,6 +74,10 @@ void hcomm__coll_clear_extra(hcomm_comm_t *c);
 
 /* Narrows this rank's algorithm choice on c (HCOMM_ALGO syntax; NULL or "" undoes it). */
 hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec);
+
+/* The name of the algorithm the last collective on c chose since the previous ask (NULL if
+ * none chose one), so hcomm-bench can report what the automatic choice picked. */
+const char *hcomm__coll_take_algo(hcomm_comm_t *c);
 
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);

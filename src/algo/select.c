@@ -16,14 +16,13 @@
 #define BIT(a) (1u << (a))
 
 static const char *const algo_names[HCOMM__ALGO_COUNT] = {
-    "native", "rd",     "ring",  "rhd",   "naive",
-    "tree",   "direct", "bruck", "chain", "scatter_allgather"};
+    "native", "rd",   "ring",    "rhd",   "naive", "tree",
+    "direct", "hier", "twoshot", "bruck", "chain", "scatter_allgather"};
 static const char *const det_names[HCOMM__ALGO_COUNT] = {
-    "native+deterministic", "rd+deterministic",
-    "ring+deterministic",   "rhd+deterministic",
-    "naive+deterministic",  "tree+deterministic",
-    "direct+deterministic", "bruck+deterministic",
-    "chain+deterministic",  "scatter_allgather+deterministic"};
+    "native+deterministic", "rd+deterministic",    "ring+deterministic",
+    "rhd+deterministic",    "naive+deterministic", "tree+deterministic",
+    "direct+deterministic", "hier+deterministic",  "twoshot+deterministic",
+    "bruck+deterministic",  "chain+deterministic", "scatter_allgather+deterministic"};
 static const char *const coll_names[HCOMM__COLL_COUNT] = {
     "allreduce", "allgather", "reducescatter", "broadcast",     "reduce",
     "gather",    "scatter",   "allgatherv",    "reducescatterv"};
@@ -31,11 +30,13 @@ static const char *const coll_names[HCOMM__COLL_COUNT] = {
 /* What each collective can run. */
 static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_ALLREDUCE] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RD) |
-                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_NAIVE),
+                              BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) |
+                              BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_HIER) |
+                              BIT(HCOMM__ALGO_TWOSHOT),
     [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
-                              BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
-    [HCOMM__COLL_REDUCESCATTER] =
-        BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD),
+                              BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
+    [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
+                                  BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RHD),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
                               BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER),
     [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
@@ -46,16 +47,11 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
 };
 
 /* When the default is excluded, the first allowed of these runs. */
-static const int preference[HCOMM__ALGO_COUNT] = {HCOMM__ALGO_RING,
-                                                  HCOMM__ALGO_RHD,
-                                                  HCOMM__ALGO_RD,
-                                                  HCOMM__ALGO_TREE,
-                                                  HCOMM__ALGO_DIRECT,
-                                                  HCOMM__ALGO_BRUCK,
-                                                  HCOMM__ALGO_SCATTER_ALLGATHER,
-                                                  HCOMM__ALGO_CHAIN,
-                                                  HCOMM__ALGO_NAIVE,
-                                                  HCOMM__ALGO_NATIVE};
+static const int preference[HCOMM__ALGO_COUNT] = {
+    HCOMM__ALGO_RING,    HCOMM__ALGO_RHD,    HCOMM__ALGO_RD,
+    HCOMM__ALGO_TREE,    HCOMM__ALGO_DIRECT, HCOMM__ALGO_HIER,
+    HCOMM__ALGO_TWOSHOT, HCOMM__ALGO_BRUCK,  HCOMM__ALGO_SCATTER_ALLGATHER,
+    HCOMM__ALGO_CHAIN,   HCOMM__ALGO_NAIVE,  HCOMM__ALGO_NATIVE};
 
 const char *hcomm__algo_name(int algo) {
     const char *const *names = algo & HCOMM__ALGO_DET ? det_names : algo_names;
@@ -206,6 +202,11 @@ static int default_algo(int coll, size_t bytes, bool shm) {
         if (valid[coll] & BIT(preference[i]))
             return preference[i];
     return HCOMM__ALGO_NATIVE;
+}
+
+bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo) {
+    const hcomm__algo_set_t *set = over ? over : hcomm__algo_env();
+    return (valid[coll] & BIT(algo)) && (!set || (set->allowed[coll] & BIT(algo)));
 }
 
 int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,

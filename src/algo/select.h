@@ -18,6 +18,8 @@ typedef enum {
     HCOMM__ALGO_NAIVE,
     HCOMM__ALGO_TREE,
     HCOMM__ALGO_DIRECT,
+    HCOMM__ALGO_HIER,
+    HCOMM__ALGO_TWOSHOT,
     HCOMM__ALGO_BRUCK,             /* all_gather(v) for any group size (Bruck et al. 1997) */
     HCOMM__ALGO_CHAIN,             /* pipelined chain broadcast */
     HCOMM__ALGO_SCATTER_ALLGATHER, /* broadcast as scatter + all_gather (van de Geijn) */
@@ -57,6 +59,8 @@ hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *sp
 /* HCOMM_ALGO, parsed once (NULL when unset or invalid); validate reports a bad value. */
 const hcomm__algo_set_t *hcomm__algo_env(void);
 hcomm_result_t hcomm__algo_env_validate(const char *fn);
+/* True when algo may run coll: valid for it, and allowed by over (else HCOMM_ALGO). */
+bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo);
 /* The algorithm for coll moving bytes over p ranks; shm: the transport has shared-memory
  * collectives. over (may be NULL) narrows the choice, else HCOMM_ALGO does. *why says which. */
 int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,

@@ -1,6 +1,7 @@
 #include "core/env.h"
 #include "algo/select.h"
 #include "core/log.h"
+#include "core/topo_spec.h"
 
 #include <errno.h>
 #include <math.h>
@@ -89,5 +90,7 @@ hcomm_result_t hcomm__env_validate(const char *fn) {
     HCOMM__TRY(hcomm__env_check(fn, &mode));
     HCOMM__TRY(hcomm__env_deterministic(fn, &det));
     HCOMM__TRY(hcomm__log_init(fn));
+    HCOMM__TRY(hcomm__topo_spec_env_validate(fn));
+    HCOMM__TRY(hcomm__tuning_validate(fn));
     return hcomm__algo_env_validate(fn); /* HCOMM_ALGO: the algorithms layer parses it */
 }

@@ -821,6 +821,21 @@ static const char *what_awaited(const hcomm__req_t *r, char *buf, size_t cap) {
     return buf;
 }
 
+/* After hcomm_comm_abort(): peers waiting in this collective (coll: seq is one) learn it now
+ * instead of at their timeout. */
+static hcomm_result_t aborted_in(hcomm_comm_t *c, bool coll, uint32_t seq) {
+    p2p_t *p = p2p_of(c);
+    if (coll && !p->abort_told) {
+        char note[160];
+        snprintf(note, sizeof note, "rank %d called hcomm_comm_abort() on this communicator",
+                 c->rank);
+        p->abort_told = true;
+        hcomm__notify_error(c, seq, HCOMM_ERR_PEER, note);
+    }
+    return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                      "hcomm_comm_abort() was called on this communicator");
+}
+
 /* Why a wait on r must end now (HCOMM_OK: keep waiting). */
 static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     hcomm_comm_t *c = r->c;
@@ -840,18 +855,8 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s",
                           what_awaited(r, what, sizeof what));
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
-        /* Peers waiting in this collective learn it now instead of at their timeout. */
-        if (r->channel == HCOMM__CH_COLL && !p->abort_told) {
-            char note[160];
-            snprintf(note, sizeof note, "rank %d called hcomm_comm_abort() on this communicator",
-                     c->rank);
-            p->abort_told = true;
-            hcomm__notify_error(c, (uint32_t)r->tag, HCOMM_ERR_PEER, note);
-        }
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this communicator");
-    }
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return aborted_in(c, r->channel == HCOMM__CH_COLL, (uint32_t)r->tag);
     if (p->full && r->is_recv)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
                           "cannot keep a %zu-byte message from rank %d (%s channel, tag %d) that "
@@ -953,6 +958,129 @@ hcomm_result_t hcomm__wait_all(hcomm__req_t **reqs, int n) {
     if (first != HCOMM_OK) /* later failures must not overwrite the first one's message */
         hcomm__err_text(first, msg);
     return first;
+}
+
+/* --- the lane (transport.lane_post) --- */
+
+typedef struct lane_hdr {
+    uint32_t seq, bytes;
+    hcomm__sig_t sig;
+} lane_hdr_t;
+
+_Static_assert(sizeof(lane_hdr_t) <= HCOMM__LANE_HDR, "the lane header fits its room");
+
+size_t hcomm__lane_payload(const hcomm_comm_t *c) {
+    return c->tr->lane_post ? HCOMM__LANE_MAX - HCOMM__LANE_HDR : 0;
+}
+
+typedef struct lane_step {
+    hcomm_comm_t *c;
+    uint32_t seq;
+    int to, from;
+    bool sent, received;
+    void *rbuf;
+    size_t rcap;
+    hcomm__treq_t tx, rx;
+} lane_step_t;
+
+static hcomm_result_t lane_post_recv(lane_step_t *s) {
+    return s->c->tr->lane_post(s->c, s->from, s->seq, s->rbuf, HCOMM__LANE_HDR + s->rcap, false,
+                               &s->rx);
+}
+
+/* Advances s: true once both halves are done (or *res failed). A message of an older call
+ * with the same lane key (its receiver had failed) is dropped and the receive posted again. */
+static bool lane_advance(lane_step_t *s, hcomm_result_t *res) {
+    size_t got = 0;
+    if (!s->sent && s->c->tr->lane_test(s->c, &s->tx, res, &got))
+        s->sent = true;
+    if (*res == HCOMM_OK && !s->received && s->c->tr->lane_test(s->c, &s->rx, res, &got)) {
+        lane_hdr_t h;
+        memcpy(&h, s->rbuf, sizeof h);
+        s->received = *res != HCOMM_OK || (got >= sizeof h && h.seq == s->seq);
+        if (!s->received)
+            *res = lane_post_recv(s);
+    }
+    return *res != HCOMM_OK || (s->sent && s->received);
+}
+
+/* Why a lane wait must end now (HCOMM_OK: keep waiting); as wait_verdict. */
+static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
+    hcomm_comm_t *c = s->c;
+    int src, peer = s->received ? s->to : s->from;
+    hcomm_result_t why;
+    char text[256];
+    HCOMM__TRY(hcomm__progress(c)); /* notices arrive as frames */
+    if (hcomm__peer_error(c, s->seq, &src, &why, text, sizeof text))
+        return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s",
+                          text);
+    if (c->tr->world_aborted(c))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "another rank failed while this rank waited for rank %d (collective "
+                          "channel, tag %u)",
+                          peer, (unsigned)s->seq);
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return aborted_in(c, true, s->seq);
+    if (waited > c->timeout_s)
+        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
+                          "waited %g s for a message from rank %d (collective channel, tag %u) "
+                          "(seq %u, HCOMM_TIMEOUT)",
+                          c->timeout_s, peer, (unsigned)s->seq, (unsigned)c->call_seq);
+    return HCOMM_OK;
+}
+
+static void lane_give_up(lane_step_t *s) {
+    if (!s->received)
+        s->c->tr->cancel(s->c, &s->rx, false);
+    if (!s->sent)
+        s->c->tr->cancel(s->c, &s->tx, true);
+}
+
+hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_t *sig, int to,
+                                void *sbuf, size_t sbytes, int from, void *rbuf, size_t rcap,
+                                hcomm__sig_t *got_sig, size_t *got) {
+    lane_step_t s; /* field by field: zeroing the two transport requests costs a tenth of it */
+    s.c = c;
+    s.seq = seq;
+    s.to = to;
+    s.from = from;
+    s.sent = to < 0;
+    s.received = from < 0;
+    s.rbuf = rbuf;
+    s.rcap = rcap;
+    if (from >= 0)
+        HCOMM__TRY(lane_post_recv(&s));
+    if (to >= 0) {
+        lane_hdr_t h = {seq, (uint32_t)sbytes, *sig};
+        memcpy(sbuf, &h, sizeof h);
+        hcomm_result_t res =
+            c->tr->lane_post(c, to, seq, sbuf, HCOMM__LANE_HDR + sbytes, true, &s.tx);
+        if (res != HCOMM_OK) {
+            lane_give_up(&s);
+            return res;
+        }
+    }
+    hcomm_result_t res = HCOMM_OK;
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    while (!lane_advance(&s, &res)) {
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 63) == 0 && (res = lane_verdict(&s, waited)) != HCOMM_OK) {
+            lane_give_up(&s);
+            return res;
+        }
+    }
+    if (res != HCOMM_OK) {
+        lane_give_up(&s);
+        return res;
+    }
+    if (from >= 0) {
+        lane_hdr_t h;
+        memcpy(&h, rbuf, sizeof h);
+        *got_sig = h.sig;
+        *got = h.bytes;
+    }
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm__send(hcomm_comm_t *c, int channel, int tag, int peer, const void *buf,

@@ -99,6 +99,24 @@ hcomm_result_t hcomm__group_end(hcomm_comm_t *c);
 hcomm_result_t hcomm__group_post(hcomm_comm_t *c);
 bool hcomm__group_open(hcomm_comm_t *c);
 
+/* The lane (transport.lane_post, where the transport has one): the small messages of
+ * latency-bound collectives without frames or matching. A lane message is HCOMM__LANE_HDR
+ * bytes of header (the call's sequence number and signature, written here) and then the
+ * payload; callers leave that room at the front of their send and receive buffers. */
+#define HCOMM__LANE_HDR 64
+/* The most payload bytes one lane message of c carries; 0: c has no lane. A caller that uses
+ * the lane for some messages of a call must use it for all of them on every rank (what the
+ * ranks send may differ when their calls do), so it cuts its data into pieces of this size. */
+size_t hcomm__lane_payload(const hcomm_comm_t *c);
+/* One step of call seq: sends sbytes of payload (at sbuf + HCOMM__LANE_HDR) with sig to rank
+ * `to` (-1: nothing to send) and receives up to rcap payload bytes from rank `from` (-1:
+ * nothing) into rbuf + HCOMM__LANE_HDR; *got_sig and *got tell the sender's signature and
+ * payload bytes. Waits as hcomm__wait does: a peer's failure notice for seq, an abort or
+ * HCOMM_TIMEOUT ends it. */
+hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_t *sig, int to,
+                                void *sbuf, size_t sbytes, int from, void *rbuf, size_t rcap,
+                                hcomm__sig_t *got_sig, size_t *got);
+
 /* Collective-call bookkeeping. A rank whose own checks failed in call seq tells every peer
  * (one control message each, text included); peers waiting on that call's messages fail with
  * the notice (see hcomm__peer_error). coll_done marks seq finished on this rank: later

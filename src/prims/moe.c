@@ -16,8 +16,7 @@
  *   combine_bwd:           pairs (w * grad) -> recv
  * Summing at the source in slot order is what makes combine independent of the EP layout and
  * of other ranks' batches; the price is that combine returns one row per slot. */
-#include "hcomm/moe.h"
-#include "prims/prims.h"
+#include "prims/moe_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,37 +24,53 @@
 
 struct hcomm_moe_handle {
     hcomm_comm_t *group;
-    int size, num_local, k; /* EP group size, experts per rank, slots per token */
-    bool topk;              /* false: the top-1 calls, whose passes copy rows of any dtype */
-    int64_t n, r, h, npair; /* tokens, rows received, row width, slots sent */
-    int64_t capacity;       /* per expert and source rank; -1 dropless */
-    hcomm_dtype_t dtype;    /* of the dispatched tokens */
-    int64_t *send_rows;     /* [size] distinct tokens to each rank */
-    int64_t *send_off;      /* [size] first entry of send_tok for each rank */
-    int64_t *send_tok;      /* [sum send_rows] token of each sent row, rank-major */
-    int64_t *pair_rows;     /* [size] slots to each rank */
-    int64_t *pair_off;      /* [size] first pair of each rank */
-    int64_t *pair_slot;     /* [npair] slot t*k+j of each pair */
-    int64_t *slot_pair;     /* [n*k] pair of each slot; -1 empty or dropped */
-    float *weights;         /* [n*k] copy of topk_weights (1 when none were given) */
-    int64_t *dropped;       /* [size*num_local] this rank's dropped slots per expert */
-    int64_t *recv_rows;     /* [size] distinct rows from each rank */
-    int64_t *recv_off;      /* [size] first compacted distinct row from each rank */
-    int64_t *rpair_rows;    /* [size] slots from each rank */
-    int64_t *rpair_off;     /* [size] first raw (source-major) slot from each rank */
-    int64_t *rpair_row;     /* [r] compacted distinct row of each raw slot */
-    int64_t *out_pair;      /* [r] raw slot of each expert-major row */
-    int64_t *expert_off;    /* [num_local + 1] first row of each local expert */
-    void *recv;             /* [r, h] received rows, expert-major */
-    void *y;                /* [npair, y_h] the last combine's inputs, pair order */
+    hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
+    int size, num_local, k;  /* EP group size, experts per rank, slots per token */
+    bool topk;               /* false: the top-1 calls, whose passes copy rows of any dtype */
+    bool pad;                /* pad-to-capacity: every (expert, source) block has capacity rows */
+    int64_t n, r, h, npair;  /* tokens, rows received, row width, slots sent */
+    int64_t capacity;        /* per expert and source rank; -1 dropless */
+    hcomm_dtype_t dtype;     /* of the dispatched tokens */
+    int64_t *send_rows;      /* [size] distinct tokens to each rank */
+    int64_t *send_off;       /* [size] first entry of send_tok for each rank */
+    int64_t *send_tok;       /* [sum send_rows] token of each sent row, rank-major */
+    int64_t *pair_rows;      /* [size] slots to each rank */
+    int64_t *pair_off;       /* [size] first pair of each rank */
+    int64_t *pair_slot;      /* [npair] slot t*k+j of each pair */
+    int64_t *slot_pair;      /* [n*k] pair of each slot; -1 empty or dropped */
+    float *weights;          /* [n*k] copy of topk_weights (1 when none were given) */
+    int64_t *dropped;        /* [size*num_local] this rank's dropped slots per expert */
+    int64_t *global_count;   /* [size*num_local] kept slots per expert over the group */
+    int64_t global_dropped;  /* dropped slots over the group */
+    int64_t *recv_rows;      /* [size] distinct rows from each rank */
+    int64_t *recv_off;       /* [size] first compacted distinct row from each rank */
+    int64_t *rpair_rows;     /* [size] slots from each rank */
+    int64_t *rpair_off;      /* [size] first raw (source-major) slot from each rank */
+    int64_t *rpair_row;      /* [r] compacted distinct row of each raw slot */
+    int64_t *out_pair;       /* [r] raw slot of each expert-major row */
+    int64_t *expert_off;     /* [num_local + 1] first row of each local expert */
+    void *recv;              /* [r, h] received rows, expert-major */
+    hcomm_moe_plan_t *plan;  /* the plan whose buffer recv is and which owns the handle */
+    void *y;                 /* [npair, y_h] the last combine's inputs, pair order */
     int64_t y_h;
     hcomm_dtype_t y_dtype;
 };
 
 /* The meta row each rank sends each peer before the tokens move: its argument-check status
  * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
- * (so a disagreement is reported, not mis-delivered) and its counts for that peer. */
-enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_COUNTS };
+ * (so a disagreement is reported, not mis-delivered), the rows for that peer, its dropped
+ * slots and its kept slots for every expert (the peer's own experts say what arrives; all of
+ * them give every rank the global statistics without another collective). */
+enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_DROPPED, META_COUNTS };
+
+static int meta_width(const hcomm_moe_handle_t *h) {
+    return META_COUNTS + h->size * h->num_local;
+}
+
+/* Source row m's slots for this rank's local expert l. */
+static int64_t local_count(const hcomm_moe_handle_t *h, const int64_t *m, int l) {
+    return m[META_COUNTS + h->group->rank * h->num_local + l];
+}
 
 static int64_t *alloc_i64(size_t n) {
     return calloc(n ? n : 1, sizeof(int64_t));
@@ -165,8 +180,8 @@ static hcomm_result_t check_ids(const char *fn, const int32_t *ids, int64_t n, i
     return HCOMM_OK;
 }
 
-static hcomm_result_t check_layout_args(const char *fn, int64_t n, int k, int num_experts,
-                                        int ep_size) {
+hcomm_result_t hcomm__moe_check_layout_args(const char *fn, int64_t n, int k, int num_experts,
+                                            int ep_size) {
     if (n < 0)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "num_tokens=%lld, expected >= 0",
                           (long long)n);
@@ -184,7 +199,7 @@ hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_tokens, int
                                 int64_t *perm) {
     HCOMM__CHECK_NULL(tokens_per_rank);
     HCOMM__CHECK_NULL(tokens_per_expert);
-    HCOMM__TRY(check_layout_args(__func__, num_tokens, k, num_experts, ep_size));
+    HCOMM__TRY(hcomm__moe_check_layout_args(__func__, num_tokens, k, num_experts, ep_size));
     HCOMM__TRY(check_ids(__func__, topk_ids, num_tokens, k, num_experts, true));
     int64_t *scratch = alloc_i64((size_t)ep_size + (size_t)num_experts);
     if (scratch == NULL)
@@ -196,19 +211,7 @@ hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_tokens, int
     return HCOMM_OK;
 }
 
-/* What a dispatch was asked to do. */
-typedef struct dispatch_args {
-    const char *fn;
-    const hcomm_tensor_t *tokens;
-    const int32_t *ids;
-    const float *weights;
-    int k, num_experts;
-    bool topk, capacity_mode;
-    double capacity_factor;
-    int policy;
-} dispatch_args_t;
-
-static hcomm_result_t check_options(const char *fn, const hcomm_moe_options_t *o) {
+hcomm_result_t hcomm__moe_check_options(const char *fn, const hcomm_moe_options_t *o) {
     if (o == NULL)
         return HCOMM_OK;
     if (!isfinite(o->capacity_factor))
@@ -230,7 +233,22 @@ static hcomm_result_t check_weights(const char *fn, const float *w, int64_t n, i
     return HCOMM_OK;
 }
 
-static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_options_t *o) {
+/* A plan's call passes at most max_tokens_per_rank tokens of its hidden size and dtype. */
+static hcomm_result_t check_plan_tokens(const char *fn, const hcomm_moe_plan_t *pl,
+                                        const hcomm_tensor_t *t) {
+    if (t->shape[0] > pl->d.max_tokens_per_rank)
+        return hcomm__err(HCOMM_ERR_SHAPE, fn,
+                          "tokens->shape[0]=%lld exceeds the plan's max_tokens_per_rank=%lld",
+                          (long long)t->shape[0], (long long)pl->d.max_tokens_per_rank);
+    if (t->shape[1] != pl->d.hidden || t->dtype != pl->d.dtype)
+        return hcomm__err(HCOMM_ERR_SHAPE, fn,
+                          "tokens are %s [*, %lld], the plan was made for %s [*, %lld]",
+                          hcomm__dtype_str(t->dtype), (long long)t->shape[1],
+                          hcomm__dtype_str(pl->d.dtype), (long long)pl->d.hidden);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t check_dispatch(const hcomm__moe_args_t *a, const hcomm_moe_options_t *o) {
     const char *fn = a->fn;
     HCOMM__TRY(hcomm__tensor_check(fn, "tokens", a->tokens, NULL));
     if (a->tokens->ndim != 2)
@@ -245,7 +263,9 @@ static hcomm_result_t check_dispatch(const dispatch_args_t *a, const hcomm_moe_o
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "k=%d, expected >= 1", a->k);
     HCOMM__TRY(check_ids(fn, a->ids, a->tokens->shape[0], a->k, a->num_experts, true));
     HCOMM__TRY(check_weights(fn, a->weights, a->tokens->shape[0], a->k));
-    return check_options(fn, o);
+    if (a->plan != NULL)
+        return check_plan_tokens(fn, a->plan, a->tokens);
+    return hcomm__moe_check_options(fn, o);
 }
 
 /* ---- the handle ---- */
@@ -255,8 +275,18 @@ static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t 
     if (h == NULL)
         return NULL;
     size_t p = (size_t)g->size, slots = (size_t)(n * k);
-    *h = (hcomm_moe_handle_t){
-        .group = g, .size = g->size, .num_local = num_local, .n = n, .k = k, .capacity = -1};
+    *h = (hcomm_moe_handle_t){.group = g,
+                              .pool = hcomm__moe_pool_of(g),
+                              .size = g->size,
+                              .num_local = num_local,
+                              .n = n,
+                              .k = k,
+                              .capacity = -1};
+    if (h->pool == NULL) {
+        free(h);
+        return NULL;
+    }
+    hcomm__moe_pool_ref(h->pool);
     h->send_rows = alloc_i64(p);
     h->send_off = alloc_i64(p);
     h->pair_rows = alloc_i64(p);
@@ -267,32 +297,64 @@ static hcomm_moe_handle_t *handle_alloc(hcomm_comm_t *g, int num_local, int64_t 
     h->rpair_off = alloc_i64(p);
     h->slot_pair = alloc_i64(slots);
     h->dropped = alloc_i64(p * (size_t)num_local);
+    h->global_count = alloc_i64(p * (size_t)num_local);
     h->expert_off = alloc_i64((size_t)num_local + 1);
     h->weights = malloc(sizeof(float) * (slots ? slots : 1));
     if (!h->send_rows || !h->send_off || !h->pair_rows || !h->pair_off || !h->recv_rows ||
         !h->recv_off || !h->rpair_rows || !h->rpair_off || !h->slot_pair || !h->dropped ||
-        !h->expert_off || !h->weights) {
-        hcomm_moe_handle_free(h);
+        !h->global_count || !h->expert_off || !h->weights) {
+        hcomm__moe_handle_release(h);
         return NULL;
     }
     return h;
 }
 
 hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
-    if (handle == NULL)
-        return HCOMM_OK;
-    void *owned[] = {handle->send_rows, handle->send_off,  handle->send_tok,  handle->pair_rows,
-                     handle->pair_off,  handle->pair_slot, handle->slot_pair, handle->weights,
-                     handle->dropped,   handle->recv_rows, handle->recv_off,  handle->rpair_rows,
-                     handle->rpair_off, handle->rpair_row, handle->out_pair,  handle->expert_off,
-                     handle->recv,      handle->y};
-    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
-        free(owned[i]);
-    free(handle);
+    if (handle != NULL && handle->plan == NULL) /* a plan's handle lives as long as the plan */
+        hcomm__moe_handle_release(handle);
     return HCOMM_OK;
 }
 
+void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
+    if (handle == NULL)
+        return;
+    void *owned[] = {handle->send_rows,   handle->send_off,  handle->send_tok,  handle->pair_rows,
+                     handle->pair_off,    handle->pair_slot, handle->slot_pair, handle->weights,
+                     handle->dropped,     handle->recv_rows, handle->recv_off,  handle->rpair_rows,
+                     handle->rpair_off,   handle->rpair_row, handle->out_pair,  handle->expert_off,
+                     handle->global_count};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        free(owned[i]);
+    if (handle->plan == NULL)
+        hcomm__moe_pool_put(handle->pool, handle->recv);
+    hcomm__moe_pool_put(handle->pool, handle->y);
+    hcomm__moe_pool_unref(handle->pool);
+    free(handle);
+}
+
 /* ---- moving rows ---- */
+
+/* One row. Rows of 2 KiB and more go in fixed 256-byte pieces, which the compiler turns into
+ * vector moves: glibc's memcpy takes `rep movsb` from 2 KiB on, and on the AMD EPYC hosts we
+ * measured that ran a permutation of 14 KiB rows at 6-38% of memcpy's bandwidth (GLIBC_TUNABLES
+ * moving the threshold gave 188%). */
+static inline void copy_row(char *restrict dst, const char *restrict src, size_t rb) {
+    size_t i = 0;
+    if (rb >= 2048)
+        for (; i + 256 <= rb; i += 256)
+            memcpy(dst + i, src + i, 256);
+    memcpy(dst + i, src + i, rb - i);
+}
+
+void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
+    for (int64_t i = 0; i < n; i++)
+        copy_row((char *)dst + (size_t)i * rb, (const char *)src + (size_t)idx[i] * rb, rb);
+}
+
+void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
+    for (int64_t i = 0; i < n; i++)
+        copy_row((char *)dst + (size_t)idx[i] * rb, (const char *)src + (size_t)i * rb, rb);
+}
 
 /* all_to_allv of rows of row_bytes: counts and offsets in rows, one per peer. */
 static hcomm_result_t exchange_rows(const char *fn, hcomm_comm_t *g, const void *sendbuf,
@@ -319,14 +381,13 @@ static hcomm_result_t route_pairs_fwd(const char *fn, const hcomm_moe_handle_t *
                                       const void *pairs, void *out, size_t rb) {
     char *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&raw), res, done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, (void **)&raw), res, done);
     HCOMM__TRY_GOTO(exchange_rows(fn, h->group, pairs, h->pair_rows, h->pair_off, raw,
                                   h->rpair_rows, h->rpair_off, rb),
                     res, done);
-    for (int64_t i = 0; i < h->r; i++)
-        memcpy((char *)out + (size_t)i * rb, raw + (size_t)h->out_pair[i] * rb, rb);
+    hcomm__moe_gather_rows(out, raw, h->out_pair, h->r, rb);
 done:
-    free(raw);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -335,13 +396,12 @@ static hcomm_result_t route_pairs_bwd(const char *fn, const hcomm_moe_handle_t *
                                       void *pairs, size_t rb) {
     char *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, (void **)&raw), res, done);
-    for (int64_t i = 0; i < h->r; i++)
-        memcpy(raw + (size_t)h->out_pair[i] * rb, (const char *)in + (size_t)i * rb, rb);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, (void **)&raw), res, done);
+    hcomm__moe_scatter_rows(raw, in, h->out_pair, h->r, rb);
     res = exchange_rows(fn, h->group, raw, h->rpair_rows, h->rpair_off, pairs, h->pair_rows,
                         h->pair_off, rb);
 done:
-    free(raw);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -353,18 +413,18 @@ static hcomm_result_t route_tokens(const char *fn, const hcomm_moe_handle_t *h, 
     int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
     char *sbuf = NULL, *raw = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)nsend * rb, (void **)&sbuf), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)nrecv * rb, (void **)&raw), res, done);
-    for (int64_t i = 0; i < nsend; i++)
-        memcpy(sbuf + (size_t)i * rb, (const char *)in + (size_t)h->send_tok[i] * rb, rb);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)nsend * rb, (void **)&sbuf), res,
+                    done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)nrecv * rb, (void **)&raw), res, done);
+    hcomm__moe_gather_rows(sbuf, in, h->send_tok, nsend, rb);
     HCOMM__TRY_GOTO(exchange_rows(fn, h->group, sbuf, h->send_rows, h->send_off, raw, h->recv_rows,
                                   h->recv_off, rb),
                     res, done);
     for (int64_t i = 0; i < h->r; i++)
         memcpy((char *)out + (size_t)i * rb, raw + (size_t)h->rpair_row[h->out_pair[i]] * rb, rb);
 done:
-    free(sbuf);
-    free(raw);
+    hcomm__moe_pool_put(h->pool, sbuf);
+    hcomm__moe_pool_put(h->pool, raw);
     return res;
 }
 
@@ -373,7 +433,7 @@ done:
 /* Capacity mode: the per-expert capacity from the largest T of any rank (GShard's
  * expert capacity), so every rank computes the same number. A rank whose checks failed
  * still joins with T = 0. */
-static hcomm_result_t find_capacity(const dispatch_args_t *a, hcomm_moe_handle_t *h) {
+static hcomm_result_t find_capacity(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h) {
     int64_t t = h->n, t_max = 0;
     HCOMM__TRY(hcomm__coll_all_reduce(h->group, &t, &t_max, 1, HCOMM_I64, HCOMM_MAX));
     double cap = ceil((double)t_max * a->k / a->num_experts * a->capacity_factor);
@@ -382,7 +442,7 @@ static hcomm_result_t find_capacity(const dispatch_args_t *a, hcomm_moe_handle_t
 }
 
 /* keep[s]: slot s is routed (not empty, not dropped); counts the drops per expert. */
-static hcomm_result_t mark_kept(const dispatch_args_t *a, hcomm_moe_handle_t *h, uint8_t *keep) {
+static hcomm_result_t mark_kept(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h, uint8_t *keep) {
     int64_t slots = h->n * h->k, e_all = a->num_experts;
     for (int64_t s = 0; s < slots; s++)
         keep[s] = a->ids[s] >= 0;
@@ -413,14 +473,13 @@ done:
 /* Counting pass: distinct rows and slots per rank, slots per (rank, local expert) in meta. */
 static void count_send(const hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t *keep,
                        int64_t *meta, int64_t *last) {
-    int w = META_COUNTS + h->num_local;
     for (int p = 0; p < h->size; p++)
         last[p] = -1;
     for (int64_t s = 0; s < h->n * h->k; s++) {
         if (!keep[s])
             continue;
         int p = ids[s] / h->num_local;
-        meta[p * w + META_COUNTS + ids[s] % h->num_local]++;
+        meta[META_COUNTS + ids[s]]++; /* row 0; dispatch copies it to the others */
         h->pair_rows[p]++;
         if (last[p] != s / h->k) {
             last[p] = s / h->k;
@@ -458,9 +517,9 @@ static void place_send(hcomm_moe_handle_t *h, const int32_t *ids, const uint8_t 
     }
 }
 
-/* Routes this rank's tokens and fills the counts of the meta rows ([size][META_COUNTS +
- * num_local]); *hdr gets the headers of the sent rows. */
-static hcomm_result_t plan_send(const dispatch_args_t *a, hcomm_moe_handle_t *h, int64_t *meta,
+/* Routes this rank's tokens and fills the per-expert counts of meta row 0; *hdr gets the
+ * headers of the sent rows. */
+static hcomm_result_t plan_send(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h, int64_t *meta,
                                 int32_t **hdr) {
     uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
     int64_t *scratch = alloc_i64(3 * (size_t)h->size);
@@ -494,7 +553,7 @@ done:
 /* Fails if a peer failed its checks or disagrees on the rows. */
 static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
                                   const int64_t *meta) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_STATUS] != HCOMM_OK)
@@ -513,10 +572,17 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
     return HCOMM_OK;
 }
 
+/* The group's statistics: the sum of every source's counts and drops. */
+static void add_stats(hcomm_moe_handle_t *h, const int64_t *m) {
+    h->global_dropped += m[META_DROPPED];
+    for (int e = 0; e < h->size * h->num_local; e++)
+        h->global_count[e] += m[META_COUNTS + e];
+}
+
 /* The receive side from the peers' meta rows: row and slot counts per source, rows per local
  * expert and their offsets. */
 static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     HCOMM__TRY(check_peers(fn, h, meta));
     int64_t *per_expert = alloc_i64((size_t)h->num_local);
     if (per_expert == NULL)
@@ -525,9 +591,10 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
         const int64_t *m = meta + s * w;
         h->recv_rows[s] = m[META_ROWS];
         for (int l = 0; l < h->num_local; l++) {
-            h->rpair_rows[s] += m[META_COUNTS + l];
-            per_expert[l] += m[META_COUNTS + l];
+            h->rpair_rows[s] += local_count(h, m, l);
+            per_expert[l] += local_count(h, m, l);
         }
+        add_stats(h, m);
     }
     exclusive_scan(h->recv_rows, h->recv_off, h->size);
     h->r = exclusive_scan(h->rpair_rows, h->rpair_off, h->size);
@@ -541,32 +608,18 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
     return HCOMM_OK;
 }
 
-/* Exchanges the meta rows: every rank gets one row from each peer. */
-static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const int64_t *send,
-                                    int64_t *recv) {
-    int64_t *ones = alloc_i64((size_t)h->size), *off = alloc_i64((size_t)h->size);
-    hcomm_result_t res = HCOMM_OK;
-    if (ones == NULL || off == NULL) {
-        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d counts", h->size);
-        goto done;
-    }
-    for (int p = 0; p < h->size; p++) {
-        ones[p] = 1;
-        off[p] = p;
-    }
-    res = exchange_rows(fn, h->group, send, ones, off, recv, ones, off,
-                        (size_t)(META_COUNTS + h->num_local) * sizeof(int64_t));
-done:
-    free(ones);
-    free(off);
-    return res;
+/* Exchanges the meta rows: every rank gets one row from each peer. The call's signature rides
+ * in these messages, so no agreement runs before them (hcomm__coll_all_to_all_checked). */
+static hcomm_result_t exchange_meta(hcomm_moe_handle_t *h, const int64_t *send, int64_t *recv) {
+    return hcomm__coll_all_to_all_checked(h->group, send, recv,
+                                          (size_t)meta_width(h) * sizeof(int64_t));
 }
 
 /* Byte counts and offsets of the first token exchange: each peer's rows, then their headers
  * (the peer's k int32 each). v is [4][size]: send counts, send offsets, recv counts, recv. */
 static void token_bytes(const hcomm_moe_handle_t *h, const int64_t *meta, size_t rb, size_t *v) {
     size_t p = (size_t)h->size, soff = 0, roff = 0;
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     for (size_t i = 0; i < p; i++) {
         v[i] = (size_t)h->send_rows[i] * (rb + sizeof(int32_t) * (size_t)h->k);
         v[p + i] = soff;
@@ -583,9 +636,7 @@ static void pack_tokens(const hcomm_moe_handle_t *h, const void *tokens, const i
                         size_t rb, const size_t *soff, char *buf) {
     for (int p = 0; p < h->size; p++) {
         char *dst = buf + soff[p];
-        const int64_t *tok = h->send_tok + h->send_off[p];
-        for (int64_t i = 0; i < h->send_rows[p]; i++)
-            memcpy(dst + (size_t)i * rb, (const char *)tokens + (size_t)tok[i] * rb, rb);
+        hcomm__moe_gather_rows(dst, tokens, h->send_tok + h->send_off[p], h->send_rows[p], rb);
         memcpy(dst + (size_t)h->send_rows[p] * rb, hdr + h->send_off[p] * h->k,
                sizeof(int32_t) * (size_t)(h->send_rows[p] * h->k));
     }
@@ -616,7 +667,7 @@ static hcomm_result_t expand_source(const char *fn, hcomm_moe_handle_t *h, int s
 /* Expert-major placement of every source's rows: local expert, then source, then token. */
 static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
                                  const char *raw, const size_t *roff, size_t rb) {
-    int w = META_COUNTS + h->num_local;
+    int w = meta_width(h);
     int64_t *next = alloc_i64((size_t)h->num_local);
     hcomm_result_t res = HCOMM_OK;
     if (next == NULL)
@@ -626,7 +677,7 @@ static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const in
         for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
             next[l] = h->expert_off[l];
             for (int s2 = 0; s2 < s; s2++)
-                next[l] += meta[s2 * w + META_COUNTS + l];
+                next[l] += local_count(h, meta + s2 * w, l);
         }
         res = expand_source(fn, h, s, (int)meta[s * w + META_K], raw + roff[s], rb, next, &q);
     }
@@ -644,25 +695,172 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
     if (v == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 4 * p);
     token_bytes(h, meta, rb, v);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw), res, done);
-    HCOMM__TRY_GOTO(hcomm__alloc(fn, (size_t)h->r * rb, &h->recv), res, done);
-    pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
-    HCOMM__TRY_GOTO(hcomm__coll_all_to_allv(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p),
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,
+                    done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
                     res, done);
+    if (h->plan == NULL)
+        HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
+    else if (h->r > h->plan->max_rows) /* the plan's own limits make this impossible */
+        HCOMM__TRY_GOTO(hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
+                                   (long long)h->r, (long long)h->plan->max_rows),
+                        res, done);
+    pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
+    /* The count exchange proved that every rank is in this dispatch with these counts. */
+    HCOMM__TRY_GOTO(
+        hcomm__coll_all_to_allv_agreed(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p), res,
+        done);
     res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
 done:
     free(v);
-    free(sbuf);
-    free(raw);
+    hcomm__moe_pool_put(h->pool, sbuf);
+    hcomm__moe_pool_put(h->pool, raw);
+    return res;
+}
+
+/* Fills the meta row for each peer (row p at meta + p * w; row 0's counts are filled). */
+static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t *meta, int w) {
+    for (int p = 0; p < h->size; p++) {
+        int64_t *m = meta + p * w;
+        m[META_STATUS] = local;
+        m[META_H] = h->h;
+        m[META_DTYPE] = h->dtype;
+        m[META_K] = h->k;
+        m[META_ROWS] = h->send_rows[p];
+        m[META_DROPPED] = 0;
+        for (int e = 0; e < h->size * h->num_local; e++)
+            m[META_DROPPED] += h->dropped[e];
+        if (p > 0)
+            memcpy(m + META_COUNTS, meta + META_COUNTS,
+                   sizeof(int64_t) * (size_t)(h->size * h->num_local));
+    }
+}
+
+/* ---- pad-to-capacity: static shapes, no count exchange ----
+ * Each rank sends each peer one block of fixed size: its meta row (checks and statistics ride
+ * here), then capacity rows for each of the peer's experts, the kept slots in token order and
+ * zeros after them. Pairs are those rows (pair e * capacity + c: expert e, position c; slot -1
+ * for padding); received rows are [local expert][source][capacity]. */
+
+/* Places this rank's kept slots into the pair rows of their expert; meta row 0 gets the
+ * counts per expert. */
+static hcomm_result_t pad_layout(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h, int64_t *meta) {
+    uint8_t *keep = malloc((size_t)(h->n * h->k) + 1);
+    if (keep == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the layout");
+    hcomm_result_t res = mark_kept(a, h, keep);
+    for (int64_t s = 0; res == HCOMM_OK && s < h->n * h->k; s++) {
+        h->slot_pair[s] = -1;
+        if (!keep[s])
+            continue;
+        int64_t e = a->ids[s], q = e * h->capacity + meta[META_COUNTS + e]++;
+        h->pair_slot[q] = s;
+        h->slot_pair[s] = q;
+    }
+    free(keep);
+    return res;
+}
+
+/* Sets the fixed layout both sides know without exchanging counts. */
+static void pad_routes(hcomm_moe_handle_t *h) {
+    int64_t block = h->num_local * h->capacity;
+    for (int p = 0; p < h->size; p++) {
+        h->pair_rows[p] = h->rpair_rows[p] = block;
+        h->pair_off[p] = h->rpair_off[p] = p * block;
+    }
+    h->r = h->npair = h->size * block;
+    for (int l = 0; l <= h->num_local; l++)
+        h->expert_off[l] = (int64_t)l * h->size * h->capacity;
+    for (int l = 0; l < h->num_local; l++)
+        for (int s = 0; s < h->size; s++)
+            for (int64_t c = 0; c < h->capacity; c++)
+                h->out_pair[(l * h->size + s) * h->capacity + c] = s * block + l * h->capacity + c;
+}
+
+/* Packs each peer's block: meta row, then its pair rows (zeros for padding). */
+static void pad_pack(const hcomm_moe_handle_t *h, const void *tokens, const int64_t *meta, int w,
+                     size_t rb, size_t block_bytes, char *buf) {
+    for (int p = 0; p < h->size; p++) {
+        char *dst = buf + (size_t)p * block_bytes;
+        memcpy(dst, meta + p * w, sizeof(int64_t) * (size_t)w);
+        dst += sizeof(int64_t) * (size_t)w;
+        for (int64_t i = 0; i < h->pair_rows[p]; i++) {
+            int64_t s = h->pair_slot[h->pair_off[p] + i];
+            if (s < 0)
+                memset(dst + (size_t)i * rb, 0, rb);
+            else
+                memcpy(dst + (size_t)i * rb, (const char *)tokens + (size_t)(s / h->k) * rb, rb);
+        }
+    }
+}
+
+/* Reads every source's meta row from its block, then its rows into [expert][source][cap]. */
+static hcomm_result_t pad_unpack(const char *fn, hcomm_moe_handle_t *h, const char *buf, int w,
+                                 size_t rb, size_t block_bytes) {
+    int64_t *meta = alloc_i64((size_t)(h->size * w));
+    if (meta == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+    for (int s = 0; s < h->size; s++)
+        memcpy(meta + s * w, buf + (size_t)s * block_bytes, sizeof(int64_t) * (size_t)w);
+    hcomm_result_t res = check_peers(fn, h, meta);
+    for (int s = 0; res == HCOMM_OK && s < h->size; s++) {
+        add_stats(h, meta + s * w);
+        const char *rows = buf + (size_t)s * block_bytes + sizeof(int64_t) * (size_t)w;
+        for (int l = 0; l < h->num_local; l++) /* one block copy per (expert, source) */
+            memcpy((char *)h->recv + (size_t)((l * h->size + s) * h->capacity) * rb,
+                   rows + (size_t)(l * h->capacity) * rb, (size_t)h->capacity * rb);
+    }
+    free(meta);
+    return res;
+}
+
+/* The padded dispatch: one all_to_all of fixed blocks. */
+static hcomm_result_t dispatch_padded(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
+                                      hcomm_result_t local) {
+    int w = meta_width(h);
+    size_t rb = (size_t)h->plan->d.hidden * hcomm__dtype_size(h->plan->d.dtype),
+           block_bytes = sizeof(int64_t) * (size_t)w + (size_t)(h->num_local * h->capacity) * rb;
+    int64_t npair = h->size * h->num_local * h->capacity;
+    int64_t *meta = alloc_i64((size_t)(h->size * w));
+    char *sbuf = NULL, *rbuf = NULL;
+    hcomm_result_t res = HCOMM_OK;
+    h->pair_slot = alloc_i64((size_t)npair);
+    h->out_pair = alloc_i64((size_t)npair);
+    if (!meta || !h->pair_slot || !h->out_pair) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for %lld padded rows",
+                         (long long)npair);
+        goto done;
+    }
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, a->fn, block_bytes * (size_t)h->size, (void **)&sbuf), res,
+        done);
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, a->fn, block_bytes * (size_t)h->size, (void **)&rbuf), res,
+        done);
+    memset(h->pair_slot, 0xff, sizeof(int64_t) * (size_t)npair); /* every pair padding */
+    pad_routes(h);
+    if (local == HCOMM_OK)
+        local = pad_layout(a, h, meta);
+    fill_meta(h, local, meta, w);
+    for (int p = 0; p < h->size; p++)
+        meta[p * w + META_ROWS] = h->pair_rows[p];
+    pad_pack(h, local == HCOMM_OK ? a->tokens->data : NULL, meta, w, rb, block_bytes, sbuf);
+    HCOMM__TRY_GOTO(hcomm__coll_all_to_all_checked(h->group, sbuf, rbuf, block_bytes), res, done);
+    res = local != HCOMM_OK ? local : pad_unpack(a->fn, h, rbuf, w, rb, block_bytes);
+done:
+    free(meta);
+    hcomm__moe_pool_put(h->pool, sbuf);
+    hcomm__moe_pool_put(h->pool, rbuf);
     return res;
 }
 
 /* The collective part of dispatch once the group and num_experts are known good; local is
  * this rank's check result, which every peer learns from the count exchange. */
-static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
+static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
                                hcomm_result_t local) {
-    int w = META_COUNTS + h->num_local;
+    if (h->pad)
+        return dispatch_padded(a, h, local);
+    int w = meta_width(h);
     int64_t *meta_send = alloc_i64((size_t)(h->size * w)),
             *meta_recv = alloc_i64((size_t)(h->size * w));
     int32_t *hdr = NULL;
@@ -675,15 +873,8 @@ static hcomm_result_t dispatch(const dispatch_args_t *a, hcomm_moe_handle_t *h,
         HCOMM__TRY_GOTO(find_capacity(a, h), res, done);
     if (local == HCOMM_OK)
         local = plan_send(a, h, meta_send, &hdr);
-    for (int p = 0; p < h->size; p++) {
-        int64_t *m = meta_send + p * w;
-        m[META_STATUS] = local;
-        m[META_H] = h->h;
-        m[META_DTYPE] = h->dtype;
-        m[META_K] = h->k;
-        m[META_ROWS] = h->send_rows[p];
-    }
-    HCOMM__TRY_GOTO(exchange_meta(a->fn, h, meta_send, meta_recv), res, done);
+    fill_meta(h, local, meta_send, w);
+    HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
@@ -698,8 +889,8 @@ done:
 }
 
 /* Checks, allocates the handle and runs the collective part; shared by both dispatch calls. */
-static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
-                                    const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
+hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
+                                        const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
     /* num_experts is the same on every rank: failing here fails them all. */
     if (a->num_experts < 1 || a->num_experts % g->size != 0)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
@@ -713,6 +904,12 @@ static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
     if (h == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the routing handle");
     h->topk = a->topk;
+    if (a->plan != NULL) { /* its buffer, its capacity: no all_reduce of the largest T */
+        h->plan = (hcomm_moe_plan_t *)a->plan;
+        h->recv = a->plan->recv;
+        h->capacity = a->plan->capacity;
+        h->pad = a->plan->d.pad_to_capacity != 0;
+    }
     h->h = ok ? a->tokens->shape[1] : 0;
     h->dtype = ok ? a->tokens->dtype : HCOMM_F32;
     for (int64_t s = 0; s < h->n * h->k; s++)
@@ -720,7 +917,7 @@ static hcomm_result_t dispatch_call(hcomm_comm_t *g, const dispatch_args_t *a,
     hcomm__enter(g, a->fn);
     hcomm_result_t res = hcomm__leave(g, dispatch(a, h, local));
     if (res != HCOMM_OK) {
-        hcomm_moe_handle_free(h);
+        hcomm__moe_handle_release(h);
         return res;
     }
     *out = h;
@@ -733,9 +930,9 @@ hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *
     HCOMM__CHECK_NULL(handle);
     *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
-    dispatch_args_t a = {
+    hcomm__moe_args_t a = {
         .fn = __func__, .tokens = tokens, .ids = expert_ids, .k = 1, .num_experts = num_experts};
-    return dispatch_call(ep_group, &a, NULL, handle);
+    return hcomm__moe_dispatch_call(ep_group, &a, NULL, handle);
 }
 
 hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
@@ -745,19 +942,19 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
     HCOMM__CHECK_NULL(handle);
     *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
-    dispatch_args_t a = {.fn = __func__,
-                         .tokens = tokens,
-                         .ids = topk_ids,
-                         .weights = topk_weights,
-                         .k = k,
-                         .num_experts = num_experts,
-                         .topk = true};
+    hcomm__moe_args_t a = {.fn = __func__,
+                           .tokens = tokens,
+                           .ids = topk_ids,
+                           .weights = topk_weights,
+                           .k = k,
+                           .num_experts = num_experts,
+                           .topk = true};
     if (options != NULL && options->capacity_factor > 0) {
         a.capacity_mode = true;
         a.capacity_factor = options->capacity_factor;
         a.policy = (int)options->drop_policy;
     }
-    return dispatch_call(ep_group, &a, options, handle);
+    return hcomm__moe_dispatch_call(ep_group, &a, options, handle);
 }
 
 /* ---- reading the handle ---- */
@@ -797,27 +994,40 @@ hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle, int64_t *drop
     return HCOMM_OK;
 }
 
-/* ---- arithmetic of combine and the backward passes ---- */
-
-static float load_f32(hcomm_dtype_t dt, const void *row, int64_t c) {
-    uint16_t u;
-    float f;
-    if (dt == HCOMM_F32) {
-        memcpy(&f, (const char *)row + 4 * (size_t)c, 4);
-        return f;
+hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle, int64_t *tokens_per_expert,
+                               double *imbalance, int64_t *dropped) {
+    HCOMM__CHECK_NULL(handle);
+    int e_all = handle->size * handle->num_local;
+    int64_t sum = 0, max = 0;
+    for (int e = 0; e < e_all; e++) {
+        sum += handle->global_count[e];
+        max = handle->global_count[e] > max ? handle->global_count[e] : max;
     }
-    memcpy(&u, (const char *)row + 2 * (size_t)c, 2);
-    return dt == HCOMM_F16 ? hcomm__f16_to_f32(u) : hcomm__bf16_to_f32(u);
+    if (tokens_per_expert)
+        memcpy(tokens_per_expert, handle->global_count, sizeof(int64_t) * (size_t)e_all);
+    if (imbalance) /* max / mean, mean = sum / E */
+        *imbalance = sum > 0 ? (double)max * e_all / (double)sum : 0.0;
+    if (dropped)
+        *dropped = handle->global_dropped;
+    return HCOMM_OK;
 }
 
-static void store_f32(hcomm_dtype_t dt, void *row, int64_t c, float f) {
-    uint16_t u;
-    if (dt == HCOMM_F32) {
-        memcpy((char *)row + 4 * (size_t)c, &f, 4);
-        return;
-    }
-    u = dt == HCOMM_F16 ? hcomm__f32_to_f16(f) : hcomm__f32_to_bf16(f);
-    memcpy((char *)row + 2 * (size_t)c, &u, 2);
+/* ---- arithmetic of combine and the backward passes ---- */
+
+/* bf16 <-> f32 inline (the same bits as hcomm__bf16_to_f32 / hcomm__f32_to_bf16: round to
+ * nearest even, NaN stays NaN), so the row loops below vectorise. */
+static inline float bf16_to_f32(uint16_t u) {
+    uint32_t bits = (uint32_t)u << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, quiet = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 static double load_f64(const void *row, int64_t c) {
@@ -828,21 +1038,34 @@ static double load_f64(const void *row, int64_t c) {
 
 /* A row of f16, bf16 or f32 as f32, and back (rounded to nearest even). */
 static void row_to_f32(hcomm_dtype_t dt, const void *row, int64_t cols, float *out) {
+    const char *r = row;
     if (dt == HCOMM_F32) {
         memcpy(out, row, sizeof(float) * (size_t)cols);
-        return;
+    } else if (dt == HCOMM_BF16) {
+        for (int64_t c = 0; c < cols; c++) {
+            uint16_t u;
+            memcpy(&u, r + 2 * c, 2);
+            out[c] = bf16_to_f32(u);
+        }
+    } else {
+        for (int64_t c = 0; c < cols; c++) {
+            uint16_t u;
+            memcpy(&u, r + 2 * c, 2);
+            out[c] = hcomm__f16_to_f32(u);
+        }
     }
-    for (int64_t c = 0; c < cols; c++)
-        out[c] = load_f32(dt, row, c);
 }
 
 static void row_from_f32(hcomm_dtype_t dt, const float *in, int64_t cols, void *row) {
+    char *r = row;
     if (dt == HCOMM_F32) {
         memcpy(row, in, sizeof(float) * (size_t)cols);
         return;
     }
-    for (int64_t c = 0; c < cols; c++)
-        store_f32(dt, row, c, in[c]);
+    for (int64_t c = 0; c < cols; c++) {
+        uint16_t u = dt == HCOMM_BF16 ? f32_to_bf16(in[c]) : hcomm__f32_to_f16(in[c]);
+        memcpy(r + 2 * c, &u, 2);
+    }
 }
 
 /* acc (+)= w * y over one row: the first term initialises, so one term is exact (sign of zero
@@ -891,40 +1114,53 @@ static void sum_slots(const hcomm_moe_handle_t *h, const char *pairs, hcomm_dtyp
     }
 }
 
-/* pairs[p] = w[slot] * grad_out[token of slot], rounded once to dt. */
+/* pairs[p] = w[slot] * grad_out[token of slot], rounded once to dt; tmp holds cols floats. */
 static void scale_to_pairs(const hcomm_moe_handle_t *h, const char *grad_out, hcomm_dtype_t dt,
-                           int64_t cols, char *pairs) {
+                           int64_t cols, char *pairs, float *tmp) {
     size_t rb = (size_t)cols * hcomm__dtype_size(dt);
     for (int64_t p = 0; p < h->npair; p++) {
         int64_t s = h->pair_slot[p];
-        const char *src = grad_out + (size_t)(s / h->k) * rb;
         char *dst = pairs + (size_t)p * rb;
-        for (int64_t c = 0; c < cols; c++) {
-            if (dt == HCOMM_F64) {
-                double v = (double)h->weights[s] * load_f64(src, c);
-                memcpy(dst + 8 * (size_t)c, &v, 8);
-            } else {
-                store_f32(dt, dst, c, h->weights[s] * load_f32(dt, src, c));
-            }
+        if (s < 0) { /* a padding row */
+            memset(dst, 0, rb);
+            continue;
         }
+        const char *src = grad_out + (size_t)(s / h->k) * rb;
+        float w = h->weights[s];
+        if (dt == HCOMM_F64) {
+            for (int64_t c = 0; c < cols; c++) {
+                double v = (double)w * load_f64(src, c);
+                memcpy(dst + 8 * (size_t)c, &v, 8);
+            }
+            continue;
+        }
+        row_to_f32(dt, src, cols, tmp);
+        for (int64_t c = 0; c < cols; c++)
+            tmp[c] *= w;
+        row_from_f32(dt, tmp, cols, dst);
     }
 }
 
-/* grad_w[t, j] = <grad_out[t], y[slot]> in column order, f32 (f64 for f64); 0 if not kept. */
-static void weight_grads(const hcomm_moe_handle_t *h, const char *grad_out, float *grad_w) {
+/* grad_w[t, j] = <grad_out[t], y[slot]> in column order, f32 (f64 for f64); 0 if not kept.
+ * tg and ty hold y_h floats each. */
+static void weight_grads(const hcomm_moe_handle_t *h, const char *grad_out, float *grad_w,
+                         float *tg, float *ty) {
     hcomm_dtype_t dt = h->y_dtype;
     size_t rb = (size_t)h->y_h * hcomm__dtype_size(dt);
     for (int64_t s = 0; s < h->n * h->k; s++) {
         int64_t p = h->slot_pair[s];
         const char *g = grad_out + (size_t)(s / h->k) * rb,
-                   *y = (const char *)h->y + (size_t)p * rb;
+                   *y = (const char *)h->y + (size_t)(p < 0 ? 0 : p) * rb;
         float a32 = 0;
         double a64 = 0;
-        for (int64_t c = 0; p >= 0 && c < h->y_h; c++) {
-            if (dt == HCOMM_F64)
+        if (p >= 0 && dt == HCOMM_F64)
+            for (int64_t c = 0; c < h->y_h; c++)
                 a64 += load_f64(g, c) * load_f64(y, c);
-            else
-                a32 += load_f32(dt, g, c) * load_f32(dt, y, c);
+        else if (p >= 0) {
+            row_to_f32(dt, g, h->y_h, tg);
+            row_to_f32(dt, y, h->y_h, ty);
+            for (int64_t c = 0; c < h->y_h; c++)
+                a32 += tg[c] * ty[c];
         }
         grad_w[s] = dt == HCOMM_F64 ? (float)a64 : a32;
     }
@@ -998,25 +1234,25 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
     void *acc = NULL;
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
-    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
+        done);
     HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * (size_t)cols * sizeof(double), &acc), res, done);
     HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, ps->in->data, pairs, ps->rb), res, done);
     if (!h->topk) /* top-1: every token has exactly one slot, copied as bytes */
-        for (int64_t p = 0; p < h->npair; p++)
-            memcpy((char *)ps->out->data + (size_t)h->pair_slot[p] * ps->rb,
-                   pairs + (size_t)p * ps->rb, ps->rb);
+        hcomm__moe_scatter_rows(ps->out->data, pairs, h->pair_slot, h->npair, ps->rb);
     else
         sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, acc,
                   (float *)((double *)acc + cols));
     if (keep_y) { /* combine_bwd's weight gradients need y */
-        free(h->y);
+        hcomm__moe_pool_put(h->pool, h->y);
         h->y = pairs;
         h->y_h = cols;
         h->y_dtype = ps->in->dtype;
         pairs = NULL;
     }
 done:
-    free(pairs);
+    hcomm__moe_pool_put(h->pool, pairs);
     free(acc);
     return res;
 }
@@ -1032,24 +1268,47 @@ static hcomm_result_t dispatch_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps)
 /* pairs from grad_out (copied for top-1, weighted for top-k), then forward to recv. */
 static hcomm_result_t combine_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) {
     char *pairs = NULL;
+    float *tmp = NULL;
     hcomm_result_t res;
-    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res, done);
+    int64_t cols = ps->in->shape[1];
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
+        done);
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * sizeof(float) * (size_t)cols, (void **)&tmp), res,
+                    done);
     if (!h->topk)
-        for (int64_t p = 0; p < h->npair; p++)
-            memcpy(pairs + (size_t)p * ps->rb,
-                   (const char *)ps->in->data + (size_t)h->pair_slot[p] * ps->rb, ps->rb);
+        hcomm__moe_gather_rows(pairs, ps->in->data, h->pair_slot, h->npair, ps->rb);
     else
-        scale_to_pairs(h, ps->in->data, ps->in->dtype, ps->in->shape[1], pairs);
+        scale_to_pairs(h, ps->in->data, ps->in->dtype, cols, pairs, tmp);
     if (ps->grad_w)
-        weight_grads(h, ps->in->data, ps->grad_w);
+        weight_grads(h, ps->in->data, ps->grad_w, tmp, tmp + cols);
     res = route_pairs_fwd(ps->fn, h, pairs, ps->out->data, ps->rb);
 done:
-    free(pairs);
+    hcomm__moe_pool_put(h->pool, pairs);
+    free(tmp);
     return res;
 }
 
 static hcomm_result_t redispatch_body(hcomm_moe_handle_t *h, const pass_t *ps) {
-    return route_tokens(ps->fn, h, ps->in->data, ps->out->data, ps->rb);
+    if (!h->pad)
+        return route_tokens(ps->fn, h, ps->in->data, ps->out->data, ps->rb);
+    char *pairs = NULL; /* padded: every pair row travels, zeros for padding */
+    hcomm_result_t res;
+    HCOMM__TRY_GOTO(
+        hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
+        done);
+    for (int64_t p = 0; p < h->npair; p++) {
+        int64_t s = h->pair_slot[p];
+        if (s < 0)
+            memset(pairs + (size_t)p * ps->rb, 0, ps->rb);
+        else
+            memcpy(pairs + (size_t)p * ps->rb,
+                   (const char *)ps->in->data + (size_t)(s / h->k) * ps->rb, ps->rb);
+    }
+    res = route_pairs_fwd(ps->fn, h, pairs, ps->out->data, ps->rb);
+done:
+    hcomm__moe_pool_put(h->pool, pairs);
+    return res;
 }
 
 hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,

@@ -5,6 +5,7 @@
 #include "transport/transport.h"
 
 #include "core/env.h"
+#include "core/topo_spec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,6 +141,7 @@ hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
         if (nranks < 1 || nranks > 4096)
             return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
                               "nranks=%d outside 1..4096 for the local backend", nranks);
+        HCOMM__TRY(hcomm__topo_spec_env_fits(__func__, nranks));
         return hcomm__local_launch(nranks, fn, arg);
     }
     if (strcmp(backend, "mpi") == 0) {

@@ -17,6 +17,8 @@
  * its timeout, so a failed or missing rank turns into an error instead of a hang. */
 #include "transport/transport.h"
 
+#include "core/topo_spec.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -36,6 +38,7 @@ typedef struct frame {
     const void *src_buf; /* rendezvous: the sender's buffer */
     atomic_int *done;    /* rendezvous: the sender's completion flag */
     void *heap;          /* eager payload above INLINE_BYTES */
+    double ready;        /* simulated inter-node link: not delivered before (hcomm__now), or 0 */
     unsigned char inl[INLINE_BYTES];
 } frame_t;
 
@@ -273,6 +276,23 @@ static hcomm_result_t enqueue(hcomm_comm_t *c, int peer, const frame_t *f) {
     return HCOMM_OK;
 }
 
+/* The simulated multi-node machine (HCOMM_TOPO="nodes=..."): a frame between ranks of
+ * different declared nodes arrives alpha + bytes * beta of the inter-node class after it left
+ * its sender's link, and each rank's link carries one frame at a time (one NIC per rank, as
+ * one per GPU), so bandwidth is shared by the sender's concurrent messages. Returns the arrival
+ * time, or 0 when the frame stays within a node (no simulation). */
+static double sim_arrival(const hcomm_comm_t *c, int peer, size_t bytes) {
+    static _Thread_local double link_free; /* one thread per rank */
+    const hcomm__topo_spec_t *s = hcomm__topo_spec_env();
+    if (s->kind != HCOMM__TOPO_NODES || hcomm__topo_spec_node(s, c->world_ranks[c->rank]) ==
+                                            hcomm__topo_spec_node(s, c->world_ranks[peer]))
+        return 0.0;
+    const hcomm__link_t *l = &s->link[HCOMM__LINK_INTER];
+    double now = hcomm__now(), start = link_free > now ? link_free : now;
+    link_free = start + (double)bytes * l->beta;
+    return link_free + l->alpha;
+}
+
 static hcomm_result_t local_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
                                        const void *payload, size_t bytes, bool rndv,
                                        hcomm__treq_t *tx) {
@@ -284,6 +304,7 @@ static hcomm_result_t local_send_frame(hcomm_comm_t *c, int peer, const void *hd
     f.src_buf = payload;
     f.done = &t->done;
     f.heap = NULL;
+    f.ready = sim_arrival(c, peer, bytes);
     atomic_init(&t->done, rndv ? 0 : 1);
     if (!rndv && bytes > INLINE_BYTES) {
         f.heap = malloc(bytes);
@@ -317,6 +338,8 @@ static void drain_ring(hcomm_comm_t *c, int src, hcomm__deliver_fn_t deliver) {
     size_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
     for (; head != tail; head++) {
         frame_t *f = &r->slot[head % RING_SLOTS];
+        if (f->ready > 0.0 && hcomm__now() < f->ready)
+            break; /* still on the simulated link; later frames from src come after it */
         hcomm__rndv_t rv = {(uint64_t)(uintptr_t)f->src_buf, (uint64_t)(uintptr_t)f->done};
         const void *payload = f->rndv ? NULL : f->heap ? f->heap : f->inl;
         if (!deliver(c, src, f->hdr, payload, f->bytes, f->rndv ? &rv : NULL))
@@ -374,6 +397,20 @@ static bool local_cancel(hcomm_comm_t *c, hcomm__treq_t *r, bool is_tx) {
 
 static bool local_world_aborted(hcomm_comm_t *c) {
     return atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed) != 0;
+}
+
+/* The ranks are threads of one process: a peer's buffer is read where it lies. */
+static bool local_peer_read_ok(hcomm_comm_t *c) {
+    (void)c;
+    return true;
+}
+
+static hcomm_result_t local_peer_read(hcomm_comm_t *c, int peer, const void *remote, void *dst,
+                                      size_t bytes) {
+    (void)c;
+    (void)peer;
+    memcpy(dst, remote, bytes);
+    return HCOMM_OK;
 }
 
 static bool local_shares_memory(hcomm_comm_t *c, int peer) {
@@ -690,6 +727,8 @@ static const hcomm__transport_t local_tr = {
     .cancel = local_cancel,
     .world_aborted = local_world_aborted,
     .shares_memory = local_shares_memory,
+    .peer_read_ok = local_peer_read_ok,
+    .peer_read = local_peer_read,
     .mem_kind = local_mem_kind,
     .threads_ok = local_threads_ok,
     .native = &local_native,

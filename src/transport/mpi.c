@@ -26,12 +26,17 @@
  * one job every rank gets the same bits: the algorithms Open MPI 4.1's libnbc picks for
  * MPI_Iallreduce (binomial tree then broadcast, ring, or reduce-scatter then allgather)
  * reduce each element on one rank and copy the result to the others. */
+/* process_vm_readv (Linux cross-memory attach) is a GNU extension. */
+#define _GNU_SOURCE
+
 #include "hcomm/mpi.h"
 
 #include "transport/transport.h"
 
 #include "core/env.h"
+#include "core/topo_spec.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,11 +44,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* Abort notices travel on the launch's control communicator with this tag. */
 #define ABORT_TAG 1
-/* On every hcomm communicator: frames use FRAME_TAG, rendezvous payloads DATA_TAG_MIN and up. */
+/* On every hcomm communicator: frames use FRAME_TAG, rendezvous payloads DATA_TAG_MIN up to
+ * lane_base - 1, lane messages lane_base up to the tag bound. */
 #define FRAME_TAG 1
 #define DATA_TAG_MIN 2
 #define RECV_DEPTH 4
@@ -65,7 +72,7 @@ typedef struct mpi_impl {
     bool held;
     MPI_Status held_st;
     int *next_tag; /* [size] the data tag of the next rendezvous to each peer */
-    int tag_ub;
+    int tag_ub, lane_base;
     /* Small eager frames are sent from a ring of staging slots the transport owns, so the
      * caller's send completes at once (no MPI_Test on its critical path); a slot is reused
      * once its MPI_Isend completed, else the frame takes the per-request path. */
@@ -513,6 +520,7 @@ static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c) {
     int flag = 0;
     MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *(int *)ub : 32767;
+    m->lane_base = DATA_TAG_MIN + (m->tag_ub - DATA_TAG_MIN + 1) / 2;
     for (int i = 0; i < RECV_DEPTH; i++) {
         m->rreq[i] = MPI_REQUEST_NULL;
         m->rbuf[i] = malloc(m->rbuf_bytes);
@@ -558,7 +566,7 @@ static void frames_free(mpi_impl_t *m) {
 }
 
 static int next_data_tag(mpi_impl_t *m, int peer) {
-    int span = m->tag_ub - DATA_TAG_MIN + 1;
+    int span = m->lane_base - DATA_TAG_MIN;
     int t = DATA_TAG_MIN + m->next_tag[peer];
     m->next_tag[peer] = (m->next_tag[peer] + 1) % span;
     return t;
@@ -799,20 +807,105 @@ static bool mpi_cancel(hcomm_comm_t *c, hcomm__treq_t *treq, bool is_tx) {
     return true;
 }
 
+/* --- the lane: one MPI message per lane send, on a tag of its own per sequence number --- */
+
+static int lane_tag(const mpi_impl_t *m, uint32_t key) {
+    return m->lane_base + (int)(key % (uint32_t)(m->tag_ub - m->lane_base + 1));
+}
+
+static hcomm_result_t mpi_lane_post(hcomm_comm_t *c, int peer, uint32_t key, void *buf,
+                                    size_t bytes, bool is_send, hcomm__treq_t *treq) {
+    mpi_impl_t *m = impl_of(c);
+    mpi_tx_t *r = (mpi_tx_t *)treq;
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    r->frame = r->data = MPI_REQUEST_NULL;
+    r->heap = NULL;
+    r->awaiting = false;
+    int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm,
+                                 &r->frame)
+                     : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm,
+                                 &r->data);
+    return rc == MPI_SUCCESS ? HCOMM_OK
+                             : mpi_fail(c->call_fn, is_send ? "MPI_Isend (lane)" : "MPI_Irecv (lane)",
+                                        rc);
+}
+
+static bool mpi_lane_test(hcomm_comm_t *c, hcomm__treq_t *treq, hcomm_result_t *res, size_t *got) {
+    mpi_tx_t *r = (mpi_tx_t *)treq;
+    bool is_recv = r->data != MPI_REQUEST_NULL;
+    MPI_Request *req = is_recv ? &r->data : &r->frame;
+    MPI_Status st;
+    int done = 1, rc = MPI_SUCCESS, n = 0;
+    *res = HCOMM_OK;
+    *got = 0;
+    if (*req != MPI_REQUEST_NULL)
+        rc = MPI_Test(req, &done, &st);
+    if (rc != MPI_SUCCESS) {
+        *res = mpi_error(c->call_fn, "MPI_Test (lane)", rc);
+        return true;
+    }
+    if (done && is_recv && MPI_Get_count(&st, MPI_BYTE, &n) == MPI_SUCCESS)
+        *got = (size_t)n;
+    return done;
+}
+
 static bool mpi_world_aborted(hcomm_comm_t *c) {
     (void)c;
     return peer_aborted();
 }
 
-/* Node of each world rank (a hash of its host name), gathered once per launch. */
-static uint64_t *world_node;
+/* Per world rank, gathered once per launch: a hash of its host name, its process id, and
+ * whether cross-memory attach (process_vm_readv) works in it. The same gather carries the
+ * digests of the algorithm-selection inputs (core/topo_spec.h): GATHERED words per rank. */
+typedef struct node_info {
+    uint64_t host;
+    uint64_t pid;
+    uint64_t cma;
+} node_info_t;
+
+enum { NODE_WORDS = 3, GATHERED = NODE_WORDS + HCOMM__SEL_COUNT };
+static node_info_t *world_node;
 static int world_node_size;
+
+static uint64_t mpi_node_of(hcomm_comm_t *c, int rank) {
+    int w = c->world_ranks[rank];
+    return world_node && w < world_node_size ? world_node[w].host : 0; /* unknown: one node */
+}
 
 static bool mpi_shares_memory(hcomm_comm_t *c, int peer) {
     int a = c->world_ranks[c->rank], b = c->world_ranks[peer];
     if (!world_node || a >= world_node_size || b >= world_node_size)
         return a == b;
-    return world_node[a] == world_node[b];
+    return world_node[a].host == world_node[b].host;
+}
+
+/* Every member on this node with cross-memory attach: each rank computes the same answer
+ * from the launch's table. */
+static bool mpi_peer_read_ok(hcomm_comm_t *c) {
+    for (int r = 0; r < c->size; r++) {
+        int w = c->world_ranks[r];
+        if (!world_node || w >= world_node_size || !world_node[w].cma || !mpi_shares_memory(c, r))
+            return false;
+    }
+    return true;
+}
+
+/* One copy straight out of the peer process (Linux cross-memory attach). */
+static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remote, void *dst,
+                                    size_t bytes) {
+    pid_t pid = (pid_t)world_node[c->world_ranks[peer]].pid;
+    size_t done = 0;
+    while (done < bytes) {
+        struct iovec local = {(char *)dst + done, bytes - done};
+        struct iovec far = {(char *)(uintptr_t)remote + done, bytes - done};
+        ssize_t n = process_vm_readv(pid, &local, 1, &far, 1, 0);
+        if (n <= 0)
+            return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
+                              "process_vm_readv of %zu bytes from rank %d failed: %s",
+                              bytes - done, peer, n < 0 ? strerror(errno) : "nothing read");
+        done += (size_t)n;
+    }
+    return HCOMM_OK;
 }
 
 static bool mpi_threads_ok(void) {
@@ -1012,7 +1105,8 @@ static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY_GOTO(
         counts_to_int(c->call_fn, "recv", p, recvcounts, rdispls, v + 2 * p, v + 3 * p, &rext), r,
         done);
-    HCOMM__TRY_GOTO(agree_on_counts(c, c->call_fn, sendcounts, recvcounts), r, done);
+    if (!c->counts_agreed) /* else the caller's own exchange proved them */
+        HCOMM__TRY_GOTO(agree_on_counts(c, c->call_fn, sendcounts, recvcounts), r, done);
     HCOMM__TRY_GOTO(detach_send(c->call_fn, &src, sext, recvbuf, rext, &tmp), r, done);
     int rc = MPI_Ialltoallv(src, v, v + p, MPI_BYTE, recvbuf, v + 2 * p, v + 3 * p, MPI_BYTE,
                             mcomm(c), &req);
@@ -1066,8 +1160,13 @@ static const hcomm__transport_t mpi_tr = {
     .pull = mpi_pull,
     .test_rx = mpi_test_tx,
     .cancel = mpi_cancel,
+    .lane_post = mpi_lane_post,
+    .lane_test = mpi_lane_test,
     .world_aborted = mpi_world_aborted,
     .shares_memory = mpi_shares_memory,
+    .peer_read_ok = mpi_peer_read_ok,
+    .peer_read = mpi_peer_read,
+    .node_of = mpi_node_of,
     .mem_kind = mpi_mem_kind,
     .threads_ok = mpi_threads_ok,
     .native = &mpi_native,
@@ -1120,31 +1219,73 @@ static hcomm_result_t agree(MPI_Comm ctrl, hcomm_result_t mine, int rank, int si
     return HCOMM_OK;
 }
 
-/* world_node[r] = a hash of world rank r's host name (polled: a rank that never arrives times
- * out), so shares_memory can tell which peers are on this node. */
+/* True when this process may read its own memory through process_vm_readv: containers whose
+ * seccomp profile forbids the call fail here, and then nobody uses it. */
+static bool cma_works(void) {
+    uint64_t src = 0x5eed, dst = 0;
+    struct iovec local = {&dst, sizeof dst}, far = {&src, sizeof src};
+    return process_vm_readv(getpid(), &local, 1, &far, 1, 0) == (ssize_t)sizeof dst && dst == src;
+}
+
+/* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file) differs
+ * from rank 0's: every rank runs the same check on the same table, so all fail alike. */
+static hcomm_result_t check_selection(const uint64_t *all, int size) {
+    for (int i = 0; i < HCOMM__SEL_COUNT; i++)
+        for (int r = 1; r < size; r++)
+            if (all[(size_t)r * GATHERED + NODE_WORDS + (size_t)i] != all[NODE_WORDS + (size_t)i])
+                return hcomm__err(HCOMM_ERR_MISMATCH, "hcomm_launch",
+                                  "%s differs between rank 0 and rank %d%s; algorithm selection "
+                                  "needs the same on every rank (mpirun -x %s)",
+                                  hcomm__selection_var(i), r,
+                                  i == HCOMM__SEL_TUNING ? " (the files' contents)" : "",
+                                  hcomm__selection_var(i));
+    return HCOMM_OK;
+}
+
+/* world_node[r]: world rank r's host (a hash of its name), pid and cross-memory attach (polled:
+ * a rank that never arrives times out), so shares_memory can tell which peers are on this node
+ * and peer_read can reach them. The same gather carries the digests of the algorithm-selection
+ * inputs, which every rank must share. */
 static hcomm_result_t gather_nodes(int size) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    uint64_t h = 1469598103934665603ull;
+    uint64_t mine[GATHERED], h = 1469598103934665603ull;
     for (const char *p = host; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    mine[0] = h;
+    mine[1] = (uint64_t)getpid();
+    mine[2] = cma_works();
+    hcomm__selection_digests(mine + NODE_WORDS);
     free(world_node);
     world_node_size = 0;
     world_node = malloc(sizeof *world_node * (size_t)size);
-    if (!world_node)
+    uint64_t *all = malloc(sizeof *all * (size_t)size * GATHERED);
+    if (!world_node || !all) {
+        free(all);
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "out of memory for %d node ids", size);
+    }
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_TRY("hcomm_launch",
-            MPI_Iallgather(&h, 1, MPI_UINT64_T, world_node, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
-    HCOMM__TRY(wait_setup("hcomm_launch", "MPI_Iallgather of the host names", &req));
-    world_node_size = size;
-    return HCOMM_OK;
+    int rc = MPI_Iallgather(mine, GATHERED, MPI_UINT64_T, all, GATHERED, MPI_UINT64_T,
+                            MPI_COMM_WORLD, &req);
+    hcomm_result_t res = rc == MPI_SUCCESS
+                             ? wait_setup("hcomm_launch", "MPI_Iallgather of the host names", &req)
+                             : mpi_fail("hcomm_launch", "MPI_Iallgather", rc);
+    if (res == HCOMM_OK)
+        res = check_selection(all, size);
+    for (int r = 0; res == HCOMM_OK && r < size; r++)
+        world_node[r] = (node_info_t){all[(size_t)r * GATHERED], all[(size_t)r * GATHERED + 1],
+                                      all[(size_t)r * GATHERED + 2]};
+    free(all);
+    if (res == HCOMM_OK)
+        world_node_size = size;
+    return res;
 }
 
 static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int size) {
     hcomm_comm_t *world = NULL;
     MPI_Comm ctrl = MPI_COMM_NULL;
     HCOMM__TRY(gather_nodes(size));
+    HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size)); /* the same text everywhere now */
     HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, &world));
     world->is_world = true;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl);

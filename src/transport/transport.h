@@ -22,6 +22,11 @@
 /* Bytes of the header the p2p layer puts in every frame (its envelope). */
 #define HCOMM__HDR_BYTES 128
 
+/* The most bytes one lane message holds (see hcomm__transport_t.lane_post): small enough that
+ * the backends send it eagerly (Open MPI's shared-memory eager limit is 4 KiB with its own
+ * header inside), so a lane send completes without its receive. */
+#define HCOMM__LANE_MAX 4032
+
 /* Opaque per-operation state a transport keeps inside the caller's request. */
 typedef union hcomm__treq {
     uint64_t u[48];
@@ -85,10 +90,31 @@ typedef struct hcomm__transport {
     bool (*world_aborted)(hcomm_comm_t *c);
     /* True when peer shares this rank's memory (threads, or processes on one node). */
     bool (*shares_memory)(hcomm_comm_t *c, int peer);
+    /* An id of the host that rank runs on (equal ids: one node); NULL: every rank on one. */
+    uint64_t (*node_of)(hcomm_comm_t *c, int rank);
     hcomm__mem_kind_t (*mem_kind)(hcomm_comm_t *c, const void *p);
+    /* Optional (NULL when absent): one-copy reads of a peer's memory on this node. peer_read_ok
+     * is true when every member of c can read every other's (all ranks of c get the same
+     * answer); peer_read then copies bytes at remote, an address in peer's memory, into dst.
+     * local: the ranks share one address space; mpi: Linux cross-memory attach
+     * (process_vm_readv) between processes on one host. */
+    bool (*peer_read_ok)(hcomm_comm_t *c);
+    hcomm_result_t (*peer_read)(hcomm_comm_t *c, int peer, const void *remote, void *dst,
+                                size_t bytes);
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
     bool (*threads_ok)(void);
+    /* Optional (NULL when absent): a lane for the small messages of hcomm's latency-bound
+     * collectives (recursive doubling, the signature agreement before a native call), matched
+     * by the backend itself on (peer, key) without a frame header or p2p matching, so one
+     * exchange costs what the backend's own send and receive cost. key is the call's sequence
+     * number; messages of one (peer, key) stay in order; a message holds at most
+     * HCOMM__LANE_MAX bytes. lane_post starts a send of bytes from buf, or a receive of up to
+     * bytes into buf, in r; lane_test reports completion and, for a receive, *got bytes. cancel
+     * gives a lane request up as it does a frame's (is_tx: a send). */
+    hcomm_result_t (*lane_post)(hcomm_comm_t *c, int peer, uint32_t key, void *buf, size_t bytes,
+                                bool is_send, hcomm__treq_t *r);
+    bool (*lane_test)(hcomm_comm_t *c, hcomm__treq_t *r, hcomm_result_t *res, size_t *got);
     /* Native collectives; NULL entries are not offered. */
     const hcomm__native_ops_t *native;
     /* Shared-memory call check (NULL entries when the transport has none). Before a native
@@ -111,7 +137,9 @@ typedef struct hcomm__transport {
 typedef enum {
     HCOMM__LAYER_P2P,
     HCOMM__LAYER_ALGO,
+    HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
+    HCOMM__LAYER_MOE,   /* MoE scratch (src/prims/moe_pool.c) */
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
@@ -131,6 +159,8 @@ struct hcomm_comm {
     bool posted_held;    /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
+    bool counts_agreed;  /* the running all_to_allv's counts were proved by an earlier exchange
+                            (MoE's count exchange): the transport skips its own count check */
     bool deterministic;  /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);

@@ -1,38 +1,49 @@
-/* hcomm-bench: collective bandwidth tables in the style of nccl-tests.
+/* hcomm-bench: bandwidth tables in the style of nccl-tests (doc/PERFORMANCE.md there).
  *
- * algbw = bytes / time; busbw = algbw scaled by the factor nccl-tests uses for each op
- * (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1), so that
- * busbw is comparable to the hardware's link bandwidth whatever the rank count.
- * (nccl-tests, doc/PERFORMANCE.md.) Time is the slowest rank's mean over --iters. */
+ * Each row is one (size, algorithm): out-of-place then in-place time, algbw = bytes / time and
+ * busbw = algbw times nccl-tests' factor for the op (all_reduce 2(p-1)/p; all_gather,
+ * reduce_scatter, gather, scatter, all_to_all (p-1)/p; broadcast, reduce, send_recv 1), so
+ * busbw compares with the hardware's bandwidth whatever the rank count. Time is the median over
+ * iterations of the slowest rank's time (-a chooses rank 0, mean, min or max); each timed call
+ * starts after a barrier. With several algorithms the iterations are interleaved (one call of
+ * each in turn), so their medians see the same noise; "auto" is hcomm's own choice, named in
+ * brackets, and its regret is its time over the best algorithm's. On mpi, "raw" calls MPI directly
+ * on the same buffers. */
+#include "bench.h"
 #include "compare.h"
-#include "hcomm/api.h"
 
-#include <stdio.h>
+#include "algo/coll.h"
+#include "algo/select.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_ALL_TO_ALL } op_t;
-static const char *const op_names[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                       "all_to_all"};
-#define NUM_OPS 5
+enum { KIND_AUTO, KIND_NAMED, KIND_RAW, KIND_VARIANT };
 
-typedef struct opts {
-    const char *backend;
-    int compare;
-    int nranks, iters, warmup, check;
-    size_t min_bytes, max_bytes;
-    double factor;
-    int ops[NUM_OPS];
-} opts_t;
+typedef struct algo_row {
+    int kind;
+    char name[24], spec[64];
+    bool dead;             /* failed once: left out from then on */
+    double *t;             /* per-iteration seconds */
+    bench_record_t rec[2]; /* out-of-place, in-place */
+} algo_row_t;
 
-/* One op's buffers on one rank. bytes is the nccl-tests "size": the total buffer each rank
- * holds (all_gather: output; reduce_scatter: input). */
-typedef struct bufs {
-    float *send, *recv;
-    size_t bytes, count;
-    size_t *counts, *displs;
-} bufs_t;
+typedef struct run {
+    hcomm_comm_t *w;
+    const bench_opts_t *o;
+    const bench_op_t *op;
+    bench_report_t *rep;
+    int rank, size;
+    bool mpi;
+    algo_row_t algos[BENCH_MAX_ALGOS];
+    int nalgos;
+    double start, last_progress;
+    double memcpy_gbs; /* at the size being measured */
+    double busbw_sum[BENCH_MAX_ALGOS];
+    int busbw_n[BENCH_MAX_ALGOS];
+} run_t;
 
 static double now_s(void) {
     struct timespec ts;
@@ -40,317 +51,699 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double bus_factor(op_t op, int n) {
-    switch (op) {
-    case OP_ALL_REDUCE:
-        return 2.0 * (n - 1) / n;
-    case OP_BROADCAST:
-        return 1.0;
-    default:
-        return (double)(n - 1) / n;
-    }
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
-static hcomm_result_t run_op(hcomm_comm_t *w, op_t op, bufs_t *b, int n) {
-    size_t per = b->count / (size_t)n;
-    switch (op) {
-    case OP_ALL_REDUCE:
-        return hcomm_all_reduce(w, b->send, b->recv, b->count, HCOMM_F32, HCOMM_SUM);
-    case OP_ALL_GATHER:
-        return hcomm_all_gather(w, b->send, b->recv, per * sizeof(float));
-    case OP_REDUCE_SCATTER:
-        return hcomm_reduce_scatter(w, b->send, b->recv, per, HCOMM_F32, HCOMM_SUM);
-    case OP_BROADCAST:
-        return hcomm_broadcast(w, b->recv, b->count * sizeof(float), 0);
-    case OP_ALL_TO_ALL:
-        return hcomm_all_to_allv(w, b->send, b->counts, b->displs, b->recv, b->counts, b->displs);
-    }
-    return HCOMM_ERR_INVALID_ARG;
+/* Combines each iteration's time across ranks as -a says: rank 0's, the mean, min or max. */
+static hcomm_result_t across_ranks(run_t *R, double *t, int n) {
+    static const hcomm_op_t ops[4] = {HCOMM_SUM, HCOMM_SUM, HCOMM_MIN, HCOMM_MAX};
+    int a = R->o->report;
+    hcomm_result_t r = a == 0 ? hcomm_broadcast(R->w, t, sizeof *t * (size_t)n, 0)
+                              : hcomm_all_reduce(R->w, t, t, (size_t)n, HCOMM_F64, ops[a]);
+    for (int i = 0; a == 1 && i < n; i++)
+        t[i] /= R->size;
+    return r;
 }
 
-/* Inputs are small integers so every reduction order gives the same exact result. */
-static void fill(op_t op, bufs_t *b, int rank, int n) {
-    for (size_t i = 0; i < b->count; i++) {
-        b->send[i] = (float)((rank + (int)(i % 7)) % 5);
-        b->recv[i] = op == OP_BROADCAST && rank == 0 ? (float)(i % 11) : -1.0f;
-    }
-    size_t per = b->count / (size_t)n;
-    for (int p = 0; p < n; p++) {
-        b->counts[p] = per * sizeof(float);
-        b->displs[p] = (size_t)p * per * sizeof(float);
-    }
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-static float expect_at(op_t op, size_t i, int rank, int n, size_t per) {
-    float s = 0;
-    switch (op) {
-    case OP_ALL_REDUCE:
-        for (int r = 0; r < n; r++)
-            s += (float)((r + (int)(i % 7)) % 5);
-        return s;
-    case OP_ALL_GATHER: {
-        size_t src = i / per, j = i % per;
-        return (float)(((int)src + (int)(j % 7)) % 5);
+static const char *dtype_name(hcomm_dtype_t dt) {
+    const char *n = "?";
+    hcomm_dtype_name(dt, &n);
+    return n;
+}
+
+/* Set when a rank stops on a bad option (its message printed): exit status 2. */
+static volatile int usage_error;
+
+/* --- which algorithms run --- */
+
+static bool valid_in(const char *coll, size_t len, int algo) {
+    char spec[96];
+    hcomm__algo_set_t set;
+    snprintf(spec, sizeof spec, "%.*s:%s", (int)len, coll, hcomm__algo_name(algo));
+    return hcomm__algo_parse("hcomm-bench", "--algo", spec, &set) == HCOMM_OK;
+}
+
+/* The name hcomm_comm_set_algo knows the op's collective by: op->coll, or the first of its
+ * '|'-separated spellings that the algorithms layer knows (all_to_all has none yet); "" if
+ * none. */
+static const char *coll_of(const bench_op_t *op, char *buf, size_t cap) {
+    for (const char *s = op->coll; s && *s;) {
+        const char *bar = strchr(s, '|');
+        size_t len = bar ? (size_t)(bar - s) : strlen(s);
+        for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+            if (valid_in(s, len, k)) {
+                snprintf(buf, cap, "%.*s", (int)len, s);
+                return buf;
+            }
+        s = bar ? bar + 1 : s + len;
     }
-    case OP_REDUCE_SCATTER:
-        return expect_at(OP_ALL_REDUCE, (size_t)rank * per + i, rank, n, per);
-    case OP_BROADCAST:
-        return (float)(i % 11);
-    case OP_ALL_TO_ALL: {
-        size_t src = i / per, j = (size_t)rank * per + i % per;
-        return (float)(((int)src + (int)(j % 7)) % 5);
-    }
+    buf[0] = '\0';
+    return buf;
+}
+
+static bool valid_for(const bench_op_t *op, int algo) {
+    char coll[64];
+    coll_of(op, coll, sizeof coll);
+    return coll[0] && valid_in(coll, strlen(coll), algo);
+}
+
+static void add_algo(run_t *R, int kind, const char *name) {
+    algo_row_t *a = &R->algos[R->nalgos++];
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    snprintf(a->name, sizeof a->name, "%s", name);
+    char coll[64];
+    if (kind == KIND_NAMED)
+        snprintf(a->spec, sizeof a->spec, "%s:%s", coll_of(R->op, coll, sizeof coll), name);
+}
+
+static void list_valid(const bench_op_t *op) {
+    fprintf(stderr, "auto, all");
+    for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+        if (valid_for(op, k))
+            fprintf(stderr, ", %s", hcomm__algo_name(k));
+    fprintf(stderr, ", raw (mpi)\n");
+}
+
+/* --algo NAME must run every op asked for, raw needs mpi, and -o/-d must suit the op. Checked
+ * before launching. */
+static int check_algo_option(const bench_opts_t *o, bool mpi) {
+    int n;
+    const bench_op_t *ops = bench_ops(&n);
+    const char *want = o->algo ? o->algo : "auto";
+    for (int i = 0; i < o->nops; i++) {
+        const bench_op_t *op = &ops[o->ops[i]];
+        if (op->sum_avg_only && o->redop != HCOMM_SUM && o->redop != HCOMM_AVG) {
+            fprintf(stderr, "hcomm-bench: %s reduces with sum or avg, not -o %s\n", op->name,
+                    bench_op_names[o->redop]);
+            return -1;
+        }
+        bool fl = o->dtype == HCOMM_F32 || o->dtype == HCOMM_F64 || o->dtype == HCOMM_F16 ||
+                  o->dtype == HCOMM_BF16;
+        if (op->float_only && o->dtype_given && !fl) {
+            fprintf(stderr, "hcomm-bench: %s combines f32, f64, f16 or bf16, not -d %s\n", op->name,
+                    dtype_name(o->dtype));
+            return -1;
+        }
+        if (!strcmp(want, "raw") && !(mpi && op->raw)) {
+            fprintf(stderr,
+                    "hcomm-bench: --algo raw needs the mpi backend and an MPI call for "
+                    "%s\n",
+                    op->name);
+            return -1;
+        }
+        if (!strcmp(want, "auto") || !strcmp(want, "all") || !strcmp(want, "raw"))
+            continue;
+        int k = 0;
+        while (k < HCOMM__ALGO_COUNT && strcmp(hcomm__algo_name(k), want))
+            k++;
+        if (k == HCOMM__ALGO_COUNT || !valid_for(op, k)) {
+            fprintf(stderr, "hcomm-bench: --algo %s does not run %s; valid: ", want, op->name);
+            list_valid(op);
+            return -1;
+        }
     }
     return 0;
 }
 
-static long count_wrong(op_t op, const bufs_t *b, int rank, int n) {
-    size_t per = b->count / (size_t)n;
-    size_t len = op == OP_REDUCE_SCATTER ? per : (op == OP_BROADCAST ? b->count : per * (size_t)n);
-    long wrong = 0;
-    for (size_t i = 0; i < len; i++)
-        wrong += b->recv[i] != expect_at(op, i, rank, n, per);
-    return wrong;
-}
-
-static hcomm_result_t time_op(hcomm_comm_t *w, const opts_t *o, op_t op, bufs_t *b, int n,
-                              double *usec) {
-    for (int i = 0; i < o->warmup; i++) {
-        hcomm_result_t r = run_op(w, op, b, n);
-        if (r != HCOMM_OK)
-            return r;
+/* auto (default), all (every algorithm valid for the op, auto, raw, the op's own variant), or
+ * one name; raw joins on mpi wherever MPI has the call. */
+static int choose_algos(run_t *R) {
+    const char *want = R->o->algo ? R->o->algo : "auto";
+    bool all = !strcmp(want, "all"),
+         raw_ok =
+             R->mpi && R->op->raw && bench_raw_supported(R->o->dtype, R->o->redop, R->op->reduces);
+    R->nalgos = 0;
+    if (all)
+        for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+            if (valid_for(R->op, k))
+                add_algo(R, KIND_NAMED, hcomm__algo_name(k));
+    if (all || !strcmp(want, "auto"))
+        add_algo(R, KIND_AUTO, "auto");
+    else if (strcmp(want, "raw"))
+        add_algo(R, KIND_NAMED, want);
+    else if (!raw_ok) {
+        if (R->rank == 0)
+            fprintf(stderr, "hcomm-bench: --algo raw: MPI has no %s of %s with %s\n", R->op->name,
+                    dtype_name(R->o->dtype), bench_op_names[R->o->redop]);
+        return -1;
     }
-    hcomm_result_t r = hcomm_barrier(w);
-    double t0 = now_s();
-    for (int i = 0; r == HCOMM_OK && i < o->iters; i++)
-        r = run_op(w, op, b, n);
-    double t = (now_s() - t0) / o->iters * 1e6;
-    if (r == HCOMM_OK)
-        r = hcomm_all_reduce(w, &t, usec, 1, HCOMM_F64, HCOMM_MAX);
-    return r;
+    if (raw_ok)
+        add_algo(R, KIND_RAW, "raw");
+    if (R->op->own_variant && (all || !strcmp(want, "auto")))
+        add_algo(R, KIND_VARIANT, R->op->own_variant);
+    return 0;
 }
 
-static hcomm_result_t bench_size(hcomm_comm_t *w, const opts_t *o, op_t op, bufs_t *b, int rank,
-                                 int n) {
-    double usec = 0;
-    fill(op, b, rank, n);
-    hcomm_result_t r = run_op(w, op, b, n);
-    long wrong = r == HCOMM_OK ? count_wrong(op, b, rank, n) : -1, total = 0;
-    if (r == HCOMM_OK)
-        r = hcomm_all_reduce(w, &wrong, &total, 1, HCOMM_I64, HCOMM_SUM);
-    if (r == HCOMM_OK)
-        r = time_op(w, o, op, b, n, &usec);
-    if (r != HCOMM_OK || rank != 0)
-        return r;
-    double algbw = (double)b->bytes / usec / 1e3; /* bytes/us = MB/s; /1e3 = GB/s */
-    printf("%12zu %12zu  float %14s %10.2f %8.3f %8.3f %7ld\n", b->bytes, b->count, op_names[op],
-           usec, algbw, algbw * bus_factor(op, n), o->check ? total : 0L);
+/* --- one call of one algorithm --- */
+
+static hcomm_result_t call(run_t *R, algo_row_t *a, bench_case_t *c) {
+    switch (a->kind) {
+    case KIND_RAW:
+        return R->op->raw(c);
+    case KIND_VARIANT:
+        return R->op->variant(c);
+    default:
+        return R->op->run(c);
+    }
+}
+
+static hcomm_result_t select_algo(run_t *R, algo_row_t *a) {
+    return hcomm_comm_set_algo(R->w, a->kind == KIND_NAMED ? a->spec : NULL);
+}
+
+/* HCOMM_BENCH_CORRUPT=1 spoils one element of rank 0's output before each check. */
+static bool corrupt(void) {
+    const char *v = getenv("HCOMM_BENCH_CORRUPT");
+    return v && !strcmp(v, "1");
+}
+
+/* The -c checked iterations of one algorithm: #wrong summed over ranks and iterations. With
+ * -c 0 one unchecked call still finds an algorithm that cannot run this size. */
+static hcomm_result_t check_algo(run_t *R, algo_row_t *a, bench_case_t *c, long *wrong) {
+    long mine = 0;
+    for (int i = 0; i < (R->o->check > 0 ? R->o->check : 1); i++) {
+        R->op->fill(c);
+        HCOMM__TRY(select_algo(R, a));
+        HCOMM__TRY(call(R, a, c));
+        if (corrupt() && R->rank == 0)
+            bench_put(c->dt, c->recv, 0, -7.0); /* the test's proof that #wrong sees errors */
+        mine += R->o->check > 0 ? R->op->wrong(c) : 0;
+    }
+    *wrong = 0;
+    return R->o->check ? hcomm_all_reduce(R->w, &mine, wrong, 1, HCOMM_I64, HCOMM_SUM) : HCOMM_OK;
+}
+
+/* Agrees on whether a failed algorithm fails everywhere (then it is left out) or not. */
+static hcomm_result_t drop_failed(run_t *R, algo_row_t *a, hcomm_result_t res) {
+    int bad = res != HCOMM_OK, any = 0;
+    HCOMM__TRY(hcomm_all_reduce(R->w, &bad, &any, 1, HCOMM_I32, HCOMM_MAX));
+    if (!any)
+        return HCOMM_OK;
+    if (a->kind == KIND_AUTO)
+        return res != HCOMM_OK ? res : HCOMM_ERR_PEER;
+    if (R->rank == 0)
+        printf("# %s left out of %s: %s (%s)\n", a->name, R->op->name,
+               res != HCOMM_OK ? hcomm_strerror(res) : "failed on another rank",
+               res != HCOMM_OK ? hcomm_last_error() : "");
+    a->dead = true;
     return HCOMM_OK;
 }
 
-static hcomm_result_t bench_op(hcomm_comm_t *w, const opts_t *o, op_t op, int rank, int n) {
-    size_t max_count = o->max_bytes / sizeof(float) + (size_t)n;
-    bufs_t b = {.send = malloc(max_count * sizeof(float)),
-                .recv = malloc(max_count * sizeof(float)),
-                .counts = malloc(sizeof(size_t) * (size_t)n),
-                .displs = malloc(sizeof(size_t) * (size_t)n)};
-    hcomm_result_t r = (b.send && b.recv && b.counts && b.displs) ? HCOMM_OK : HCOMM_ERR_NOMEM;
-    const char *backend = "?";
-    hcomm_comm_backend(w, &backend);
-    if (rank == 0 && r == HCOMM_OK)
-        printf("#\n# %s, %d rank%s on %s\n#%11s %12s %6s %14s %10s %8s %8s %7s\n", op_names[op], n,
-               n == 1 ? "" : "s", backend, "size(B)", "count", "type", "op", "time(us)", "algbw",
-               "busbw", "#wrong");
-    for (size_t bytes = o->min_bytes; r == HCOMM_OK && bytes <= o->max_bytes;) {
-        b.count = bytes / sizeof(float) / (size_t)n * (size_t)n; /* divisible by n */
-        b.bytes = b.count * sizeof(float);
-        r = bench_size(w, o, op, &b, rank, n);
-        size_t next = (size_t)((double)bytes * o->factor);
-        bytes = next > bytes ? next : bytes + 1;
+/* Warm-up and timed iterations, one call of each live algorithm in turn. */
+static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
+    int iters = R->o->iters;
+    for (int i = -R->o->warmup; i < iters; i++)
+        for (int k = 0; k < R->nalgos; k++) {
+            algo_row_t *a = &R->algos[k];
+            if (a->dead)
+                continue;
+            HCOMM__TRY(select_algo(R, a));
+            /* Every call starts together: the previous algorithm's imbalance between ranks
+             * (a root that finishes last) must not land in this one's time. */
+            HCOMM__TRY(hcomm_barrier(R->w));
+            if (a->kind == KIND_AUTO)
+                hcomm__coll_take_algo(R->w);
+            double t0 = now_s();
+            HCOMM__TRY(call(R, a, c));
+            double dt = now_s() - t0;
+            if (i >= 0)
+                a->t[i] = dt;
+            const char *got = a->kind == KIND_AUTO ? hcomm__coll_take_algo(R->w) : NULL;
+            if (got)
+                *chosen = got;
+        }
+    return HCOMM_OK;
+}
+
+static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wrong, double sec,
+                       const char *chosen) {
+    bench_record_t *rec = &a->rec[c->inplace];
+    rec->op = R->op->name;
+    rec->algo = a->name;
+    rec->dtype = dtype_name(c->dt);
+    rec->redop = R->op->reduces ? bench_op_names[R->o->redop] : NULL;
+    rec->chosen = a->kind == KIND_AUTO ? chosen : NULL;
+    rec->bytes = c->bytes;
+    rec->count = c->count;
+    rec->world = R->size;
+    rec->inplace = c->inplace;
+    rec->measured = true;
+    rec->time_us = sec * 1e6;
+    rec->algbw = sec > 0 ? (double)c->bytes / sec / 1e9 : 0;
+    rec->busbw = rec->algbw * R->op->busbw(R->size);
+    rec->wrong = R->o->check ? wrong : -1;
+    rec->memcpy_gbs = R->memcpy_gbs;
+}
+
+/* Every algorithm at one size and placement. */
+static hcomm_result_t measure(run_t *R, bench_case_t *c) {
+    const char *chosen = NULL;
+    long wrong[BENCH_MAX_ALGOS] = {0};
+    for (int k = 0; k < R->nalgos; k++) {
+        algo_row_t *a = &R->algos[k];
+        a->rec[c->inplace].measured = false;
+        if (!a->dead)
+            HCOMM__TRY(drop_failed(R, a, check_algo(R, a, c, &wrong[k])));
     }
-    free(b.send);
-    free(b.recv);
-    free(b.counts);
-    free(b.displs);
+    R->op->fill(c);
+    HCOMM__TRY(time_all(R, c, &chosen));
+    HCOMM__TRY(hcomm_comm_set_algo(R->w, NULL));
+    for (int k = 0; k < R->nalgos; k++) {
+        algo_row_t *a = &R->algos[k];
+        if (a->dead)
+            continue;
+        HCOMM__TRY(across_ranks(R, a->t, R->o->iters));
+        set_record(R, a, c, wrong[k], median(a->t, R->o->iters), chosen);
+    }
+    return HCOMM_OK;
+}
+
+/* --- printing (rank 0) --- */
+
+static void print_header(run_t *R, const bench_case_t *c) {
+    const char *backend = "?";
+    hcomm_comm_backend(R->w, &backend);
+    printf("#\n# %s, %d rank%s on %s\n", R->op->name, R->size, R->size == 1 ? "" : "s", backend);
+    if (R->op->describe) {
+        char line[256];
+        R->op->describe(c, line, sizeof line);
+        printf("# %s\n", line);
+    }
+    printf("#%99s\n", "out-of-place                         in-place          ");
+    printf("#%11s %12s %6s %6s %5s %-16s %10s %8s %8s %6s %10s %8s %8s %6s\n", "size(B)", "count",
+           "type", "redop", "root", "algo", "time(us)", "algbw", "busbw", "#wrong", "time(us)",
+           "algbw", "busbw", "#wrong");
+}
+
+static void print_half(const bench_record_t *r) {
+    if (!r->measured) {
+        printf(" %10s %8s %8s %6s", "N/A", "N/A", "N/A", "N/A");
+        return;
+    }
+    printf(" %10.2f %8.3f %8.3f", r->time_us, r->algbw, r->busbw);
+    if (r->wrong < 0)
+        printf(" %6s", "N/A");
+    else
+        printf(" %6ld", r->wrong);
+}
+
+static void print_row(run_t *R, const algo_row_t *a, const bench_case_t *c) {
+    const bench_record_t *r = a->rec[0].measured ? &a->rec[0] : &a->rec[1];
+    char name[48];
+    if (a->kind == KIND_AUTO && r->chosen)
+        snprintf(name, sizeof name, "auto(%s)", r->chosen);
+    else
+        snprintf(name, sizeof name, "%s", a->name);
+    printf("%12zu %12zu %6s %6s %5d %-16s", c->bytes, c->count, dtype_name(c->dt),
+           R->op->reduces ? bench_op_names[R->o->redop] : "none", R->op->rooted ? R->o->root : -1,
+           name);
+    print_half(&a->rec[0]);
+    print_half(&a->rec[1]);
+    printf("\n");
+}
+
+/* auto's regret (auto time / the best named algorithm's), hcomm/raw and auto/<variant>, per
+ * placement, into auto's records (0: not measured). */
+static void compare_auto(run_t *R, algo_row_t *au) {
+    for (int ip = 0; ip < 2; ip++) {
+        bench_record_t *x = &au->rec[ip];
+        x->regret = x->vs_raw = x->vs_variant = 0;
+        if (!x->measured)
+            continue;
+        double best = 0;
+        for (int k = 0; k < R->nalgos; k++) {
+            const algo_row_t *a = &R->algos[k];
+            const bench_record_t *y = &a->rec[ip];
+            if (a->dead || !y->measured)
+                continue;
+            if (a->kind == KIND_NAMED && (best == 0 || y->time_us < best)) {
+                best = y->time_us;
+                snprintf(x->best, sizeof x->best, "%s", a->name);
+            }
+            if (a->kind == KIND_RAW)
+                x->vs_raw = x->time_us / y->time_us;
+            if (a->kind == KIND_VARIANT) {
+                x->vs_variant = x->time_us / y->time_us;
+                x->variant_name = a->name;
+            }
+        }
+        x->regret = best > 0 ? x->time_us / best : 0;
+    }
+}
+
+static void print_summary(run_t *R, const algo_row_t *au) {
+    static const char *const place[2] = {"out-of-place", "in-place"};
+    char line[512] = "";
+    size_t n = 0;
+    for (int ip = 0; ip < 2 && au; ip++) {
+        const bench_record_t *x = &au->rec[ip];
+        if (!x->measured || n >= sizeof line)
+            continue;
+        n += (size_t)snprintf(line + n, sizeof line - n, " %s:", place[ip]);
+        if (x->regret > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " regret %.2f (best %s)", x->regret,
+                                  x->best);
+        if (x->vs_raw > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " hcomm/raw %.2f", x->vs_raw);
+        if (x->vs_variant > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " auto/%s %.2f", R->op->own_variant,
+                                  x->vs_variant);
+        if (R->memcpy_gbs > 0 && n < sizeof line)
+            n += (size_t)snprintf(line + n, sizeof line - n, " busbw/memcpy %.2f",
+                                  x->busbw / R->memcpy_gbs);
+    }
+    if (n < sizeof line)
+        snprintf(line + n, sizeof line - n, " memcpy %.3f GB/s", R->memcpy_gbs);
+    printf("#%-28s%s\n", "", line);
+}
+
+static void print_received(run_t *R, const bench_case_t *c) {
+    size_t bytes = R->op->received(c);
+    printf("#%-28s received %zu B per rank (mean):", "", bytes);
+    for (int k = 0; k < R->nalgos; k++) {
+        const bench_record_t *x = &R->algos[k].rec[0];
+        if (x->measured)
+            printf(" %s %.3f GB/s", R->algos[k].name, (double)bytes / x->time_us / 1e3);
+    }
+    printf("\n");
+}
+
+static void report_size(run_t *R, const bench_case_t *c) {
+    algo_row_t *au = NULL;
+    for (int k = 0; k < R->nalgos; k++)
+        au = R->algos[k].kind == KIND_AUTO ? &R->algos[k] : au;
+    if (au)
+        compare_auto(R, au);
+    for (int k = 0; k < R->nalgos; k++) {
+        algo_row_t *a = &R->algos[k];
+        if (!a->rec[0].measured && !a->rec[1].measured)
+            continue;
+        if (R->rank == 0)
+            print_row(R, a, c);
+        for (int ip = 0; ip < 2; ip++)
+            if (a->rec[ip].measured) {
+                if (R->rank == 0)
+                    bench_report_add(R->rep, &a->rec[ip]);
+                R->busbw_sum[k] += a->rec[ip].busbw;
+                R->busbw_n[k]++;
+            }
+    }
+    if (R->rank == 0)
+        print_summary(R, au);
+    if (R->rank == 0 && R->op->received)
+        print_received(R, c);
+}
+
+/* nccl-tests' closing line for the main row (auto, else the one algorithm asked for), then one
+ * per other algorithm. */
+static void print_average(run_t *R) {
+    if (R->rank != 0)
+        return;
+    int main_row = 0;
+    for (int k = 0; k < R->nalgos; k++)
+        main_row = R->algos[k].kind == KIND_AUTO ? k : main_row;
+    for (int k = 0; k < R->nalgos; k++) {
+        if (R->busbw_n[k] == 0)
+            continue;
+        double avg = R->busbw_sum[k] / R->busbw_n[k];
+        if (k == main_row)
+            printf("# Avg bus bandwidth    : %.3f\n", avg);
+        else
+            printf("# Avg bus bandwidth (%s): %.3f\n", R->algos[k].name, avg);
+    }
+    printf("#\n");
+}
+
+static void progress(run_t *R, size_t bytes, int done, int total) {
+    double t = now_s();
+    if (R->rank != 0 || t - R->start < 3.0 || t - R->last_progress < 2.0)
+        return;
+    R->last_progress = t;
+    fprintf(stderr, "hcomm-bench: %s %zu B done (%d of %d sizes), %.0f s%s", R->op->name, bytes,
+            done, total, t - R->start, isatty(2) ? "   \r" : "\n");
+    fflush(stderr);
+}
+
+/* --- sizes and buffers --- */
+
+static size_t next_size(const bench_opts_t *o, size_t bytes) {
+    if (o->step_bytes)
+        return bytes + o->step_bytes;
+    size_t next = (size_t)((double)bytes * o->factor);
+    return next > bytes ? next : bytes + 1;
+}
+
+static int count_sizes(const bench_opts_t *o) {
+    int n = 0;
+    for (size_t b = o->min_bytes; b <= o->max_bytes; b = next_size(o, b))
+        n++;
+    return n;
+}
+
+static void *alloc_buf(size_t bytes) {
+    void *p = NULL;
+    if (hcomm_mem_alloc(bytes, &p) == HCOMM_OK) /* one-copy paths on mpi need these */
+        return p;
+    return NULL;
+}
+
+static hcomm_result_t alloc_case(run_t *R, bench_case_t *c) {
+    memset(c, 0, sizeof *c);
+    c->w = R->w;
+    c->o = R->o;
+    c->op = R->op;
+    c->rank = R->rank;
+    c->size = R->size;
+    c->dt = R->o->dtype;
+    hcomm_dtype_size(c->dt, &c->es);
+    R->op->shape(c, R->o->max_bytes);
+    c->cap = R->op->capacity(c) + 64;
+    c->send = alloc_buf(c->cap);
+    c->recv = alloc_buf(c->cap);
+    size_t n = (size_t)R->size;
+    c->counts = calloc(n, sizeof(size_t));
+    c->displs = calloc(n, sizeof(size_t));
+    c->rcounts = calloc(n, sizeof(size_t));
+    c->rdispls = calloc(n, sizeof(size_t));
+    if (!c->send || !c->recv || !c->counts || !c->displs || !c->rcounts || !c->rdispls)
+        return HCOMM_ERR_NOMEM;
+    for (int k = 0; k < R->nalgos; k++)
+        if (!(R->algos[k].t = calloc((size_t)R->o->iters, sizeof(double))))
+            return HCOMM_ERR_NOMEM;
+    return HCOMM_OK;
+}
+
+static void free_case(run_t *R, bench_case_t *c) {
+    hcomm_mem_free(c->send);
+    hcomm_mem_free(c->recv);
+    free(c->counts);
+    free(c->displs);
+    free(c->rcounts);
+    free(c->rdispls);
+    for (int k = 0; k < R->nalgos; k++)
+        free(R->algos[k].t);
+}
+
+/* Median seconds (slowest rank, as -a says) of copying bytes from src to dst with every rank
+ * copying at once. */
+static hcomm_result_t time_memcpy(run_t *R, char *dst, char *src, size_t bytes, double *sec) {
+    int iters = R->o->iters;
+    double *t = calloc((size_t)iters, sizeof *t);
+    hcomm_result_t r = t ? hcomm_barrier(R->w) : HCOMM_ERR_NOMEM;
+    for (int i = -1; r == HCOMM_OK && i < iters; i++) {
+        double t0 = now_s();
+        memcpy(dst, src, bytes);
+        if (i >= 0)
+            t[i] = now_s() - t0;
+        if (bytes)
+            src[(size_t)i % bytes] = (char)i; /* the copy is not dead code */
+    }
+    if (r == HCOMM_OK)
+        r = across_ranks(R, t, iters);
+    if (r == HCOMM_OK)
+        *sec = median(t, iters);
+    free(t);
+    return r;
+}
+
+static hcomm_result_t bench_size(run_t *R, bench_case_t *c, size_t req) {
+    R->op->shape(c, req);
+    double sec = 0;
+    hcomm_result_t r = time_memcpy(R, c->recv, c->send, c->bytes, &sec);
+    R->memcpy_gbs = sec > 0 ? (double)c->bytes / sec / 1e9 : 0;
+    if (r == HCOMM_OK && R->op->setup)
+        r = R->op->setup(c);
+    for (int ip = 0; r == HCOMM_OK && ip < 2; ip++) {
+        if ((ip == 0 && R->op->inplace_only) || (ip == 1 && R->op->no_inplace)) {
+            for (int k = 0; k < R->nalgos; k++)
+                R->algos[k].rec[ip].measured = false;
+            continue;
+        }
+        c->inplace = ip == 1;
+        r = measure(R, c);
+    }
+    if (R->op->teardown)
+        R->op->teardown(c);
+    if (r == HCOMM_OK)
+        report_size(R, c);
+    return r;
+}
+
+static hcomm_result_t bench_op(run_t *R) {
+    if (choose_algos(R)) {
+        usage_error = 1;
+        return HCOMM_ERR_INVALID_ARG;
+    }
+    bench_case_t c;
+    hcomm_result_t r = alloc_case(R, &c);
+    if (r == HCOMM_OK && R->rank == 0)
+        print_header(R, &c);
+    memset(R->busbw_sum, 0, sizeof R->busbw_sum);
+    memset(R->busbw_n, 0, sizeof R->busbw_n);
+    int total = count_sizes(R->o), done = 0;
+    for (size_t b = R->o->min_bytes; r == HCOMM_OK && b <= R->o->max_bytes;
+         b = next_size(R->o, b)) {
+        r = bench_size(R, &c, b);
+        progress(R, c.bytes, ++done, total);
+    }
+    if (r == HCOMM_OK)
+        print_average(R);
+    free_case(R, &c);
+    return r;
+}
+
+/* --- memcpy baseline: every rank copying at once --- */
+
+/* The baseline printed first: memcpy at the largest size (1 MiB to 256 MiB). */
+static hcomm_result_t bench_memcpy(run_t *R) {
+    size_t bytes = R->o->max_bytes;
+    bytes = bytes < ((size_t)1 << 20)     ? (size_t)1 << 20
+            : bytes > ((size_t)256 << 20) ? (size_t)256 << 20
+                                          : bytes;
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    double sec = 0;
+    hcomm_result_t r = src && dst ? HCOMM_OK : HCOMM_ERR_NOMEM;
+    if (r == HCOMM_OK) {
+        memset(src, 1, bytes);
+        memset(dst, 2, bytes);
+        r = time_memcpy(R, dst, src, bytes, &sec);
+    }
+    if (r == HCOMM_OK && R->rank == 0) {
+        bench_record_t rec = {.op = "memcpy",
+                              .algo = "memcpy",
+                              .dtype = "u8",
+                              .bytes = bytes,
+                              .count = bytes,
+                              .world = R->size,
+                              .measured = true,
+                              .time_us = sec * 1e6,
+                              .algbw = (double)bytes / sec / 1e9,
+                              .wrong = -1};
+        rec.busbw = rec.memcpy_gbs = rec.algbw;
+        bench_report_add(R->rep, &rec);
+        printf("# memcpy, every rank copying at once: %zu B in %.2f us, %.3f GB/s per rank\n",
+               bytes, rec.time_us, rec.algbw);
+    }
+    free(src);
+    free(dst);
     return r;
 }
 
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
-    const opts_t *o = arg;
-    int rank, n;
-    hcomm_comm_rank(w, &rank);
-    hcomm_comm_size(w, &n);
-    if (o->compare)
-        return hcomm_bench_compare(w, o->compare == 2);
-    for (int op = 0; op < NUM_OPS; op++) {
-        if (!o->ops[op])
-            continue;
-        hcomm_result_t r = bench_op(w, o, (op_t)op, rank, n);
-        if (r != HCOMM_OK)
-            return r;
-    }
-    return HCOMM_OK;
-}
-
-static void print_version(void) {
-    int major, minor, patch;
-    const char *backends;
-    hcomm_version(&major, &minor, &patch, &backends);
-    printf("hcomm-bench %s (hcomm library %d.%d.%d; backends: %s)\n", HCOMM_VERSION_STRING, major,
-           minor, patch, backends);
-}
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: hcomm-bench [options]\n"
-               "  --backend B     local or mpi (default: $HCOMM_BACKEND, else mpi under "
-               "mpirun/srun, else local)\n"
-               "  -n, --ranks N   ranks for the local backend (default 8; mpi: the job's size)\n"
-               "  --op OP         all_reduce, all_gather, reduce_scatter, broadcast, all_to_all "
-               "or all (default all);\n"
-               "                  pp_send_recv: PP ping-pong 8 B..64 MiB against the p2p layer "
-               "under it (and raw MPI)\n"
-               "                  compare: 8 B all_reduce and p2p latency against raw MPI, 16 MiB "
-               "p2p\n"
-               "                  bandwidth against memcpy, as ratios from one run\n"
-               "  -b BYTES        smallest size (default 1024)\n"
-               "  -e BYTES        largest size (default 4194304)\n"
-               "  -f FACTOR       size multiplier between rows (default 4)\n"
-               "  --iters N       timed iterations per size (default 20)\n"
-               "  --warmup N      untimed iterations per size (default 3)\n"
-               "  --check 0|1     report wrong elements (default 1)\n"
-               "  --version       print the version and the backends built\n");
-}
-
-/* Sizes are bytes with an optional K or M suffix, from 1 byte to 1 GiB. */
-static int parse_size(const char *flag, const char *v, size_t *out) {
-    char *end;
-    unsigned long long x = (*v >= '0' && *v <= '9') ? strtoull(v, &end, 10) : 0;
-    int shift = 0;
-    if (x > 0 && (*end == 'K' || *end == 'k'))
-        shift = 10, end++;
-    else if (x > 0 && (*end == 'M' || *end == 'm'))
-        shift = 20, end++;
-    if (x == 0 || *end != '\0' || x > (1ull << 30) >> shift) {
-        fprintf(stderr,
-                "hcomm-bench: %s %s is not a size from 1 to 1G bytes (e.g. 4096, 64K, 8M)\n", flag,
-                v);
-        return -1;
-    }
-    *out = (size_t)(x << shift);
-    return 0;
-}
-
-static int parse_factor(const char *flag, const char *v, double *out) {
-    char *end;
-    double x = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || !(x > 1.0 && x <= 1024.0)) {
-        fprintf(stderr, "hcomm-bench: %s %s must be a number above 1 (and at most 1024)\n", flag,
-                v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_int(const char *flag, const char *v, int *out, int min) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0') {
-        fprintf(stderr, "hcomm-bench: %s %s is not an integer\n", flag, v);
-        return -1;
-    }
-    if (x < min || x > 1 << 20) {
-        fprintf(stderr, "hcomm-bench: %s %s: out of range %d..%d\n", flag, v, min, 1 << 20);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int select_op(opts_t *o, const char *v) {
-    o->compare = strcmp(v, "compare") == 0 ? 1 : strcmp(v, "pp_send_recv") == 0 ? 2 : 0;
-    if (o->compare)
-        return 0;
-    int all = strcmp(v, "all") == 0, found = 0;
-    for (int i = 0; i < NUM_OPS; i++) {
-        o->ops[i] = all || strcmp(v, op_names[i]) == 0;
-        found |= o->ops[i];
-    }
-    if (!found)
-        fprintf(stderr, "hcomm-bench: --op %s is unknown\n", v);
-    return found ? 0 : -1;
-}
-
-static int parse_args(int argc, char **argv, opts_t *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad;
-        static const char *const known[] = {"--backend", "-n",      "--ranks", "--op",
-                                            "-b",        "-e",      "-f",      "--iters",
-                                            "--warmup",  "--check", NULL};
-        int is_known = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return usage(stdout), 1;
-        if (!strcmp(a, "--version"))
-            return print_version(), 1;
-        for (int k = 0; known[k] != NULL; k++)
-            is_known |= !strcmp(a, known[k]);
-        if (!is_known) {
-            fprintf(stderr, "hcomm-bench: unknown option %s (see --help)\n", a);
-            return -1;
+    const bench_opts_t *o = arg;
+    if (o->legacy)
+        return hcomm_bench_compare(w, false);
+    run_t R = {.w = w, .o = o, .start = now_s()};
+    hcomm_comm_rank(w, &R.rank);
+    hcomm_comm_size(w, &R.size);
+    const char *backend = "";
+    hcomm_comm_backend(w, &backend);
+    R.mpi = !strcmp(backend, "mpi");
+    R.rep = R.rank == 0 ? bench_report_open(o) : NULL;
+    if (R.rank == 0 && R.mpi && o->nranks > 0 && o->nranks != R.size)
+        printf("# -t %d left aside: the %d processes of the MPI job are the ranks\n", o->nranks,
+               R.size);
+    hcomm_result_t r = R.rep || R.rank != 0 ? bench_memcpy(&R) : HCOMM_ERR_NOMEM;
+    int n;
+    const bench_op_t *ops = bench_ops(&n);
+    for (int i = 0; r == HCOMM_OK && i < o->nops; i++) {
+        bench_opts_t oo = *o;
+        R.op = &ops[o->ops[i]];
+        if (!strcmp(R.op->name, "moe_dispatch_combine") && !o->dtype_given)
+            oo.dtype = HCOMM_BF16;
+        if (oo.root >= R.size) {
+            if (R.rank == 0)
+                fprintf(stderr, "hcomm-bench: -r %d: out of range 0..%d for %d ranks\n", oo.root,
+                        R.size - 1, R.size);
+            usage_error = 1;
+            r = HCOMM_ERR_INVALID_ARG;
+            break;
         }
-        if (v == NULL) {
-            fprintf(stderr, "hcomm-bench: %s needs a value (see --help)\n", a);
-            return -1;
-        }
-        i++;
-        if (!strcmp(a, "--backend"))
-            o->backend = v, bad = 0;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--ranks"))
-            bad = parse_int(a, v, &o->nranks, 1);
-        else if (!strcmp(a, "--op"))
-            bad = select_op(o, v);
-        else if (!strcmp(a, "-b"))
-            bad = parse_size(a, v, &o->min_bytes);
-        else if (!strcmp(a, "-e"))
-            bad = parse_size(a, v, &o->max_bytes);
-        else if (!strcmp(a, "-f"))
-            bad = parse_factor(a, v, &o->factor);
-        else if (!strcmp(a, "--iters"))
-            bad = parse_int(a, v, &o->iters, 1);
-        else if (!strcmp(a, "--warmup"))
-            bad = parse_int(a, v, &o->warmup, 0);
-        else if (!strcmp(a, "--check"))
-            bad = parse_int(a, v, &o->check, 0);
-        else
-            bad = 1; /* not reached: every known flag is handled above */
-        if (bad)
-            return -1;
+        R.o = &oo;
+        r = bench_op(&R);
+        R.o = o;
     }
-    if (o->min_bytes > o->max_bytes) {
-        fprintf(stderr, "hcomm-bench: -b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
-        return -1;
+    if (R.rep && bench_report_close(R.rep, r == HCOMM_OK) != 0 && r == HCOMM_OK)
+        r = HCOMM_ERR_IO;
+    return r;
+}
+
+static bool on_path(const char *prog) {
+    const char *path = getenv("PATH");
+    char buf[4096];
+    while (path && *path) {
+        const char *colon = strchr(path, ':');
+        size_t len = colon ? (size_t)(colon - path) : strlen(path);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)len, path, prog);
+        if (access(buf, X_OK) == 0)
+            return true;
+        path = colon ? colon + 1 : NULL;
     }
-    return 0;
+    return false;
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.nranks = 8,
-                .iters = 20,
-                .warmup = 3,
-                .check = 1,
-                .min_bytes = 1024,
-                .max_bytes = 4 << 20,
-                .factor = 4.0,
-                .ops = {1, 1, 1, 1, 1}};
-    int p = parse_args(argc, argv, &o);
+    bench_opts_t o = {.iters = 20,
+                      .warmup = 3,
+                      .check = 1,
+                      .report = 3,
+                      .min_bytes = 1024,
+                      .max_bytes = 4 << 20,
+                      .factor = 4.0,
+                      .dtype = HCOMM_F32,
+                      .redop = HCOMM_SUM,
+                      .moe_hidden = 7168,
+                      .moe_topk = 8,
+                      .moe_experts = 256,
+                      .dp_buffers = 16};
+    int p = bench_parse_args(argc, argv, &o);
     if (p != 0)
         return p > 0 ? 0 : 2;
+    if (o.plot && !on_path("gnuplot")) {
+        fprintf(stderr,
+                "hcomm-bench: --plot %s needs gnuplot, which is not on PATH (Debian: "
+                "apt-get install gnuplot-nox)\n",
+                o.plot);
+        return 2;
+    }
     const char *b = NULL;
     hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
-    int n = (r == HCOMM_OK && !strcmp(b, "mpi")) ? 0 : o.nranks;
+    bool mpi = r == HCOMM_OK && !strcmp(b, "mpi");
+    if (r == HCOMM_OK && check_algo_option(&o, mpi))
+        return 2;
+    int n = mpi ? 0 : o.nranks > 0 ? o.nranks : 8;
     if (r == HCOMM_OK)
         r = hcomm_launch(b, n, rank_main, &o);
+    if (usage_error)
+        return 2;
     if (r != HCOMM_OK) {
         fprintf(stderr, "hcomm-bench: %s (%s)\n", hcomm_strerror(r), hcomm_last_error());
         return 1;

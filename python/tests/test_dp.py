@@ -1,0 +1,141 @@
+"""hcomm.dp.Reducer (the DDP-style C reducer): buckets reduced as gradients are marked ready,
+against a serial reference, with numpy buffers and with torch parameters marked by backward
+hooks; and its errors."""
+import numpy as np
+import pytest
+
+import hcomm
+from conftest import run
+from hcomm import dp
+
+SHAPES = [((3,), np.float64), ((2, 2), np.float32), ((0,), np.float64), ((5,), np.int32),
+          ((4, 3), np.float64), ((1,), np.float32)]
+
+
+def grads(rank, step):
+    rng = np.random.default_rng(100 * step + rank)
+    return [rng.integers(-4, 5, size=s).astype(t) for s, t in SHAPES]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_reducer_numpy_matches_serial(n, op):
+    """Three steps over the same registered buffers; each rank marks in its own order; 24-byte
+    buckets make several buckets, an empty tensor is skipped."""
+    def body():
+        r = hcomm.get_rank()
+        g = grads(r, 0)
+        red = dp.reducer(g, op=op, bucket_bytes=24, group=hcomm.world())
+        assert len(red) == len(SHAPES)
+        out = []
+        for step in range(3):
+            for buf, fresh in zip(g, grads(r, step)):
+                buf[...] = fresh
+            for i in np.random.default_rng(r + 10 * step).permutation(len(g)):
+                red.mark_ready(int(i))
+            assert red.wait() >= 0.0
+            out.append([x.copy() for x in g])
+        return out
+
+    for got in run(body, n):
+        for step, tensors in enumerate(got):
+            for i, x in enumerate(tensors):
+                total = sum(grads(q, step)[i].astype(np.int64) for q in range(n))
+                if op == "avg":
+                    want = (total / n).astype(x.dtype) if x.dtype.kind == "f" else \
+                        np.trunc(total / n).astype(x.dtype)  # integer avg truncates
+                else:
+                    want = total.astype(x.dtype)
+                np.testing.assert_allclose(x, want, rtol=1e-6, err_msg=f"step {step} grad {i}")
+
+
+def test_reducer_torch_hooks_match_serial():
+    """Two micro-batches per step, the first under no_sync(): backward's hooks mark each
+    parameter once per step, and the reduced gradients equal the serial model's gradient of
+    every rank's loss summed."""
+    torch = pytest.importorskip("torch")
+    n, steps = 3, 2
+
+    def model():
+        torch.manual_seed(0)  # only the main thread builds the reference weights
+        return torch.nn.Sequential(torch.nn.Linear(4, 6, dtype=torch.float64), torch.nn.Tanh(),
+                                   torch.nn.Linear(6, 2, dtype=torch.float64))
+
+    ref_model = model()
+
+    def inputs(rank, step, micro):
+        g = torch.Generator().manual_seed(1000 * step + 10 * rank + micro)
+        return torch.randn(5, 4, dtype=torch.float64, generator=g)
+
+    def body():
+        m = model_copy()
+        red = hcomm.world().reducer(list(m.parameters()), op="sum", bucket_bytes=64)
+        red.hook_params()
+        out = []
+        for step in range(steps):
+            with red.no_sync():
+                m(inputs(hcomm.get_rank(), step, 0)).square().sum().backward()
+            m(inputs(hcomm.get_rank(), step, 1)).square().sum().backward()
+            red.wait()
+            out.append([p.grad.clone() for p in m.parameters()])
+            for p in m.parameters():
+                p.grad.zero_()
+        return out
+
+    def model_copy():
+        m = torch.nn.Sequential(torch.nn.Linear(4, 6, dtype=torch.float64), torch.nn.Tanh(),
+                                torch.nn.Linear(6, 2, dtype=torch.float64))
+        m.load_state_dict(ref_model.state_dict())
+        return m
+
+    got = run(body, n)
+    for step in range(steps):
+        ref_model.zero_grad()
+        for r in range(n):
+            for micro in range(2):
+                ref_model(inputs(r, step, micro)).square().sum().backward()
+        for rank_out in got:
+            for g, p in zip(rank_out[step], ref_model.parameters()):
+                torch.testing.assert_close(g, p.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_reducer_errors():
+    def body():
+        g = [np.zeros(3), np.zeros(2)]
+        red = dp.reducer(g, group=hcomm.world())
+        with pytest.raises(ValueError, match="index=2 outside 0..1"):
+            red.mark_ready(2)
+        red.mark_ready(0)
+        with pytest.raises(hcomm.StateError, match="already marked"):
+            red.mark_ready(0)
+        with pytest.raises(hcomm.StateError, match=r"grads\[1\]"):
+            red.wait()  # grads[1] never marked: reduced anyway, and reported
+        red.mark_ready(0)  # the next step starts clean
+        red.mark_ready(1)
+        red.wait()
+        with pytest.raises(ValueError, match="op must be"):
+            dp.reducer(g, op="max", group=hcomm.world())
+        with pytest.raises(ValueError, match="not contiguous"):
+            dp.reducer([np.zeros((4, 4))[:, ::2]], group=hcomm.world())
+        red.free()
+        with pytest.raises(RuntimeError, match="freed"):
+            red.mark_ready(0)
+        return True
+
+    assert run(body, 2) == [True, True]
+
+
+def test_reducer_replaced_grad_is_an_error():
+    torch = pytest.importorskip("torch")
+
+    def body():
+        p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+        red = dp.reducer([p], group=hcomm.world()).hook_params()
+        (p * 2).sum().backward()
+        red.wait()
+        p.grad = None  # the registered buffer is gone
+        with pytest.raises(RuntimeError, match="no longer the registered tensor"):
+            red.wait()
+        return p.grad
+
+    assert run(body, 2) == [None, None]

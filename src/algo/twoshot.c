@@ -1,0 +1,136 @@
+/* all_reduce on one node by direct reads of the peers' buffers (the "two-shot" scheme of
+ * NCCL's and TensorRT-LLM's one-node all_reduce, here with reads instead of writes): each rank
+ * owns one block, reads that block of every rank's input in rank order and reduces it into its
+ * output (reduce_scatter); after a barrier it reads every other rank's reduced block into its
+ * output (all_gather); a second barrier keeps every buffer alive until nobody reads it. Each
+ * byte is copied once per phase (transport.peer_read: memcpy on local, process_vm_readv on
+ * mpi), and each element is reduced in rank order: the bits of the serial reduction. Only the
+ * buffer addresses and the barriers travel as messages (with the call's signature). */
+#include "algo/algos.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements reduced per piece: the accumulator and the piece being read stay in cache. */
+#define PIECE_BYTES ((size_t)256 << 10)
+
+typedef struct addrs {
+    uint64_t send, recv;
+} addrs_t;
+
+/* Every rank's buffer addresses, exchanged with each peer directly. */
+static hcomm_result_t exchange_addrs(const hcomm__xfer_t *x, const void *send, void *recv,
+                                     addrs_t *all) {
+    int p = x->c->size, r = x->c->rank;
+    all[r] = (addrs_t){(uint64_t)(uintptr_t)send, (uint64_t)(uintptr_t)recv};
+    for (int d = 1; d < p; d++)
+        HCOMM__TRY(hcomm__x_sendrecv(x, (r + d) % p, &all[r], sizeof *all, (r - d + p) % p,
+                                     &all[(r - d + p) % p], sizeof *all));
+    return HCOMM_OK;
+}
+
+/* Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 p) rounds of empty
+ * messages; when it returns on one rank every rank has entered it. */
+static hcomm_result_t barrier(const hcomm__xfer_t *x) {
+    int p = x->c->size, r = x->c->rank;
+    for (int d = 1; d < p; d *= 2)
+        HCOMM__TRY(hcomm__x_sendrecv(x, (r + d) % p, NULL, 0, (r - d + p) % p, NULL, 0));
+    return HCOMM_OK;
+}
+
+static hcomm_result_t read_from(const hcomm__xfer_t *x, int peer, uint64_t remote, size_t off,
+                                void *dst, size_t bytes) {
+    if (bytes == 0)
+        return HCOMM_OK;
+    const void *src = (const char *)(uintptr_t)remote + off;
+    if (peer == x->c->rank) {
+        if (src != dst)
+            memmove(dst, src, bytes);
+        return HCOMM_OK;
+    }
+    return x->c->tr->peer_read(x->c, peer, src, dst, bytes);
+}
+
+/* acc[0..n) = rank 0's input op rank 1's op ... for the piece at byte offset off. mine holds
+ * this rank's own piece (a copy when the call is in place: acc overwrites it). */
+static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, size_t off,
+                                   void *acc, const void *mine, void *tmp, size_t n,
+                                   hcomm_dtype_t dt, hcomm_op_t op) {
+    int p = x->c->size, me = x->c->rank;
+    size_t bytes = n * hcomm__dtype_size(dt);
+    if (me == 0) {
+        if (acc != mine)
+            memcpy(acc, mine, bytes);
+    } else {
+        HCOMM__TRY(read_from(x, 0, all[0].send, off, acc, bytes));
+    }
+    for (int q = 1; q < p; q++) {
+        const void *in = mine;
+        if (q != me) {
+            HCOMM__TRY(read_from(x, q, all[q].send, off, tmp, bytes));
+            in = tmp;
+        }
+        hcomm__reduce(acc, in, n, dt, op);
+    }
+    return HCOMM_OK;
+}
+
+/* This rank's block of the result, piece by piece, in recv. */
+static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
+                                   void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), off, len, step = PIECE_BYTES / es;
+    hcomm__block(count, x->c->size, x->c->rank, &off, &len);
+    unsigned char *tmp = malloc(2 * PIECE_BYTES);
+    if (!tmp)
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
+                          2 * PIECE_BYTES);
+    hcomm_result_t res = HCOMM_OK;
+    for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
+        size_t n = len - done < step ? len - done : step, at = (off + done) * es;
+        void *acc = (char *)recv + at;
+        const void *mine = (const char *)send + at;
+        if (send == recv && x->c->rank != 0) { /* rank 0's piece lands on this rank's own */
+            memcpy(tmp + PIECE_BYTES, mine, n * es);
+            mine = tmp + PIECE_BYTES;
+        }
+        res = reduce_piece(x, all, at, acc, mine, tmp, n, dt, op);
+    }
+    free(tmp);
+    return res;
+}
+
+/* Every other rank's reduced block, read from its recv into this rank's. */
+static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, void *recv,
+                                    size_t count, hcomm_dtype_t dt) {
+    size_t es = hcomm__dtype_size(dt), off, len;
+    for (int q = 0; q < x->c->size; q++) {
+        if (q == x->c->rank)
+            continue;
+        hcomm__block(count, x->c->size, q, &off, &len);
+        HCOMM__TRY(read_from(x, q, all[q].recv, off * es, (char *)recv + off * es, len * es));
+    }
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    addrs_t *all = calloc((size_t)x->c->size, sizeof *all);
+    if (!all)
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses",
+                          x->c->size);
+    hcomm_result_t res = exchange_addrs(x, send, recv, all);
+    if (res == HCOMM_OK && (res = reduce_block(x, all, send, recv, count, dt, op)) != HCOMM_OK) {
+        char text[256]; /* peers waiting in the barrier learn it now */
+        snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, hcomm_last_error());
+        hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
+    }
+    if (res == HCOMM_OK)
+        res = barrier(x);
+    if (res == HCOMM_OK)
+        res = gather_blocks(x, all, recv, count, dt);
+    if (res == HCOMM_OK)
+        res = barrier(x);
+    free(all);
+    return res;
+}

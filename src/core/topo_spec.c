@@ -1,0 +1,350 @@
+/* HCOMM_TOPO, HCOMM_TUNING_FILE and the digests of the selection inputs (see topo_spec.h). */
+#include "core/topo_spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FORMS                                                                                      \
+    "mesh, ring, nodes=NxG, nodes=A,B,... and class tables intra=LAT,BW[,RED] / "                  \
+    "inter=LAT,BW[,RED] (LAT in ns/us/ms/s, BW and RED in B/s/KB/s/MB/s/GB/s), fields "            \
+    "separated by ';', e.g. \"nodes=2x4;inter=10us,1GB/s\""
+
+/* Defaults without a tuning file: threads or processes of one host exchange through shared
+ * memory at a few GB/s with microseconds of software overhead; between hosts a 10 Gbit/s TCP
+ * network (Open MPI's tcp btl) with tens of microseconds. Reductions run at memory speed. */
+static const hcomm__link_t link_defaults[HCOMM__LINK_CLASSES] = {
+    [HCOMM__LINK_INTRA] = {2e-6, 1.0 / 5e9, 1.0 / 4e9},
+    [HCOMM__LINK_INTER] = {20e-6, 1.0 / 1.25e9, 1.0 / 4e9},
+};
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static hcomm_result_t bad(const char *fn, const char *var, const char *text, const char *what,
+                          int len, const char *s) {
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=\"%s\": %s \"%.*s\"; valid: " FORMS, var, text,
+                      what, len, s);
+}
+
+/* A positive number followed by one of units (scale[i] per unit) filling exactly len bytes. */
+static bool number_unit(const char *s, size_t len, const char *const *units, const double *scale,
+                        double *out) {
+    char buf[64];
+    if (len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(buf, &end);
+    if (errno != 0 || end == buf || !isfinite(v) || v < 0.0)
+        return false;
+    for (int i = 0; units[i]; i++)
+        if (strcmp(end, units[i]) == 0) {
+            *out = v * scale[i];
+            return true;
+        }
+    return false;
+}
+
+static bool latency(const char *s, size_t len, double *out) {
+    static const char *const units[] = {"ns", "us", "ms", "s", NULL};
+    static const double scale[] = {1e-9, 1e-6, 1e-3, 1.0};
+    return number_unit(s, len, units, scale, out);
+}
+
+/* Seconds per byte from a rate such as "10GB/s". */
+static bool per_byte(const char *s, size_t len, double *out) {
+    static const char *const units[] = {"B/s", "KB/s", "MB/s", "GB/s", NULL};
+    static const double scale[] = {1.0, 1e3, 1e6, 1e9};
+    double rate;
+    if (!number_unit(s, len, units, scale, &rate) || rate <= 0.0)
+        return false;
+    *out = 1.0 / rate;
+    return true;
+}
+
+/* "LAT,BW[,RED]" into link (gamma keeps its default when RED is absent). */
+static bool link_table(const char *s, size_t len, hcomm__link_t *link) {
+    const char *c1 = memchr(s, ',', len);
+    if (!c1)
+        return false;
+    const char *rest = c1 + 1;
+    size_t rlen = len - (size_t)(rest - s);
+    const char *c2 = memchr(rest, ',', rlen);
+    size_t bwlen = c2 ? (size_t)(c2 - rest) : rlen;
+    if (!latency(s, (size_t)(c1 - s), &link->alpha) || !per_byte(rest, bwlen, &link->beta))
+        return false;
+    return !c2 || per_byte(c2 + 1, rlen - bwlen - 1, &link->gamma);
+}
+
+static bool positive_int(const char *s, size_t len, int *out) {
+    if (len == 0 || len > 6)
+        return false;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return v > 0;
+}
+
+/* "NxG" or "A,B,...". */
+static bool node_shape(const char *s, size_t len, hcomm__topo_spec_t *out) {
+    const char *x = memchr(s, 'x', len);
+    if (x)
+        return positive_int(s, (size_t)(x - s), &out->nnodes) &&
+               positive_int(x + 1, len - (size_t)(x + 1 - s), &out->per_node) &&
+               (long)out->nnodes * out->per_node <= 1 << 20;
+    out->nnodes = 0;
+    while (len > 0) {
+        const char *comma = memchr(s, ',', len);
+        size_t n = comma ? (size_t)(comma - s) : len;
+        if (out->nnodes == HCOMM__TOPO_MAX_LIST || !positive_int(s, n, &out->sizes[out->nnodes]))
+            return false;
+        out->nnodes++;
+        s += n + (comma ? 1 : 0);
+        len -= n + (comma ? 1 : 0);
+        if (comma && len == 0)
+            return false;
+    }
+    return out->nnodes > 0;
+}
+
+static hcomm_result_t parse_field(const char *fn, const char *var, const char *text, const char *s,
+                                  size_t len, hcomm__topo_spec_t *out) {
+    const char *eq = memchr(s, '=', len);
+    size_t key = eq ? (size_t)(eq - s) : len;
+    const char *val = eq ? eq + 1 : s + len;
+    size_t vlen = len - key - (eq ? 1 : 0);
+    bool shape =
+        !eq && (strncmp(s, "mesh", len) == 0 || strncmp(s, "ring", len) == 0) && (len == 4);
+    bool nodes = eq && key == 5 && strncmp(s, "nodes", 5) == 0;
+    if ((shape || nodes) && out->kind != HCOMM__TOPO_DETECT)
+        return bad(fn, var, text, "declares a second shape with", (int)len, s);
+    if (shape) {
+        out->kind = s[0] == 'm' ? HCOMM__TOPO_MESH : HCOMM__TOPO_RING;
+        return HCOMM_OK;
+    }
+    if (nodes) {
+        if (!node_shape(val, vlen, out))
+            return bad(fn, var, text, "has a malformed node shape", (int)len, s);
+        out->kind = HCOMM__TOPO_NODES;
+        return HCOMM_OK;
+    }
+    int cls = !eq                                       ? -1
+              : key == 5 && strncmp(s, "intra", 5) == 0 ? HCOMM__LINK_INTRA
+              : key == 5 && strncmp(s, "inter", 5) == 0 ? HCOMM__LINK_INTER
+                                                        : -1;
+    if (cls < 0)
+        return bad(fn, var, text, "has an unknown field", (int)len, s);
+    if (!link_table(val, vlen, &out->link[cls]))
+        return bad(fn, var, text, "has a malformed link class", (int)len, s);
+    out->has_link[cls] = true;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__topo_spec_parse(const char *fn, const char *var, const char *text,
+                                      hcomm__topo_spec_t *out) {
+    memset(out, 0, sizeof *out);
+    hcomm__link_default(out->link);
+    if (!text || !text[0])
+        return HCOMM_OK;
+    out->digest = fnv(text, strlen(text), 0xcbf29ce484222325ull) | 1;
+    for (const char *s = text; *s;) {
+        const char *semi = strchr(s, ';');
+        size_t len = semi ? (size_t)(semi - s) : strlen(s);
+        if (len > 0)
+            HCOMM__TRY(parse_field(fn, var, text, s, len, out));
+        s += len + (semi ? 1 : 0);
+    }
+    return HCOMM_OK;
+}
+
+int hcomm__topo_spec_ranks(const hcomm__topo_spec_t *s) {
+    if (s->kind != HCOMM__TOPO_NODES)
+        return 0;
+    if (s->per_node > 0)
+        return s->nnodes * s->per_node;
+    int n = 0;
+    for (int i = 0; i < s->nnodes; i++)
+        n += s->sizes[i];
+    return n;
+}
+
+int hcomm__topo_spec_node(const hcomm__topo_spec_t *s, int r) {
+    if (s->kind != HCOMM__TOPO_NODES || r < 0)
+        return -1;
+    if (s->per_node > 0)
+        return r / s->per_node < s->nnodes ? r / s->per_node : -1;
+    for (int i = 0; i < s->nnodes; i++) {
+        if (r < s->sizes[i])
+            return i;
+        r -= s->sizes[i];
+    }
+    return -1;
+}
+
+/* --- HCOMM_TOPO, once per process --- */
+
+static hcomm__topo_spec_t env_spec;
+static hcomm_result_t env_res = HCOMM_OK;
+static char env_msg[768];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void read_env(void) {
+    env_res = hcomm__topo_spec_parse("hcomm", "HCOMM_TOPO", getenv("HCOMM_TOPO"), &env_spec);
+    if (env_res != HCOMM_OK) {
+        snprintf(env_msg, sizeof env_msg, "%s", hcomm_last_error());
+        hcomm__topo_spec_parse("hcomm", "HCOMM_TOPO", NULL, &env_spec);
+    }
+}
+
+const hcomm__topo_spec_t *hcomm__topo_spec_env(void) {
+    pthread_once(&env_once, read_env);
+    return &env_spec;
+}
+
+/* Re-words a message recorded as "hcomm: ..." for the public call fn. */
+static hcomm_result_t reword(hcomm_result_t res, const char *fn, const char *msg) {
+    const char *sep = strstr(msg, ": ");
+    return hcomm__err(res, fn, "%s", sep ? sep + 2 : msg);
+}
+
+hcomm_result_t hcomm__topo_spec_env_validate(const char *fn) {
+    pthread_once(&env_once, read_env);
+    return env_res == HCOMM_OK ? HCOMM_OK : reword(env_res, fn, env_msg);
+}
+
+hcomm_result_t hcomm__topo_spec_env_fits(const char *fn, int world) {
+    const hcomm__topo_spec_t *s = hcomm__topo_spec_env();
+    int declared = hcomm__topo_spec_ranks(s);
+    if (s->kind != HCOMM__TOPO_NODES || declared == world)
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                      "HCOMM_TOPO=\"%s\" declares %d ranks but the world has %d",
+                      getenv("HCOMM_TOPO"), declared, world);
+}
+
+/* --- HCOMM_TUNING_FILE, once per process --- */
+
+static hcomm__link_t tuned[HCOMM__LINK_CLASSES];
+static uint64_t tuning_digest;
+static hcomm_result_t tuning_res = HCOMM_OK;
+static char tuning_msg[768];
+static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/* One "key = value" line into tuned[]; false when the key or value is unknown. */
+static bool tuning_line(char *key, const char *val) {
+    char *dot = strchr(key, '.');
+    if (!dot)
+        return false;
+    *dot = '\0';
+    int cls = strcmp(key, "intra") == 0   ? HCOMM__LINK_INTRA
+              : strcmp(key, "inter") == 0 ? HCOMM__LINK_INTER
+                                          : -1;
+    char *end = NULL;
+    double v = strtod(val, &end);
+    if (cls < 0 || end == val || *end != '\0' || !isfinite(v) || v <= 0.0)
+        return false;
+    const char *field = dot + 1;
+    if (strcmp(field, "alpha_us") == 0)
+        tuned[cls].alpha = v * 1e-6;
+    else if (strcmp(field, "bw_GBps") == 0)
+        tuned[cls].beta = 1.0 / (v * 1e9);
+    else if (strcmp(field, "reduce_GBps") == 0)
+        tuned[cls].gamma = 1.0 / (v * 1e9);
+    else
+        return false;
+    return true;
+}
+
+static void read_tuning(void) {
+    memcpy(tuned, link_defaults, sizeof tuned);
+    const char *path = getenv("HCOMM_TUNING_FILE");
+    if (!path || !path[0])
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        tuning_res =
+            hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
+                       "HCOMM_TUNING_FILE=\"%s\" cannot be read: %s", path, strerror(errno));
+        snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm_last_error());
+        tuning_digest = 1;
+        return;
+    }
+    char line[512];
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int no = 1; fgets(line, sizeof line, f); no++) {
+        h = fnv(line, strlen(line), h);
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line), *eq = strchr(s, '=');
+        if (!*s)
+            continue;
+        if (eq)
+            *eq = '\0';
+        if (eq && tuning_line(trim(s), trim(eq + 1)))
+            continue;
+        if (tuning_res == HCOMM_OK) {
+            tuning_res = hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
+                                    "HCOMM_TUNING_FILE=\"%s\" line %d is not \"CLASS.KEY = "
+                                    "positive number\" with CLASS intra or inter and KEY "
+                                    "alpha_us, bw_GBps or reduce_GBps",
+                                    path, no);
+            snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm_last_error());
+        }
+    }
+    fclose(f);
+    tuning_digest = h | 1;
+    if (tuning_res != HCOMM_OK)
+        memcpy(tuned, link_defaults, sizeof tuned);
+}
+
+void hcomm__link_default(hcomm__link_t link[HCOMM__LINK_CLASSES]) {
+    pthread_once(&tuning_once, read_tuning);
+    memcpy(link, tuned, sizeof tuned);
+}
+
+hcomm_result_t hcomm__tuning_validate(const char *fn) {
+    pthread_once(&tuning_once, read_tuning);
+    return tuning_res == HCOMM_OK ? HCOMM_OK : reword(tuning_res, fn, tuning_msg);
+}
+
+/* --- what every rank must share --- */
+
+static const char *const sel_vars[HCOMM__SEL_COUNT] = {"HCOMM_ALGO", "HCOMM_TOPO",
+                                                       "HCOMM_TUNING_FILE"};
+
+const char *hcomm__selection_var(int i) {
+    return i >= 0 && i < HCOMM__SEL_COUNT ? sel_vars[i] : "?";
+}
+
+void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(sel_vars[i]);
+        out[i] = s && s[0] ? fnv(s, strlen(s), 0xcbf29ce484222325ull) | 1 : 0;
+    }
+    pthread_once(&tuning_once, read_tuning);
+    out[HCOMM__SEL_TUNING] = tuning_digest; /* the contents: paths may differ per node */
+}

@@ -1,0 +1,346 @@
+/* hcomm-bench's command line, in the style of nccl-tests (one binary, the operation first):
+ *   hcomm-bench OP -b MIN -e MAX -f FACTOR | -i STEP -n ITERS -w WARMUP -c CHECK -o REDOP
+ *               -d DTYPE -r ROOT -a 0|1|2|3 -F CSV -t NRANKS --algo NAME|all|auto ...
+ * Every flag also takes --flag=value; sizes take K, M and G suffixes. */
+#include "bench.h"
+
+#include "algo/select.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { K_SIZE, K_INT, K_FACTOR, K_STR, K_OP, K_DTYPE, K_REDOP, K_ALGO } kind_t;
+
+typedef struct flag {
+    const char *s, *l, *alt; /* short, long, another long spelling */
+    kind_t kind;
+    int min, max;
+} flag_t;
+
+enum {
+    F_BACKEND,
+    F_RANKS,
+    F_OP,
+    F_MIN,
+    F_MAX,
+    F_FACTOR,
+    F_STEP,
+    F_ITERS,
+    F_WARMUP,
+    F_CHECK,
+    F_REDOP,
+    F_DTYPE,
+    F_ROOT,
+    F_AVG,
+    F_CSV,
+    F_ALGO,
+    F_JSON,
+    F_PLOT,
+    F_MOE_H,
+    F_MOE_K,
+    F_MOE_E,
+    F_DP_N,
+    F_COUNT
+};
+
+static const flag_t flags[F_COUNT] = {
+    [F_BACKEND] = {NULL, "--backend", NULL, K_STR, 0, 0},
+    [F_RANKS] = {"-t", "--ranks", "--nthreads", K_INT, 1, 4096},
+    [F_OP] = {NULL, "--op", NULL, K_OP, 0, 0},
+    [F_MIN] = {"-b", "--minbytes", NULL, K_SIZE, 0, 0},
+    [F_MAX] = {"-e", "--maxbytes", NULL, K_SIZE, 0, 0},
+    [F_FACTOR] = {"-f", "--stepfactor", NULL, K_FACTOR, 0, 0},
+    [F_STEP] = {"-i", "--stepbytes", NULL, K_SIZE, 0, 0},
+    [F_ITERS] = {"-n", "--iters", NULL, K_INT, 1, 1 << 20},
+    [F_WARMUP] = {"-w", "--warmup_iters", "--warmup", K_INT, 0, 1 << 20},
+    [F_CHECK] = {"-c", "--check", NULL, K_INT, 0, 1 << 20},
+    [F_REDOP] = {"-o", "--redop", NULL, K_REDOP, 0, 0},
+    [F_DTYPE] = {"-d", "--datatype", "--dtype", K_DTYPE, 0, 0},
+    [F_ROOT] = {"-r", "--root", NULL, K_INT, 0, 4095},
+    [F_AVG] = {"-a", "--average", NULL, K_INT, 0, 3},
+    [F_CSV] = {"-F", "--csv", NULL, K_STR, 0, 0},
+    [F_ALGO] = {NULL, "--algo", NULL, K_ALGO, 0, 0},
+    [F_JSON] = {NULL, "--json", NULL, K_STR, 0, 0},
+    [F_PLOT] = {NULL, "--plot", NULL, K_STR, 0, 0},
+    [F_MOE_H] = {NULL, "--moe-hidden", NULL, K_INT, 1, 1 << 20},
+    [F_MOE_K] = {NULL, "--moe-topk", NULL, K_INT, 1, 64},
+    [F_MOE_E] = {NULL, "--moe-experts", NULL, K_INT, 1, 1 << 16},
+    [F_DP_N] = {NULL, "--dp-buffers", NULL, K_INT, 1, 4096},
+};
+
+static void print_version(void) {
+    int major, minor, patch;
+    const char *backends;
+    hcomm_version(&major, &minor, &patch, &backends);
+    printf("hcomm-bench %s (hcomm library %d.%d.%d; backends: %s)\n", HCOMM_VERSION_STRING, major,
+           minor, patch, backends);
+}
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: hcomm-bench [OP] [options]   (nccl-tests style; every flag also as --flag=value)\n"
+        "  OP                all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather,\n"
+        "                    scatter, all_to_all, all_to_allv, all_gatherv, reduce_scatterv,\n"
+        "                    tp_all_reduce, tp_all_gather, tp_reduce_scatter, pp_send_recv,\n"
+        "                    moe_dispatch_combine, dp_all_reduce, all (every collective; the\n"
+        "                    default), or compare (hcomm against raw MPI and memcpy as ratios)\n"
+        "  --op OP           the same as OP\n"
+        "  -b, --minbytes N  smallest size in bytes, K/M/G suffixes (default 1K)\n"
+        "  -e, --maxbytes N  largest size (default 4M)\n"
+        "  -f, --stepfactor F  size multiplier between rows (default 4)\n"
+        "  -i, --stepbytes N   size increment between rows instead of -f\n"
+        "  -n, --iters N     timed iterations per size (default 20)\n"
+        "  -w, --warmup_iters N  untimed iterations per size (default 3)\n"
+        "  -c, --check N     checked iterations per size against a reference (default 1; 0: "
+        "#wrong N/A)\n"
+        "  -o, --redop OP    sum, prod, max, min, avg (default sum)\n"
+        "  -d, --datatype T  f32 (float), f64 (double), f16 (half), bf16, i8, u8, i32, i64\n"
+        "                    (default f32; moe_dispatch_combine: bf16)\n"
+        "  -r, --root R      root of broadcast, reduce, gather, scatter (default 0)\n"
+        "  -a, --average A   time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3: the\n"
+        "                    slowest rank; each figure is the median over iterations)\n"
+        "  -t, --ranks N     ranks as threads on the local backend (default 8); under mpirun the\n"
+        "                    job's processes are the ranks\n"
+        "  --algo A          auto (default: hcomm's choice), all (every algorithm valid for the\n"
+        "                    op, plus auto and its regret), one name (native, ring, ...), or raw\n"
+        "                    (MPI alone); on mpi a raw row (MPI called directly) joins auto's\n"
+        "  -F, --csv FILE    write the rows as CSV\n"
+        "  --json FILE       write the rows as one JSON array\n"
+        "  --plot FILE.png   draw busbw against size per algorithm (needs gnuplot)\n"
+        "  --moe-hidden H --moe-topk K --moe-experts E   moe_dispatch_combine shape (7168, 8, "
+        "256)\n"
+        "  --dp-buffers N    dp_all_reduce: gradient buffers per call (default 16)\n"
+        "  --backend B       local or mpi (default: $HCOMM_BACKEND, else mpi under mpirun)\n"
+        "  --version         print the version and the backends built\n");
+}
+
+static int bad(const char *flag, const char *v, const char *why) {
+    fprintf(stderr, "hcomm-bench: %s %s %s\n", flag, v, why);
+    return -1;
+}
+
+/* Bytes with an optional K, M or G suffix (powers of 1024), 1 byte to 64 GiB. */
+static int parse_size(const char *flag, const char *v, size_t *out) {
+    char *end;
+    unsigned long long x = (*v >= '0' && *v <= '9') ? strtoull(v, &end, 10) : 0;
+    int shift = 0;
+    if (x > 0 && strchr("kK", *end) && *end)
+        shift = 10, end++;
+    else if (x > 0 && strchr("mM", *end) && *end)
+        shift = 20, end++;
+    else if (x > 0 && strchr("gG", *end) && *end)
+        shift = 30, end++;
+    if (x == 0 || *end != '\0' || x > (1ull << 36) >> shift)
+        return bad(flag, v, "is not a size from 1 to 64G bytes (e.g. 4096, 64K, 8M, 1G)");
+    *out = (size_t)(x << shift);
+    return 0;
+}
+
+static int parse_factor(const char *flag, const char *v, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(x > 1.0 && x <= 1024.0))
+        return bad(flag, v, "must be a number above 1 (and at most 1024)");
+    *out = x;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *v, int *out, int min, int max) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0')
+        return bad(flag, v, "is not an integer");
+    if (x < min || x > max) {
+        fprintf(stderr, "hcomm-bench: %s %s: out of range %d..%d\n", flag, v, min, max);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static const char *const dtype_alias[][2] = {
+    {"float", "f32"}, {"float32", "f32"}, {"double", "f64"},    {"float64", "f64"},
+    {"half", "f16"},  {"float16", "f16"}, {"bfloat16", "bf16"}, {"int8", "i8"},
+    {"uint8", "u8"},  {"int32", "i32"},   {"int", "i32"},       {"int64", "i64"}};
+
+static int parse_dtype(const char *flag, const char *v, hcomm_dtype_t *out) {
+    for (size_t i = 0; i < sizeof dtype_alias / sizeof *dtype_alias; i++)
+        if (!strcmp(v, dtype_alias[i][0]))
+            v = dtype_alias[i][1];
+    for (int d = 0; d < HCOMM_DTYPE_COUNT; d++) {
+        const char *name = "";
+        hcomm_dtype_name((hcomm_dtype_t)d, &name);
+        if (!strcmp(v, name)) {
+            *out = (hcomm_dtype_t)d;
+            return 0;
+        }
+    }
+    return bad(flag, v, "is not a dtype (f32, f64, f16, bf16, i8, u8, i32, i64)");
+}
+
+static int parse_redop(const char *flag, const char *v, hcomm_op_t *out) {
+    for (int op = 0; op < HCOMM_OP_COUNT; op++)
+        if (!strcmp(v, bench_op_names[op])) {
+            *out = (hcomm_op_t)op;
+            return 0;
+        }
+    return bad(flag, v, "is not a reduction (sum, prod, max, min, avg)");
+}
+
+/* "all" (every collective), compare, or one op. */
+static int select_op(bench_opts_t *o, const char *flag, const char *v) {
+    int n;
+    const bench_op_t *ops = bench_ops(&n);
+    if (!strcmp(v, "compare")) {
+        o->legacy = 1;
+        return 0;
+    }
+    if (!strcmp(v, "all")) {
+        for (int i = 0; i < n && o->nops < BENCH_MAX_OPS; i++)
+            if (!ops[i].primitive)
+                o->ops[o->nops++] = i;
+        return 0;
+    }
+    int i = bench_op_find(v);
+    if (i < 0) {
+        fprintf(stderr, "hcomm-bench: %s%s%s is not an operation; valid:", flag ? flag : "",
+                flag ? " " : "", v);
+        for (int k = 0; k < n; k++)
+            fprintf(stderr, " %s", ops[k].name);
+        fprintf(stderr, ", all, compare\n");
+        return -1;
+    }
+    if (o->nops < BENCH_MAX_OPS)
+        o->ops[o->nops++] = i;
+    return 0;
+}
+
+/* auto, all, raw or an algorithm name hcomm knows (whether the op can run it is checked once
+ * the op is known). */
+static int parse_algo(const char *flag, const char *v, const char **out) {
+    if (strcmp(v, "auto") && strcmp(v, "all") && strcmp(v, "raw")) {
+        int ok = 0;
+        for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
+            ok |= !strcmp(v, hcomm__algo_name(a));
+        if (!ok) {
+            fprintf(stderr, "hcomm-bench: %s %s is not an algorithm; valid: auto, all, raw", flag,
+                    v);
+            for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
+                fprintf(stderr, ", %s", hcomm__algo_name(a));
+            fprintf(stderr, "\n");
+            return -1;
+        }
+    }
+    *out = v;
+    return 0;
+}
+
+static int find_flag(const char *a, size_t len) {
+    for (int f = 0; f < F_COUNT; f++) {
+        const char *names[3] = {flags[f].s, flags[f].l, flags[f].alt};
+        for (int k = 0; k < 3; k++)
+            if (names[k] && strlen(names[k]) == len && !strncmp(a, names[k], len))
+                return f;
+    }
+    return -1;
+}
+
+static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
+    const flag_t *fl = &flags[f];
+    switch (f) {
+    case F_BACKEND:
+        o->backend = v;
+        return 0;
+    case F_OP:
+        return select_op(o, a, v);
+    case F_MIN:
+        return parse_size(a, v, &o->min_bytes);
+    case F_MAX:
+        return parse_size(a, v, &o->max_bytes);
+    case F_STEP:
+        return parse_size(a, v, &o->step_bytes);
+    case F_FACTOR:
+        return parse_factor(a, v, &o->factor);
+    case F_REDOP:
+        return parse_redop(a, v, &o->redop);
+    case F_DTYPE:
+        o->dtype_given = true;
+        return parse_dtype(a, v, &o->dtype);
+    case F_ALGO:
+        return parse_algo(a, v, &o->algo);
+    case F_CSV:
+        o->csv = v;
+        return 0;
+    case F_JSON:
+        o->json = v;
+        return 0;
+    case F_PLOT:
+        o->plot = v;
+        return 0;
+    default:
+        break;
+    }
+    int *dst[F_COUNT] = {
+        [F_RANKS] = &o->nranks,     [F_ITERS] = &o->iters,    [F_WARMUP] = &o->warmup,
+        [F_CHECK] = &o->check,      [F_ROOT] = &o->root,      [F_AVG] = &o->report,
+        [F_MOE_H] = &o->moe_hidden, [F_MOE_K] = &o->moe_topk, [F_MOE_E] = &o->moe_experts,
+        [F_DP_N] = &o->dp_buffers};
+    return parse_int(a, v, dst[f], fl->min, fl->max);
+}
+
+/* One argument (and its value, which may be the next one): returns how many were used, or -1. */
+static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor, bool *step) {
+    const char *a = argv[i];
+    if (a[0] != '-' || a[1] == '\0')
+        return select_op(o, NULL, a) ? -1 : 1;
+    const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    int f = find_flag(a, len);
+    if (f < 0) {
+        fprintf(stderr, "hcomm-bench: unknown option %.*s (see --help)\n", (int)len, a);
+        return -1;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)len, a);
+    const char *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+    /* "-n -3" is a value; "--algo --json x" is a missing one */
+    if (v == NULL || (!eq && v[0] == '-' && v[1] == '-')) {
+        fprintf(stderr, "hcomm-bench: %s needs a value (see --help)\n", name);
+        return -1;
+    }
+    *factor |= f == F_FACTOR;
+    *step |= f == F_STEP;
+    return set_flag(o, f, name, v) ? -1 : eq ? 1 : 2;
+}
+
+static int check_combination(const bench_opts_t *o, bool factor, bool step) {
+    if (factor && step) {
+        fprintf(stderr, "hcomm-bench: -f and -i exclude each other (a factor or a step)\n");
+        return -1;
+    }
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "hcomm-bench: -b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
+    bool factor = false, step = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return usage(stdout), 1;
+        if (!strcmp(argv[i], "--version"))
+            return print_version(), 1;
+    }
+    for (int i = 1; i < argc;) {
+        int used = parse_one(o, i, argc, argv, &factor, &step);
+        if (used < 0)
+            return -1;
+        i += used;
+    }
+    if (o->nops == 0 && !o->legacy)
+        select_op(o, NULL, "all");
+    return check_combination(o, factor, step);
+}

@@ -1,0 +1,267 @@
+/* hcomm-bench moe_dispatch_combine: one top-k dispatch and combine of T tokens [T, H] per rank
+ * (bf16 by default; H, k, E from --moe-hidden/--moe-topk/--moe-experts, 7168, 8 and 256 as in
+ * DeepSeek-V3), with T = the size / (H * element size). The experts are the identity and the
+ * weights 1/k, so the combined output equals the tokens: #wrong counts elements that differ.
+ *   auto      hcomm_moe_dispatch_topk + hcomm_moe_combine_topk
+ *   baseline  what a plain implementation does: sort the (token, slot) rows by expert, send the
+ *             counts and then every row with the native all_to_allv, send them back the same
+ *             way, and sum each token's slots weighted (f32 accumulation).
+ * size(B) is the tokens of one rank; busbw uses all_to_all's factor (p-1)/p. */
+#include "bench.h"
+
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct moe {
+    int64_t T;
+    int H, k, E;
+    int32_t *ids;
+    float *w;
+    int64_t *perm;             /* baseline: slot of each sorted row */
+    size_t *sc, *sd, *rc, *rd; /* baseline: per-rank bytes of rows */
+    int64_t *cnt_s, *cnt_r;    /* baseline: rows per rank */
+    size_t *one, *offs;        /* baseline: 8-byte counts exchange */
+    char *rows, *back, *recvd; /* baseline: sorted rows, the rows back, received rows */
+    size_t recv_cap;
+    float *acc;
+} moe_t;
+
+static void moe_shape(bench_case_t *c, size_t req) {
+    size_t row = (size_t)c->o->moe_hidden * c->es;
+    size_t T = req / row > 0 ? req / row : 1;
+    c->count = T * (size_t)c->o->moe_hidden;
+    c->bytes = c->count * c->es;
+}
+
+static size_t moe_capacity(const bench_case_t *c) {
+    return c->bytes;
+}
+
+static double moe_in(int r, size_t g) {
+    return (double)(((size_t)r * 37 + g * 5) % 61);
+}
+
+static int experts_of(const bench_case_t *c) {
+    int E = c->o->moe_experts / c->size * c->size; /* a multiple of the group, as dispatch needs */
+    return E > 0 ? E : c->size;
+}
+
+/* Token t of rank r picks k distinct experts spread over the ranks (a deterministic hash). */
+static void route(moe_t *m, int rank) {
+    int stride = m->E / m->k > 0 ? m->E / m->k : 1;
+    for (int64_t t = 0; t < m->T; t++) {
+        uint64_t h =
+            ((uint64_t)rank * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)t * 0xBF58476D1CE4E5B9ull);
+        h ^= h >> 29;
+        int start = (int)(h % (uint64_t)m->E);
+        for (int j = 0; j < m->k; j++) {
+            int e = (start + j * stride) % m->E;
+            m->ids[t * m->k + j] = j < m->E ? e : -1;
+            m->w[t * m->k + j] = 1.0f / (float)m->k;
+        }
+    }
+}
+
+static hcomm_result_t moe_setup(bench_case_t *c) {
+    moe_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return HCOMM_ERR_NOMEM;
+    c->extra = m;
+    m->H = c->o->moe_hidden;
+    m->T = (int64_t)(c->count / (size_t)m->H);
+    m->E = experts_of(c);
+    m->k = c->o->moe_topk < m->E ? c->o->moe_topk : m->E;
+    size_t slots = (size_t)m->T * (size_t)m->k, p = (size_t)c->size, row = (size_t)m->H * c->es;
+    m->ids = malloc(sizeof *m->ids * slots);
+    m->w = malloc(sizeof *m->w * slots);
+    m->perm = malloc(sizeof *m->perm * slots);
+    m->sc = calloc(p, sizeof(size_t));
+    m->sd = calloc(p, sizeof(size_t));
+    m->rc = calloc(p, sizeof(size_t));
+    m->rd = calloc(p, sizeof(size_t));
+    m->cnt_s = calloc(p, sizeof(int64_t));
+    m->cnt_r = calloc(p, sizeof(int64_t));
+    m->one = calloc(p, sizeof(size_t));
+    m->offs = calloc(p, sizeof(size_t));
+    m->rows = malloc(slots * row + 1);
+    m->back = malloc(slots * row + 1);
+    m->acc = malloc(sizeof(float) * (size_t)m->T * (size_t)m->H + 1);
+    if (!m->ids || !m->w || !m->perm || !m->sc || !m->sd || !m->rc || !m->rd || !m->cnt_s ||
+        !m->cnt_r || !m->one || !m->offs || !m->rows || !m->back || !m->acc)
+        return HCOMM_ERR_NOMEM;
+    for (size_t q = 0; q < p; q++) {
+        m->one[q] = sizeof(int64_t);
+        m->offs[q] = q * sizeof(int64_t);
+    }
+    route(m, c->rank);
+    return HCOMM_OK;
+}
+
+static void moe_teardown(bench_case_t *c) {
+    moe_t *m = c->extra;
+    if (!m)
+        return;
+    free(m->ids), free(m->w), free(m->perm), free(m->sc), free(m->sd), free(m->rc), free(m->rd);
+    free(m->cnt_s), free(m->cnt_r), free(m->one), free(m->offs), free(m->rows), free(m->back);
+    free(m->recvd), free(m->acc), free(m);
+    c->extra = NULL;
+}
+
+static void moe_fill(bench_case_t *c) {
+    for (size_t i = 0; i < c->count; i++) {
+        bench_put(c->dt, c->send, i, moe_in(c->rank, i));
+        bench_put(c->dt, c->recv, i, 120.0);
+    }
+}
+
+static long moe_wrong(const bench_case_t *c) {
+    long w = 0;
+    for (size_t i = 0; i < c->count; i++) {
+        double got = bench_get(c->dt, c->recv, i), want = moe_in(c->rank, i);
+        w += fabs(got - want) > 1e-2 * fabs(want) + 1e-6;
+    }
+    return w;
+}
+
+static hcomm_result_t tensor2(const bench_case_t *c, void *data, int64_t rows, int64_t cols,
+                              hcomm_tensor_t *t) {
+    int64_t shape[2] = {rows, cols};
+    return hcomm_tensor_init(t, data, c->dt, 2, shape);
+}
+
+static hcomm_result_t moe_run(bench_case_t *c) {
+    moe_t *m = c->extra;
+    hcomm_tensor_t tok, out, got;
+    HCOMM__TRY(tensor2(c, c->send, m->T, m->H, &tok));
+    HCOMM__TRY(tensor2(c, c->recv, m->T, m->H, &out));
+    hcomm_moe_handle_t *h = NULL;
+    HCOMM__TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
+    hcomm_result_t r = hcomm_moe_received(h, &got, NULL);
+    if (r == HCOMM_OK) /* the experts are the identity: their output is what came in */
+        r = hcomm_moe_combine_topk(h, &got, &out);
+    hcomm_moe_handle_free(h);
+    return r;
+}
+
+/* --- the plain baseline --- */
+
+/* Counting sort of the (token, slot) rows by expert, stable; counts rows per rank. */
+static void sort_by_expert(const bench_case_t *c, moe_t *m) {
+    int per_rank = m->E / c->size;
+    int64_t slots = m->T * m->k, *start = calloc((size_t)m->E + 1, sizeof(int64_t));
+    if (!start)
+        return;
+    for (int64_t s = 0; s < slots; s++)
+        start[m->ids[s] + 1]++;
+    for (int e = 0; e < m->E; e++)
+        start[e + 1] += start[e];
+    for (int q = 0; q < c->size; q++)
+        m->cnt_s[q] = start[(q + 1) * per_rank] - start[q * per_rank];
+    for (int64_t s = 0; s < slots; s++)
+        m->perm[start[m->ids[s]]++] = s;
+    free(start);
+}
+
+static float to_f32(hcomm_dtype_t dt, const void *row, int j) {
+    switch (dt) {
+    case HCOMM_BF16:
+        return hcomm__bf16_to_f32(((const uint16_t *)row)[j]);
+    case HCOMM_F16:
+        return hcomm__f16_to_f32(((const uint16_t *)row)[j]);
+    case HCOMM_F32:
+        return ((const float *)row)[j];
+    default:
+        return (float)bench_get(dt, row, (size_t)j);
+    }
+}
+
+/* out[t] = sum over slots in sorted order of w * row, accumulated in f32, rounded once. */
+static void weighted_sum(bench_case_t *c, moe_t *m) {
+    size_t row = (size_t)m->H * c->es, n = (size_t)m->T * (size_t)m->H;
+    memset(m->acc, 0, sizeof(float) * n);
+    for (int64_t i = 0; i < m->T * m->k; i++) {
+        int64_t s = m->perm[i];
+        float w = m->w[s], *acc = m->acc + (size_t)(s / m->k) * (size_t)m->H;
+        const char *src = m->back + (size_t)i * row;
+        for (int j = 0; j < m->H; j++)
+            acc[j] += w * to_f32(c->dt, src, j);
+    }
+    for (size_t i = 0; i < n; i++)
+        bench_put(c->dt, c->recv, i, m->acc[i]);
+}
+
+static hcomm_result_t exchange_counts(bench_case_t *c, moe_t *m, size_t *recv_rows) {
+    size_t row = (size_t)m->H * c->es;
+    HCOMM__TRY(hcomm_all_to_allv(c->w, m->cnt_s, m->one, m->offs, m->cnt_r, m->one, m->offs));
+    *recv_rows = 0;
+    for (int q = 0; q < c->size; q++) {
+        m->sc[q] = (size_t)m->cnt_s[q] * row;
+        m->sd[q] = q ? m->sd[q - 1] + m->sc[q - 1] : 0;
+        m->rc[q] = (size_t)m->cnt_r[q] * row;
+        m->rd[q] = q ? m->rd[q - 1] + m->rc[q - 1] : 0;
+        *recv_rows += (size_t)m->cnt_r[q];
+    }
+    if (*recv_rows * row > m->recv_cap) {
+        free(m->recvd);
+        m->recv_cap = *recv_rows * row;
+        m->recvd = malloc(m->recv_cap);
+        if (!m->recvd)
+            return m->recv_cap = 0, HCOMM_ERR_NOMEM;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t moe_baseline(bench_case_t *c) {
+    moe_t *m = c->extra;
+    size_t row = (size_t)m->H * c->es, recv_rows = 0;
+    sort_by_expert(c, m);
+    for (int64_t i = 0; i < m->T * m->k; i++)
+        memcpy(m->rows + (size_t)i * row, (const char *)c->send + (size_t)(m->perm[i] / m->k) * row,
+               row);
+    HCOMM__TRY(exchange_counts(c, m, &recv_rows));
+    HCOMM__TRY(hcomm_all_to_allv(c->w, m->rows, m->sc, m->sd, m->recvd, m->rc, m->rd));
+    /* identity experts; the rows go back as they came */
+    HCOMM__TRY(hcomm_all_to_allv(c->w, m->recvd, m->rc, m->rd, m->back, m->sc, m->sd));
+    weighted_sum(c, m);
+    return HCOMM_OK;
+}
+
+static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
+    int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E;
+    snprintf(line, cap,
+             "tokens [T, %d] per rank, T = size / %zu B; top-%d of %d experts (a multiple of the "
+             "ranks), weights 1/%d, identity experts; dispatch + combine per iteration",
+             c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, k, E, k);
+}
+
+/* Dropless: every one of the group's p * T * k slots is received by some rank as one row, so
+ * a rank receives T * k rows on average. */
+static size_t moe_received(const bench_case_t *c) {
+    int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E;
+    return c->count / (size_t)c->o->moe_hidden * (size_t)k * (size_t)c->o->moe_hidden * c->es;
+}
+
+static double f_a2a(int p) {
+    return (double)(p - 1) / p;
+}
+
+const bench_op_t bench_moe_op = {.name = "moe_dispatch_combine",
+                                 .coll = NULL,
+                                 .busbw = f_a2a,
+                                 .no_inplace = true,
+                                 .primitive = true,
+                                 .float_only = true,
+                                 .own_variant = "baseline",
+                                 .shape = moe_shape,
+                                 .capacity = moe_capacity,
+                                 .fill = moe_fill,
+                                 .run = moe_run,
+                                 .wrong = moe_wrong,
+                                 .variant = moe_baseline,
+                                 .setup = moe_setup,
+                                 .teardown = moe_teardown,
+                                 .describe = moe_describe,
+                                 .received = moe_received};

@@ -1,0 +1,162 @@
+/* hcomm-bench's files: --json (one array of records), -F (CSV, the same fields) and --plot
+ * (busbw against size per algorithm, drawn by gnuplot). Rank 0 keeps the records. */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct bench_report {
+    const bench_opts_t *o;
+    bench_record_t *recs;
+    int n, cap;
+};
+
+bench_report_t *bench_report_open(const bench_opts_t *o) {
+    bench_report_t *r = calloc(1, sizeof *r);
+    if (r)
+        r->o = o;
+    return r;
+}
+
+void bench_report_add(bench_report_t *r, const bench_record_t *rec) {
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        bench_record_t *p = realloc(r->recs, sizeof *p * (size_t)cap);
+        if (!p)
+            return; /* a record short in the files, never a crash */
+        r->recs = p;
+        r->cap = cap;
+    }
+    r->recs[r->n++] = *rec;
+}
+
+static void json_record(FILE *f, const bench_record_t *x) {
+    fprintf(
+        f,
+        "\"op\": \"%s\", \"algo\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"dtype\": \"%s\", "
+        "\"redop\": \"%s\", \"world\": %d, \"inplace\": %s, \"time_us\": %.4f, \"algbw\": %.6f, "
+        "\"busbw\": %.6f, \"wrong\": ",
+        x->op, x->algo, x->bytes, x->count, x->dtype, x->redop ? x->redop : "none", x->world,
+        x->inplace ? "true" : "false", x->time_us, x->algbw, x->busbw);
+    if (x->wrong < 0)
+        fprintf(f, "null");
+    else
+        fprintf(f, "%ld", x->wrong);
+    if (x->memcpy_gbs > 0)
+        fprintf(f, ", \"memcpy_gbs\": %.6f", x->memcpy_gbs);
+    if (strcmp(x->algo, "auto"))
+        return;
+    /* null: the op made no call that chooses (all_to_allv) */
+    fprintf(f, x->chosen ? ", \"chosen\": \"%s\"" : ", \"chosen\": null", x->chosen);
+    if (x->regret > 0)
+        fprintf(f, ", \"regret\": %.4f, \"best\": \"%s\"", x->regret, x->best);
+    if (x->vs_raw > 0)
+        fprintf(f, ", \"hcomm_over_raw\": %.4f", x->vs_raw);
+    if (x->vs_variant > 0)
+        fprintf(f, ", \"auto_over_%s\": %.4f", x->variant_name, x->vs_variant);
+}
+
+static int write_json(const bench_report_t *r, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "[\n");
+    for (int i = 0; i < r->n; i++) {
+        fprintf(f, "  {");
+        json_record(f, &r->recs[i]);
+        fprintf(f, "}%s\n", i + 1 < r->n ? "," : "");
+    }
+    fprintf(f, "]\n");
+    return fclose(f);
+}
+
+static int write_csv(const bench_report_t *r, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "op,algo,chosen,bytes,count,dtype,redop,world,inplace,time_us,algbw,busbw,wrong\n");
+    for (int i = 0; i < r->n; i++) {
+        const bench_record_t *x = &r->recs[i];
+        fprintf(f, "%s,%s,%s,%zu,%zu,%s,%s,%d,%d,%.4f,%.6f,%.6f,", x->op, x->algo,
+                x->chosen ? x->chosen : "", x->bytes, x->count, x->dtype,
+                x->redop ? x->redop : "none", x->world, x->inplace, x->time_us, x->algbw, x->busbw);
+        if (x->wrong < 0)
+            fprintf(f, "N/A\n");
+        else
+            fprintf(f, "%ld\n", x->wrong);
+    }
+    return fclose(f);
+}
+
+/* One gnuplot data block per (op, algo, placement), sizes in order. */
+static int write_plot_data(const bench_report_t *r, FILE *f, char titles[][96], int max) {
+    int blocks = 0;
+    for (int i = 0; i < r->n && blocks < max; i++) {
+        const bench_record_t *x = &r->recs[i];
+        if (!strcmp(x->op, "memcpy"))
+            continue;
+        char title[96];
+        snprintf(title, sizeof title, "%s %s%s", x->op, x->algo, x->inplace ? " (in-place)" : "");
+        int seen = 0;
+        for (int b = 0; b < blocks; b++)
+            seen |= !strcmp(titles[b], title);
+        if (seen)
+            continue;
+        snprintf(titles[blocks++], 96, "%s", title);
+        for (int j = i; j < r->n; j++) {
+            const bench_record_t *y = &r->recs[j];
+            if (!strcmp(y->op, x->op) && !strcmp(y->algo, x->algo) && y->inplace == x->inplace)
+                fprintf(f, "%zu %.6f\n", y->bytes, y->busbw);
+        }
+        fprintf(f, "\n\n");
+    }
+    return blocks;
+}
+
+static int draw_plot(const bench_report_t *r, const char *png) {
+    char data[] = "/tmp/hcomm-bench-plot-XXXXXX";
+    int fd = mkstemp(data);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f)
+        return -1;
+    char titles[64][96];
+    int blocks = write_plot_data(r, f, titles, 64);
+    fclose(f);
+    FILE *g = popen("gnuplot", "w");
+    if (!g) {
+        unlink(data);
+        return -1;
+    }
+    fprintf(g, "set terminal png size 1000,640 noenhanced\nset output '%s'\n", png);
+    fprintf(g, "set title 'hcomm-bench: busbw per algorithm (dashed: in-place)'\n");
+    fprintf(g, "set logscale x 2\nset format x '%%.0b%%B'\nset xlabel 'size (bytes)'\n"
+               "set ylabel 'busbw (GB/s)'\nset key outside right\nset grid\n");
+    fprintf(g, "plot ");
+    for (int b = 0; b < blocks; b++)
+        fprintf(g, "%s'%s' index %d using 1:2 with linespoints dashtype %d title '%s'",
+                b ? ", " : "", data, b, strstr(titles[b], "in-place") ? 2 : 1, titles[b]);
+    fprintf(g, "%s\n", blocks ? "" : "0 notitle");
+    int rc = pclose(g);
+    unlink(data);
+    return rc == 0 ? 0 : -1;
+}
+
+int bench_report_close(bench_report_t *r, bool write) {
+    int bad = 0;
+    const bench_opts_t *o = r->o;
+    if (!write) {
+        free(r->recs);
+        free(r);
+        return 0;
+    }
+    if (o->json && write_json(r, o->json) != 0)
+        bad = 1, fprintf(stderr, "hcomm-bench: --json %s: cannot write the file\n", o->json);
+    if (o->csv && write_csv(r, o->csv) != 0)
+        bad = 1, fprintf(stderr, "hcomm-bench: -F %s: cannot write the file\n", o->csv);
+    if (o->plot && draw_plot(r, o->plot) != 0)
+        bad = 1, fprintf(stderr, "hcomm-bench: --plot %s: gnuplot failed to draw it\n", o->plot);
+    free(r->recs);
+    free(r);
+    return bad;
+}
