@@ -542,9 +542,10 @@ static int choose(call_t *k, int coll, size_t bytes) {
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
+    /* The shared-memory native collectives and twoshot reduce in rank order already. */
     if (k->c->deterministic && is_reduction(coll) &&
-        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE))
-        algo |= HCOMM__ALGO_DET; /* the shared-memory native ones reduce in rank order already */
+        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT)
+        algo |= HCOMM__ALGO_DET;
     k->sig.algo = algo;
     k->f->sig.algo = algo;
     a->last_algo = algo + 1;
