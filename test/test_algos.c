@@ -1,6 +1,7 @@
-/* Every algorithm x collective x dtype x op x count {0, 1, p-1, p+1, 1009} x in place / out
- * of place, forced with hcomm_comm_set_algo, against a serial reference computed here in
- * double from random inputs; world sizes 1..8 (local) or the mpirun job (HCOMM_TEST_MPI).
+/* Every algorithm x collective x dtype x op x count {0, 1, p-1, p+1, 1009, ~1M} x in place / out
+ * of place x root {0, p-1}, forced with hcomm_comm_set_algo (pairwise-covering in CI, the
+ * whole product with HCOMM_TEST_FULL=1: see matrix), against a serial reference computed here in
+ * double from random inputs; world sizes 1..9 (local) or the mpirun job (HCOMM_TEST_MPI).
  * Integers and MAX/MIN compare exactly; floats within a bound scaled by the sum of |inputs|
  * (the algorithms associate differently). Every rank's result must have the same bits: a
  * digest of it is compared across ranks. Also: HCOMM_ALGO parsing, good and bad. */
@@ -319,13 +320,21 @@ static const algo_case_t cases[] = {
     {"allreduce:twoshot", HCOMM__COLL_ALLREDUCE},
     {"reducescatter:native", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
+    {"reducescatter:rhd", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
+    {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
     {"allgather:native", HCOMM__COLL_ALLGATHER},
     {"allgather:ring", HCOMM__COLL_ALLGATHER},
+    {"allgather:rd", HCOMM__COLL_ALLGATHER},
+    {"allgather:bruck", HCOMM__COLL_ALLGATHER},
     {"allgatherv:ring", HCOMM__COLL_ALLGATHERV},
+    {"allgatherv:rd", HCOMM__COLL_ALLGATHERV},
+    {"allgatherv:bruck", HCOMM__COLL_ALLGATHERV},
     {"broadcast:native", HCOMM__COLL_BROADCAST},
     {"broadcast:tree", HCOMM__COLL_BROADCAST},
+    {"broadcast:chain", HCOMM__COLL_BROADCAST},
+    {"broadcast:scatter_allgather", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
 };
@@ -359,35 +368,114 @@ static hcomm_result_t run_one(tcase_t *t, int coll) {
     }
 }
 
-/* One algorithm over every count, in place or not, root 0 and p-1, and (reductions) every
- * dtype and op. */
+/* The matrix per algorithm: dtype x op x count x in place x root. HCOMM_TEST_FULL=1
+ * (scripts/test-algorithms.sh) runs the whole product on group sizes 1..9, plus a count of
+ * about 1M (past the ring's 4 MiB f32 segment and the 2^20-element f16/bf16 widening) for
+ * f32, bf16 and i32 SUM and for the data movers; CI runs a pairwise-covering subset (every pair
+ * of values of any two factors appears in some case, greedily chosen) and the 1M count once
+ * per algorithm on 3 ranks. HCOMM_TEST_ALGO=prefix runs the algorithms whose spec starts with it
+ * ("allreduce:", "broadcast:chain"); HCOMM_TEST_MAX_RANKS caps the local group sizes. */
+enum { NF = 5, F_DT = 0, F_OP, F_COUNT, F_IP, F_ROOT, NCOUNTS = 5, MAXV = 8 };
+
+typedef struct tuple {
+    int v[NF];
+} tuple_t;
+
+static bool full_matrix(void) {
+    const char *s = getenv("HCOMM_TEST_FULL");
+    return s && strcmp(s, "1") == 0;
+}
+
+static int pairs_gained(const int *v, bool cov[NF][NF][MAXV][MAXV]) {
+    int gain = 0;
+    for (int f = 0; f < NF; f++)
+        for (int g = f + 1; g < NF; g++)
+            gain += !cov[f][g][v[f]][v[g]];
+    return gain;
+}
+
+static void decode(int t, const int *sizes, int *v) {
+    for (int f = NF - 1; f >= 0; f--) {
+        v[f] = t % sizes[f];
+        t /= sizes[f];
+    }
+}
+
+/* The tuples to run: every one (full) or a greedy pairwise cover; returns how many. */
+static int matrix(const int *sizes, bool full, tuple_t *out) {
+    bool cov[NF][NF][MAXV][MAXV]; /* per thread: local ranks are threads */
+    int total = 1, n = 0;
+    for (int f = 0; f < NF; f++)
+        total *= sizes[f];
+    if (full) {
+        for (int t = 0; t < total; t++)
+            decode(t, sizes, out[t].v);
+        return total;
+    }
+    memset(cov, 0, sizeof cov);
+    for (;;) {
+        int best = -1, best_gain = 0, v[NF];
+        for (int t = 0; t < total; t++) {
+            decode(t, sizes, v);
+            int gain = pairs_gained(v, cov);
+            if (gain > best_gain)
+                best = t, best_gain = gain;
+        }
+        if (best < 0)
+            return n;
+        decode(best, sizes, out[n].v);
+        for (int f = 0; f < NF; f++)
+            for (int g = f + 1; g < NF; g++)
+                cov[f][g][out[n].v[f]][out[n].v[g]] = true;
+        n++;
+    }
+}
+
+static hcomm_result_t run_tuple(hcomm_comm_t *w, const algo_case_t *ac, hcomm_dtype_t dt,
+                                hcomm_op_t op, size_t count, bool ip, int root) {
+    tcase_t t = {w, ac->spec, dt, op, count, ip, root};
+    return run_one(&t, ac->coll);
+}
+
+/* About 1M elements (bytes for the data movers): f32, bf16 and i32 SUM. */
+static hcomm_result_t run_large(hcomm_comm_t *w, const algo_case_t *ac, bool full) {
+    int p = t_size(w);
+    size_t big = ((size_t)1 << 20) + 2 * (size_t)p + 1;
+    static const hcomm_dtype_t dts[] = {HCOMM_F32, HCOMM_BF16, HCOMM_I32};
+    int ndt = reduces(ac->coll) ? (full ? 3 : 1) : 1;
+    for (int d = 0; d < ndt; d++)
+        T_TRY(run_tuple(w, ac, reduces(ac->coll) ? dts[d] : HCOMM_U8, HCOMM_SUM, big,
+                        full && d == 1, p - 1));
+    return HCOMM_OK;
+}
+
 static hcomm_result_t run_case(hcomm_comm_t *w, const algo_case_t *ac) {
     int p = t_size(w);
-    size_t counts[] = {0, 1, (size_t)p - 1, (size_t)p + 1, 1009};
+    bool full = full_matrix();
+    size_t counts[NCOUNTS] = {0, 1, (size_t)p - 1, (size_t)p + 1, 1009};
+    int sizes[NF] = {reduces(ac->coll) ? HCOMM_DTYPE_COUNT : 1,
+                     reduces(ac->coll) ? HCOMM_OP_COUNT : 1, NCOUNTS, 2, p > 1 ? 2 : 1};
+    tuple_t tuples[HCOMM_DTYPE_COUNT * HCOMM_OP_COUNT * NCOUNTS * 2 * 2];
+    _Static_assert((int)HCOMM_DTYPE_COUNT <= (int)MAXV, "a factor's values fit the cover table");
+    int n = matrix(sizes, full, tuples);
     T_TRY(hcomm_comm_set_algo(w, ac->spec));
-    int ndt = reduces(ac->coll) ? HCOMM_DTYPE_COUNT : 1,
-        nop = reduces(ac->coll) ? HCOMM_OP_COUNT : 1;
-    for (int dt = 0; dt < ndt; dt++)
-        for (int op = 0; op < nop; op++)
-            for (int ci = 0; ci < 5; ci++)
-                for (int ip = 0; ip < 2; ip++)
-                    for (int root = 0; root < (p > 1 ? 2 : 1); root++) {
-                        tcase_t t = {w,
-                                     ac->spec,
-                                     reduces(ac->coll) ? (hcomm_dtype_t)dt : HCOMM_U8,
-                                     (hcomm_op_t)op,
-                                     counts[ci],
-                                     ip == 1,
-                                     root ? p - 1 : 0};
-                        T_TRY(run_one(&t, ac->coll));
-                    }
+    for (int i = 0; i < n; i++) {
+        const int *v = tuples[i].v;
+        T_TRY(run_tuple(w, ac, reduces(ac->coll) ? (hcomm_dtype_t)v[F_DT] : HCOMM_U8,
+                        (hcomm_op_t)v[F_OP], counts[v[F_COUNT]], v[F_IP] == 1,
+                        v[F_ROOT] ? p - 1 : 0));
+    }
+    if (full || p == 3)
+        T_TRY(run_large(w, ac, full));
     return hcomm_comm_set_algo(w, NULL);
 }
 
 static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
     (void)arg;
+    const char *only = getenv("HCOMM_TEST_ALGO");
     for (int i = 0; i < NCASES; i++)
-        T_TRY(run_case(w, &cases[i]));
+        if (!only || !only[0] || strncmp(cases[i].spec, only, strlen(only)) == 0)
+            T_TRY(run_case(w, &cases[i]));
     return HCOMM_OK;
 }
 
@@ -420,9 +508,12 @@ static void test_parse(void) {
     parse_ok("ring", HCOMM__COLL_BROADCAST, HCOMM__ALGO_NATIVE, true); /* no ring there */
     parse_ok("^native", HCOMM__COLL_BROADCAST, HCOMM__ALGO_TREE, true);
     parse_ok("", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_NATIVE, true);
-    parse_bad("allreduce:rings", "valid: native, rd, ring, rhd, naive, tree, direct, hier, twoshot");
+    parse_bad("allreduce:rings",
+              "valid: native, rd, ring, rhd, naive, tree, direct, hier, twoshot, "
+              "bruck, chain, scatter_allgather");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
-    parse_bad("allgather:rhd", "leaves no algorithm for allgather; valid: native, ring");
+    parse_bad("allgather:rhd",
+              "leaves no algorithm for allgather; valid: native, rd, ring, hier, bruck");
     parse_bad("allreduce:", "names no algorithm");
     int algo;
     const char *why;
@@ -512,7 +603,8 @@ int main(void) {
     /* HCOMM_TEST_MPI */
     test_parse();
     test_blocks();
-    t_for_each_world(run, NULL, 8);
+    const char *max = getenv("HCOMM_TEST_MAX_RANKS");
+    t_for_each_world(run, NULL, max && atoi(max) > 0 ? atoi(max) : 9);
     t_for_each_world(differ, NULL, 4);
     t_for_each_world(bad_args, NULL, 5);
     return t_finish("test_algos");

@@ -327,16 +327,41 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  by ';', each "[collective:][^]name[,name...]" allowing (or with '^' excluding) algorithms,
  *  e.g. "allreduce:ring;allgather:^ring". Collectives: allreduce, allgather, reducescatter,
  *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv. Algorithms: native (the
- *  backend's own), rd (recursive doubling), ring, rhd (recursive halving-doubling), naive
- *  (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
+ *  backend's own), rd (recursive doubling; all_gather(v) on a group that is not a power of two
+ *  runs Bruck), ring, rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving),
+ *  naive (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
  *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
- *  reducescatter). Where a communicator spans several nodes the allowed algorithm with the
+ *  reducescatter), twoshot (allreduce), bruck (all_gather(v), Bruck et al. 1997), chain
+ *  (pipelined broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather,
+ *  van de Geijn). Where a communicator spans several nodes the allowed algorithm with the
  *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the
  *  measured defaults. NULL or "" restores the default choice. Every rank must choose the same
  *  (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
  *  thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an
  *  unknown name, listing the valid ones; a collective left without an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
+/** Turns deterministic mode on (@p on = 1) or off (0) for this rank's reductions on @p comm
+ *  (all_reduce, reduce_scatter, reduce, reduce_scatterv, and the TP/DP primitives built on
+ *  them) and for the communicators split from it afterwards; the default is the environment
+ *  variable HCOMM_DETERMINISTIC (0 or 1, read when a world is created). In this mode every
+ *  algorithm gives the bits of the serial reduction in rank order, (((x0 op x1) op x2) ...),
+ *  whatever algorithm HCOMM_ALGO or hcomm_comm_set_algo() picks, however the data is chunked
+ *  and wherever an element sits: f16/bf16 accumulate in f32 and round once, f32 and f64 in
+ *  their own precision, AVG divides the sum by the group size (before rounding for f16/bf16);
+ *  integers are exact anyway. Design (docs/architecture.md): the owner of each block receives
+ *  every rank's contribution to it and reduces them in rank order (a reduce_scatter that gathers
+ *  instead of passing partial sums), then the blocks travel by the chosen algorithm's
+ *  all_gather (ring: ring, rhd: recursive doubling or Bruck); rd gathers every rank's vector
+ *  (Bruck) and reduces all of it locally; naive and reduce go to the root in rank order. Cost
+ *  against the non-deterministic forms: the same bytes on the wire for ring and rhd (each rank
+ *  sends (p-1)/p of the vector in the reduce phase) but p-1 messages at once instead of p-1 or
+ *  log2 p steps, scratch of one segment per peer, and the reduction of a block serialised on its
+ *  owner; rd moves p times the data (small messages only). The local backend's native
+ *  collectives and twoshot already reduce in rank order and run unchanged. Every rank of a
+ *  call must use the same mode (it is part of the call's signature: else HCOMM_ERR_MISMATCH
+ *  naming "+deterministic"). Local; not thread-safe with calls on @p comm.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (@p on neither 0 nor 1). */
+HCOMM_API hcomm_result_t hcomm_comm_set_deterministic(hcomm_comm_t *comm, int on);
 
 typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
 

@@ -26,6 +26,7 @@ struct hcomm_request {
     hcomm_dtype_t dt;
     hcomm_op_t op;
     hcomm__icall_fn_t call; /* OP_CALL: a primitive's body, run on the duplicate */
+    bool deterministic;     /* the issuing comm's mode when the operation was queued */
     _Alignas(16) unsigned char ctx[HCOMM__ICALL_CTX];
     atomic_int done;
     hcomm_result_t res;
@@ -42,6 +43,7 @@ typedef struct async {
 } async_t;
 
 static hcomm_result_t run_op(hcomm_comm_t *c, hcomm_request_t *q) {
+    c->deterministic = q->deterministic; /* the duplicate follows its comm's mode per call */
     hcomm__enter(c, q->fn);
     hcomm_result_t r;
     switch (q->kind) {
@@ -136,6 +138,7 @@ static hcomm_result_t executor(hcomm_comm_t *c, async_t **out) {
 
 static hcomm_result_t submit(hcomm_comm_t *c, hcomm_request_t *q, hcomm_request_t **req) {
     async_t *a = NULL;
+    q->deterministic = c->deterministic;
     hcomm_result_t r = executor(c, &a);
     if (r != HCOMM_OK) {
         free(q);

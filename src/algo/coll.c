@@ -5,6 +5,7 @@
 #include "algo/algos.h"
 #include "algo/cost.h"
 #include "algo/select.h"
+#include "algo/variants.h"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -66,7 +67,7 @@ typedef struct algo {
     char extra_desc[200];
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
-    int last_algo; /* 1 + the algorithm the last call chose; 0: none since last asked */
+    int last_algo;       /* 1 + the algorithm the last call chose; 0: none since last asked */
     uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
 } algo_t;
 
@@ -408,8 +409,8 @@ static hcomm_result_t rd_swap(rd_t *d, int peer) {
         return rd_lane(d, peer, peer);
     hcomm__env_t desc = {.sig = d->k->sig};
     hcomm__req_t *s = NULL;
-    HCOMM__TRY(hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc,
-                            &s));
+    HCOMM__TRY(
+        hcomm__isend(d->k->c, HCOMM__CH_COLL, (int)d->k->seq, peer, d->acc, d->bytes, &desc, &s));
     hcomm_result_t res = rd_recv(d, peer);
     hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
     HCOMM__TRY(res);
@@ -457,8 +458,14 @@ static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbu
     size_t piece = (lane && lane < RD_MAX_BYTES ? lane : RD_MAX_BYTES) / es;
     do {
         size_t n = count - done < piece ? count - done : piece, bytes = n * es;
-        rd_t d = {k,  acc + HCOMM__LANE_HDR, tmp + HCOMM__LANE_HDR, n, bytes, dt,
-                  op == HCOMM_AVG ? HCOMM_SUM : op, lane > 0};
+        rd_t d = {k,
+                  acc + HCOMM__LANE_HDR,
+                  tmp + HCOMM__LANE_HDR,
+                  n,
+                  bytes,
+                  dt,
+                  op == HCOMM_AVG ? HCOMM_SUM : op,
+                  lane > 0};
         if (bytes)
             memcpy(d.acc, (const char *)sendbuf + done * es, bytes);
         if (k->c->size > 1)
@@ -496,6 +503,11 @@ static hcomm_result_t agree(call_t *k) {
 
 /* --- choosing and running an algorithm --- */
 
+static bool is_reduction(int coll) {
+    return coll == HCOMM__COLL_ALLREDUCE || coll == HCOMM__COLL_REDUCESCATTER ||
+           coll == HCOMM__COLL_REDUCE || coll == HCOMM__COLL_REDUCESCATTERV;
+}
+
 /* From this size up, an all_reduce among processes that can read each other's memory runs
  * twoshot by default (one copy per byte and phase): measured faster than Open MPI's native
  * all_reduce from 16 KiB with 2 processes, from between 16 and 256 KiB with 4 on 2 cores
@@ -515,9 +527,9 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         *why = "twoshot needs every rank on one node with cross-memory reads";
         return HCOMM__ALGO_RING;
     }
-    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) && bytes >= twoshot_min_bytes(k->c->size) &&
-        strcmp(*why, "default") == 0 && peer_reads(k->c) &&
-        hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
+    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) &&
+        bytes >= twoshot_min_bytes(k->c->size) && strcmp(*why, "default") == 0 &&
+        peer_reads(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
         return HCOMM__ALGO_TWOSHOT;
     return algo;
 }
@@ -533,6 +545,10 @@ static int choose(call_t *k, int coll, size_t bytes) {
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
+    /* The shared-memory native collectives and twoshot reduce in rank order already. */
+    if (k->c->deterministic && is_reduction(coll) &&
+        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT)
+        algo |= HCOMM__ALGO_DET;
     k->sig.algo = algo;
     k->f->sig.algo = algo;
     a->last_algo = algo + 1;
@@ -558,7 +574,8 @@ static hcomm__xfer_t xfer_of(call_t *k) {
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
  * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
- * needs neither: it checks in its first exchange and writes recvbuf only at the end. */
+ * needs neither: it checks in its first exchange (on the lane, where every rank of the call
+ * meets). Its deterministic form (Bruck over p2p) agrees first, like the others. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     /* HCOMM_CHECK=first is always for hcomm's own algorithms: their envelopes check every
@@ -672,6 +689,12 @@ static hcomm_result_t run_reduction(red_t *r, red_run_t run) {
 static hcomm_result_t run_all_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
+    if (r->algo & HCOMM__ALGO_DET) {
+        if (r->send != r->recv && bytes)
+            memcpy(r->recv, r->send, bytes);
+        hcomm__xfer_t x = xfer_of(r->k);
+        return hcomm__ar_det(&x, r->algo, r->recv, r->in, r->dt, r->op);
+    }
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->all_reduce(c, r->send, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RD)
@@ -710,11 +733,11 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     if (r->algo == HCOMM__ALGO_HIER && !r->counts)
         return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
-        return hcomm__rsv_ring(&x, r->send, r->recv, r->counts, r->dt, r->op);
+        return hcomm__rsv_run(&x, r->algo, r->send, r->recv, r->counts, r->dt, r->op);
     size_t *counts = equal_counts(c->size, r->out);
     if (!counts)
         return nomem(r->k);
-    hcomm_result_t res = hcomm__rsv_ring(&x, r->send, r->recv, counts, r->dt, r->op);
+    hcomm_result_t res = hcomm__rsv_run(&x, r->algo, r->send, r->recv, counts, r->dt, r->op);
     free(counts);
     return res;
 }
@@ -724,6 +747,10 @@ static hcomm_result_t run_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
     bool root = c->rank == r->root;
+    if (r->algo & HCOMM__ALGO_DET) {
+        hcomm__xfer_t x = xfer_of(r->k);
+        return hcomm__reduce_det(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
+    }
     void *buf = root ? r->recv : malloc(bytes + 1);
     if (!buf && bytes) /* the root's recvbuf may be NULL with count 0 */
         return nomem(r->k);
@@ -771,7 +798,7 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     if (algo == HCOMM__ALGO_HIER)
         return call_end(&k, hcomm__ag_hier(&x, recvbuf, bytes_per_rank));
     size_t *bytes = equal_counts(c->size, bytes_per_rank);
-    res = bytes ? hcomm__agv_ring(&x, recvbuf, bytes) : nomem(&k);
+    res = bytes ? hcomm__agv_run(&x, algo, recvbuf, bytes) : nomem(&k);
     free(bytes);
     return call_end(&k, res);
 }
@@ -803,7 +830,7 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     }
     hcomm_result_t res = p2p_agree(&k, algo);
     hcomm__xfer_t x = xfer_of(&k);
-    return call_end(&k, res == HCOMM_OK ? hcomm__bc_tree(&x, buf, bytes, root) : res);
+    return call_end(&k, res == HCOMM_OK ? hcomm__bc_run(&x, algo, buf, bytes, root) : res);
 }
 
 hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -879,7 +906,7 @@ hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, voi
     if ((char *)recvbuf + off != sendbuf && bytes[c->rank])
         memcpy((char *)recvbuf + off, sendbuf, bytes[c->rank]);
     hcomm__xfer_t x = xfer_of(&k);
-    return call_end(&k, hcomm__agv_ring(&x, recvbuf, bytes));
+    return call_end(&k, hcomm__agv_run(&x, algo, recvbuf, bytes));
 }
 
 hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,

@@ -16,7 +16,13 @@
 #define BIT(a) (1u << (a))
 
 static const char *const algo_names[HCOMM__ALGO_COUNT] = {
-    "native", "rd", "ring", "rhd", "naive", "tree", "direct", "hier", "twoshot"};
+    "native", "rd",   "ring",    "rhd",   "naive", "tree",
+    "direct", "hier", "twoshot", "bruck", "chain", "scatter_allgather"};
+static const char *const det_names[HCOMM__ALGO_COUNT] = {
+    "native+deterministic", "rd+deterministic",    "ring+deterministic",
+    "rhd+deterministic",    "naive+deterministic", "tree+deterministic",
+    "direct+deterministic", "hier+deterministic",  "twoshot+deterministic",
+    "bruck+deterministic",  "chain+deterministic", "scatter_allgather+deterministic"};
 static const char *const coll_names[HCOMM__COLL_COUNT] = {
     "allreduce", "allgather", "reducescatter", "broadcast",     "reduce",
     "gather",    "scatter",   "allgatherv",    "reducescatterv"};
@@ -27,26 +33,30 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
                               BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) |
                               BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_HIER) |
                               BIT(HCOMM__ALGO_TWOSHOT),
-    [HCOMM__COLL_ALLGATHER] =
-        BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_HIER),
-    [HCOMM__COLL_REDUCESCATTER] =
-        BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_HIER),
-    [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE),
+    [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
+                              BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
+    [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
+                                  BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RHD),
+    [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
+                              BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER),
     [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT),
-    [HCOMM__COLL_ALLGATHERV] = BIT(HCOMM__ALGO_RING),
-    [HCOMM__COLL_REDUCESCATTERV] = BIT(HCOMM__ALGO_RING),
+    [HCOMM__COLL_ALLGATHERV] = BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
+    [HCOMM__COLL_REDUCESCATTERV] = BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD),
 };
 
 /* When the default is excluded, the first allowed of these runs. */
 static const int preference[HCOMM__ALGO_COUNT] = {
-    HCOMM__ALGO_RING,   HCOMM__ALGO_RHD,  HCOMM__ALGO_RD,      HCOMM__ALGO_TREE,
-    HCOMM__ALGO_DIRECT, HCOMM__ALGO_HIER, HCOMM__ALGO_TWOSHOT, HCOMM__ALGO_NAIVE,
-    HCOMM__ALGO_NATIVE};
+    HCOMM__ALGO_RING,    HCOMM__ALGO_RHD,    HCOMM__ALGO_RD,
+    HCOMM__ALGO_TREE,    HCOMM__ALGO_DIRECT, HCOMM__ALGO_HIER,
+    HCOMM__ALGO_TWOSHOT, HCOMM__ALGO_BRUCK,  HCOMM__ALGO_SCATTER_ALLGATHER,
+    HCOMM__ALGO_CHAIN,   HCOMM__ALGO_NAIVE,  HCOMM__ALGO_NATIVE};
 
 const char *hcomm__algo_name(int algo) {
-    return algo >= 0 && algo < HCOMM__ALGO_COUNT ? algo_names[algo] : "?";
+    const char *const *names = algo & HCOMM__ALGO_DET ? det_names : algo_names;
+    algo &= ~HCOMM__ALGO_DET;
+    return algo >= 0 && algo < HCOMM__ALGO_COUNT ? names[algo] : "?";
 }
 
 const char *hcomm__coll_name(int coll) {
@@ -81,7 +91,7 @@ static hcomm_result_t parse_names(const char *fn, const char *var, const char *s
         size_t n = comma ? (size_t)(comma - s) : len;
         int a = find(algo_names, HCOMM__ALGO_COUNT, s, n);
         if (a < 0) {
-            char list[160];
+            char list[256];
             join(list, sizeof list, algo_names, HCOMM__ALGO_COUNT, ~0u);
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
                               "%s: \"%.*s\" is not an algorithm; valid: %s", var, (int)n, s, list);
@@ -106,7 +116,7 @@ static hcomm_result_t apply(const char *fn, const char *var, int coll, uint32_t 
         }
         if (coll < 0 && !exclude)
             continue; /* a list for every collective applies where its names are valid */
-        char list[160];
+        char list[256];
         join(list, sizeof list, algo_names, HCOMM__ALGO_COUNT, valid[k]);
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s leaves no algorithm for %s; valid: %s",
                           var, coll_names[k], list);

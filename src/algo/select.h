@@ -20,8 +20,16 @@ typedef enum {
     HCOMM__ALGO_DIRECT,
     HCOMM__ALGO_HIER,
     HCOMM__ALGO_TWOSHOT,
+    HCOMM__ALGO_BRUCK,             /* all_gather(v) for any group size (Bruck et al. 1997) */
+    HCOMM__ALGO_CHAIN,             /* pipelined chain broadcast */
+    HCOMM__ALGO_SCATTER_ALLGATHER, /* broadcast as scatter + all_gather (van de Geijn) */
     HCOMM__ALGO_COUNT
 } hcomm__algo_t;
+
+/* Or'ed into a reduction's algorithm (and so its signature) in deterministic mode
+ * (hcomm_comm_set_deterministic, HCOMM_DETERMINISTIC): the algorithm then runs its
+ * deterministic form (determ.c), which gives the bits of the serial reduction in rank order. */
+#define HCOMM__ALGO_DET 0x100
 
 typedef enum {
     HCOMM__COLL_ALLREDUCE = 0,
@@ -41,6 +49,7 @@ typedef struct hcomm__algo_set {
     uint32_t allowed[HCOMM__COLL_COUNT];
 } hcomm__algo_set_t;
 
+/* The algorithm's name; with HCOMM__ALGO_DET, "<name>+deterministic". */
 const char *hcomm__algo_name(int algo);
 const char *hcomm__coll_name(int coll);
 /* Parses spec (named var in messages) into *out; an unknown name is HCOMM_ERR_INVALID_ARG

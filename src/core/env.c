@@ -74,11 +74,21 @@ hcomm_result_t hcomm__env_check(const char *fn, int *mode) {
     return hcomm__env_choice(fn, "HCOMM_CHECK", names, 3, 0, mode);
 }
 
+hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on) {
+    static const char *const names[] = {"0", "1"};
+    int v;
+    HCOMM__TRY(hcomm__env_choice(fn, "HCOMM_DETERMINISTIC", names, 2, 0, &v));
+    *on = v == 1;
+    return HCOMM_OK;
+}
+
 hcomm_result_t hcomm__env_validate(const char *fn) {
     double t;
     int mode;
+    bool det;
     HCOMM__TRY(hcomm__env_timeout(fn, &t));
     HCOMM__TRY(hcomm__env_check(fn, &mode));
+    HCOMM__TRY(hcomm__env_deterministic(fn, &det));
     HCOMM__TRY(hcomm__log_init(fn));
     HCOMM__TRY(hcomm__topo_spec_env_validate(fn));
     HCOMM__TRY(hcomm__tuning_validate(fn));

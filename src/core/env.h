@@ -15,6 +15,8 @@ hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *c
                                  int n, int dflt, int *out);
 /* HCOMM_CHECK as 0 (always, the default), 1 (first) or 2 (off). */
 hcomm_result_t hcomm__env_check(const char *fn, int *mode);
+/* HCOMM_DETERMINISTIC: 0 (the default) or 1, every new world's deterministic mode. */
+hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on);
 /* Checks every HCOMM_* variable the C library reads, so a typo'd value fails at launch. */
 hcomm_result_t hcomm__env_validate(const char *fn);
 

@@ -42,12 +42,15 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int ra
         c->timeout_s = parent->timeout_s;
         c->eager_limit = parent->eager_limit;
         c->unexpected_cap = parent->unexpected_cap;
+        c->deterministic = parent->deterministic;
     } else if (hcomm__comm_settings("hcomm", &c->timeout_s, &c->eager_limit, &c->unexpected_cap) !=
                HCOMM_OK) {
         c->timeout_s = 300.0; /* launch validated the environment before any comm exists */
         c->eager_limit = 8192;
         c->unexpected_cap = (size_t)256 << 20;
     }
+    if (!parent && hcomm__env_deterministic("hcomm", &c->deterministic) != HCOMM_OK)
+        c->deterministic = false; /* launch validated the environment already */
     return c;
 }
 
@@ -117,6 +120,14 @@ hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double seconds) {
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "seconds=%g is not in (0, 1e9]",
                           seconds);
     comm->timeout_s = seconds;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_comm_set_deterministic(hcomm_comm_t *comm, int on) {
+    HCOMM__CHECK_NULL(comm);
+    if (on != 0 && on != 1)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "on=%d is neither 0 nor 1", on);
+    comm->deterministic = on == 1;
     return HCOMM_OK;
 }
 

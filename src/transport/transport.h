@@ -161,6 +161,7 @@ struct hcomm_comm {
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
     bool counts_agreed;  /* the running all_to_allv's counts were proved by an earlier exchange
                             (MoE's count exchange): the transport skips its own count check */
+    bool deterministic;  /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);
 };
