@@ -79,6 +79,10 @@ static const opt_def_t OPTS[] = {
              "model chunks per pipeline stage (--schedule interleaved)"),
     OPT_INT_("dp-overlap", dp_overlap, "1", 0, 1,
              "1: reduce DP gradient buckets during backward (DDP-style); 0: after it"),
+    OPT_INT_("deterministic", deterministic, "1", 0, 1,
+             "1: every reduction gives the serial rank-order bits whatever algorithm runs "
+             "(hcomm_comm_set_deterministic), so f64 losses equal the 1-rank run on any layout "
+             "and backend; 0: the faster algorithms' own order"),
     OPT_STR_("val-data", val_data, "", "held-out text (default: the last 10% of --data)"),
     OPT_INT_("eval-every", eval_every, "50", 1, 1 << 30,
              "steps between validation losses (also at the end)"),

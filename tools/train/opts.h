@@ -20,6 +20,7 @@ typedef struct train_opts {
     int seq;                /* characters per sequence */
     int log_every;          /* steps between progress lines */
     int dp_overlap;         /* 1: DP gradient buckets reduced during backward (the reducer) */
+    int deterministic;      /* 1: hcomm_comm_set_deterministic on the world (inherited by groups) */
     const char *schedule;   /* "gpipe", "1f1b" or "interleaved" */
     int virtual_stages;     /* model chunks per stage (interleaved) */
     const char *dtype;      /* "f64", "f32" or "bf16" (real/real.h) */

@@ -76,6 +76,8 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     cfg.num_experts = o->experts;
     TRAIN_TRY(rt, hcomm_comm_rank(rt->world, &rt->world_rank));
     TRAIN_TRY(rt, hcomm_comm_size(rt->world, &rt->world_size));
+    /* Before the groups are split, so every group inherits it. */
+    TRAIN_TRY(rt, hcomm_comm_set_deterministic(rt->world, o->deterministic));
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_ctx_create(rt->world, &cfg, ctx)));
     hcomm_result_t r = rt_group(rt, *ctx, HCOMM_GROUP_TP, &rt->tp, &rt->tp_rank, &rt->tp_size);
     if (r == HCOMM_OK)
