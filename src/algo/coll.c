@@ -540,8 +540,9 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo_t *a = k->a;
     const hcomm__algo_set_t *over = a->has_over ? &a->over : NULL;
     double est = -1.0;
-    int algo = hcomm__cost_choose(k->c, over ? over : hcomm__algo_env(), coll, bytes,
-                                  shm_coll(k->c), &est);
+    int algo = k->c->one_node ? -1
+                              : hcomm__cost_choose(k->c, over ? over : hcomm__algo_env(), coll,
+                                                   bytes, shm_coll(k->c), &est);
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);

@@ -166,6 +166,7 @@ hcomm_result_t hcomm__topo_get(hcomm_comm_t *c, hcomm__topo_t **out) {
         return res;
     }
     st->model = m;
+    c->one_node = m->nnodes == 1 && m->kind != HCOMM__TOPO_MESH && m->kind != HCOMM__TOPO_RING;
     log_model(c, m);
     *out = m;
     return HCOMM_OK;
@@ -184,6 +185,7 @@ hcomm_result_t hcomm__topo_set(hcomm_comm_t *c, const hcomm__topo_spec_t *spec) 
         st->over = *spec;
     model_free(st->model);
     st->model = NULL;
+    c->one_node = false;
     return HCOMM_OK;
 }
 
