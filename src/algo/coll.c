@@ -370,7 +370,7 @@ static hcomm_result_t check_sig(rd_t *d, int peer, const hcomm__sig_t *sig) {
         return HCOMM_OK;
     hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, sig, peer, k->a->extra_desc);
     char text[512];
-    snprintf(text, sizeof text, "%s", hcomm_last_error() + strlen(k->c->call_fn) + 2);
+    snprintf(text, sizeof text, "%s", hcomm__err_detail(k->c->call_fn));
     hcomm__notify_error(k->c, k->seq, res, text);
     return hcomm__err(res, k->c->call_fn, "%s", text);
 }
@@ -938,20 +938,31 @@ hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec) {
     return HCOMM_OK;
 }
 
-hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
-                                       const size_t *sendcounts, const size_t *sdispls,
-                                       void *recvbuf, const size_t *recvcounts,
-                                       const size_t *rdispls) {
+/* The native all_to_allv; agreed: the caller's own exchange already checked the call and the
+ * counts on every rank, so neither the signature agreement nor the transport's count check
+ * runs again. */
+static hcomm_result_t all_to_allv(hcomm_comm_t *c, const void *sendbuf, const size_t *sendcounts,
+                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                  const size_t *rdispls, bool agreed) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (shm_coll(c))
         RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
                                                   recvcounts, rdispls));
-    hcomm_result_t res = agree(&k);
+    hcomm_result_t res = agreed ? HCOMM_OK : agree(&k);
+    c->counts_agreed = agreed;
     if (res == HCOMM_OK)
         res = c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
                                          rdispls);
+    c->counts_agreed = false;
     return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
+                                       const size_t *sendcounts, const size_t *sdispls,
+                                       void *recvbuf, const size_t *recvcounts,
+                                       const size_t *rdispls) {
+    return all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false);
 }
 
 /* Pairwise exchange (Thakur, Rabenseifner & Gropp 2005, section 3.3: step i sends to
@@ -996,16 +1007,7 @@ hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendb
                                               const size_t *sendcounts, const size_t *sdispls,
                                               void *recvbuf, const size_t *recvcounts,
                                               const size_t *rdispls) {
-    call_t k = {0};
-    HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
-    if (shm_coll(c))
-        RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
-                                                  recvcounts, rdispls));
-    c->counts_agreed = true; /* nor does the transport check the counts again */
-    hcomm_result_t res =
-        c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls);
-    c->counts_agreed = false;
-    return call_end(&k, res);
+    return all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, true);
 }
 
 void hcomm__coll_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements) {

@@ -175,7 +175,7 @@ static void read_env(void) {
         return;
     env_res = hcomm__algo_parse("hcomm", "HCOMM_ALGO", s, &env_set);
     if (env_res != HCOMM_OK)
-        snprintf(env_msg, sizeof env_msg, "%s", hcomm_last_error());
+        snprintf(env_msg, sizeof env_msg, "%s", hcomm__err_detail("hcomm"));
 }
 
 const hcomm__algo_set_t *hcomm__algo_env(void) {
@@ -187,8 +187,7 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
     pthread_once(&env_once, read_env);
     if (env_res == HCOMM_OK)
         return HCOMM_OK;
-    const char *sep = strstr(env_msg, ": ");
-    return hcomm__err(env_res, fn, "%s", sep ? sep + 2 : env_msg);
+    return hcomm__err(env_res, fn, "%s", env_msg);
 }
 
 /* Today's measured defaults: shared-memory transports run their one-copy native collectives;

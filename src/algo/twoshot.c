@@ -117,13 +117,10 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, 
 static hcomm_result_t tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
     if (res == HCOMM_OK)
         return res;
-    const char *msg = hcomm_last_error(), *fn = x->c->call_fn;
-    size_t n = strlen(fn);
-    if (strncmp(msg, fn, n) == 0 && strncmp(msg + n, ": ", 2) == 0)
-        msg += n + 2; /* the peers' message names the call once */
     char text[256], keep[512];
     snprintf(keep, sizeof keep, "%s", hcomm_last_error());
-    snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, msg);
+    /* The peers' message names the call once. */
+    snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, hcomm__err_detail(x->c->call_fn));
     hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
     return hcomm__err_text(res, keep);
 }

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[512];
 
@@ -47,4 +48,11 @@ hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...
 hcomm_result_t hcomm__err_text(hcomm_result_t r, const char *text) {
     snprintf(last_error, sizeof last_error, "%s", text);
     return r;
+}
+
+const char *hcomm__err_detail(const char *fn) {
+    size_t n = strlen(fn);
+    if (strncmp(last_error, fn, n) == 0 && strncmp(last_error + n, ": ", 2) == 0)
+        return last_error + n + 2;
+    return last_error;
 }

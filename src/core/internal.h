@@ -19,6 +19,10 @@ hcomm_result_t hcomm__err(hcomm_result_t r, const char *fn, const char *fmt, ...
 /* Records text as it is (already "fn: message") as this thread's last error; returns r. */
 hcomm_result_t hcomm__err_text(hcomm_result_t r, const char *text);
 
+/* This thread's last error without its leading "fn: " (the whole message when it lacks one):
+ * what is kept to be re-reported for another call, or told to a peer, under another name. */
+const char *hcomm__err_detail(const char *fn);
+
 /* Argument checks for public functions: fail with a message naming the argument. */
 #define HCOMM__CHECK_NULL(p)                                                                       \
     do {                                                                                           \

@@ -54,8 +54,8 @@ static void read_config(void) {
                                     "transport, p2p, algo, domain, pp, moe, dp, launch",
                                     s, bad);
     if (log_cfg.result != HCOMM_OK) {
-        /* Skip the "hcomm: " prefix; the caller's name goes in front when re-reported. */
-        snprintf(log_cfg.message, sizeof log_cfg.message, "%s", hcomm_last_error() + 7);
+        /* The caller's name goes in front when re-reported. */
+        snprintf(log_cfg.message, sizeof log_cfg.message, "%s", hcomm__err_detail("hcomm"));
         log_cfg.level = HCOMM__LOG_WARN;
         log_cfg.mask = ~0u;
     }

@@ -205,7 +205,7 @@ static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static void read_env(void) {
     env_res = hcomm__topo_spec_parse("hcomm", "HCOMM_TOPO", getenv("HCOMM_TOPO"), &env_spec);
     if (env_res != HCOMM_OK) {
-        snprintf(env_msg, sizeof env_msg, "%s", hcomm_last_error());
+        snprintf(env_msg, sizeof env_msg, "%s", hcomm__err_detail("hcomm"));
         hcomm__topo_spec_parse("hcomm", "HCOMM_TOPO", NULL, &env_spec);
     }
 }
@@ -215,15 +215,9 @@ const hcomm__topo_spec_t *hcomm__topo_spec_env(void) {
     return &env_spec;
 }
 
-/* Re-words a message recorded as "hcomm: ..." for the public call fn. */
-static hcomm_result_t reword(hcomm_result_t res, const char *fn, const char *msg) {
-    const char *sep = strstr(msg, ": ");
-    return hcomm__err(res, fn, "%s", sep ? sep + 2 : msg);
-}
-
 hcomm_result_t hcomm__topo_spec_env_validate(const char *fn) {
     pthread_once(&env_once, read_env);
-    return env_res == HCOMM_OK ? HCOMM_OK : reword(env_res, fn, env_msg);
+    return env_res == HCOMM_OK ? HCOMM_OK : hcomm__err(env_res, fn, "%s", env_msg);
 }
 
 hcomm_result_t hcomm__topo_spec_env_fits(const char *fn, int world) {
@@ -288,7 +282,7 @@ static void read_tuning(void) {
         tuning_res =
             hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
                        "HCOMM_TUNING_FILE=\"%s\" cannot be read: %s", path, strerror(errno));
-        snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm_last_error());
+        snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
         tuning_digest = 1;
         return;
     }
@@ -312,7 +306,7 @@ static void read_tuning(void) {
                                     "positive number\" with CLASS intra or inter and KEY "
                                     "alpha_us, bw_GBps or reduce_GBps",
                                     path, no);
-            snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm_last_error());
+            snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
         }
     }
     fclose(f);
@@ -328,7 +322,7 @@ void hcomm__link_default(hcomm__link_t link[HCOMM__LINK_CLASSES]) {
 
 hcomm_result_t hcomm__tuning_validate(const char *fn) {
     pthread_once(&tuning_once, read_tuning);
-    return tuning_res == HCOMM_OK ? HCOMM_OK : reword(tuning_res, fn, tuning_msg);
+    return tuning_res == HCOMM_OK ? HCOMM_OK : hcomm__err(tuning_res, fn, "%s", tuning_msg);
 }
 
 /* --- what every rank must share --- */

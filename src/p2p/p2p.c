@@ -836,6 +836,16 @@ static hcomm_result_t aborted_in(hcomm_comm_t *c, bool coll, uint32_t seq) {
                       "hcomm_comm_abort() was called on this communicator");
 }
 
+/* A peer's failure notice for call seq as this rank's result (HCOMM_OK: none arrived). */
+static hcomm_result_t peer_verdict(hcomm_comm_t *c, uint32_t seq) {
+    int src;
+    hcomm_result_t why;
+    char text[256];
+    if (!hcomm__peer_error(c, seq, &src, &why, text, sizeof text))
+        return HCOMM_OK;
+    return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s", text);
+}
+
 /* Why a wait on r must end now (HCOMM_OK: keep waiting). */
 static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     hcomm_comm_t *c = r->c;
@@ -843,14 +853,8 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     char what[160];
     /* A send of a failed call still completes: its receiver drops the message as stale on
      * arrival (pulling a rendezvous payload into scratch), so only receives end early here. */
-    if (r->channel == HCOMM__CH_COLL && r->is_recv) {
-        int src;
-        hcomm_result_t why;
-        char text[256];
-        if (hcomm__peer_error(c, (uint32_t)r->tag, &src, &why, text, sizeof text))
-            return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s",
-                              text);
-    }
+    if (r->channel == HCOMM__CH_COLL && r->is_recv)
+        HCOMM__TRY(peer_verdict(c, (uint32_t)r->tag));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s",
@@ -1007,13 +1011,9 @@ static bool lane_advance(lane_step_t *s, hcomm_result_t *res) {
 /* Why a lane wait must end now (HCOMM_OK: keep waiting); as wait_verdict. */
 static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
     hcomm_comm_t *c = s->c;
-    int src, peer = s->received ? s->to : s->from;
-    hcomm_result_t why;
-    char text[256];
+    int peer = s->received ? s->to : s->from;
     HCOMM__TRY(hcomm__progress(c)); /* notices arrive as frames */
-    if (hcomm__peer_error(c, s->seq, &src, &why, text, sizeof text))
-        return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s",
-                          text);
+    HCOMM__TRY(peer_verdict(c, s->seq));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for rank %d (collective "

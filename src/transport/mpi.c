@@ -1224,14 +1224,19 @@ static hcomm_result_t agree(MPI_Comm ctrl, hcomm_result_t mine, int rank, int si
 /* A word every rank publishes (its address travels in the launch's gather) so that peers on
  * its host can try a cross-memory read of it. */
 static const volatile uint64_t cma_probe = 0x5eedc0ffee5eedull;
+/* True when the word at addr in process pid reads as cma_probe's value. */
+static bool probe_reads(uint64_t pid, uint64_t addr) {
+    uint64_t dst = 0;
+    struct iovec local = {&dst, sizeof dst}, far = {(void *)(uintptr_t)addr, sizeof dst};
+    return addr && process_vm_readv((pid_t)pid, &local, 1, &far, 1, 0) == (ssize_t)sizeof dst &&
+           dst == cma_probe;
+}
+
 /* The address of cma_probe when this process may read its own memory through
  * process_vm_readv (a seccomp profile may forbid the call), else 0. */
 static uint64_t cma_self(void) {
-    uint64_t dst = 0;
-    struct iovec local = {&dst, sizeof dst}, far = {(void *)(uintptr_t)&cma_probe, sizeof dst};
-    bool ok = process_vm_readv(getpid(), &local, 1, &far, 1, 0) == (ssize_t)sizeof dst &&
-              dst == cma_probe;
-    return ok ? (uint64_t)(uintptr_t)&cma_probe : 0;
+    uint64_t addr = (uint64_t)(uintptr_t)&cma_probe;
+    return probe_reads((uint64_t)getpid(), addr) ? addr : 0;
 }
 
 /* True when this rank can read the probe of every peer on its host: a ptrace policy (Yama's
@@ -1240,11 +1245,7 @@ static bool cma_reaches_peers(const node_info_t *nodes, int size, int me) {
     for (int r = 0; r < size; r++) {
         if (r == me || nodes[r].host != nodes[me].host)
             continue;
-        uint64_t dst = 0;
-        struct iovec local = {&dst, sizeof dst}, far = {(void *)(uintptr_t)nodes[r].cma, sizeof dst};
-        if (!nodes[r].cma ||
-            process_vm_readv((pid_t)nodes[r].pid, &local, 1, &far, 1, 0) != (ssize_t)sizeof dst ||
-            dst != cma_probe)
+        if (!probe_reads(nodes[r].pid, nodes[r].cma))
             return false;
     }
     return nodes[me].cma != 0;
