@@ -1,8 +1,13 @@
 /* Cost-model selection (see cost.h). Estimates follow the alpha-beta-gamma model of Thakur,
- * Rabenseifner & Gropp 2005 (Optimization of Collective Communication Operations in MPICH),
- * with the link class each phase crosses: flat algorithms run at the pace of the slowest link
- * in the group (each ring step waits for its slowest transfer), hierarchical ones pay the
- * inter-node class only for their inter-node phase. S is the whole vector in bytes. */
+ * Rabenseifner & Gropp 2005 (Optimization of Collective Communication Operations in MPICH,
+ * IJHPCA 19(1)) and Chan, Heimlich, Purkayastha & van de Geijn 2007 (Collective communication:
+ * theory, practice, and experience, CCPE 19(13)), with the link class each phase crosses: flat
+ * algorithms run at the pace of the slowest link in the group (each step waits for its slowest
+ * transfer), hierarchical ones pay the inter-node class only for their inter-node phase. On a
+ * declared ring a message between non-neighbours costs the mean hops (hop); the ring and chain
+ * schemes only talk to neighbours. S is the bytes the call hands to choose() (coll.c): the
+ * whole vector (all_reduce, reduce, broadcast), the whole result (all_gather(v), gather) or
+ * the whole input (reduce_scatter(v), scatter). p ranks, lg = floor(log2 p), clg = ceil. */
 #include "algo/cost.h"
 
 #include "core/log.h"
@@ -13,15 +18,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#define RING_SEGMENT ((double)(4u << 20)) /* ring.c's all_reduce segment */
-#define RD_PIECE 4096.0                   /* coll.c's recursive-doubling piece */
+#define RING_SEGMENT ((double)(4u << 20))    /* ring.c's all_reduce segment */
+#define RD_PIECE 4096.0                      /* coll.c's recursive-doubling piece */
+#define CHAIN_SEGMENT ((double)(128u << 10)) /* bcast.c's chain segment */
 
 typedef struct model {
     const hcomm__topo_t *t;
     hcomm__link_t flat, in, out; /* slowest class in the group, intra, inter */
     double gamma;                /* reduction: a rank's own memory speed */
     double hop;                  /* ring topology: mean hops of a non-neighbour message */
-    int p, lg, pof2;
+    int p, lg, clg, pof2;
     bool shm;
 } model_t;
 
@@ -69,24 +75,223 @@ static double hier(const model_t *m, int coll, double S) {
     return intra + inter + lanes + S * m->in.beta; /* + the copy into / out of lane order */
 }
 
-/* The backend's own: shared-memory transports read peers' buffers once (not over the
- * simulated links, so not a candidate there); Open MPI picks among the flat schemes as if
- * every pair were linked alike (it does not know a declared ring), and runs that one here. */
-static double native(const model_t *m, int coll, double S) {
+static double transfer(const model_t *m, int coll, int algo, double S);
+
+/* --- all_reduce on one node by peer reads (twoshot.c) --- */
+
+/* The addresses go to every peer (p - 1 messages), then the reduce phase reads (p-1)/p of the
+ * vector from the peers and reduces it, a dissemination barrier (clg messages), the gather
+ * phase reads the other (p-1)/p, and a second barrier. Reads are memory copies at the intra
+ * class's rate; they cannot cross nodes, and on a simulated machine they would bypass its
+ * links, so twoshot is no candidate beyond one node. */
+static double twoshot_ar(const model_t *m, double S) {
+    if (m->t->nnodes > 1)
+        return INFINITY;
     double f = (m->p - 1.0) / m->p;
-    if (m->shm)
-        return m->t->simulated && m->t->nnodes > 1 ? INFINITY
-               : coll == HCOMM__COLL_ALLREDUCE
-                   ? 2.0 * m->in.alpha + 2.0 * f * S * m->in.beta + f * S * m->gamma
-                   : m->in.alpha + f * S * (m->in.beta + (coll ? m->gamma : 0.0));
-    if (coll == HCOMM__COLL_ALLREDUCE) {
-        model_t mesh = *m;
-        mesh.hop = 1.0;
-        double ring = ring_ar(&mesh, S), rhd = rhd_ar(&mesh, S), rd = rd_ar(&mesh, S);
-        return ring <= rhd && ring <= rd ? ring_ar(m, S) : rhd <= rd ? rhd_ar(m, S) : rd_ar(m, S);
+    return m->hop * ((m->p - 1.0 + 2.0 * m->clg) * m->in.alpha + 2.0 * f * S * m->in.beta) +
+           f * S * m->gamma;
+}
+
+/* --- all_gather(v) (S: the whole result) --- */
+
+static double ring_ag(const model_t *m, double S) {
+    return (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta);
+}
+
+/* Bruck et al. 1997 (Thakur et al. 2005, 4.1): clg steps, (p-1)/p of the result received,
+ * plus the copy into its scratch and the rotation out of it (one more pass over S). */
+static double bruck_ag(const model_t *m, double S) {
+    double f = (m->p - 1.0) / m->p;
+    return m->hop * (m->clg * m->flat.alpha + f * S * m->flat.beta) + S * m->in.beta;
+}
+
+/* Recursive doubling: lg steps in place on a power of two; otherwise it runs Bruck. */
+static double rd_ag(const model_t *m, double S) {
+    if (m->p != m->pof2)
+        return bruck_ag(m, S);
+    return m->hop * (m->lg * m->flat.alpha + (m->p - 1.0) / m->p * S * m->flat.beta);
+}
+
+static double all_gather(const model_t *m, int algo, double S) {
+    return algo == HCOMM__ALGO_RING    ? ring_ag(m, S)
+           : algo == HCOMM__ALGO_RD    ? rd_ag(m, S)
+           : algo == HCOMM__ALGO_BRUCK ? bruck_ag(m, S)
+                                       : INFINITY;
+}
+
+/* --- reduce_scatter(v) (S: the whole input) --- */
+
+/* Ring: p - 1 steps of S/p, each reduced, plus the copy of the own block out. */
+static double ring_rs(const model_t *m, double S) {
+    double f = (m->p - 1.0) / m->p;
+    return ring_ag(m, S) + f * S * m->gamma + S * m->in.beta;
+}
+
+/* Recursive halving (Thakur et al. 2005, 4.2; rh.c): lg steps among pof2 ranks exchanging
+ * S/2, S/4, ..., each reduced; an extra rank of a non-power-of-two group first hands its
+ * whole vector to its neighbour, which reduces it, and gets its block back at the end. */
+static double rh_rs(const model_t *m, double S) {
+    double f = (m->pof2 - 1.0) / m->pof2;
+    double extra =
+        m->p == m->pof2 ? 0.0 : 2.0 * m->flat.alpha + (S + S / m->p) * m->flat.beta + S * m->gamma;
+    return m->hop * (m->lg * m->flat.alpha + f * S * m->flat.beta + extra) + f * S * m->gamma;
+}
+
+static double reduce_scatter(const model_t *m, int algo, double S) {
+    return algo == HCOMM__ALGO_RING  ? ring_rs(m, S)
+           : algo == HCOMM__ALGO_RHD ? rh_rs(m, S)
+                                     : INFINITY;
+}
+
+/* --- broadcast (S: the buffer) --- */
+
+/* Binomial tree: clg rounds, each carrying the whole buffer (Thakur et al. 2005, 4.1). */
+static double tree_bc(const model_t *m, double S) {
+    return m->hop * m->clg * (m->flat.alpha + S * m->flat.beta);
+}
+
+/* van de Geijn: binomial scatter (clg rounds, (p-1)/p of S leaves the root) then a ring
+ * all_gather: (clg + p - 1) alpha + 2 (p-1)/p S beta. */
+static double scatter_allgather_bc(const model_t *m, double S) {
+    double f = (m->p - 1.0) / m->p;
+    return m->hop * (m->clg * m->flat.alpha + f * S * m->flat.beta) + ring_ag(m, S);
+}
+
+/* Pipelined chain of k segments (Chan et al. 2007; bcast.c): the last rank has the last
+ * segment after p - 1 + k - 1 segment steps; only neighbours talk. */
+static double chain_bc(const model_t *m, double S) {
+    double k = S > CHAIN_SEGMENT ? ceil(S / CHAIN_SEGMENT) : 1.0;
+    return (m->p - 2.0 + k) * (m->flat.alpha + S / k * m->flat.beta);
+}
+
+static double broadcast(const model_t *m, int algo, double S) {
+    return algo == HCOMM__ALGO_TREE                ? tree_bc(m, S)
+           : algo == HCOMM__ALGO_SCATTER_ALLGATHER ? scatter_allgather_bc(m, S)
+           : algo == HCOMM__ALGO_CHAIN             ? chain_bc(m, S)
+                                                   : INFINITY;
+}
+
+/* --- the rooted collectives --- */
+
+/* reduce (S: the vector). Binomial tree: clg rounds of the whole vector, each reduced;
+ * Rabenseifner (rhd): recursive-halving reduce_scatter then a binomial gather of the blocks,
+ * 2 lg alpha + 2 (p-1)/p S beta + (p-1)/p S gamma (Thakur et al. 2005, 4.4); direct: the root
+ * receives and reduces every rank's vector itself. */
+static double reduce(const model_t *m, int algo, double S) {
+    double f = (m->pof2 - 1.0) / m->pof2;
+    if (algo == HCOMM__ALGO_TREE)
+        return m->hop * m->clg * (m->flat.alpha + S * m->flat.beta) + m->clg * S * m->gamma;
+    if (algo == HCOMM__ALGO_RHD)
+        return rh_rs(m, S) + m->hop * (m->lg * m->flat.alpha + f * S * m->flat.beta);
+    if (algo == HCOMM__ALGO_DIRECT)
+        return (m->p - 1.0) * (m->hop * (m->flat.alpha + S * m->flat.beta) + S * m->gamma);
+    return INFINITY;
+}
+
+/* gather and scatter (S: the root's whole buffer). Direct: the root exchanges S/p with each
+ * rank in turn; binomial tree: clg rounds, (p-1)/p of S through the root (Thakur et al. 2005,
+ * 4.1 and 4.5; Chan et al. 2007). */
+static double rooted_move(const model_t *m, int algo, double S) {
+    double f = (m->p - 1.0) / m->p;
+    if (algo == HCOMM__ALGO_DIRECT)
+        return m->hop * (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta);
+    if (algo == HCOMM__ALGO_TREE)
+        return m->hop * (m->clg * m->flat.alpha + f * S * m->flat.beta);
+    return INFINITY;
+}
+
+/* --- the backend's own --- */
+
+/* Shared-memory transports (local) read peers' buffers once per byte, not over the simulated
+ * links (so no candidate there). */
+static double native_shm(const model_t *m, int coll, double S) {
+    double f = (m->p - 1.0) / m->p;
+    if (m->t->simulated && m->t->nnodes > 1)
+        return INFINITY;
+    switch (coll) {
+    case HCOMM__COLL_ALLREDUCE:
+        return 2.0 * m->in.alpha + 2.0 * f * S * m->in.beta + f * S * m->gamma;
+    case HCOMM__COLL_REDUCESCATTER:
+    case HCOMM__COLL_REDUCESCATTERV:
+        return m->in.alpha + f * S * (m->in.beta + m->gamma);
+    case HCOMM__COLL_REDUCE: /* the root reads and reduces every vector */
+        return m->in.alpha + (m->p - 1.0) * S * (m->in.beta + m->gamma);
+    case HCOMM__COLL_BROADCAST:
+        return m->in.alpha + S * m->in.beta;
+    default: /* all_gather(v), gather, scatter: (p-1)/p of S copied */
+        return m->in.alpha + f * S * m->in.beta;
     }
-    return (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta) +
-           (coll == HCOMM__COLL_REDUCESCATTER ? f * S * m->gamma : 0.0);
+}
+
+/* Open MPI picks among the flat schemes as if every pair were linked alike (it does not know
+ * a declared ring), and runs that one here. */
+static double native(const model_t *m, int coll, double S) {
+    if (m->shm)
+        return native_shm(m, coll, S);
+    model_t mesh = *m;
+    mesh.hop = 1.0;
+    static const int ar[] = {HCOMM__ALGO_RING, HCOMM__ALGO_RHD, HCOMM__ALGO_RD, -1};
+    static const int bc[] = {HCOMM__ALGO_TREE, HCOMM__ALGO_SCATTER_ALLGATHER, -1};
+    static const int red[] = {HCOMM__ALGO_TREE, HCOMM__ALGO_RHD, -1};
+    static const int mv[] = {HCOMM__ALGO_TREE, HCOMM__ALGO_DIRECT, -1};
+    const int *cand = coll == HCOMM__COLL_ALLREDUCE                               ? ar
+                      : coll == HCOMM__COLL_BROADCAST                             ? bc
+                      : coll == HCOMM__COLL_REDUCE                                ? red
+                      : coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER ? mv
+                                                                                  : NULL;
+    double f = (m->p - 1.0) / m->p;
+    if (!cand) /* all_gather(v), reduce_scatter(v): ring-like, p - 1 steps */
+        return ring_ag(m, S) +
+               (coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCESCATTERV
+                    ? f * S * m->gamma
+                    : 0.0);
+    int best = cand[0];
+    double best_est = INFINITY;
+    for (int i = 0; cand[i] >= 0; i++) {
+        double e = transfer(&mesh, coll, cand[i], S);
+        if (e < best_est)
+            best = cand[i], best_est = e;
+    }
+    return transfer(m, coll, best, S);
+}
+
+/* hier on one node is a ring without segments: costed a little above the ring, so that it
+ * stays a finite choice there but never beats the scheme it reduces to. */
+static double hier_or_ring(const model_t *m, int coll, double S) {
+    if (m->t->nnodes > 1)
+        return hier(m, coll, S);
+    return transfer(m, coll, HCOMM__ALGO_RING, S) + m->in.alpha;
+}
+
+static double transfer(const model_t *m, int coll, int algo, double S) {
+    if (algo == HCOMM__ALGO_NATIVE)
+        return native(m, coll, S);
+    if (algo == HCOMM__ALGO_HIER && coll <= HCOMM__COLL_REDUCESCATTER)
+        return hier_or_ring(m, coll, S);
+    switch (coll) {
+    case HCOMM__COLL_ALLREDUCE:
+        return algo == HCOMM__ALGO_RING      ? ring_ar(m, S)
+               : algo == HCOMM__ALGO_RHD     ? rhd_ar(m, S)
+               : algo == HCOMM__ALGO_RD      ? rd_ar(m, S)
+               : algo == HCOMM__ALGO_NAIVE   ? naive_ar(m, S)
+               : algo == HCOMM__ALGO_TWOSHOT ? twoshot_ar(m, S)
+                                             : INFINITY;
+    case HCOMM__COLL_ALLGATHER:
+    case HCOMM__COLL_ALLGATHERV:
+        return all_gather(m, algo, S);
+    case HCOMM__COLL_REDUCESCATTER:
+    case HCOMM__COLL_REDUCESCATTERV:
+        return reduce_scatter(m, algo, S);
+    case HCOMM__COLL_BROADCAST:
+        return broadcast(m, algo, S);
+    case HCOMM__COLL_REDUCE:
+        return reduce(m, algo, S);
+    case HCOMM__COLL_GATHER:
+    case HCOMM__COLL_SCATTER:
+        return rooted_move(m, algo, S);
+    default:
+        return INFINITY;
+    }
 }
 
 /* The signature agreement before the call (coll.c): a meeting in the posted slots on
@@ -98,24 +303,6 @@ static double agreement(const model_t *m, int algo) {
     if (m->shm)
         return algo == HCOMM__ALGO_NATIVE ? 0.0 : m->in.alpha;
     return m->lg * m->flat.alpha;
-}
-
-static double transfer(const model_t *m, int coll, int algo, double S) {
-    double f = (m->p - 1.0) / m->p;
-    if (algo == HCOMM__ALGO_NATIVE)
-        return native(m, coll, S);
-    if (algo == HCOMM__ALGO_HIER) /* on one node it is a ring without segments: leave it out */
-        return m->t->nnodes > 1 ? hier(m, coll, S) : INFINITY;
-    if (coll == HCOMM__COLL_ALLREDUCE)
-        return algo == HCOMM__ALGO_RING    ? ring_ar(m, S)
-               : algo == HCOMM__ALGO_RHD   ? rhd_ar(m, S)
-               : algo == HCOMM__ALGO_RD    ? rd_ar(m, S)
-               : algo == HCOMM__ALGO_NAIVE ? naive_ar(m, S)
-                                           : INFINITY;
-    if (algo != HCOMM__ALGO_RING)
-        return INFINITY;
-    double ag = (m->p - 1.0) * (m->flat.alpha + S / m->p * m->flat.beta);
-    return coll == HCOMM__COLL_ALLGATHER ? ag : ag + f * S * m->gamma + S * m->in.beta;
 }
 
 static double estimate(const model_t *m, int coll, int algo, double S) {
@@ -132,13 +319,14 @@ static void model_of(const hcomm__topo_t *t, bool shm, model_t *m) {
     m->pof2 = 1, m->lg = 0;
     while (m->pof2 * 2 <= m->p)
         m->pof2 *= 2, m->lg++;
+    m->clg = m->lg + (m->pof2 < m->p);
     m->hop = t->kind == HCOMM__TOPO_RING && m->p > 4 ? m->p / 4.0 : 1.0;
     m->shm = shm;
 }
 
 double hcomm__cost_estimate(hcomm_comm_t *c, int coll, int algo, size_t bytes, bool shm) {
     hcomm__topo_t *t;
-    if (coll > HCOMM__COLL_REDUCESCATTER || hcomm__topo_get(c, &t) != HCOMM_OK)
+    if (coll < 0 || coll >= HCOMM__COLL_COUNT || hcomm__topo_get(c, &t) != HCOMM_OK)
         return INFINITY;
     model_t m;
     model_of(t, shm, &m);
@@ -179,7 +367,7 @@ static void log_choice(hcomm_comm_t *c, const model_t *m, int coll, uint32_t all
 int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *set, int coll, size_t bytes,
                        bool shm, double *est_s) {
     hcomm__topo_t *t;
-    if (coll > HCOMM__COLL_REDUCESCATTER || hcomm__topo_get(c, &t) != HCOMM_OK ||
+    if (coll < 0 || coll >= HCOMM__CHOICE_COLLS || hcomm__topo_get(c, &t) != HCOMM_OK ||
         (t->nnodes == 1 && t->kind != HCOMM__TOPO_MESH && t->kind != HCOMM__TOPO_RING))
         return -1; /* one node (say, a TP group inside a declared one): the measured defaults */
     pthread_once(&every_once, read_every);
