@@ -112,6 +112,13 @@ static void usage(FILE *f) {
         "256)\n"
         "  --dp-buffers N    dp_all_reduce: gradient buffers per call (default 16)\n"
         "  --backend B       local or mpi (default: $HCOMM_BACKEND, else mpi under mpirun)\n"
+        "  --calibrate [FILE]  instead of tables: measure the link classes of hcomm's cost model\n"
+        "                    on these ranks (intra: ping-pong of rank 0 with a rank on its node;\n"
+        "                    inter: with a rank on another node, real or HCOMM_TOPO=nodes=NxG\n"
+        "                    simulated; 8 B to 8 MiB, least-squares fit of alpha + bytes*beta;\n"
+        "                    reduce: the f32 sum kernel), print them and write FILE in the\n"
+        "                    format HCOMM_TUNING_FILE reads (rank 0 decides; same bytes on\n"
+        "                    every rank); then run with HCOMM_TUNING_FILE=FILE\n"
         "  --version         print the version and the backends built\n");
 }
 
@@ -292,6 +299,14 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
 /* One argument (and its value, which may be the next one): returns how many were used, or -1. */
 static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor, bool *step) {
     const char *a = argv[i];
+    if (!strncmp(a, "--calibrate", 11) && (a[11] == '\0' || a[11] == '=')) {
+        bool next = a[11] == '\0' && i + 1 < argc && argv[i + 1][0] != '-';
+        o->calibrate = true;
+        o->calibrate_file = a[11] == '=' ? a + 12 : next ? argv[i + 1] : NULL;
+        if (o->calibrate_file && !o->calibrate_file[0])
+            return bad("--calibrate", "\"\"", "is not a file name"), -1;
+        return next ? 2 : 1;
+    }
     if (a[0] != '-' || a[1] == '\0')
         return select_op(o, NULL, a) ? -1 : 1;
     const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;

@@ -26,6 +26,8 @@ typedef struct bench_opts {
     const char *json, *csv, *plot;
     int moe_hidden, moe_topk, moe_experts;
     int dp_buffers;
+    bool calibrate;             /* --calibrate [FILE] (calibrate.c) */
+    const char *calibrate_file; /* NULL: print only */
 } bench_opts_t;
 
 /* One operation's buffers and shape at one size on one rank. */
@@ -105,6 +107,9 @@ typedef struct bench_record {
 
 /* args.c: 0 run, 1 done (help/version), -1 bad (message printed). */
 int bench_parse_args(int argc, char **argv, bench_opts_t *o);
+
+/* calibrate.c: measures the link classes and writes the tuning file (--calibrate). */
+hcomm_result_t bench_calibrate(hcomm_comm_t *w, const bench_opts_t *o);
 
 /* report.c */
 typedef struct bench_report bench_report_t;

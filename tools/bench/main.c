@@ -662,6 +662,8 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     const bench_opts_t *o = arg;
     if (o->legacy)
         return hcomm_bench_compare(w, false);
+    if (o->calibrate)
+        return bench_calibrate(w, o);
     run_t R = {.w = w, .o = o, .start = now_s()};
     hcomm_comm_rank(w, &R.rank);
     hcomm_comm_size(w, &R.size);
@@ -753,7 +755,8 @@ int main(int argc, char **argv) {
                 o.plot);
         return 2;
     }
-    if (!writable("--json", o.json) || !writable("-F", o.csv) || !writable("--plot", o.plot))
+    if (!writable("--json", o.json) || !writable("-F", o.csv) || !writable("--plot", o.plot) ||
+        !writable("--calibrate", o.calibrate_file))
         return 2;
     const char *b = NULL;
     hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
