@@ -81,14 +81,16 @@ static double transfer(const model_t *m, int coll, int algo, double S);
 
 /* The addresses go to every peer (p - 1 messages), then the reduce phase reads (p-1)/p of the
  * vector from the peers and reduces it, a dissemination barrier (clg messages), the gather
- * phase reads the other (p-1)/p, and a second barrier. Reads are memory copies at the intra
- * class's rate; they cannot cross nodes, and on a simulated machine they would bypass its
- * links, so twoshot is no candidate beyond one node. */
+ * phase reads the other (p-1)/p, and a second barrier. A read is one memory copy with no
+ * message around it; the model has no copy rate of its own, so it takes the faster of the
+ * intra link and the reduction kernel, which streams the same memory (a message may cost more
+ * than one copy: staging, protocol). Reads cannot cross nodes, and on a simulated machine
+ * they would bypass its links, so twoshot is no candidate beyond one node. */
 static double twoshot_ar(const model_t *m, double S) {
     if (m->t->nnodes > 1)
         return INFINITY;
-    double f = (m->p - 1.0) / m->p;
-    return m->hop * ((m->p - 1.0 + 2.0 * m->clg) * m->in.alpha + 2.0 * f * S * m->in.beta) +
+    double f = (m->p - 1.0) / m->p, read = fmin(m->in.beta, m->gamma);
+    return m->hop * ((m->p - 1.0 + 2.0 * m->clg) * m->in.alpha + 2.0 * f * S * read) +
            f * S * m->gamma;
 }
 
