@@ -8,6 +8,8 @@
  *     inter-node bandwidth is 10x below the intra-node one, auto picks hier for all_reduce
  *     from 1 MiB up on nodes=2x4 (a transport without shared-memory collectives: on the local
  *     backend, whose native collectives are one copy in one process, native is cheaper);
+ *   - on 2 ranks of one host with a calibrated intra class whose reduction outruns the link
+ *     (mpi here), rd at 8 B and twoshot at 1 MiB;
  *   - the collectives the model now decides (broadcast, reduce, gather, scatter, the
  *     v-calls) still give the right values with auto's choice on every declared topology.
  * World sizes 1..8 on the local backend. */
@@ -125,6 +127,21 @@ static hcomm_result_t hier_by_tuning(hcomm_comm_t *w) {
     return hcomm_comm_set_topo(w, NULL);
 }
 
+/* Two processes on one host as calibrated here on mpi (intra 0.6 us, 5 GB/s; reduction
+ * 8 GB/s): rd for a tiny all_reduce, twoshot (one copy per byte and phase, the fastest
+ * measured there from 32 KiB) for a large one. */
+static hcomm_result_t one_host_mpi(hcomm_comm_t *w) {
+    T_TRY(hcomm_comm_set_topo(w, "mesh;intra=0.6us,5GB/s,8GB/s"));
+    double est;
+    int a = hcomm__cost_choose(w, NULL, HCOMM__COLL_ALLREDUCE, 8, false, &est);
+    T_CHECK(a == HCOMM__ALGO_RD, "8-byte all_reduce chose %s",
+            a >= 0 ? hcomm__algo_name(a) : "none");
+    a = hcomm__cost_choose(w, NULL, HCOMM__COLL_ALLREDUCE, (size_t)1 << 20, false, &est);
+    T_CHECK(a == HCOMM__ALGO_TWOSHOT, "1 MiB all_reduce chose %s",
+            a >= 0 ? hcomm__algo_name(a) : "none");
+    return hcomm_comm_set_topo(w, NULL);
+}
+
 static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
     (void)arg;
     int p = t_size(w);
@@ -144,6 +161,8 @@ static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
         T_TRY(rooted_and_v_right(w, topos[i]));
     }
     T_TRY(hcomm_comm_set_topo(w, NULL));
+    if (p == 2)
+        T_TRY(one_host_mpi(w));
     return p == 8 ? hier_by_tuning(w) : HCOMM_OK;
 }
 
