@@ -89,9 +89,13 @@ static hcomm_result_t ping_pong(hcomm_comm_t *w, int me, link_fit_t *f, char *bu
     return r;
 }
 
-/* Weighted least squares of t = alpha + n beta with weights 1/t^2. A fit that gives a
- * non-positive alpha (latency lost in the noise) takes the smallest size's time; a
- * non-positive beta, the largest size's rate. */
+/* Weighted least squares of t = alpha + n beta with weights 1/t^2: relative errors count
+ * alike at every size. One line cannot follow a machine whose rate drops once messages leave
+ * the cache (here: about 10 GB/s up to 2 MiB, 2 GB/s at 8 MiB); an unweighted slope would
+ * follow the largest sizes alone and, measured here, mislead the choice at 4 KiB (twoshot
+ * over rd, 2.2x slower) without changing it above 32 KiB. A fit that gives a non-positive
+ * alpha (latency lost in the noise) takes the smallest size's time; a non-positive beta, the
+ * largest size's rate. */
 static void fit(link_fit_t *f) {
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int s = 0; s < NSIZES; s++) {
