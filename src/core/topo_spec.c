@@ -18,8 +18,8 @@
  * memory at a few GB/s with microseconds of software overhead; between hosts a 10 Gbit/s TCP
  * network (Open MPI's tcp btl) with tens of microseconds. Reductions run at memory speed. */
 static const hcomm__link_t link_defaults[HCOMM__LINK_CLASSES] = {
-    [HCOMM__LINK_INTRA] = {2e-6, 1.0 / 5e9, 1.0 / 4e9},
-    [HCOMM__LINK_INTER] = {20e-6, 1.0 / 1.25e9, 1.0 / 4e9},
+    [HCOMM__LINK_INTRA] = {2e-6, 1.0 / 5e9, 1.0 / 8e9},
+    [HCOMM__LINK_INTER] = {20e-6, 1.0 / 1.25e9, 1.0 / 8e9},
 };
 
 static uint64_t fnv(const void *p, size_t n, uint64_t h) {
