@@ -88,14 +88,59 @@ typedef enum hcomm_moe_drop {
     HCOMM_MOE_DROP_PROBS = 1,    /**< keep the highest weights; ties keep the earliest slot */
 } hcomm_moe_drop_t;
 
-/** Options of hcomm_moe_dispatch_topk; NULL means dropless. Every rank passes the same. */
+/** Which token exchange a dispatch uses (see "Multi-node" below). */
+typedef enum hcomm_moe_path {
+    HCOMM_MOE_PATH_AUTO = 0, /**< hierarchical when the EP group spans more than one node */
+    HCOMM_MOE_PATH_FLAT = 1, /**< one all_to_allv over the EP group */
+    HCOMM_MOE_PATH_HIER = 2, /**< per node (also on one node, where it is a relay inside it) */
+} hcomm_moe_path_t;
+
+/** Options of hcomm_moe_dispatch_topk; NULL means dropless, no expert-TP gather, automatic
+ *  path. Zero-initialised fields are the defaults. Every rank passes the same. */
 typedef struct hcomm_moe_options {
     /** <= 0: dropless (default). > 0: each source rank keeps at most
      *  capacity = min(ceil(T_max * k / E * capacity_factor), T_max * k) slots per expert, with
      *  T_max the largest T of any rank (one extra all_reduce of one int64). */
     double capacity_factor;
     hcomm_moe_drop_t drop_policy; /**< which slots to keep past capacity */
+    /** Expert-TP with sequence-parallel tokens (Megatron-Core's MoEAlltoAllTokenDispatcher
+     *  with sequence parallelism): this rank's expert-TP group (a group orthogonal to the EP
+     *  group: world = ep x etp, as hcomm_domain's HCOMM_GROUP_ETP), across which the tokens are
+     *  sharded. NULL (default): no expert-TP, or tokens replicated across it (each member
+     *  passes the same tokens and dispatches them over its own EP group: they move once, no
+     *  gather; the caller sums the expert-TP partial outputs, e.g. hcomm_tp_reduce_from_fwd,
+     *  before combine). See "Expert-TP" below for what each call does with it. */
+    hcomm_comm_t *etp_group;
+    hcomm_moe_path_t path; /**< token exchange: automatic (default), flat or hierarchical */
 } hcomm_moe_options_t;
+
+/* ---- Expert-TP (Megatron-Core's two cases) ----
+ * Replicated tokens (options NULL or options->etp_group NULL; hcomm-train's case): every
+ * member of an expert-TP group passes the same tokens [T, H] and dispatches them over its own
+ * EP group; each row moves once, nothing is gathered. The members run their slices of the
+ * experts on the same received rows [R, H] and sum their partial outputs themselves (e.g.
+ * hcomm_tp_reduce_from_fwd over the expert-TP group) before hcomm_moe_combine_topk.
+ * Sequence-parallel tokens (options->etp_group = this rank's expert-TP group, size etp; the
+ * world is ep x etp): member i passes its own shard [T_i, H] (T_i may differ, also 0).
+ *   hcomm_moe_dispatch_topk: EP exchange of the shard (rows R_i), then an all_gather of one
+ *       count row per member and an all_gatherv of the rows across etp_group: every member gets
+ *       the same [R, H], R = sum of R_i, ordered local expert, then source EP rank, then member,
+ *       then token and slot: the rows the replicated mode gives for the members' tokens
+ *       concatenated in member order. hcomm_moe_received, _expert_offsets see these R rows.
+ *   hcomm_moe_combine_topk: expert_out [R, H'] is each member's partial output; they are
+ *       summed by a reduce_scatterv across etp_group (member i keeps its R_i rows; f16/bf16 sum
+ *       in f32 and round once), then the reverse EP exchange and the slot-order sum: out [T_i,
+ *       H'] are this member's tokens.
+ *   hcomm_moe_dispatch_topk_bwd: grad_recv [R, H] reduce-scattered (summed) across etp_group,
+ *       then as without expert-TP: grad_tokens [T_i, H].
+ *   hcomm_moe_combine_topk_bwd: grad_out [T_i, H'] -> the EP exchange -> an all_gatherv across
+ *       etp_group: grad_expert_out [R, H'] (the same on every member); grad_weights [T_i, k]
+ *       from the summed outputs of the last combine.
+ *   hcomm_moe_redispatch: tokens [T_i, H'] -> EP exchange -> all_gatherv -> recv [R, H'].
+ * A member whose call fails (bad input, or an error in its EP exchange) joins the expert-TP
+ * step so its peers fail with HCOMM_ERR_PEER instead of waiting. Expert-TP applies to
+ * hcomm_moe_dispatch_topk only (not plans or the top-1 calls). options->etp_group equal to
+ * ep_group is HCOMM_ERR_INVALID_ARG. */
 
 /** The layout step of dispatch, rank-local (no communication), thread-safe.
  *  @p topk_ids [num_tokens, k] int32 in -1..num_experts-1 (NULL allowed when num_tokens = 0).
