@@ -80,8 +80,7 @@ typedef struct batch {
     float *w;
 } batch_t;
 
-static batch_t make_batch(const ctx_t *c, int first, int last, int k, hcomm_dtype_t dt,
-                          int64_t h) {
+static batch_t make_batch(const ctx_t *c, int first, int last, int k, hcomm_dtype_t dt, int64_t h) {
     batch_t b = {0};
     for (int i = first; i < last; i++)
         b.n += n_tok(c, c->s, i);
@@ -161,8 +160,8 @@ static hcomm_tensor_t grad_rows(const ctx_t *c, const hcomm_tensor_t *recv, cons
         for (int64_t r = off[l]; r < off[l + 1]; r++)
             for (int64_t col = 0; col < recv->shape[1]; col++) {
                 size_t e = (size_t)(r * recv->shape[1] + col);
-                double v = t_get_val(recv->dtype, recv->data, e) *
-                           (c->s * num_local + l + 1) * (c->i + 1);
+                double v =
+                    t_get_val(recv->dtype, recv->data, e) * (c->s * num_local + l + 1) * (c->i + 1);
                 t_set_val(recv->dtype, g.data, e, v);
             }
     return g;
@@ -228,8 +227,8 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
     hcomm_moe_options_t sp = {0};
     sp.etp_group = c->etp;
     hcomm_moe_handle_t *hs = NULL, *hr = NULL;
-    hcomm_result_t r1 = hcomm_moe_dispatch_topk(c->ep, &mine.x, mine.ids, mine.w, k, c->e_all,
-                                                &sp, &hs),
+    hcomm_result_t r1 = hcomm_moe_dispatch_topk(c->ep, &mine.x, mine.ids, mine.w, k, c->e_all, &sp,
+                                                &hs),
                    r2 = hcomm_moe_dispatch_topk(c->ep, &cat.x, cat.ids, cat.w, k, c->e_all, NULL,
                                                 &hr);
     T_CHECK(r1 == HCOMM_OK && r2 == HCOMM_OK, "dispatch: %s / %s (%s)", hcomm_result_name(r1),
@@ -243,9 +242,10 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
     T_OK(hcomm_moe_received(hr, &rr, NULL));
     T_OK(hcomm_moe_expert_offsets(hs, off_s));
     T_OK(hcomm_moe_expert_offsets(hr, off_r));
-    T_CHECK(same(&rs, &rr), "ep %d etp %d rank %d: gathered rows [%lld] differ from the "
-            "replicated dispatch's [%lld]", c->ep_n, c->etp_n, c->rank, (long long)rs.shape[0],
-            (long long)rr.shape[0]);
+    T_CHECK(same(&rs, &rr),
+            "ep %d etp %d rank %d: gathered rows [%lld] differ from the "
+            "replicated dispatch's [%lld]",
+            c->ep_n, c->etp_n, c->rank, (long long)rs.shape[0], (long long)rr.shape[0]);
     for (int l = 0; l <= num_local; l++)
         T_EQ_INT(off_s[l], off_r[l]);
     for (int l = 0; l < num_local; l++)
@@ -277,8 +277,8 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
     hcomm_tensor_t again = make2(dt, rs.shape[0], h);
     T_OK(hcomm_moe_redispatch(hs, &mine.x, &again));
     T_CHECK(same(&again, &rs), "rank %d: redispatch differs from dispatch", c->rank);
-    void *bufs[] = {y.data,  out_s.data, out_r.data, gr.data, gt.data, go_s.data,
-                    go_r.data, ge_s.data, ge_r.data, gw_s,    gw_r,    again.data};
+    void *bufs[] = {y.data,    out_s.data, out_r.data, gr.data, gt.data, go_s.data,
+                    go_r.data, ge_s.data,  ge_r.data,  gw_s,    gw_r,    again.data};
     for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++)
         free(bufs[b]);
 out:
@@ -316,8 +316,8 @@ static void test_errors(const ctx_t *c) {
     hcomm_tensor_t ge = make2(HCOMM_F32, recv.shape[0], 3), go = make2(HCOMM_F32, 2, 3);
     r = hcomm_moe_combine_topk_bwd(hd, c->rank == last ? &out : &go, &ge, NULL);
     if (c->ep_n * c->etp_n > 1)
-        T_CHECK(r == want, "rank %d: combine_bwd with a bad shape on rank %d gave %s (%s)",
-                c->rank, last, hcomm_result_name(r), hcomm_last_error());
+        T_CHECK(r == want, "rank %d: combine_bwd with a bad shape on rank %d gave %s (%s)", c->rank,
+                last, hcomm_result_name(r), hcomm_last_error());
     T_OK(hcomm_moe_combine_topk(hd, &recv, &go)); /* still usable */
     hcomm_moe_options_t same_group = {0};
     same_group.etp_group = c->ep;
@@ -334,7 +334,8 @@ static void test_errors(const ctx_t *c) {
 static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
     ctx_t c = {0};
     int w = t_size(world);
-    shape_t sh = arg ? *(const shape_t *)arg : (shape_t){w % 2 == 0 ? w / 2 : 1, w % 2 == 0 ? 2 : w};
+    shape_t sh =
+        arg ? *(const shape_t *)arg : (shape_t){w % 2 == 0 ? w / 2 : 1, w % 2 == 0 ? 2 : w};
     c.rank = t_rank(world);
     c.ep_n = sh.ep;
     c.etp_n = sh.etp;

@@ -206,6 +206,22 @@ HCOMM_API hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle,
                                          int64_t *tokens_per_expert, double *imbalance,
                                          int64_t *dropped);
 
+/** How the dispatch that made a handle moved its tokens (hcomm_moe_route_info). */
+typedef struct hcomm_moe_route_info {
+    int hierarchical;    /**< 1: the per-node path ran, 0: the flat one */
+    int nnodes;          /**< nodes the EP group spans (the topology layer's model; 1 if unknown) */
+    int token_exchanges; /**< all_to_allv calls moving token rows in the dispatch: 1 flat, 2
+                          *   hierarchical, 0 pad-to-capacity (its one exchange carries all) */
+    /** Token rows this rank sent to ranks of other nodes in the dispatch: flat, one per (token,
+     *  remote rank with a kept slot); hierarchical, one per (token, remote node). */
+    int64_t internode_rows;
+} hcomm_moe_route_info_t;
+
+/** Fills @p info for the dispatch that made @p handle. Local, thread-safe. Errors:
+ *  HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_moe_route_info(const hcomm_moe_handle_t *handle,
+                                              hcomm_moe_route_info_t *info);
+
 /** Top-k combine: @p expert_out [R, H'] (f16, bf16, f32 or f64; rows in received order) ->
  *  @p out [T, H'] (same dtype), out[t] = sum over j = 0..k-1 of w[t, j] * y[t, j] in slot
  *  order, accumulated in f32 (f64 for f64) and rounded once; a token with no kept slot gets

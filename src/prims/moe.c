@@ -22,13 +22,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The meta row each rank sends each peer before the tokens move: its argument-check status
- * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
- * (so a disagreement is reported, not mis-delivered), the rows for that peer, its dropped
- * slots and its kept slots for every expert (the peer's own experts say what arrives; all of
- * them give every rank the global statistics without another collective). */
-enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_DROPPED, META_COUNTS };
-
 static int meta_width(const hcomm_moe_handle_t *h) {
     return META_COUNTS + h->size * h->num_local;
 }
@@ -289,10 +282,10 @@ hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
 void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
     if (handle == NULL)
         return;
-    void *owned[] = {handle->send_rows,   handle->send_off,  handle->send_tok,  handle->pair_rows,
-                     handle->pair_off,    handle->pair_slot, handle->slot_pair, handle->weights,
-                     handle->dropped,     handle->recv_rows, handle->recv_off,  handle->rpair_rows,
-                     handle->rpair_off,   handle->rpair_row, handle->out_pair,  handle->expert_off,
+    void *owned[] = {handle->send_rows,    handle->send_off,  handle->send_tok,  handle->pair_rows,
+                     handle->pair_off,     handle->pair_slot, handle->slot_pair, handle->weights,
+                     handle->dropped,      handle->recv_rows, handle->recv_off,  handle->rpair_rows,
+                     handle->rpair_off,    handle->rpair_row, handle->out_pair,  handle->expert_off,
                      handle->global_count, handle->etp_rows,  handle->etp_perm};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
@@ -532,6 +525,13 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
                               "rank %d of ep_group failed its argument checks with %s", s,
                               hcomm_result_name((hcomm_result_t)m[META_STATUS]));
     }
+    for (int s = 0; s < h->size; s++)
+        if (meta[s * w + META_PATH] != (int64_t)h->hier)
+            return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                              "rank %d of ep_group chose the %s token exchange, this rank the %s "
+                              "(options->path differs)",
+                              s, meta[s * w + META_PATH] ? "hierarchical" : "flat",
+                              h->hier ? "hierarchical" : "flat");
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_H] != h->h || m[META_DTYPE] != (int64_t)h->dtype)
@@ -635,9 +635,8 @@ static hcomm_result_t expand_source(const char *fn, hcomm_moe_handle_t *h, int s
     return HCOMM_OK;
 }
 
-/* Expert-major placement of every source's rows: local expert, then source, then token. */
-static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                 const char *raw, const size_t *roff, size_t rb) {
+hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                     const char *raw, const size_t *roff, size_t rb) {
     int w = meta_width(h);
     int64_t *next = alloc_i64((size_t)h->num_local);
     hcomm_result_t res = HCOMM_OK;
@@ -658,7 +657,7 @@ static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const in
 
 /* The token exchange of a first dispatch: rows plus headers, then expansion into h->recv. */
 static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                  const void *tokens, const int32_t *hdr) {
+                                  const void *tokens, const int32_t *ids, const int32_t *hdr) {
     size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype), p = (size_t)h->size;
     size_t *v = malloc(4 * p * sizeof *v);
     char *sbuf = NULL, *raw = NULL;
@@ -666,22 +665,26 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
     if (v == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 4 * p);
     token_bytes(h, meta, rb, v);
-    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,
-                    done);
-    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
-                    res, done);
     if (h->plan == NULL)
         HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
     else if (h->r > h->plan->max_rows) /* the plan's own limits make this impossible */
         HCOMM__TRY_GOTO(hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
                                    (long long)h->r, (long long)h->plan->max_rows),
                         res, done);
+    if (h->hier) {
+        res = hcomm__moe_hier_move(fn, h, meta, tokens, ids, v + 3 * p);
+        goto done;
+    }
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,
+                    done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
+                    res, done);
     pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
     /* The count exchange proved that every rank is in this dispatch with these counts. */
     HCOMM__TRY_GOTO(
         hcomm__coll_all_to_allv_agreed(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p), res,
         done);
-    res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
+    res = hcomm__moe_expand_all(fn, h, meta, raw, v + 3 * p, rb);
 done:
     free(v);
     hcomm__moe_pool_put(h->pool, sbuf);
@@ -698,6 +701,8 @@ static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t
         m[META_DTYPE] = h->dtype;
         m[META_K] = h->k;
         m[META_ROWS] = h->send_rows[p];
+        m[META_PATH] = h->hier;
+        m[META_NODE_ROWS] = 0;
         m[META_DROPPED] = 0;
         for (int e = 0; e < h->size * h->num_local; e++)
             m[META_DROPPED] += h->dropped[e];
@@ -862,15 +867,19 @@ static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h
     if (a->capacity_mode)
         HCOMM__TRY_GOTO(find_capacity(a, h), res, done);
     if (local == HCOMM_OK)
+        local = hcomm__moe_hier_setup(a->fn, h, a->path);
+    if (local == HCOMM_OK)
         local = plan_send(a, h, meta_send, &hdr);
     fill_meta(h, local, meta_send, w);
+    if (local == HCOMM_OK) /* rows per node for each relay, rows crossing nodes */
+        hcomm__moe_hier_meta(h, a->ids, meta_send, w);
     HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
     }
     HCOMM__TRY_GOTO(plan_recv(a->fn, h, meta_recv), res, done);
-    res = move_tokens(a->fn, h, meta_recv, a->tokens->data, hdr);
+    res = move_tokens(a->fn, h, meta_recv, a->tokens->data, a->ids, hdr);
 done:
     if (h->etp != NULL) /* every member joins, also after a failure here */
         res = etp_step(a->fn, h, res, meta_recv);
@@ -950,6 +959,8 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
                            .k = k,
                            .num_experts = num_experts,
                            .topk = true};
+    if (options != NULL)
+        a.path = (int)options->path;
     if (options != NULL && options->capacity_factor > 0) {
         a.capacity_mode = true;
         a.capacity_factor = options->capacity_factor;
@@ -1010,6 +1021,19 @@ hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle, int64_t *tokens
         *imbalance = sum > 0 ? (double)max * e_all / (double)sum : 0.0;
     if (dropped)
         *dropped = handle->global_dropped;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_route_info(const hcomm_moe_handle_t *handle,
+                                    hcomm_moe_route_info_t *info) {
+    HCOMM__CHECK_NULL(handle);
+    HCOMM__CHECK_NULL(info);
+    *info = (hcomm_moe_route_info_t){.hierarchical = handle->hier,
+                                     .nnodes = handle->nnodes > 0 ? handle->nnodes : 1,
+                                     .token_exchanges = handle->pad    ? 0
+                                                        : handle->hier ? 2
+                                                                       : 1,
+                                     .internode_rows = handle->internode_rows};
     return HCOMM_OK;
 }
 
@@ -1303,8 +1327,8 @@ static hcomm_result_t combine_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) 
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
     if (h->etp)
-        HCOMM__TRY_GOTO(
-            hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->r * ps->rb, (void **)&own), res, done);
+        HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->r * ps->rb, (void **)&own),
+                        res, done);
     HCOMM__TRY_GOTO(
         hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
         done);
@@ -1376,8 +1400,9 @@ hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle, const hcomm_ten
 hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_recv,
                                       hcomm_tensor_t *grad_tokens) {
     pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL, true};
-    hcomm_result_t chk = check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
-                                    handle ? handle->n : 0, handle ? handle->h : 0, false);
+    hcomm_result_t chk =
+        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
+                   handle ? handle->n : 0, handle ? handle->h : 0, false);
     return run_pass(handle, &ps, chk, dispatch_bwd_body);
 }
 
@@ -1403,8 +1428,9 @@ hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
                                            const hcomm_tensor_t *grad_recv,
                                            hcomm_tensor_t *grad_tokens) {
     pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL, true};
-    hcomm_result_t chk = check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
-                                    handle ? handle->n : 0, handle ? handle->h : 0, true);
+    hcomm_result_t chk =
+        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
+                   handle ? handle->n : 0, handle ? handle->h : 0, true);
     return run_pass(handle, &ps, chk, dispatch_bwd_body);
 }
 

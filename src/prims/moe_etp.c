@@ -90,8 +90,8 @@ done:
 }
 
 /* Fails unless every member's EP exchange succeeded with the same row layout. */
-static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h,
-                                    const int64_t *all, int w) {
+static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h, const int64_t *all,
+                                    int w) {
     for (int i = 0; i < h->etp_size; i++)
         if (all[i * w + ETP_STATUS] != HCOMM_OK)
             return hcomm__err(HCOMM_ERR_PEER, fn,
@@ -103,8 +103,8 @@ static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h,
             return hcomm__err(HCOMM_ERR_MISMATCH, fn,
                               "rank %d of etp_group dispatched tokens of %s [*, %lld], this rank "
                               "%s [*, %lld]",
-                              i, hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]),
-                              (long long)m[ETP_H], hcomm__dtype_str(h->dtype), (long long)h->h);
+                              i, hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]), (long long)m[ETP_H],
+                              hcomm__dtype_str(h->dtype), (long long)h->h);
     }
     return HCOMM_OK;
 }

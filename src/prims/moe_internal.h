@@ -33,6 +33,7 @@ typedef struct hcomm__moe_args {
     bool topk, capacity_mode;
     double capacity_factor;
     int policy;
+    int path;                     /* hcomm_moe_path_t */
     const hcomm_moe_plan_t *plan; /* preallocated mode: the limits every call is checked against */
 } hcomm__moe_args_t;
 
@@ -83,17 +84,52 @@ struct hcomm_moe_handle {
     /* Expert-TP with sequence-parallel tokens (moe_etp.c): recv holds every etp member's rows,
      * r_all of them, expert-major, then source EP rank, then etp member; r counts this rank's
      * own rows (its EP exchange). Without etp, r_all == r. */
-    hcomm_comm_t *etp;       /* NULL: no gather */
+    hcomm_comm_t *etp; /* NULL: no gather */
     int etp_size;
     int64_t r_all;
-    int64_t *etp_rows;       /* [etp_size] own rows of each member */
-    int64_t *etp_perm;       /* [r_all] row of the gathered blocks (member-major) of each row */
+    int64_t *etp_rows; /* [etp_size] own rows of each member */
+    int64_t *etp_perm; /* [r_all] row of the gathered blocks (member-major) of each row */
     /* How the token exchange ran (moe_hier.c). */
-    bool hier;               /* per node: inter-node exchange, then intra-node fan-out */
-    int nnodes;              /* nodes of the EP group */
-    int64_t rows_sent;       /* token rows this rank's dispatch sent (itself included) */
-    int64_t internode_rows;  /* of them, rows to another node */
+    bool hier;                      /* per node: inter-node exchange, then intra-node fan-out */
+    int nnodes;                     /* nodes of the EP group (1 when its topology is unknown) */
+    const struct hcomm__topo *topo; /* the group's model (NULL: unknown) */
+    int64_t internode_rows;         /* token rows this rank's dispatch sent to other nodes */
 };
+
+/* The meta row each rank sends each peer before the tokens move: its argument-check status
+ * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
+ * (so a disagreement is reported, not mis-delivered), the rows for that peer, the path of the
+ * token exchange, the rows it relays through that peer (hierarchical: the peer is its relay on
+ * the peer's node; else 0), its dropped slots and its kept slots for every expert (the peer's
+ * own experts say what arrives; all of them give every rank the global statistics without
+ * another collective). */
+enum {
+    META_STATUS,
+    META_H,
+    META_DTYPE,
+    META_K,
+    META_ROWS,
+    META_PATH,
+    META_NODE_ROWS,
+    META_DROPPED,
+    META_COUNTS
+};
+
+/* Expert-major placement of every source's rows (local expert, then source, then token) into
+ * h->recv: source s's recv_rows[s] rows start at raw + roff[s], then their headers (its k
+ * local expert ids per row, -1 for slots elsewhere). */
+hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                     const char *raw, const size_t *roff, size_t rb);
+
+/* ---- hierarchical token exchange (moe_hier.c) ---- */
+
+/* Looks up the group's topology and decides the path (path: hcomm_moe_path_t); rank-local. */
+hcomm_result_t hcomm__moe_hier_setup(const char *fn, hcomm_moe_handle_t *h, int path);
+/* Sets META_NODE_ROWS of each peer's meta row (meta rows of width w) and h->internode_rows. */
+void hcomm__moe_hier_meta(hcomm_moe_handle_t *h, const int32_t *ids, int64_t *meta, int w);
+/* The hierarchical token exchange into h->recv (allocated): roff [size] is scratch. */
+hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                    const void *tokens, const int32_t *ids, size_t *roff);
 
 /* Checks (rank-local), allocates the handle and runs the collective part of a dispatch. */
 hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
@@ -121,8 +157,7 @@ hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h
 hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h, const void *in,
                                      hcomm_dtype_t dt, int64_t cols, void *own);
 /* Joins the etp group's next call as failed with res (no-op without etp or when res is OK). */
-hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
-                                   hcomm_result_t res);
+hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h, hcomm_result_t res);
 
 /* The local permutation of dispatch and combine: dst row i = src row idx[i] (gather) or
  * dst row idx[i] = src row i (scatter), n rows of rb bytes. Tests time it against memcpy. */
