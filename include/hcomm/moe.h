@@ -13,15 +13,15 @@
  * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
  * combine that is a plain copy). hcomm_moe_stats reads the global tokens per expert, imbalance
  * and drops of a dispatch; hcomm_moe_plan_create fixes the limits once for preallocated and
- * pad-to-capacity dispatches. Scratch and received rows come from a pool kept per group and
- * reused by later calls (freed with the group). Combine sends expert outputs back
- * and restores the original token order. The backward passes reuse the routing: dispatch_bwd
- * is a combine, combine_bwd a dispatch. Shapes are in rows and elements.
- * Dispatch, combine and the backward passes are collective over the EP group (every member
- * calls them in the same order, also with N = 0); hcomm_moe_received() and
- * hcomm_moe_handle_free() are local. One handle per dispatched batch; a handle is used by one
- * thread at a time, and calls on one group are made one at a time.
- * Errors (all collective calls): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert id out of
+ * pad-to-capacity dispatches. Options add expert-TP over sequence-parallel tokens and the
+ * hierarchical multi-node path (sections below). Scratch and received rows come from a pool kept
+ * per group and reused by later calls (freed with the group). Combine sends expert outputs back and
+ * restores the original token order. The backward passes reuse the routing: dispatch_bwd is a
+ * combine, combine_bwd a dispatch. Shapes are in rows and elements. Dispatch, combine and the
+ * backward passes are collective over the EP group (every member calls them in the same order, also
+ * with N = 0); hcomm_moe_received() and hcomm_moe_handle_free() are local. One handle per
+ * dispatched batch; a handle is used by one thread at a time, and calls on one group are made one
+ * at a time. Errors (all collective calls): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert id out of
  * range, E not a positive multiple of P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE, HCOMM_ERR_MISMATCH
  * (members disagree on H, H', dtype or E), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
  * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: a byte count or offset above INT_MAX),
@@ -114,6 +114,26 @@ typedef struct hcomm_moe_options {
     hcomm_moe_path_t path; /**< token exchange: automatic (default), flat or hierarchical */
 } hcomm_moe_options_t;
 
+/* ---- Multi-node: the hierarchical path (DeepEP's internode dispatch; Tutel's 2D
+ * hierarchical all_to_all) ----
+ * When the EP group's ranks sit on more than one node (the topology layer: host names on mpi,
+ * HCOMM_TOPO="nodes=..." or hcomm_comm_set_topo; see topo.h), dispatch sends each token once
+ * per destination node instead of once per destination rank: to a relay on that node (the
+ * rank with the sender's local index modulo the node's size: the same "rail" on equal nodes),
+ * which forwards it to the ranks of its node that own its experts. The count exchange stays
+ * one (the relay counts ride on it); the tokens take two exchanges: inter-node (every
+ * rank to its relays, at most one row per token and node), then intra-node (relays to their
+ * node's ranks). The received rows, offsets, statistics and every later pass are bitwise those
+ * of the flat path. Combine and the backward passes send each slot's row straight back to
+ * the token's rank (as the flat path does): summing a token's slots per node before the
+ * inter-node link would change the order of combine's f32 sum (slot order j = 0..k-1), which
+ * is what makes it deterministic and independent of the layout; their inter-node bytes are the
+ * flat path's. options->path chooses: AUTO (the default, and what the top-1 calls and plans
+ * use) takes the hierarchical path on more than one node, FLAT and HIER force one; ranks whose
+ * choices differ all fail with HCOMM_ERR_MISMATCH. Pad-to-capacity plans always exchange
+ * their fixed blocks directly. hcomm_moe_route_info tells which path ran and how many rows
+ * this rank sent across nodes. */
+
 /* ---- Expert-TP (Megatron-Core's two cases) ----
  * Replicated tokens (options NULL or options->etp_group NULL; hcomm-train's case): every
  * member of an expert-TP group passes the same tokens [T, H] and dispatches them over its own
@@ -161,13 +181,14 @@ HCOMM_API hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_t
  *  @p topk_ids [T, k] (int32, -1 = empty) with @p topk_weights [T, k] (f32, or NULL for
  *  weight 1) over @p ep_group. Collective over ep_group, one call per rank in the same order.
  *  Moves data with one count exchange and one token exchange (plus one all_reduce of the
- *  maximum T in capacity mode). On success *handle owns the received rows [R, H] expert-major
- *  (read them with hcomm_moe_received(), offsets with hcomm_moe_expert_offsets(), drops with
- *  hcomm_moe_dropped()). The handle keeps the group and a copy of the ids and weights.
- *  Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE, _INVALID_ARG: k, ids,
- *  weights not finite, options) ride on the count exchange: the failing rank returns its own
- *  error, every other rank HCOMM_ERR_PEER, and the group stays usable. num_experts not a
- *  positive multiple of the group size fails on every rank without communicating (it must be
+ *  maximum T in capacity mode; two token exchanges on the hierarchical path; with
+ *  options->etp_group, an all_gather of counts and an all_gatherv of rows across it). On success
+ * *handle owns the received rows [R, H] expert-major (read them with hcomm_moe_received(), offsets
+ * with hcomm_moe_expert_offsets(), drops with hcomm_moe_dropped()). The handle keeps the group and
+ * a copy of the ids and weights. Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE,
+ * _INVALID_ARG: k, ids, weights not finite, options) ride on the count exchange: the failing rank
+ * returns its own error, every other rank HCOMM_ERR_PEER, and the group stays usable. num_experts
+ * not a positive multiple of the group size fails on every rank without communicating (it must be
  *  the same everywhere). Ranks that disagree on H or dtype: HCOMM_ERR_MISMATCH on all. Also
  *  HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX),
  *  _BACKEND. Not thread-safe per group (one call on a group at a time). */
