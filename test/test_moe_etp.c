@@ -235,6 +235,11 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
             hcomm_result_name(r2), hcomm_last_error());
     if (r1 != HCOMM_OK || r2 != HCOMM_OK)
         goto out;
+    hcomm_moe_route_info_t info;
+    int nodes = 1;
+    T_OK(hcomm_moe_route_info(hs, &info));
+    T_OK(hcomm_comm_node(c->ep, &nodes, NULL, NULL, NULL));
+    T_EQ_INT(info.hierarchical, nodes > 1);
     hcomm_tensor_t rs, rr;
     int num_local = c->e_all / c->ep_n;
     int64_t off_s[16], off_r[16], cnt_s[16];
@@ -353,6 +358,15 @@ static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
                 c.variant = v;
                 run_case(&c, dts[d], ks[q], hs[(d + q + v) % 3]);
             }
+    if (c.ep_n % 2 == 0) { /* the EP group over two declared nodes: hierarchical EP exchange */
+        char spec[32];
+        snprintf(spec, sizeof spec, "nodes=2x%d", c.ep_n / 2);
+        T_TRY(hcomm_comm_set_topo(c.ep, spec));
+        for (int q = 0; q < 3; q++) {
+            c.variant = q % 2;
+            run_case(&c, dts[q], ks[q], hs[q]);
+        }
+    }
     test_errors(&c);
     hcomm_comm_destroy(c.ep);
     hcomm_comm_destroy(c.etp);

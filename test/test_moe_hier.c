@@ -185,6 +185,18 @@ static void run_case(const ctx_t *c, const tcase_t *tc) {
     hcomm_tensor_t again = make2(tc->dt, rh.shape[0], h);
     T_OK(hcomm_moe_redispatch(hh, &x, &again));
     T_CHECK(same(&again, &rh), "rank %d: redispatch differs from the dispatch", c->rank);
+    /* redispatch of another width and dtype: the same rows from both paths */
+    hcomm_tensor_t z = make2(HCOMM_F64, n, 3), zf = make2(HCOMM_F64, rf.shape[0], 3),
+                   zh = make2(HCOMM_F64, rf.shape[0], 3);
+    for (int64_t i = 0; i < n * 3; i++)
+        t_set_val(HCOMM_F64, z.data, (size_t)i, (double)(c->rank * 1000 + i) + 0.25);
+    T_OK(hcomm_moe_redispatch(hf, &z, &zf));
+    T_OK(hcomm_moe_redispatch(hh, &z, &zh));
+    T_CHECK(same(&zf, &zh), "rank %d: redispatch of [T, 3] f64 differs between the paths",
+            c->rank);
+    free(z.data);
+    free(zf.data);
+    free(zh.data);
     void *bufs[] = {y.data,   of_.data, oh_.data, gtf.data, gth.data,
                     gef.data, geh.data, gwf,      gwh,      again.data};
     for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++)

@@ -124,13 +124,13 @@ typedef struct hcomm_moe_options {
  * one (the relay counts ride on it); the tokens take two exchanges: inter-node (every
  * rank to its relays, at most one row per token and node), then intra-node (relays to their
  * node's ranks). The received rows, offsets, statistics and every later pass are bitwise those
- * of the flat path. Combine and the backward passes send each slot's row straight back to
- * the token's rank (as the flat path does): summing a token's slots per node before the
- * inter-node link would change the order of combine's f32 sum (slot order j = 0..k-1), which
- * is what makes it deterministic and independent of the layout; their inter-node bytes are the
- * flat path's. options->path chooses: AUTO (the default, and what the top-1 calls and plans
- * use) takes the hierarchical path on more than one node, FLAT and HIER force one; ranks whose
- * choices differ all fail with HCOMM_ERR_MISMATCH. Pad-to-capacity plans always exchange
+ * of the flat path; redispatch takes the same two exchanges. Combine and the backward passes send
+ * each slot's row straight back to the token's rank (as the flat path does): summing a token's
+ * slots per node before the inter-node link would change the order of combine's f32 sum (slot order
+ * j = 0..k-1), which is what makes it deterministic and independent of the layout; their inter-node
+ * bytes are the flat path's. options->path chooses: AUTO (the default, and what the top-1 calls and
+ * plans use) takes the hierarchical path on more than one node, FLAT and HIER force one; ranks
+ * whose choices differ all fail with HCOMM_ERR_MISMATCH. Pad-to-capacity plans always exchange
  * their fixed blocks directly. hcomm_moe_route_info tells which path ran and how many rows
  * this rank sent across nodes. */
 

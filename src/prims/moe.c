@@ -286,7 +286,8 @@ void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
                      handle->pair_off,     handle->pair_slot, handle->slot_pair, handle->weights,
                      handle->dropped,      handle->recv_rows, handle->recv_off,  handle->rpair_rows,
                      handle->rpair_off,    handle->rpair_row, handle->out_pair,  handle->expert_off,
-                     handle->global_count, handle->etp_rows,  handle->etp_perm};
+                     handle->global_count, handle->etp_rows,  handle->etp_perm,  handle->relay_rows,
+                     handle->src_k,        handle->ids};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
     if (handle->plan == NULL)
@@ -369,10 +370,34 @@ done:
     return res;
 }
 
+/* The hierarchical exchange's receiver in a redispatch: source s's j-th row is compacted row
+ * recv_off[s] + j, placed by the stored maps. */
+static hcomm_result_t place_sink(const char *fn, hcomm_moe_handle_t *h, const char *raw,
+                                 const size_t *roff, size_t rb, void *out) {
+    int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
+    char *compact = NULL;
+    HCOMM__TRY(hcomm__moe_pool_get(h->pool, fn, (size_t)nrecv * rb, (void **)&compact));
+    for (int s = 0; s < h->size; s++)
+        memcpy(compact + (size_t)h->recv_off[s] * rb, raw + roff[s], (size_t)h->recv_rows[s] * rb);
+    for (int64_t i = 0; i < h->r; i++)
+        memcpy((char *)out + (size_t)i * rb, compact + (size_t)h->rpair_row[h->out_pair[i]] * rb,
+               rb);
+    hcomm__moe_pool_put(h->pool, compact);
+    return HCOMM_OK;
+}
+
 /* Tokens forward with the stored routing: in [n rows] -> out [r rows], each token sent once
- * per rank and expanded there. */
-static hcomm_result_t route_tokens(const char *fn, const hcomm_moe_handle_t *h, const void *in,
-                                   void *out, size_t rb) {
+ * per rank (hierarchical: once per node) and expanded there. */
+static hcomm_result_t route_tokens(const char *fn, hcomm_moe_handle_t *h, const void *in, void *out,
+                                   size_t rb) {
+    if (h->hier) {
+        size_t *roff = malloc(sizeof *roff * (size_t)h->size);
+        if (roff == NULL)
+            return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d offsets", h->size);
+        hcomm_result_t res = hcomm__moe_hier_move(fn, h, in, h->ids, rb, roff, place_sink, out);
+        free(roff);
+        return res;
+    }
     int64_t nsend = h->send_off[h->size - 1] + h->send_rows[h->size - 1];
     int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
     char *sbuf = NULL, *raw = NULL;
@@ -655,6 +680,12 @@ hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, cons
     return res;
 }
 
+/* The hierarchical exchange's receiver in a first dispatch: the flat path's expansion. */
+static hcomm_result_t expand_sink(const char *fn, hcomm_moe_handle_t *h, const char *raw,
+                                  const size_t *roff, size_t rb, void *meta) {
+    return hcomm__moe_expand_all(fn, h, meta, raw, roff, rb);
+}
+
 /* The token exchange of a first dispatch: rows plus headers, then expansion into h->recv. */
 static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
                                   const void *tokens, const int32_t *ids, const int32_t *hdr) {
@@ -671,8 +702,13 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
         HCOMM__TRY_GOTO(hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
                                    (long long)h->r, (long long)h->plan->max_rows),
                         res, done);
-    if (h->hier) {
-        res = hcomm__moe_hier_move(fn, h, meta, tokens, ids, v + 3 * p);
+    if (h->hier) { /* kept for redispatch, which takes the same path */
+        res = hcomm__moe_hier_keep(fn, h, meta);
+        if (res == HCOMM_OK) {
+            memcpy(h->ids, ids, sizeof(int32_t) * (size_t)(h->n * h->k));
+            res =
+                hcomm__moe_hier_move(fn, h, tokens, ids, rb, v + 3 * p, expand_sink, (void *)meta);
+        }
         goto done;
     }
     HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,

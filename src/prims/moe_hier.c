@@ -16,8 +16,9 @@
  *      node, for each source it relays (ascending), that source's rows with a slot there and
  *      their k local expert ids: the very block the flat path would have carried from s.
  * The receiver expands those blocks exactly as the flat path does, so the received rows, the
- * handle's maps and every later pass are bitwise the same as with the flat path. Only the
- * dispatch uses the relays; combine and the backward passes send each slot's row straight
+ * handle's maps and every later pass are bitwise the same as with the flat path. Redispatch
+ * takes the same two exchanges (the handle keeps the ids and the relay counts); combine and
+ * the backward passes send each slot's row straight
  * between its two ranks (as on the flat path): summing a token's slots per node before the
  * inter-node link would change the order of the f32 sum that makes combine deterministic and
  * layout-independent. */
@@ -94,13 +95,14 @@ void hcomm__moe_hier_meta(hcomm_moe_handle_t *h, const int32_t *ids, int64_t *me
 
 /* Byte counts and offsets of the two exchanges, [4][size] each as exchange_rows' v. */
 typedef struct plan2 {
+    size_t rb; /* bytes of one token row (headers come on top) */
     size_t *v1, *v2;
     int64_t *cnt;   /* [node size][size] rows the relay forwards to each node member per source */
     int64_t *stamp; /* [size] */
 } plan2_t;
 
-static size_t row_bytes(const hcomm_moe_handle_t *h, int k) {
-    return (size_t)h->h * hcomm__dtype_size(h->dtype) + sizeof(int32_t) * (size_t)k;
+static size_t row_bytes(size_t rb, int64_t k) {
+    return rb + sizeof(int32_t) * (size_t)k;
 }
 
 static void scan(size_t *counts, size_t *offs, int n) {
@@ -112,23 +114,22 @@ static void scan(size_t *counts, size_t *offs, int n) {
 }
 
 /* Exchange 1: what this rank sends each relay and receives as one. */
-static void size_inter(const hcomm_moe_handle_t *h, const int64_t *meta, int w,
-                       const int64_t *node_rows, size_t *v) {
+static void size_inter(const hcomm_moe_handle_t *h, const int64_t *node_rows, size_t rb,
+                       size_t *v) {
     int p = h->size, me = h->group->rank;
     memset(v, 0, 4 * (size_t)p * sizeof *v);
     for (int b = 0; b < h->nnodes; b++)
-        v[relay_of(h->topo, me, b)] = (size_t)node_rows[b] * row_bytes(h, h->k);
+        v[relay_of(h->topo, me, b)] = (size_t)node_rows[b] * row_bytes(rb, h->k);
     for (int s = 0; s < p; s++)
-        v[2 * p + s] =
-            (size_t)meta[s * w + META_NODE_ROWS] * row_bytes(h, (int)meta[s * w + META_K]);
+        v[2 * p + s] = (size_t)h->relay_rows[s] * row_bytes(rb, h->src_k[s]);
     scan(v, v + p, p);
     scan(v + 2 * p, v + 3 * p, p);
 }
 
 /* Packs exchange 1: per relay its rows, then their k global expert ids (-1 elsewhere). */
 static void pack_inter(const hcomm_moe_handle_t *h, const void *tokens, const int32_t *ids,
-                       const size_t *v, const int64_t *node_rows, int64_t *cur, char *buf) {
-    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
+                       const size_t *v, const int64_t *node_rows, int64_t *cur, size_t rb,
+                       char *buf) {
     int k = h->k, me = h->group->rank;
     for (int b = 0; b < h->nnodes; b++)
         cur[b] = -1;
@@ -153,17 +154,17 @@ static void pack_inter(const hcomm_moe_handle_t *h, const void *tokens, const in
 
 /* Exchange 2, relay side: rows forwarded to each member q of this node per source s
  * (cnt[(q - first) * size + s]); checks that every id belongs to this node. */
-static hcomm_result_t count_intra(const char *fn, const hcomm_moe_handle_t *h, const int64_t *meta,
-                                  int w, const char *raw, const size_t *v1, plan2_t *pl) {
+static hcomm_result_t count_intra(const char *fn, const hcomm_moe_handle_t *h, const char *raw,
+                                  const size_t *v1, plan2_t *pl) {
     const hcomm__topo_t *t = h->topo;
     int p = h->size, mine = t->node[h->group->rank], first = t->node_off[mine];
-    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
+    size_t rb = pl->rb;
     int64_t stamp = 0;
     for (int q = 0; q < p; q++)
         pl->stamp[q] = -1;
     for (int s = 0; s < p; s++) {
-        int64_t n = meta[s * w + META_NODE_ROWS];
-        int ks = (int)meta[s * w + META_K];
+        int64_t n = h->relay_rows[s];
+        int ks = (int)h->src_k[s];
         const int32_t *hdr = (const int32_t *)(const void *)(raw + v1[3 * p + s] + (size_t)n * rb);
         for (int64_t i = 0; i < n; i++, stamp++)
             for (int j = 0; j < ks; j++) {
@@ -186,19 +187,17 @@ static hcomm_result_t count_intra(const char *fn, const hcomm_moe_handle_t *h, c
 
 /* Exchange 2 sizes: sends from the relay's counts, receives from the sources' meta rows (the
  * flat path's row counts), grouped by relay, then source; roff[s] where s's block lands. */
-static void size_intra(const hcomm_moe_handle_t *h, const int64_t *meta, int w, plan2_t *pl,
-                       size_t *roff) {
+static void size_intra(const hcomm_moe_handle_t *h, plan2_t *pl, size_t *roff) {
     const hcomm__topo_t *t = h->topo;
     int p = h->size, mine = t->node[h->group->rank];
     size_t *v = pl->v2;
     memset(v, 0, 4 * (size_t)p * sizeof *v);
     for (int q = t->node_off[mine]; q < t->node_off[mine + 1]; q++)
         for (int s = 0; s < p; s++)
-            v[q] += (size_t)pl->cnt[(q - t->node_off[mine]) * p + s] *
-                    row_bytes(h, (int)meta[s * w + META_K]);
+            v[q] +=
+                (size_t)pl->cnt[(q - t->node_off[mine]) * p + s] * row_bytes(pl->rb, h->src_k[s]);
     for (int s = 0; s < p; s++)
-        v[2 * p + relay_of(t, s, mine)] +=
-            (size_t)h->recv_rows[s] * row_bytes(h, (int)meta[s * w + META_K]);
+        v[2 * p + relay_of(t, s, mine)] += (size_t)h->recv_rows[s] * row_bytes(pl->rb, h->src_k[s]);
     scan(v, v + p, p);
     scan(v + 2 * p, v + 3 * p, p);
     size_t *at = pl->v1; /* reused: the next free byte of each relay's block */
@@ -206,24 +205,24 @@ static void size_intra(const hcomm_moe_handle_t *h, const int64_t *meta, int w, 
     for (int s = 0; s < p; s++) {
         int r = relay_of(t, s, mine);
         roff[s] = at[r];
-        at[r] += (size_t)h->recv_rows[s] * row_bytes(h, (int)meta[s * w + META_K]);
+        at[r] += (size_t)h->recv_rows[s] * row_bytes(pl->rb, h->src_k[s]);
     }
 }
 
 /* Packs exchange 2: for each member q, for each source (ascending), the source's rows with a
  * slot on q, then their local expert ids for q. */
-static void pack_intra(const hcomm_moe_handle_t *h, const int64_t *meta, int w, const char *raw,
-                       const size_t *v1_roff, plan2_t *pl, size_t *blk, char *buf) {
+static void pack_intra(const hcomm_moe_handle_t *h, const char *raw, const size_t *v1_roff,
+                       plan2_t *pl, size_t *blk, char *buf) {
     const hcomm__topo_t *t = h->topo;
     int p = h->size, mine = t->node[h->group->rank], first = t->node_off[mine];
     int g = t->node_off[mine + 1] - first;
-    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
+    size_t rb = pl->rb;
     int64_t *cur = pl->stamp; /* reused: rows placed in (q, s)'s block so far */
     for (int q = 0; q < g; q++)
         blk[q] = pl->v2[p + first + q];
     for (int s = 0; s < p; s++) {
-        int64_t n = meta[s * w + META_NODE_ROWS];
-        int ks = (int)meta[s * w + META_K];
+        int64_t n = h->relay_rows[s];
+        int ks = (int)h->src_k[s];
         if (n == 0)
             continue;
         const char *rows = raw + v1_roff[s];
@@ -249,16 +248,31 @@ static void pack_intra(const hcomm_moe_handle_t *h, const int64_t *meta, int w, 
                 out_hdr[cur[q] * ks + j] = e % h->num_local;
             }
         for (int q = 0; q < g; q++)
-            blk[q] += (size_t)pl->cnt[q * p + s] * row_bytes(h, ks);
+            blk[q] += (size_t)pl->cnt[q * p + s] * row_bytes(rb, ks);
     }
 }
 
-hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                    const void *tokens, const int32_t *ids, size_t *roff) {
+hcomm_result_t hcomm__moe_hier_keep(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
+    int w = META_COUNTS + h->size * h->num_local;
+    h->relay_rows = calloc((size_t)h->size, sizeof *h->relay_rows);
+    h->src_k = calloc((size_t)h->size, sizeof *h->src_k);
+    h->ids = malloc(sizeof *h->ids * (size_t)(h->n * h->k + 1));
+    if (!h->relay_rows || !h->src_k || !h->ids)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the relay counts");
+    for (int s = 0; s < h->size; s++) {
+        h->relay_rows[s] = meta[s * w + META_NODE_ROWS];
+        h->src_k[s] = meta[s * w + META_K];
+    }
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const void *tokens,
+                                    const int32_t *ids, size_t rb, size_t *roff,
+                                    hcomm__moe_sink_t sink, void *arg) {
     const hcomm__topo_t *t = h->topo;
-    int p = h->size, w = META_COUNTS + h->size * h->num_local, nn = h->nnodes;
+    int p = h->size, nn = h->nnodes;
     int g = t->node_off[t->node[h->group->rank] + 1] - t->node_off[t->node[h->group->rank]];
-    plan2_t pl = {0};
+    plan2_t pl = {.rb = rb};
     int64_t *node_rows = calloc(3 * (size_t)nn, sizeof *node_rows);
     char *sbuf = NULL, *raw1 = NULL, *sbuf2 = NULL, *raw2 = NULL;
     hcomm_result_t res = HCOMM_OK;
@@ -271,39 +285,38 @@ hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const
         goto done;
     }
     count_node_rows(h, ids, node_rows, node_rows + nn);
-    size_inter(h, meta, w, node_rows, pl.v1);
+    size_inter(h, node_rows, rb, pl.v1);
     HCOMM__TRY_GOTO(
         hcomm__moe_pool_get(h->pool, fn, pl.v1[2 * p - 1] + pl.v1[p - 1], (void **)&sbuf), res,
         done);
     HCOMM__TRY_GOTO(
         hcomm__moe_pool_get(h->pool, fn, pl.v1[4 * p - 1] + pl.v1[3 * p - 1], (void **)&raw1), res,
         done);
-    pack_inter(h, tokens, ids, pl.v1, node_rows, node_rows + nn, sbuf);
+    pack_inter(h, tokens, ids, pl.v1, node_rows, node_rows + nn, rb, sbuf);
     /* The count exchange proved that every rank is in this dispatch with these counts. */
     HCOMM__TRY_GOTO(hcomm__coll_all_to_allv_agreed(h->group, sbuf, pl.v1, pl.v1 + p, raw1,
                                                    pl.v1 + 2 * p, pl.v1 + 3 * p),
                     res, done);
-    HCOMM__TRY_GOTO(count_intra(fn, h, meta, w, raw1, pl.v1, &pl), res, done);
+    HCOMM__TRY_GOTO(count_intra(fn, h, raw1, pl.v1, &pl), res, done);
     size_t *roff1 = malloc((size_t)(p + g) * sizeof *roff1); /* and g block cursors */
     if (roff1 == NULL) {
         res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the relay counts");
         goto done;
     }
     memcpy(roff1, pl.v1 + 3 * p, (size_t)p * sizeof *roff1);
-    size_intra(h, meta, w, &pl, roff);
+    size_intra(h, &pl, roff);
     res = hcomm__moe_pool_get(h->pool, fn, pl.v2[2 * p - 1] + pl.v2[p - 1], (void **)&sbuf2);
     if (res == HCOMM_OK)
         res = hcomm__moe_pool_get(h->pool, fn, pl.v2[4 * p - 1] + pl.v2[3 * p - 1], (void **)&raw2);
     if (res == HCOMM_OK)
-        pack_intra(h, meta, w, raw1, roff1, &pl, roff1 + p, sbuf2);
+        pack_intra(h, raw1, roff1, &pl, roff1 + p, sbuf2);
     free(roff1);
     if (res != HCOMM_OK)
         goto done;
     HCOMM__TRY_GOTO(hcomm__coll_all_to_allv_agreed(h->group, sbuf2, pl.v2, pl.v2 + p, raw2,
                                                    pl.v2 + 2 * p, pl.v2 + 3 * p),
                     res, done);
-    res =
-        hcomm__moe_expand_all(fn, h, meta, raw2, roff, (size_t)h->h * hcomm__dtype_size(h->dtype));
+    res = sink(fn, h, raw2, roff, rb, arg);
 done:
     free(node_rows);
     free(pl.v1);

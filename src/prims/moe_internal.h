@@ -93,6 +93,9 @@ struct hcomm_moe_handle {
     bool hier;                      /* per node: inter-node exchange, then intra-node fan-out */
     int nnodes;                     /* nodes of the EP group (1 when its topology is unknown) */
     const struct hcomm__topo *topo; /* the group's model (NULL: unknown) */
+    int64_t *relay_rows;            /* hier: [size] rows each source relays through this rank */
+    int64_t *src_k;                 /* hier: [size] each source's k */
+    int32_t *ids;                   /* hier: [n * k] the dispatched ids, for redispatch */
     int64_t internode_rows;         /* token rows this rank's dispatch sent to other nodes */
 };
 
@@ -127,9 +130,17 @@ hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, cons
 hcomm_result_t hcomm__moe_hier_setup(const char *fn, hcomm_moe_handle_t *h, int path);
 /* Sets META_NODE_ROWS of each peer's meta row (meta rows of width w) and h->internode_rows. */
 void hcomm__moe_hier_meta(hcomm_moe_handle_t *h, const int32_t *ids, int64_t *meta, int w);
-/* The hierarchical token exchange into h->recv (allocated): roff [size] is scratch. */
-hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                    const void *tokens, const int32_t *ids, size_t *roff);
+/* Keeps what a later hierarchical exchange needs: the rows each source relays through this
+ * rank and each source's k (from the count exchange's meta rows), and room for the ids. */
+hcomm_result_t hcomm__moe_hier_keep(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta);
+/* What receives the rows of the hierarchical exchange: source s's block at raw + roff[s]. */
+typedef hcomm_result_t (*hcomm__moe_sink_t)(const char *fn, hcomm_moe_handle_t *h, const char *raw,
+                                            const size_t *roff, size_t rb, void *arg);
+/* The hierarchical token exchange of tokens (rows of rb bytes) by ids (h->n * h->k global
+ * expert ids, kept slots per h->slot_pair); roff [size] is scratch for the sink. */
+hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const void *tokens,
+                                    const int32_t *ids, size_t rb, size_t *roff,
+                                    hcomm__moe_sink_t sink, void *arg);
 
 /* Checks (rank-local), allocates the handle and runs the collective part of a dispatch. */
 hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
