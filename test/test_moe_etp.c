@@ -9,6 +9,8 @@
  * c % etp == i, zeros elsewhere), so the members' partial outputs sum to x exactly. */
 #include "harness.h"
 
+#include "algo/coll.h"
+
 #include <math.h>
 #include <stdbool.h>
 
@@ -227,18 +229,29 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
     hcomm_moe_options_t sp = {0};
     sp.etp_group = c->etp;
     hcomm_moe_handle_t *hs = NULL, *hr = NULL;
-    hcomm_result_t r1 = hcomm_moe_dispatch_topk(c->ep, &mine.x, mine.ids, mine.w, k, c->e_all, &sp,
-                                                &hs),
-                   r2 = hcomm_moe_dispatch_topk(c->ep, &cat.x, cat.ids, cat.w, k, c->e_all, NULL,
-                                                &hr);
+    uint64_t e0, ea0, t0, ta0, e1, ea1, t1, ta1;
+    hcomm__coll_counts(c->ep, &e0, &ea0);
+    hcomm__coll_counts(c->etp, &t0, &ta0);
+    hcomm_result_t r1 =
+        hcomm_moe_dispatch_topk(c->ep, &mine.x, mine.ids, mine.w, k, c->e_all, &sp, &hs);
+    hcomm__coll_counts(c->ep, &e1, &ea1);
+    hcomm__coll_counts(c->etp, &t1, &ta1);
+    int nodes = 1;
+    T_OK(hcomm_comm_node(c->ep, &nodes, NULL, NULL, NULL));
+    uint64_t ep_calls = nodes > 1 ? 3 : 2; /* one count exchange, one or two token exchanges */
+    T_CHECK(e1 - e0 == ep_calls && ea1 == ea0 && (c->etp_n == 1 || t1 - t0 == 2),
+            "rank %d: dispatch made %llu calls (%llu agreements) on ep_group and %llu on "
+            "etp_group; expected %llu, 0 and 2 (counts, then rows)",
+            c->rank, (unsigned long long)(e1 - e0), (unsigned long long)(ea1 - ea0),
+            (unsigned long long)(t1 - t0), (unsigned long long)ep_calls);
+    hcomm_result_t r2 =
+        hcomm_moe_dispatch_topk(c->ep, &cat.x, cat.ids, cat.w, k, c->e_all, NULL, &hr);
     T_CHECK(r1 == HCOMM_OK && r2 == HCOMM_OK, "dispatch: %s / %s (%s)", hcomm_result_name(r1),
             hcomm_result_name(r2), hcomm_last_error());
     if (r1 != HCOMM_OK || r2 != HCOMM_OK)
         goto out;
     hcomm_moe_route_info_t info;
-    int nodes = 1;
     T_OK(hcomm_moe_route_info(hs, &info));
-    T_OK(hcomm_comm_node(c->ep, &nodes, NULL, NULL, NULL));
     T_EQ_INT(info.hierarchical, nodes > 1);
     hcomm_tensor_t rs, rr;
     int num_local = c->e_all / c->ep_n;

@@ -8,6 +8,8 @@
  * node and the flat one on one node. */
 #include "harness.h"
 
+#include "algo/coll.h"
+
 #include <stdbool.h>
 
 #define MAX_RANKS 8
@@ -111,8 +113,19 @@ static void run_case(const ctx_t *c, const tcase_t *tc) {
     hier.path = HCOMM_MOE_PATH_HIER;
     flat.capacity_factor = hier.capacity_factor = autop.capacity_factor = tc->cf;
     hcomm_moe_handle_t *hf = NULL, *hh = NULL, *ha = NULL;
+    uint64_t c0, a0, c1, a1, c2, a2;
+    hcomm__coll_counts(c->g, &c0, &a0);
     T_OK(hcomm_moe_dispatch_topk(c->g, &x, ids, w, k, c->e_all, &flat, &hf));
+    hcomm__coll_counts(c->g, &c1, &a1);
     T_OK(hcomm_moe_dispatch_topk(c->g, &x, ids, w, k, c->e_all, &hier, &hh));
+    hcomm__coll_counts(c->g, &c2, &a2);
+    uint64_t extra = tc->cf > 0; /* capacity: the all_reduce of the largest T */
+    T_CHECK(c1 - c0 == 2 + extra && c2 - c1 == 3 + extra && a2 == a0,
+            "dispatch calls: flat %llu, hierarchical %llu, agreements %llu; expected %llu, %llu "
+            "(one count exchange, one or two token exchanges) and 0",
+            (unsigned long long)(c1 - c0), (unsigned long long)(c2 - c1),
+            (unsigned long long)(a2 - a0), (unsigned long long)(2 + extra),
+            (unsigned long long)(3 + extra));
     T_OK(hcomm_moe_dispatch_topk(c->g, &x, ids, w, k, c->e_all, &autop, &ha));
     if (!hf || !hh || !ha)
         goto out;
@@ -192,8 +205,7 @@ static void run_case(const ctx_t *c, const tcase_t *tc) {
         t_set_val(HCOMM_F64, z.data, (size_t)i, (double)(c->rank * 1000 + i) + 0.25);
     T_OK(hcomm_moe_redispatch(hf, &z, &zf));
     T_OK(hcomm_moe_redispatch(hh, &z, &zh));
-    T_CHECK(same(&zf, &zh), "rank %d: redispatch of [T, 3] f64 differs between the paths",
-            c->rank);
+    T_CHECK(same(&zf, &zh), "rank %d: redispatch of [T, 3] f64 differs between the paths", c->rank);
     free(z.data);
     free(zf.data);
     free(zh.data);
