@@ -6,24 +6,24 @@
  * Experts are laid out contiguously (expert parallel): with E experts and an EP group of size
  * P, rank p owns experts [p*E/P, (p+1)*E/P). Dispatch sends each token (a row of tokens[N, H])
  * to the rank owning expert_ids[i] (top-1), exchanging the counts inside, then the rows with one
- * all_to_allv; the received rows are grouped by local expert (expert-major, source rank next,
- * original order within a source). Dropless: no capacity factor, no token is dropped or
- * padded, so R (rows received) varies by rank and batch. Top-k routing with weights, empty
- * slots and capacity is hcomm_moe_dispatch_topk and its passes below; the top-1 calls run on
- * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
- * combine that is a plain copy). hcomm_moe_stats reads the global tokens per expert, imbalance
- * and drops of a dispatch; hcomm_moe_plan_create fixes the limits once for preallocated and
- * pad-to-capacity dispatches. Options add expert-TP over sequence-parallel tokens and the
- * hierarchical multi-node path (sections below). Scratch and received rows come from a pool kept
- * per group and reused by later calls (freed with the group). Combine sends expert outputs back and
- * restores the original token order. The backward passes reuse the routing: dispatch_bwd is a
- * combine, combine_bwd a dispatch. Shapes are in rows and elements. Dispatch, combine and the
- * backward passes are collective over the EP group (every member calls them in the same order, also
- * with N = 0); hcomm_moe_received() and hcomm_moe_handle_free() are local. One handle per
- * dispatched batch; a handle is used by one thread at a time, and calls on one group are made one
- * at a time. Errors (all collective calls): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert id out of
- * range, E not a positive multiple of P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE, HCOMM_ERR_MISMATCH
- * (members disagree on H, H', dtype or E), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
+ * all_to_allv (two when the group spans several nodes: "Multi-node" below); the received rows are
+ * grouped by local expert (expert-major, source rank next, original order within a source).
+ * Dropless: no capacity factor, no token is dropped or padded, so R (rows received) varies by rank
+ * and batch. Top-k routing with weights, empty slots and capacity is hcomm_moe_dispatch_topk and
+ * its passes below; the top-1 calls run on the same path as its k = 1 case, copying rows without
+ * arithmetic (any dtype, H' and a combine that is a plain copy). hcomm_moe_stats reads the global
+ * tokens per expert, imbalance and drops of a dispatch; hcomm_moe_plan_create fixes the limits once
+ * for preallocated and pad-to-capacity dispatches. Options add expert-TP over sequence-parallel
+ * tokens and the hierarchical multi-node path (sections below). Scratch and received rows come from
+ * a pool kept per group and reused by later calls (freed with the group). Combine sends expert
+ * outputs back and restores the original token order. The backward passes reuse the routing:
+ * dispatch_bwd is a combine, combine_bwd a dispatch. Shapes are in rows and elements. Dispatch,
+ * combine and the backward passes are collective over the EP group (every member calls them in the
+ * same order, also with N = 0); hcomm_moe_received() and hcomm_moe_handle_free() are local. One
+ * handle per dispatched batch; a handle is used by one thread at a time, and calls on one group are
+ * made one at a time. Errors (all collective calls): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert
+ * id out of range, E not a positive multiple of P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE,
+ * HCOMM_ERR_MISMATCH (members disagree on H, H', dtype or E), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
  * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: a byte count or offset above INT_MAX),
  * HCOMM_ERR_BACKEND. Outside
  * dispatch, argument checks are rank-local: a rank whose check fails returns without
