@@ -44,6 +44,17 @@ hcomm_result_t hcomm__moe_hier_setup(const char *fn, hcomm_moe_handle_t *h, int 
     return HCOMM_OK;
 }
 
+/* Header entries sit after rows of any byte length, so they are read and written unaligned. */
+static int32_t get_id(const char *hdr, int64_t i) {
+    int32_t v;
+    memcpy(&v, hdr + sizeof v * (size_t)i, sizeof v);
+    return v;
+}
+
+static void put_id(char *hdr, int64_t i, int32_t v) {
+    memcpy(hdr + sizeof v * (size_t)i, &v, sizeof v);
+}
+
 static int relay_of(const hcomm__topo_t *t, int s, int b) {
     int size = t->node_off[b + 1] - t->node_off[b];
     return t->members[t->node_off[b] + t->local[s] % size];
@@ -140,15 +151,15 @@ static void pack_inter(const hcomm_moe_handle_t *h, const void *tokens, const in
                 continue;
             int b = node_of_expert(h, ids[s]);
             char *seg = buf + v[h->size + relay_of(h->topo, me, b)];
-            int32_t *hdr = (int32_t *)(void *)(seg + (size_t)node_rows[b] * rb);
+            char *hdr = seg + (size_t)node_rows[b] * rb;
             if (cur[b] < 0 || cur[b + h->nnodes] != t) { /* the token's first slot on b */
                 cur[b + h->nnodes] = t;
                 cur[b]++;
                 memcpy(seg + (size_t)cur[b] * rb, (const char *)tokens + (size_t)t * rb, rb);
                 for (int q = 0; q < k; q++)
-                    hdr[cur[b] * k + q] = -1;
+                    put_id(hdr, cur[b] * k + q, -1);
             }
-            hdr[cur[b] * k + j] = ids[s];
+            put_id(hdr, cur[b] * k + j, ids[s]);
         }
 }
 
@@ -165,10 +176,10 @@ static hcomm_result_t count_intra(const char *fn, const hcomm_moe_handle_t *h, c
     for (int s = 0; s < p; s++) {
         int64_t n = h->relay_rows[s];
         int ks = (int)h->src_k[s];
-        const int32_t *hdr = (const int32_t *)(const void *)(raw + v1[3 * p + s] + (size_t)n * rb);
+        const char *hdr = raw + v1[3 * p + s] + (size_t)n * rb;
         for (int64_t i = 0; i < n; i++, stamp++)
             for (int j = 0; j < ks; j++) {
-                int32_t e = hdr[i * ks + j];
+                int32_t e = get_id(hdr, i * ks + j);
                 if (e < 0)
                     continue;
                 int q = e / h->num_local;
@@ -226,26 +237,26 @@ static void pack_intra(const hcomm_moe_handle_t *h, const char *raw, const size_
         if (n == 0)
             continue;
         const char *rows = raw + v1_roff[s];
-        const int32_t *hdr = (const int32_t *)(const void *)(rows + (size_t)n * rb);
+        const char *hdr = rows + (size_t)n * rb;
         for (int q = 0; q < g; q++)
             cur[q] = -1;
         for (int64_t i = 0; i < n; i++)
             for (int j = 0; j < ks; j++) {
-                int32_t e = hdr[i * ks + j];
+                int32_t e = get_id(hdr, i * ks + j);
                 if (e < 0)
                     continue;
                 int q = e / h->num_local - first;
                 int64_t c = pl->cnt[q * p + s];
                 char *seg = buf + blk[q];
-                int32_t *out_hdr = (int32_t *)(void *)(seg + (size_t)c * rb);
+                char *out_hdr = seg + (size_t)c * rb;
                 if (cur[q] < 0 || cur[q + g] != i) {
                     cur[q + g] = i;
                     cur[q]++;
                     memcpy(seg + (size_t)cur[q] * rb, rows + (size_t)i * rb, rb);
                     for (int x = 0; x < ks; x++)
-                        out_hdr[cur[q] * ks + x] = -1;
+                        put_id(out_hdr, cur[q] * ks + x, -1);
                 }
-                out_hdr[cur[q] * ks + j] = e % h->num_local;
+                put_id(out_hdr, cur[q] * ks + j, e % h->num_local);
             }
         for (int q = 0; q < g; q++)
             blk[q] += (size_t)pl->cnt[q * p + s] * row_bytes(rb, ks);
