@@ -96,7 +96,8 @@ typedef enum hcomm_moe_path {
 } hcomm_moe_path_t;
 
 /** Options of hcomm_moe_dispatch_topk; NULL means dropless, no expert-TP gather, automatic
- *  path. Zero-initialised fields are the defaults. Every rank passes the same. */
+ *  path. Zero-initialised fields are the defaults. Every rank passes the same values
+ *  (etp_group: each its own expert-TP group). */
 typedef struct hcomm_moe_options {
     /** <= 0: dropless (default). > 0: each source rank keeps at most
      *  capacity = min(ceil(T_max * k / E * capacity_factor), T_max * k) slots per expert, with
