@@ -6,24 +6,24 @@
  * Experts are laid out contiguously (expert parallel): with E experts and an EP group of size
  * P, rank p owns experts [p*E/P, (p+1)*E/P). Dispatch sends each token (a row of tokens[N, H])
  * to the rank owning expert_ids[i] (top-1), exchanging the counts inside, then the rows with one
- * all_to_allv; the received rows are grouped by local expert (expert-major, source rank next,
- * original order within a source). Dropless: no capacity factor, no token is dropped or
- * padded, so R (rows received) varies by rank and batch. Top-k routing with weights, empty
- * slots and capacity is hcomm_moe_dispatch_topk and its passes below; the top-1 calls run on
- * the same path as its k = 1 case, copying rows without arithmetic (any dtype, H' and a
- * combine that is a plain copy). hcomm_moe_stats reads the global tokens per expert, imbalance
- * and drops of a dispatch; hcomm_moe_plan_create fixes the limits once for preallocated and
- * pad-to-capacity dispatches. Scratch and received rows come from a pool kept per group and
- * reused by later calls (freed with the group). Combine sends expert outputs back
- * and restores the original token order. The backward passes reuse the routing: dispatch_bwd
- * is a combine, combine_bwd a dispatch. Shapes are in rows and elements.
- * Dispatch, combine and the backward passes are collective over the EP group (every member
- * calls them in the same order, also with N = 0); hcomm_moe_received() and
- * hcomm_moe_handle_free() are local. One handle per dispatched batch; a handle is used by one
- * thread at a time, and calls on one group are made one at a time.
- * Errors (all collective calls): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert id out of
- * range, E not a positive multiple of P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE, HCOMM_ERR_MISMATCH
- * (members disagree on H, H', dtype or E), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
+ * all_to_allv (two when the group spans several nodes: "Multi-node" below); the received rows are
+ * grouped by local expert (expert-major, source rank next, original order within a source).
+ * Dropless: no capacity factor, no token is dropped or padded, so R (rows received) varies by rank
+ * and batch. Top-k routing with weights, empty slots and capacity is hcomm_moe_dispatch_topk and
+ * its passes below; the top-1 calls run on the same path as its k = 1 case, copying rows without
+ * arithmetic (any dtype, H' and a combine that is a plain copy). hcomm_moe_stats reads the global
+ * tokens per expert, imbalance and drops of a dispatch; hcomm_moe_plan_create fixes the limits once
+ * for preallocated and pad-to-capacity dispatches. Options add expert-TP over sequence-parallel
+ * tokens and the hierarchical multi-node path (sections below). Scratch and received rows come from
+ * a pool kept per group and reused by later calls (freed with the group). Combine sends expert
+ * outputs back and restores the original token order. The backward passes reuse the routing:
+ * dispatch_bwd is a combine, combine_bwd a dispatch. Shapes are in rows and elements. Dispatch,
+ * combine and the backward passes are collective over the EP group (every member calls them in the
+ * same order, also with N = 0); hcomm_moe_received() and hcomm_moe_handle_free() are local. One
+ * handle per dispatched batch; a handle is used by one thread at a time, and calls on one group are
+ * made one at a time. Errors (all collective calls): HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (expert
+ * id out of range, E not a positive multiple of P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE,
+ * HCOMM_ERR_MISMATCH (members disagree on H, H', dtype or E), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
  * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: a byte count or offset above INT_MAX),
  * HCOMM_ERR_BACKEND. Outside
  * dispatch, argument checks are rank-local: a rank whose check fails returns without
@@ -88,14 +88,80 @@ typedef enum hcomm_moe_drop {
     HCOMM_MOE_DROP_PROBS = 1,    /**< keep the highest weights; ties keep the earliest slot */
 } hcomm_moe_drop_t;
 
-/** Options of hcomm_moe_dispatch_topk; NULL means dropless. Every rank passes the same. */
+/** Which token exchange a dispatch uses (see "Multi-node" below). */
+typedef enum hcomm_moe_path {
+    HCOMM_MOE_PATH_AUTO = 0, /**< hierarchical when the EP group spans more than one node */
+    HCOMM_MOE_PATH_FLAT = 1, /**< one all_to_allv over the EP group */
+    HCOMM_MOE_PATH_HIER = 2, /**< per node (also on one node, where it is a relay inside it) */
+} hcomm_moe_path_t;
+
+/** Options of hcomm_moe_dispatch_topk; NULL means dropless, no expert-TP gather, automatic
+ *  path. Zero-initialised fields are the defaults. Every rank passes the same values
+ *  (etp_group: each its own expert-TP group). */
 typedef struct hcomm_moe_options {
     /** <= 0: dropless (default). > 0: each source rank keeps at most
      *  capacity = min(ceil(T_max * k / E * capacity_factor), T_max * k) slots per expert, with
      *  T_max the largest T of any rank (one extra all_reduce of one int64). */
     double capacity_factor;
     hcomm_moe_drop_t drop_policy; /**< which slots to keep past capacity */
+    /** Expert-TP with sequence-parallel tokens (Megatron-Core's MoEAlltoAllTokenDispatcher
+     *  with sequence parallelism): this rank's expert-TP group (a group orthogonal to the EP
+     *  group: world = ep x etp, as hcomm_domain's HCOMM_GROUP_ETP), across which the tokens are
+     *  sharded. NULL (default): no expert-TP, or tokens replicated across it (each member
+     *  passes the same tokens and dispatches them over its own EP group: they move once, no
+     *  gather; the caller sums the expert-TP partial outputs, e.g. hcomm_tp_reduce_from_fwd,
+     *  before combine). See "Expert-TP" below for what each call does with it. */
+    hcomm_comm_t *etp_group;
+    hcomm_moe_path_t path; /**< token exchange: automatic (default), flat or hierarchical */
 } hcomm_moe_options_t;
+
+/* ---- Multi-node: the hierarchical path (DeepEP's internode dispatch; Tutel's 2D
+ * hierarchical all_to_all) ----
+ * When the EP group's ranks sit on more than one node (the topology layer: host names on mpi,
+ * HCOMM_TOPO="nodes=..." or hcomm_comm_set_topo; see topo.h), dispatch sends each token once
+ * per destination node instead of once per destination rank: to a relay on that node (the
+ * rank with the sender's local index modulo the node's size: the same "rail" on equal nodes),
+ * which forwards it to the ranks of its node that own its experts. The count exchange stays
+ * one (the relay counts ride on it); the tokens take two exchanges: inter-node (every
+ * rank to its relays, at most one row per token and node), then intra-node (relays to their
+ * node's ranks). The received rows, offsets, statistics and every later pass are bitwise those
+ * of the flat path; redispatch takes the same two exchanges. Combine and the backward passes send
+ * each slot's row straight back to the token's rank (as the flat path does): summing a token's
+ * slots per node before the inter-node link would change the order of combine's f32 sum (slot order
+ * j = 0..k-1), which is what makes it deterministic and independent of the layout; their inter-node
+ * bytes are the flat path's. options->path chooses: AUTO (the default, and what the top-1 calls and
+ * plans use) takes the hierarchical path on more than one node, FLAT and HIER force one; ranks
+ * whose choices differ all fail with HCOMM_ERR_MISMATCH. Pad-to-capacity plans always exchange
+ * their fixed blocks directly. hcomm_moe_route_info tells which path ran and how many rows
+ * this rank sent across nodes. */
+
+/* ---- Expert-TP (Megatron-Core's two cases) ----
+ * Replicated tokens (options NULL or options->etp_group NULL; hcomm-train's case): every
+ * member of an expert-TP group passes the same tokens [T, H] and dispatches them over its own
+ * EP group; each row moves once, nothing is gathered. The members run their slices of the
+ * experts on the same received rows [R, H] and sum their partial outputs themselves (e.g.
+ * hcomm_tp_reduce_from_fwd over the expert-TP group) before hcomm_moe_combine_topk.
+ * Sequence-parallel tokens (options->etp_group = this rank's expert-TP group, size etp; the
+ * world is ep x etp): member i passes its own shard [T_i, H] (T_i may differ, also 0).
+ *   hcomm_moe_dispatch_topk: EP exchange of the shard (rows R_i), then an all_gather of one
+ *       count row per member and an all_gatherv of the rows across etp_group: every member gets
+ *       the same [R, H], R = sum of R_i, ordered local expert, then source EP rank, then member,
+ *       then token and slot: the rows the replicated mode gives for the members' tokens
+ *       concatenated in member order. hcomm_moe_received, _expert_offsets see these R rows.
+ *   hcomm_moe_combine_topk: expert_out [R, H'] is each member's partial output; they are
+ *       summed by a reduce_scatterv across etp_group (member i keeps its R_i rows; f16/bf16 sum
+ *       in f32 and round once), then the reverse EP exchange and the slot-order sum: out [T_i,
+ *       H'] are this member's tokens.
+ *   hcomm_moe_dispatch_topk_bwd: grad_recv [R, H] reduce-scattered (summed) across etp_group,
+ *       then as without expert-TP: grad_tokens [T_i, H].
+ *   hcomm_moe_combine_topk_bwd: grad_out [T_i, H'] -> the EP exchange -> an all_gatherv across
+ *       etp_group: grad_expert_out [R, H'] (the same on every member); grad_weights [T_i, k]
+ *       from the summed outputs of the last combine.
+ *   hcomm_moe_redispatch: tokens [T_i, H'] -> EP exchange -> all_gatherv -> recv [R, H'].
+ * A member whose call fails (bad input, or an error in its EP exchange) joins the expert-TP
+ * step so its peers fail with HCOMM_ERR_PEER instead of waiting. Expert-TP applies to
+ * hcomm_moe_dispatch_topk only (not plans or the top-1 calls). options->etp_group equal to
+ * ep_group is HCOMM_ERR_INVALID_ARG. */
 
 /** The layout step of dispatch, rank-local (no communication), thread-safe.
  *  @p topk_ids [num_tokens, k] int32 in -1..num_experts-1 (NULL allowed when num_tokens = 0).
@@ -116,13 +182,14 @@ HCOMM_API hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_t
  *  @p topk_ids [T, k] (int32, -1 = empty) with @p topk_weights [T, k] (f32, or NULL for
  *  weight 1) over @p ep_group. Collective over ep_group, one call per rank in the same order.
  *  Moves data with one count exchange and one token exchange (plus one all_reduce of the
- *  maximum T in capacity mode). On success *handle owns the received rows [R, H] expert-major
- *  (read them with hcomm_moe_received(), offsets with hcomm_moe_expert_offsets(), drops with
- *  hcomm_moe_dropped()). The handle keeps the group and a copy of the ids and weights.
- *  Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE, _INVALID_ARG: k, ids,
- *  weights not finite, options) ride on the count exchange: the failing rank returns its own
- *  error, every other rank HCOMM_ERR_PEER, and the group stays usable. num_experts not a
- *  positive multiple of the group size fails on every rank without communicating (it must be
+ *  maximum T in capacity mode; two token exchanges on the hierarchical path; with
+ *  options->etp_group, an all_gather of counts and an all_gatherv of rows across it). On success
+ * *handle owns the received rows [R, H] expert-major (read them with hcomm_moe_received(), offsets
+ * with hcomm_moe_expert_offsets(), drops with hcomm_moe_dropped()). The handle keeps the group and
+ * a copy of the ids and weights. Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE,
+ * _INVALID_ARG: k, ids, weights not finite, options) ride on the count exchange: the failing rank
+ * returns its own error, every other rank HCOMM_ERR_PEER, and the group stays usable. num_experts
+ * not a positive multiple of the group size fails on every rank without communicating (it must be
  *  the same everywhere). Ranks that disagree on H or dtype: HCOMM_ERR_MISMATCH on all. Also
  *  HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX),
  *  _BACKEND. Not thread-safe per group (one call on a group at a time). */
@@ -160,6 +227,22 @@ HCOMM_API hcomm_result_t hcomm_moe_dropped(const hcomm_moe_handle_t *handle,
 HCOMM_API hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle,
                                          int64_t *tokens_per_expert, double *imbalance,
                                          int64_t *dropped);
+
+/** How the dispatch that made a handle moved its tokens (hcomm_moe_route_info). */
+typedef struct hcomm_moe_route_info {
+    int hierarchical;    /**< 1: the per-node path ran, 0: the flat one */
+    int nnodes;          /**< nodes the EP group spans (the topology layer's model; 1 if unknown) */
+    int token_exchanges; /**< all_to_allv calls moving token rows in the dispatch: 1 flat, 2
+                          *   hierarchical, 0 pad-to-capacity (its one exchange carries all) */
+    /** Token rows this rank sent to ranks of other nodes in the dispatch: flat, one per (token,
+     *  remote rank with a kept slot); hierarchical, one per (token, remote node). */
+    int64_t internode_rows;
+} hcomm_moe_route_info_t;
+
+/** Fills @p info for the dispatch that made @p handle. Local, thread-safe. Errors:
+ *  HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_moe_route_info(const hcomm_moe_handle_t *handle,
+                                              hcomm_moe_route_info_t *info);
 
 /** Top-k combine: @p expert_out [R, H'] (f16, bf16, f32 or f64; rows in received order) ->
  *  @p out [T, H'] (same dtype), out[t] = sum over j = 0..k-1 of w[t, j] * y[t, j] in slot

@@ -10,6 +10,7 @@ from ._lib import Tensor, call, lib
 from .context import default_group
 
 _DROP = {"position": 0, "probs": 1}
+_PATH = {"auto": 0, "flat": 1, "hier": 2}
 
 
 def _ids(ids, n, name):
@@ -63,11 +64,14 @@ class Routing:
 
 
 def dispatch(tokens, expert_ids, num_experts, weights=None, capacity_factor=0.0,
-             drop_policy="position", group=None):
+             drop_policy="position", group=None, etp_group=None, path="auto"):
     """Sends each token [N, H] to the ranks of its experts. expert_ids [N] is top-1
     (hcomm_moe_dispatch); [N, k] is top-k (hcomm_moe_dispatch_topk; -1 = empty slot) with
-    optional f32 weights [N, k] and capacity. Returns (rows received [R, H] expert-major,
-    Routing). Collective over the EP group."""
+    optional f32 weights [N, k] and capacity. etp_group: the expert-TP group across which the
+    tokens are sequence-parallel shards (rows gathered after the EP exchange, outputs
+    reduce-scattered before the reverse one); path: "auto", "flat" or "hier" (per-node
+    dispatch on several nodes). Returns (rows received [R, H] expert-major, Routing).
+    Collective over the EP group (and etp_group)."""
     g = default_group("ep", group)
     if not isinstance(num_experts, int) or num_experts < 1:
         raise ValueError(f"hcomm.moe: num_experts must be a positive int, not {num_experts!r}")
@@ -75,7 +79,11 @@ def dispatch(tokens, expert_ids, num_experts, weights=None, capacity_factor=0.0,
     ids = _ids(expert_ids, n, "expert_ids")
     dt, h = _tensor.desc(tokens, "tokens"), ctypes.c_void_p()
     kind = "torch" if _tensor.is_torch(tokens) else "numpy"
-    if ids.ndim == 1 and weights is None and not capacity_factor:
+    if path not in _PATH:
+        raise ValueError(f"hcomm.moe: path must be 'auto', 'flat' or 'hier', not {path!r}")
+    top1 = (ids.ndim == 1 and weights is None and not capacity_factor and etp_group is None
+            and path == "auto")
+    if top1:
         call(lib.hcomm_moe_dispatch, g._ptr, ctypes.byref(dt), ids.ctypes.data, num_experts,
              ctypes.byref(h))
         k = 1
@@ -89,12 +97,13 @@ def dispatch(tokens, expert_ids, num_experts, weights=None, capacity_factor=0.0,
                 raise ValueError(f"hcomm.moe: weights has shape {w.shape}; expected {(n, k)}")
         if drop_policy not in _DROP:
             raise ValueError(f"hcomm.moe: drop_policy must be 'position' or 'probs'")
-        opts = _lib.MoeOptions(float(capacity_factor), _DROP[drop_policy])
+        opts = _lib.MoeOptions(float(capacity_factor), _DROP[drop_policy],
+                               None if etp_group is None else etp_group._ptr, _PATH[path])
         call(lib.hcomm_moe_dispatch_topk, g._ptr, ctypes.byref(dt), ids.ctypes.data,
              None if w is None else w.ctypes.data, k, num_experts, ctypes.byref(opts),
              ctypes.byref(h))
     r = Routing(h, g, num_experts, k, n, kind)
-    r.topk = not (ids.ndim == 1 and weights is None and not capacity_factor)
+    r.topk = not top1
     return r.received(), r
 
 

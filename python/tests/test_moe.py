@@ -70,3 +70,26 @@ def test_moe_on_ep_group_and_backward_passes():
     for routed, g, d, tokens in run(body, 8):
         np.testing.assert_array_equal(g, routed)
         np.testing.assert_array_equal(d, tokens)
+
+
+def test_expert_tp_sequence_parallel():
+    """ep 2 x etp 2: each rank's own token shard; the gathered rows are the same on both
+    expert-TP members, and column-split identity experts combine back to token * sum(w)."""
+    def body():
+        ctx = hcomm.init_context(tp_size=2, ep_size=2, num_experts=E)
+        r = hcomm.get_rank()
+        tokens, ids = batch(r)
+        ids2 = np.stack([ids, (ids + 5) % E], axis=1)
+        w = np.full(ids2.shape, 0.25, np.float32)
+        routed, routing = moe.dispatch(tokens, ids2, E, weights=w, group=ctx.ep,
+                                       etp_group=ctx.etp, path="flat")
+        shard = np.zeros_like(routed)
+        cols = np.arange(H) % ctx.etp.size == ctx.etp.rank
+        shard[:, cols] = routed[:, cols]
+        return tokens, routed, ctx.etp.ranks, moe.combine(shard, routing)
+
+    res = run(body, 4)
+    for tokens, routed, members, out in res:
+        np.testing.assert_allclose(out, tokens * 0.5, rtol=1e-6)
+        for m in members:
+            np.testing.assert_array_equal(routed, res[m][1])

@@ -22,47 +22,6 @@
 #include <stdio.h>
 #include <string.h>
 
-struct hcomm_moe_handle {
-    hcomm_comm_t *group;
-    hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
-    int size, num_local, k;  /* EP group size, experts per rank, slots per token */
-    bool topk;               /* false: the top-1 calls, whose passes copy rows of any dtype */
-    bool pad;                /* pad-to-capacity: every (expert, source) block has capacity rows */
-    int64_t n, r, h, npair;  /* tokens, rows received, row width, slots sent */
-    int64_t capacity;        /* per expert and source rank; -1 dropless */
-    hcomm_dtype_t dtype;     /* of the dispatched tokens */
-    int64_t *send_rows;      /* [size] distinct tokens to each rank */
-    int64_t *send_off;       /* [size] first entry of send_tok for each rank */
-    int64_t *send_tok;       /* [sum send_rows] token of each sent row, rank-major */
-    int64_t *pair_rows;      /* [size] slots to each rank */
-    int64_t *pair_off;       /* [size] first pair of each rank */
-    int64_t *pair_slot;      /* [npair] slot t*k+j of each pair */
-    int64_t *slot_pair;      /* [n*k] pair of each slot; -1 empty or dropped */
-    float *weights;          /* [n*k] copy of topk_weights (1 when none were given) */
-    int64_t *dropped;        /* [size*num_local] this rank's dropped slots per expert */
-    int64_t *global_count;   /* [size*num_local] kept slots per expert over the group */
-    int64_t global_dropped;  /* dropped slots over the group */
-    int64_t *recv_rows;      /* [size] distinct rows from each rank */
-    int64_t *recv_off;       /* [size] first compacted distinct row from each rank */
-    int64_t *rpair_rows;     /* [size] slots from each rank */
-    int64_t *rpair_off;      /* [size] first raw (source-major) slot from each rank */
-    int64_t *rpair_row;      /* [r] compacted distinct row of each raw slot */
-    int64_t *out_pair;       /* [r] raw slot of each expert-major row */
-    int64_t *expert_off;     /* [num_local + 1] first row of each local expert */
-    void *recv;              /* [r, h] received rows, expert-major */
-    hcomm_moe_plan_t *plan;  /* the plan whose buffer recv is and which owns the handle */
-    void *y;                 /* [npair, y_h] the last combine's inputs, pair order */
-    int64_t y_h;
-    hcomm_dtype_t y_dtype;
-};
-
-/* The meta row each rank sends each peer before the tokens move: its argument-check status
- * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
- * (so a disagreement is reported, not mis-delivered), the rows for that peer, its dropped
- * slots and its kept slots for every expert (the peer's own experts say what arrives; all of
- * them give every rank the global statistics without another collective). */
-enum { META_STATUS, META_H, META_DTYPE, META_K, META_ROWS, META_DROPPED, META_COUNTS };
-
 static int meta_width(const hcomm_moe_handle_t *h) {
     return META_COUNTS + h->size * h->num_local;
 }
@@ -222,6 +181,11 @@ hcomm_result_t hcomm__moe_check_options(const char *fn, const hcomm_moe_options_
                           "options->drop_policy=%d is not HCOMM_MOE_DROP_POSITION or "
                           "HCOMM_MOE_DROP_PROBS",
                           (int)o->drop_policy);
+    if (o->path != HCOMM_MOE_PATH_AUTO && o->path != HCOMM_MOE_PATH_FLAT &&
+        o->path != HCOMM_MOE_PATH_HIER)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "options->path=%d is not HCOMM_MOE_PATH_AUTO, _FLAT or _HIER",
+                          (int)o->path);
     return HCOMM_OK;
 }
 
@@ -318,11 +282,12 @@ hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
 void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
     if (handle == NULL)
         return;
-    void *owned[] = {handle->send_rows,   handle->send_off,  handle->send_tok,  handle->pair_rows,
-                     handle->pair_off,    handle->pair_slot, handle->slot_pair, handle->weights,
-                     handle->dropped,     handle->recv_rows, handle->recv_off,  handle->rpair_rows,
-                     handle->rpair_off,   handle->rpair_row, handle->out_pair,  handle->expert_off,
-                     handle->global_count};
+    void *owned[] = {handle->send_rows,    handle->send_off,  handle->send_tok,  handle->pair_rows,
+                     handle->pair_off,     handle->pair_slot, handle->slot_pair, handle->weights,
+                     handle->dropped,      handle->recv_rows, handle->recv_off,  handle->rpair_rows,
+                     handle->rpair_off,    handle->rpair_row, handle->out_pair,  handle->expert_off,
+                     handle->global_count, handle->etp_rows,  handle->etp_perm,  handle->relay_rows,
+                     handle->src_k,        handle->ids};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
     if (handle->plan == NULL)
@@ -405,10 +370,34 @@ done:
     return res;
 }
 
+/* The hierarchical exchange's receiver in a redispatch: source s's j-th row is compacted row
+ * recv_off[s] + j, placed by the stored maps. */
+static hcomm_result_t place_sink(const char *fn, hcomm_moe_handle_t *h, const char *raw,
+                                 const size_t *roff, size_t rb, void *out) {
+    int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
+    char *compact = NULL;
+    HCOMM__TRY(hcomm__moe_pool_get(h->pool, fn, (size_t)nrecv * rb, (void **)&compact));
+    for (int s = 0; s < h->size; s++)
+        memcpy(compact + (size_t)h->recv_off[s] * rb, raw + roff[s], (size_t)h->recv_rows[s] * rb);
+    for (int64_t i = 0; i < h->r; i++)
+        memcpy((char *)out + (size_t)i * rb, compact + (size_t)h->rpair_row[h->out_pair[i]] * rb,
+               rb);
+    hcomm__moe_pool_put(h->pool, compact);
+    return HCOMM_OK;
+}
+
 /* Tokens forward with the stored routing: in [n rows] -> out [r rows], each token sent once
- * per rank and expanded there. */
-static hcomm_result_t route_tokens(const char *fn, const hcomm_moe_handle_t *h, const void *in,
-                                   void *out, size_t rb) {
+ * per rank (hierarchical: once per node) and expanded there. */
+static hcomm_result_t route_tokens(const char *fn, hcomm_moe_handle_t *h, const void *in, void *out,
+                                   size_t rb) {
+    if (h->hier) {
+        size_t *roff = malloc(sizeof *roff * (size_t)h->size);
+        if (roff == NULL)
+            return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d offsets", h->size);
+        hcomm_result_t res = hcomm__moe_hier_move(fn, h, in, h->ids, rb, roff, place_sink, out);
+        free(roff);
+        return res;
+    }
     int64_t nsend = h->send_off[h->size - 1] + h->send_rows[h->size - 1];
     int64_t nrecv = h->recv_off[h->size - 1] + h->recv_rows[h->size - 1];
     char *sbuf = NULL, *raw = NULL;
@@ -561,6 +550,13 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
                               "rank %d of ep_group failed its argument checks with %s", s,
                               hcomm_result_name((hcomm_result_t)m[META_STATUS]));
     }
+    for (int s = 0; s < h->size; s++)
+        if (meta[s * w + META_PATH] != (int64_t)h->hier)
+            return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                              "rank %d of ep_group chose the %s token exchange, this rank the %s "
+                              "(options->path differs)",
+                              s, meta[s * w + META_PATH] ? "hierarchical" : "flat",
+                              h->hier ? "hierarchical" : "flat");
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_H] != h->h || m[META_DTYPE] != (int64_t)h->dtype)
@@ -664,9 +660,8 @@ static hcomm_result_t expand_source(const char *fn, hcomm_moe_handle_t *h, int s
     return HCOMM_OK;
 }
 
-/* Expert-major placement of every source's rows: local expert, then source, then token. */
-static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                 const char *raw, const size_t *roff, size_t rb) {
+hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                     const char *raw, const size_t *roff, size_t rb) {
     int w = meta_width(h);
     int64_t *next = alloc_i64((size_t)h->num_local);
     hcomm_result_t res = HCOMM_OK;
@@ -685,9 +680,15 @@ static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const in
     return res;
 }
 
+/* The hierarchical exchange's receiver in a first dispatch: the flat path's expansion. */
+static hcomm_result_t expand_sink(const char *fn, hcomm_moe_handle_t *h, const char *raw,
+                                  const size_t *roff, size_t rb, void *meta) {
+    return hcomm__moe_expand_all(fn, h, meta, raw, roff, rb);
+}
+
 /* The token exchange of a first dispatch: rows plus headers, then expansion into h->recv. */
 static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                  const void *tokens, const int32_t *hdr) {
+                                  const void *tokens, const int32_t *ids, const int32_t *hdr) {
     size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype), p = (size_t)h->size;
     size_t *v = malloc(4 * p * sizeof *v);
     char *sbuf = NULL, *raw = NULL;
@@ -695,22 +696,31 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
     if (v == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 4 * p);
     token_bytes(h, meta, rb, v);
-    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,
-                    done);
-    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
-                    res, done);
     if (h->plan == NULL)
         HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
     else if (h->r > h->plan->max_rows) /* the plan's own limits make this impossible */
         HCOMM__TRY_GOTO(hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
                                    (long long)h->r, (long long)h->plan->max_rows),
                         res, done);
+    if (h->hier) { /* kept for redispatch, which takes the same path */
+        res = hcomm__moe_hier_keep(fn, h, meta);
+        if (res == HCOMM_OK) {
+            memcpy(h->ids, ids, sizeof(int32_t) * (size_t)(h->n * h->k));
+            res =
+                hcomm__moe_hier_move(fn, h, tokens, ids, rb, v + 3 * p, expand_sink, (void *)meta);
+        }
+        goto done;
+    }
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[p - 1] + v[2 * p - 1], (void **)&sbuf), res,
+                    done);
+    HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, v[3 * p - 1] + v[4 * p - 1], (void **)&raw),
+                    res, done);
     pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
     /* The count exchange proved that every rank is in this dispatch with these counts. */
     HCOMM__TRY_GOTO(
         hcomm__coll_all_to_allv_agreed(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p), res,
         done);
-    res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
+    res = hcomm__moe_expand_all(fn, h, meta, raw, v + 3 * p, rb);
 done:
     free(v);
     hcomm__moe_pool_put(h->pool, sbuf);
@@ -727,6 +737,8 @@ static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t
         m[META_DTYPE] = h->dtype;
         m[META_K] = h->k;
         m[META_ROWS] = h->send_rows[p];
+        m[META_PATH] = h->hier;
+        m[META_NODE_ROWS] = 0;
         m[META_DROPPED] = 0;
         for (int e = 0; e < h->size * h->num_local; e++)
             m[META_DROPPED] += h->dropped[e];
@@ -854,6 +866,25 @@ done:
     return res;
 }
 
+/* Expert-TP, sequence-parallel tokens: the rows of every member of the etp group, from this
+ * rank's rows per (local expert, source) in meta (prev: this rank's EP exchange result). */
+static hcomm_result_t etp_step(const char *fn, hcomm_moe_handle_t *h, hcomm_result_t prev,
+                               const int64_t *meta) {
+    int w = meta_width(h);
+    int64_t *cnt = NULL;
+    if (prev == HCOMM_OK) {
+        cnt = alloc_i64((size_t)(h->num_local * h->size));
+        if (cnt == NULL)
+            prev = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+        for (int l = 0; cnt && l < h->num_local; l++)
+            for (int s = 0; s < h->size; s++)
+                cnt[l * h->size + s] = local_count(h, meta + s * w, l);
+    }
+    hcomm_result_t res = hcomm__moe_etp_dispatch(fn, h, prev, cnt);
+    free(cnt);
+    return res;
+}
+
 /* The collective part of dispatch once the group and num_experts are known good; local is
  * this rank's check result, which every peer learns from the count exchange. */
 static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
@@ -872,16 +903,22 @@ static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h
     if (a->capacity_mode)
         HCOMM__TRY_GOTO(find_capacity(a, h), res, done);
     if (local == HCOMM_OK)
+        local = hcomm__moe_hier_setup(a->fn, h, a->path);
+    if (local == HCOMM_OK)
         local = plan_send(a, h, meta_send, &hdr);
     fill_meta(h, local, meta_send, w);
+    if (local == HCOMM_OK) /* rows per node for each relay, rows crossing nodes */
+        hcomm__moe_hier_meta(h, a->ids, meta_send, w);
     HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
     }
     HCOMM__TRY_GOTO(plan_recv(a->fn, h, meta_recv), res, done);
-    res = move_tokens(a->fn, h, meta_recv, a->tokens->data, hdr);
+    res = move_tokens(a->fn, h, meta_recv, a->tokens->data, a->ids, hdr);
 done:
+    if (h->etp != NULL) /* every member joins, also after a failure here */
+        res = etp_step(a->fn, h, res, meta_recv);
     free(meta_send);
     free(meta_recv);
     free(hdr);
@@ -896,6 +933,9 @@ hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t
         return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
                           "num_experts=%d is not a positive multiple of the ep_group size %d",
                           a->num_experts, g->size);
+    if (o != NULL && o->etp_group == g) /* the same on every rank too */
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
+                          "options->etp_group is ep_group: the expert-TP group is another group");
     /* Token checks are rank-local: a failure still joins the count exchange, flagged. */
     hcomm_result_t local = check_dispatch(a, o);
     bool ok = local == HCOMM_OK;
@@ -914,12 +954,18 @@ hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t
     h->dtype = ok ? a->tokens->dtype : HCOMM_F32;
     for (int64_t s = 0; s < h->n * h->k; s++)
         h->weights[s] = a->weights ? a->weights[s] : 1.0f;
+    if (o != NULL && o->etp_group != NULL && o->etp_group->size > 1 && a->plan == NULL) {
+        h->etp = o->etp_group;
+        h->etp_size = o->etp_group->size;
+    }
     hcomm__enter(g, a->fn);
     hcomm_result_t res = hcomm__leave(g, dispatch(a, h, local));
     if (res != HCOMM_OK) {
         hcomm__moe_handle_release(h);
         return res;
     }
+    if (h->etp == NULL)
+        h->r_all = h->r;
     *out = h;
     return HCOMM_OK;
 }
@@ -949,6 +995,8 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
                            .k = k,
                            .num_experts = num_experts,
                            .topk = true};
+    if (options != NULL)
+        a.path = (int)options->path;
     if (options != NULL && options->capacity_factor > 0) {
         a.capacity_mode = true;
         a.capacity_factor = options->capacity_factor;
@@ -964,7 +1012,7 @@ hcomm_result_t hcomm_moe_received(const hcomm_moe_handle_t *handle, hcomm_tensor
     HCOMM__CHECK_NULL(handle);
     HCOMM__CHECK_NULL(recv);
     *recv = (hcomm_tensor_t){.data = handle->recv, .dtype = handle->dtype, .ndim = 2};
-    recv->shape[0] = handle->r;
+    recv->shape[0] = handle->r_all;
     recv->shape[1] = handle->h;
     for (int l = 0; tokens_per_expert && l < handle->num_local; l++)
         tokens_per_expert[l] = handle->expert_off[l + 1] - handle->expert_off[l];
@@ -1009,6 +1057,19 @@ hcomm_result_t hcomm_moe_stats(const hcomm_moe_handle_t *handle, int64_t *tokens
         *imbalance = sum > 0 ? (double)max * e_all / (double)sum : 0.0;
     if (dropped)
         *dropped = handle->global_dropped;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_moe_route_info(const hcomm_moe_handle_t *handle,
+                                    hcomm_moe_route_info_t *info) {
+    HCOMM__CHECK_NULL(handle);
+    HCOMM__CHECK_NULL(info);
+    *info = (hcomm_moe_route_info_t){.hierarchical = handle->hier,
+                                     .nnodes = handle->nnodes > 0 ? handle->nnodes : 1,
+                                     .token_exchanges = handle->pad    ? 0
+                                                        : handle->hier ? 2
+                                                                       : 1,
+                                     .internode_rows = handle->internode_rows};
     return HCOMM_OK;
 }
 
@@ -1190,6 +1251,7 @@ typedef struct pass {
     hcomm_tensor_t *out;
     size_t rb;
     float *grad_w;
+    bool etp_first; /* expert-TP: the gather's dual (reduce_scatterv) runs before the EP step */
 } pass_t;
 
 /* Checks in [in_rows, width] and out [out_rows, the same width] of one dtype (float_only: a
@@ -1222,23 +1284,40 @@ static hcomm_result_t run_pass(hcomm_moe_handle_t *h, const pass_t *ps, hcomm_re
     if (h == NULL)
         return chk;
     hcomm__enter(h->group, ps->fn);
-    if (chk != HCOMM_OK)
-        return hcomm__leave(h->group, hcomm__coll_fail(h->group, chk));
+    if (chk != HCOMM_OK) { /* joins the expert-TP step too, in the body's order */
+        if (ps->etp_first)
+            chk = hcomm__moe_etp_fail(ps->fn, h, chk);
+        chk = hcomm__coll_fail(h->group, chk);
+        if (!ps->etp_first)
+            chk = hcomm__moe_etp_fail(ps->fn, h, chk);
+        return hcomm__leave(h->group, chk);
+    }
     return hcomm__leave(h->group, body(h, ps));
 }
 
 /* recv -> pairs, then each token's slots copied (top-1) or summed in slot order. */
 static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bool weighted,
                                      bool keep_y) {
-    char *pairs = NULL;
+    char *pairs = NULL, *own = NULL;
     void *acc = NULL;
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
+    const void *in = ps->in->data;
+    if (h->etp != NULL) { /* expert-TP: the members' partial outputs summed, own rows kept */
+        res = hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->r * ps->rb, (void **)&own);
+        res = res != HCOMM_OK ? hcomm__moe_etp_fail(ps->fn, h, res)
+                              : hcomm__moe_etp_reduce(ps->fn, h, in, ps->in->dtype, cols, own);
+        if (res != HCOMM_OK) {
+            res = hcomm__coll_fail(h->group, res);
+            goto done;
+        }
+        in = own;
+    }
     HCOMM__TRY_GOTO(
         hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
         done);
     HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * (size_t)cols * sizeof(double), &acc), res, done);
-    HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, ps->in->data, pairs, ps->rb), res, done);
+    HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, in, pairs, ps->rb), res, done);
     if (!h->topk) /* top-1: every token has exactly one slot, copied as bytes */
         hcomm__moe_scatter_rows(ps->out->data, pairs, h->pair_slot, h->npair, ps->rb);
     else
@@ -1253,6 +1332,7 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
     }
 done:
     hcomm__moe_pool_put(h->pool, pairs);
+    hcomm__moe_pool_put(h->pool, own);
     free(acc);
     return res;
 }
@@ -1265,12 +1345,26 @@ static hcomm_result_t dispatch_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps)
     return back_to_tokens(h, ps, false, false);
 }
 
+/* Expert-TP after an EP step that ended with res: own [r] rows gathered into ps->out, or the
+ * members' gather joined as failed. */
+static hcomm_result_t etp_then_gather(const pass_t *ps, const hcomm_moe_handle_t *h,
+                                      hcomm_result_t res, const void *own) {
+    if (h->etp == NULL)
+        return res;
+    if (res != HCOMM_OK)
+        return hcomm__moe_etp_fail(ps->fn, h, res);
+    return hcomm__moe_etp_gather(ps->fn, h, own, ps->out->data, ps->rb);
+}
+
 /* pairs from grad_out (copied for top-1, weighted for top-k), then forward to recv. */
 static hcomm_result_t combine_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) {
-    char *pairs = NULL;
+    char *pairs = NULL, *own = NULL;
     float *tmp = NULL;
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
+    if (h->etp)
+        HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->r * ps->rb, (void **)&own),
+                        res, done);
     HCOMM__TRY_GOTO(
         hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
         done);
@@ -1282,14 +1376,26 @@ static hcomm_result_t combine_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) 
         scale_to_pairs(h, ps->in->data, ps->in->dtype, cols, pairs, tmp);
     if (ps->grad_w)
         weight_grads(h, ps->in->data, ps->grad_w, tmp, tmp + cols);
-    res = route_pairs_fwd(ps->fn, h, pairs, ps->out->data, ps->rb);
+    res = route_pairs_fwd(ps->fn, h, pairs, h->etp ? own : ps->out->data, ps->rb);
 done:
+    res = etp_then_gather(ps, h, res, own);
     hcomm__moe_pool_put(h->pool, pairs);
+    hcomm__moe_pool_put(h->pool, own);
     free(tmp);
     return res;
 }
 
 static hcomm_result_t redispatch_body(hcomm_moe_handle_t *h, const pass_t *ps) {
+    if (h->etp != NULL) { /* own rows, then every member's */
+        char *own = NULL;
+        hcomm_result_t res =
+            hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->r * ps->rb, (void **)&own);
+        if (res == HCOMM_OK)
+            res = route_tokens(ps->fn, h, ps->in->data, own, ps->rb);
+        res = etp_then_gather(ps, h, res, own);
+        hcomm__moe_pool_put(h->pool, own);
+        return res;
+    }
     if (!h->pad)
         return route_tokens(ps->fn, h, ps->in->data, ps->out->data, ps->rb);
     char *pairs = NULL; /* padded: every pair row travels, zeros for padding */
@@ -1313,8 +1419,8 @@ done:
 
 hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
                                  hcomm_tensor_t *out) {
-    pass_t ps = {__func__, expert_out, out, 0, NULL};
-    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r : 0, "out",
+    pass_t ps = {__func__, expert_out, out, 0, NULL, true};
+    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r_all : 0, "out",
                                     handle ? handle->n : 0, -1, false);
     return run_pass(handle, &ps, chk, combine_body);
 }
@@ -1323,15 +1429,16 @@ hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle, const hcomm_ten
                                      hcomm_tensor_t *grad_expert_out) {
     pass_t ps = {__func__, grad_out, grad_expert_out, 0, NULL};
     hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
-                                    "grad_expert_out", handle ? handle->r : 0, -1, false);
+                                    "grad_expert_out", handle ? handle->r_all : 0, -1, false);
     return run_pass(handle, &ps, chk, combine_bwd_body);
 }
 
 hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_recv,
                                       hcomm_tensor_t *grad_tokens) {
-    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL};
-    hcomm_result_t chk = check_pass(&ps, handle, "grad_recv", handle ? handle->r : 0, "grad_tokens",
-                                    handle ? handle->n : 0, handle ? handle->h : 0, false);
+    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL, true};
+    hcomm_result_t chk =
+        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
+                   handle ? handle->n : 0, handle ? handle->h : 0, false);
     return run_pass(handle, &ps, chk, dispatch_bwd_body);
 }
 
@@ -1339,7 +1446,7 @@ hcomm_result_t hcomm_moe_redispatch(hcomm_moe_handle_t *handle, const hcomm_tens
                                     hcomm_tensor_t *recv) {
     pass_t ps = {__func__, tokens, recv, 0, NULL};
     hcomm_result_t chk = check_pass(&ps, handle, "tokens", handle ? handle->n : 0, "recv",
-                                    handle ? handle->r : 0, -1, false);
+                                    handle ? handle->r_all : 0, -1, false);
     if (chk == HCOMM_ERR_STATE) /* both kinds of handle redispatch */
         chk = HCOMM_OK;
     return run_pass(handle, &ps, chk, redispatch_body);
@@ -1347,8 +1454,8 @@ hcomm_result_t hcomm_moe_redispatch(hcomm_moe_handle_t *handle, const hcomm_tens
 
 hcomm_result_t hcomm_moe_combine_topk(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
                                       hcomm_tensor_t *out) {
-    pass_t ps = {__func__, expert_out, out, 0, NULL};
-    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r : 0, "out",
+    pass_t ps = {__func__, expert_out, out, 0, NULL, true};
+    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r_all : 0, "out",
                                     handle ? handle->n : 0, -1, true);
     return run_pass(handle, &ps, chk, combine_body);
 }
@@ -1356,9 +1463,10 @@ hcomm_result_t hcomm_moe_combine_topk(hcomm_moe_handle_t *handle, const hcomm_te
 hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
                                            const hcomm_tensor_t *grad_recv,
                                            hcomm_tensor_t *grad_tokens) {
-    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL};
-    hcomm_result_t chk = check_pass(&ps, handle, "grad_recv", handle ? handle->r : 0, "grad_tokens",
-                                    handle ? handle->n : 0, handle ? handle->h : 0, true);
+    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL, true};
+    hcomm_result_t chk =
+        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
+                   handle ? handle->n : 0, handle ? handle->h : 0, true);
     return run_pass(handle, &ps, chk, dispatch_bwd_body);
 }
 
@@ -1376,7 +1484,7 @@ hcomm_result_t hcomm_moe_combine_topk_bwd(hcomm_moe_handle_t *handle,
                                           hcomm_tensor_t *grad_expert_out, float *grad_weights) {
     pass_t ps = {__func__, grad_out, grad_expert_out, 0, grad_weights};
     hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
-                                    "grad_expert_out", handle ? handle->r : 0, -1, true);
+                                    "grad_expert_out", handle ? handle->r_all : 0, -1, true);
     if (chk == HCOMM_OK)
         chk = check_y(&ps, handle);
     return run_pass(handle, &ps, chk, combine_bwd_body);

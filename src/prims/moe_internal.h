@@ -33,6 +33,7 @@ typedef struct hcomm__moe_args {
     bool topk, capacity_mode;
     double capacity_factor;
     int policy;
+    int path;                     /* hcomm_moe_path_t */
     const hcomm_moe_plan_t *plan; /* preallocated mode: the limits every call is checked against */
 } hcomm__moe_args_t;
 
@@ -47,6 +48,100 @@ struct hcomm_moe_plan {
     hcomm_moe_handle_t *handle;
 };
 
+/* Routing state of one dispatch (moe.c describes its three orders). */
+struct hcomm_moe_handle {
+    hcomm_comm_t *group;
+    hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
+    int size, num_local, k;  /* EP group size, experts per rank, slots per token */
+    bool topk;               /* false: the top-1 calls, whose passes copy rows of any dtype */
+    bool pad;                /* pad-to-capacity: every (expert, source) block has capacity rows */
+    int64_t n, r, h, npair;  /* tokens, rows received, row width, slots sent */
+    int64_t capacity;        /* per expert and source rank; -1 dropless */
+    hcomm_dtype_t dtype;     /* of the dispatched tokens */
+    int64_t *send_rows;      /* [size] distinct tokens to each rank */
+    int64_t *send_off;       /* [size] first entry of send_tok for each rank */
+    int64_t *send_tok;       /* [sum send_rows] token of each sent row, rank-major */
+    int64_t *pair_rows;      /* [size] slots to each rank */
+    int64_t *pair_off;       /* [size] first pair of each rank */
+    int64_t *pair_slot;      /* [npair] slot t*k+j of each pair */
+    int64_t *slot_pair;      /* [n*k] pair of each slot; -1 empty or dropped */
+    float *weights;          /* [n*k] copy of topk_weights (1 when none were given) */
+    int64_t *dropped;        /* [size*num_local] this rank's dropped slots per expert */
+    int64_t *global_count;   /* [size*num_local] kept slots per expert over the group */
+    int64_t global_dropped;  /* dropped slots over the group */
+    int64_t *recv_rows;      /* [size] distinct rows from each rank */
+    int64_t *recv_off;       /* [size] first compacted distinct row from each rank */
+    int64_t *rpair_rows;     /* [size] slots from each rank */
+    int64_t *rpair_off;      /* [size] first raw (source-major) slot from each rank */
+    int64_t *rpair_row;      /* [r] compacted distinct row of each raw slot */
+    int64_t *out_pair;       /* [r] raw slot of each expert-major row */
+    int64_t *expert_off;     /* [num_local + 1] first row of each local expert */
+    void *recv;              /* [r, h] received rows, expert-major */
+    hcomm_moe_plan_t *plan;  /* the plan whose buffer recv is and which owns the handle */
+    void *y;                 /* [npair, y_h] the last combine's inputs, pair order */
+    int64_t y_h;
+    hcomm_dtype_t y_dtype;
+    /* Expert-TP with sequence-parallel tokens (moe_etp.c): recv holds every etp member's rows,
+     * r_all of them, expert-major, then source EP rank, then etp member; r counts this rank's
+     * own rows (its EP exchange). Without etp, r_all == r. */
+    hcomm_comm_t *etp; /* NULL: no gather */
+    int etp_size;
+    int64_t r_all;
+    int64_t *etp_rows; /* [etp_size] own rows of each member */
+    int64_t *etp_perm; /* [r_all] row of the gathered blocks (member-major) of each row */
+    /* How the token exchange ran (moe_hier.c). */
+    bool hier;                      /* per node: inter-node exchange, then intra-node fan-out */
+    int nnodes;                     /* nodes of the EP group (1 when its topology is unknown) */
+    const struct hcomm__topo *topo; /* the group's model (NULL: unknown) */
+    int64_t *relay_rows;            /* hier: [size] rows each source relays through this rank */
+    int64_t *src_k;                 /* hier: [size] each source's k */
+    int32_t *ids;                   /* hier: [n * k] the dispatched ids, for redispatch */
+    int64_t internode_rows;         /* token rows this rank's dispatch sent to other nodes */
+};
+
+/* The meta row each rank sends each peer before the tokens move: its argument-check status
+ * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
+ * (so a disagreement is reported, not mis-delivered), the rows for that peer, the path of the
+ * token exchange, the rows it relays through that peer (hierarchical: the peer is its relay on
+ * the peer's node; else 0), its dropped slots and its kept slots for every expert (the peer's
+ * own experts say what arrives; all of them give every rank the global statistics without
+ * another collective). */
+enum {
+    META_STATUS,
+    META_H,
+    META_DTYPE,
+    META_K,
+    META_ROWS,
+    META_PATH,
+    META_NODE_ROWS,
+    META_DROPPED,
+    META_COUNTS
+};
+
+/* Expert-major placement of every source's rows (local expert, then source, then token) into
+ * h->recv: source s's recv_rows[s] rows start at raw + roff[s], then their headers (its k
+ * local expert ids per row, -1 for slots elsewhere). */
+hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                     const char *raw, const size_t *roff, size_t rb);
+
+/* ---- hierarchical token exchange (moe_hier.c) ---- */
+
+/* Looks up the group's topology and decides the path (path: hcomm_moe_path_t); rank-local. */
+hcomm_result_t hcomm__moe_hier_setup(const char *fn, hcomm_moe_handle_t *h, int path);
+/* Sets META_NODE_ROWS of each peer's meta row (meta rows of width w) and h->internode_rows. */
+void hcomm__moe_hier_meta(hcomm_moe_handle_t *h, const int32_t *ids, int64_t *meta, int w);
+/* Keeps what a later hierarchical exchange needs: the rows each source relays through this
+ * rank and each source's k (from the count exchange's meta rows), and room for the ids. */
+hcomm_result_t hcomm__moe_hier_keep(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta);
+/* What receives the rows of the hierarchical exchange: source s's block at raw + roff[s]. */
+typedef hcomm_result_t (*hcomm__moe_sink_t)(const char *fn, hcomm_moe_handle_t *h, const char *raw,
+                                            const size_t *roff, size_t rb, void *arg);
+/* The hierarchical token exchange of tokens (rows of rb bytes) by ids (h->n * h->k global
+ * expert ids, kept slots per h->slot_pair); roff [size] is scratch for the sink. */
+hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const void *tokens,
+                                    const int32_t *ids, size_t rb, size_t *roff,
+                                    hcomm__moe_sink_t sink, void *arg);
+
 /* Checks (rank-local), allocates the handle and runs the collective part of a dispatch. */
 hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
                                         const hcomm_moe_options_t *o, hcomm_moe_handle_t **out);
@@ -56,6 +151,24 @@ void hcomm__moe_handle_release(hcomm_moe_handle_t *handle);
 hcomm_result_t hcomm__moe_check_options(const char *fn, const hcomm_moe_options_t *o);
 hcomm_result_t hcomm__moe_check_layout_args(const char *fn, int64_t n, int k, int num_experts,
                                             int ep_size);
+
+/* ---- expert-TP with sequence-parallel tokens (moe_etp.c) ----
+ * Each runs on h->etp (non-NULL), naming fn in errors; a local failure joins the peers' call
+ * so they fail with HCOMM_ERR_PEER. */
+
+/* Dispatch's step after the EP exchange, whose result on this rank is prev: one all_gather of
+ * counts and statuses, then the rows (h->recv becomes the r_all gathered rows, h->expert_off
+ * their offsets). own_counts [num_local * size]: rows received per (local expert, source). */
+hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hcomm_result_t prev,
+                                       const int64_t *own_counts);
+/* own [r, rb bytes] of every member -> out [r_all] in the gathered order. */
+hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h, const void *own,
+                                     void *out, size_t rb);
+/* in [r_all, cols] summed over the members -> own [r, cols] (this rank's rows). */
+hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h, const void *in,
+                                     hcomm_dtype_t dt, int64_t cols, void *own);
+/* Joins the etp group's next call as failed with res (no-op without etp or when res is OK). */
+hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h, hcomm_result_t res);
 
 /* The local permutation of dispatch and combine: dst row i = src row idx[i] (gather) or
  * dst row idx[i] = src row i (scatter), n rows of rb bytes. Tests time it against memcpy. */

@@ -2,7 +2,8 @@
  * (bf16 by default; H, k, E from --moe-hidden/--moe-topk/--moe-experts, 7168, 8 and 256 as in
  * DeepSeek-V3), with T = the size / (H * element size). The experts are the identity and the
  * weights 1/k, so the combined output equals the tokens: #wrong counts elements that differ.
- *   auto      hcomm_moe_dispatch_topk + hcomm_moe_combine_topk
+ *   auto      hcomm_moe_dispatch_topk + hcomm_moe_combine_topk (hierarchical dispatch when the
+ *             topology puts the ranks on several nodes, e.g. HCOMM_TOPO=nodes=2x4 -t 8)
  *   baseline  what a plain implementation does: sort the (token, slot) rows by expert, send the
  *             counts and then every row with the native all_to_allv, send them back the same
  *             way, and sum each token's slots weighted (f32 accumulation).
@@ -230,11 +231,15 @@ static hcomm_result_t moe_baseline(bench_case_t *c) {
 }
 
 static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
-    int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E;
+    int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E, nodes = 1;
+    if (hcomm_comm_node(c->w, &nodes, NULL, NULL, NULL) != HCOMM_OK)
+        nodes = 1;
     snprintf(line, cap,
              "tokens [T, %d] per rank, T = size / %zu B; top-%d of %d experts (a multiple of the "
-             "ranks), weights 1/%d, identity experts; dispatch + combine per iteration",
-             c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, k, E, k);
+             "ranks), weights 1/%d, identity experts; dispatch + combine per iteration; %s "
+             "token exchange (%d node%s)",
+             c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, k, E, k,
+             nodes > 1 ? "hierarchical" : "flat", nodes, nodes > 1 ? "s" : "");
 }
 
 /* Dropless: every one of the group's p * T * k slots is received by some rank as one row, so

@@ -1,0 +1,199 @@
+/* Expert-TP with sequence-parallel tokens (Megatron-Core's MoEAlltoAllTokenDispatcher with
+ * tp > 1 and sequence parallelism): each member of an expert-TP group holds a different shard
+ * of the tokens and dispatches it over its own EP group; the rows each member receives are
+ * then all-gathered across the expert-TP group, so every member sees every row routed to the
+ * experts it shares with the others, and runs its slice of them. The way back is the dual:
+ * the members' partial outputs are reduce-scattered (summed) across the group, each member
+ * keeping the rows of its own EP exchange, before the reverse EP exchange.
+ *
+ *   dispatch:     EP exchange -> own rows [r]   -> all_gatherv  -> recv [r_all]
+ *   combine:      expert_out [r_all] -> reduce_scatterv -> own [r] -> reverse EP exchange
+ *   dispatch_bwd: as combine (the dual of the gather is the sum)
+ *   combine_bwd:  EP exchange -> own [r] -> all_gatherv -> grad_expert_out [r_all]
+ *   redispatch:   as dispatch, with the stored routing
+ *
+ * Gathered rows are ordered local expert, then source EP rank, then etp member, then token and
+ * slot: exactly the rows a dispatch of the members' tokens concatenated (member order) would
+ * give on an EP rank, so the result does not depend on how the tokens are sharded. The
+ * dispatch adds one all_gather of a count row per member (which also carries each member's
+ * status: a member whose EP exchange failed fails its etp peers instead of leaving them
+ * waiting) and one all_gatherv of the rows. */
+#include "prims/moe_internal.h"
+
+#include <string.h>
+
+/* The count row each member contributes to the dispatch's gather. */
+enum { ETP_STATUS, ETP_H, ETP_DTYPE, ETP_ROWS, ETP_COUNTS };
+
+hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
+                                   hcomm_result_t res) {
+    if (h->etp == NULL || res == HCOMM_OK)
+        return res;
+    hcomm__enter(h->etp, fn);
+    return hcomm__leave(h->etp, hcomm__coll_fail(h->etp, res));
+}
+
+/* Member-major blocks of rb-byte rows, one block of etp_rows[i] rows per member. */
+static size_t *block_sizes(const hcomm_moe_handle_t *h, size_t unit) {
+    size_t *v = malloc(sizeof *v * (size_t)h->etp_size);
+    for (int i = 0; v != NULL && i < h->etp_size; i++)
+        v[i] = (size_t)h->etp_rows[i] * unit;
+    return v;
+}
+
+hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h, const void *own,
+                                     void *out, size_t rb) {
+    size_t *bytes = block_sizes(h, rb);
+    char *blocks = NULL;
+    hcomm_result_t res;
+    hcomm__enter(h->etp, fn);
+    if (bytes == NULL) {
+        res = hcomm__coll_fail(h->etp, hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts"));
+        goto done;
+    }
+    res = hcomm__moe_pool_get(h->pool, fn, (size_t)h->r_all * rb, (void **)&blocks);
+    if (res != HCOMM_OK) {
+        res = hcomm__coll_fail(h->etp, res);
+        goto done;
+    }
+    res = hcomm__coll_all_gatherv(h->etp, own, blocks, bytes);
+    if (res == HCOMM_OK)
+        hcomm__moe_gather_rows(out, blocks, h->etp_perm, h->r_all, rb);
+done:
+    free(bytes);
+    hcomm__moe_pool_put(h->pool, blocks);
+    return hcomm__leave(h->etp, res);
+}
+
+hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h, const void *in,
+                                     hcomm_dtype_t dt, int64_t cols, void *own) {
+    size_t es = hcomm__dtype_size(dt), rb = (size_t)cols * es;
+    size_t *counts = block_sizes(h, (size_t)cols);
+    char *blocks = NULL;
+    hcomm_result_t res;
+    hcomm__enter(h->etp, fn);
+    if (counts == NULL) {
+        res = hcomm__coll_fail(h->etp, hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts"));
+        goto done;
+    }
+    res = hcomm__moe_pool_get(h->pool, fn, (size_t)h->r_all * rb, (void **)&blocks);
+    if (res != HCOMM_OK) {
+        res = hcomm__coll_fail(h->etp, res);
+        goto done;
+    }
+    hcomm__moe_scatter_rows(blocks, in, h->etp_perm, h->r_all, rb);
+    res = hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM);
+done:
+    free(counts);
+    hcomm__moe_pool_put(h->pool, blocks);
+    return hcomm__leave(h->etp, res);
+}
+
+/* Fails unless every member's EP exchange succeeded with the same row layout. */
+static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h, const int64_t *all,
+                                    int w) {
+    for (int i = 0; i < h->etp_size; i++)
+        if (all[i * w + ETP_STATUS] != HCOMM_OK)
+            return hcomm__err(HCOMM_ERR_PEER, fn,
+                              "rank %d of etp_group failed this dispatch with %s", i,
+                              hcomm_result_name((hcomm_result_t)all[i * w + ETP_STATUS]));
+    for (int i = 0; i < h->etp_size; i++) {
+        const int64_t *m = all + i * w;
+        if (m[ETP_H] != h->h || m[ETP_DTYPE] != (int64_t)h->dtype)
+            return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                              "rank %d of etp_group dispatched tokens of %s [*, %lld], this rank "
+                              "%s [*, %lld]",
+                              i, hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]), (long long)m[ETP_H],
+                              hcomm__dtype_str(h->dtype), (long long)h->h);
+    }
+    return HCOMM_OK;
+}
+
+/* etp_perm and the gathered expert offsets from every member's counts per (expert, source):
+ * local expert, then source EP rank, then member. */
+static hcomm_result_t gathered_layout(const char *fn, hcomm_moe_handle_t *h, const int64_t *all,
+                                      int w) {
+    int n = h->etp_size, ls = h->num_local * h->size;
+    int64_t *cur = calloc((size_t)(n > 0 ? n : 1), sizeof *cur);
+    h->r_all = 0;
+    for (int i = 0; i < n; i++) {
+        h->etp_rows[i] = all[i * w + ETP_ROWS];
+        h->r_all += h->etp_rows[i];
+    }
+    h->etp_perm = malloc(sizeof(int64_t) * (size_t)(h->r_all ? h->r_all : 1));
+    if (cur == NULL || h->etp_perm == NULL) {
+        free(cur);
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %lld gathered rows",
+                          (long long)h->r_all);
+    }
+    for (int i = 1; i < n; i++)
+        cur[i] = cur[i - 1] + h->etp_rows[i - 1];
+    int64_t pos = 0;
+    for (int ls_i = 0; ls_i < ls; ls_i++) { /* (local expert, source) in order */
+        if (ls_i % h->size == 0)
+            h->expert_off[ls_i / h->size] = pos;
+        for (int i = 0; i < n; i++)
+            for (int64_t c = all[i * w + ETP_COUNTS + ls_i]; c > 0; c--)
+                h->etp_perm[pos++] = cur[i]++;
+    }
+    h->expert_off[h->num_local] = pos;
+    int64_t end = 0;
+    for (int i = 0; i < n; i++) { /* each member's counts add up to its rows */
+        end += h->etp_rows[i];
+        if (cur[i] != end) {
+            free(cur);
+            return hcomm__err(HCOMM_ERR_INTERNAL, fn,
+                              "rank %d of etp_group sent counts that disagree with its rows", i);
+        }
+    }
+    free(cur);
+    return HCOMM_OK;
+}
+
+/* Replaces this rank's own received rows by every member's, gathered. */
+static hcomm_result_t gather_recv(const char *fn, hcomm_moe_handle_t *h) {
+    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
+    void *all = NULL;
+    hcomm_result_t res = hcomm__moe_pool_get(h->pool, fn, (size_t)h->r_all * rb, &all);
+    if (res != HCOMM_OK)
+        return hcomm__coll_fail(h->etp, res);
+    res = hcomm__moe_etp_gather(fn, h, h->recv, all, rb);
+    hcomm__moe_pool_put(h->pool, res == HCOMM_OK ? h->recv : all);
+    if (res == HCOMM_OK)
+        h->recv = all;
+    return res;
+}
+
+hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hcomm_result_t prev,
+                                       const int64_t *own_counts) {
+    int ls = h->num_local * h->size, w = ETP_COUNTS + ls;
+    int64_t *mine = calloc((size_t)w, sizeof *mine),
+            *all = calloc((size_t)(w * h->etp_size), sizeof *all);
+    h->etp_rows = calloc((size_t)h->etp_size, sizeof *h->etp_rows);
+    hcomm_result_t res;
+    hcomm__enter(h->etp, fn);
+    if (!mine || !all || !h->etp_rows) {
+        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
+        res = hcomm__coll_fail(h->etp, prev != HCOMM_OK ? prev : res);
+        goto done;
+    }
+    mine[ETP_STATUS] = prev;
+    mine[ETP_H] = h->h;
+    mine[ETP_DTYPE] = h->dtype;
+    mine[ETP_ROWS] = prev == HCOMM_OK ? h->r : 0;
+    if (prev == HCOMM_OK)
+        memcpy(mine + ETP_COUNTS, own_counts, sizeof(int64_t) * (size_t)ls);
+    res = hcomm__coll_all_gather(h->etp, mine, all, sizeof(int64_t) * (size_t)w);
+    if (res == HCOMM_OK && prev != HCOMM_OK) /* this rank's own message is still the last */
+        res = prev;
+    if (res == HCOMM_OK)
+        res = check_members(fn, h, all, w);
+    if (res == HCOMM_OK) { /* every member goes on to the rows' gather: a local failure joins it */
+        res = gathered_layout(fn, h, all, w);
+        res = res == HCOMM_OK ? gather_recv(fn, h) : hcomm__coll_fail(h->etp, res);
+    }
+done:
+    free(mine);
+    free(all);
+    return hcomm__leave(h->etp, res);
+}
