@@ -100,8 +100,43 @@ static double agreement(const model_t *m, int algo) {
     return m->lg * m->flat.alpha;
 }
 
+/* all_to_allv, b the largest block of a pair (bytes): pairwise p - 1 steps of one block;
+ * Bruck (1997) ceil(log2 p) steps of about p/2 blocks with a 16-byte size header each, plus
+ * packing copies; direct (one node) p - 1 address messages, a barrier and one read per block;
+ * hier (leader per node, G ranks, N nodes) a node-local pairwise, the node's blocks through
+ * its leader (24-byte headers) and one inter-node message of G * G blocks per node pair; the
+ * backend's own as pairwise (Open MPI) or one shared-memory read per block. */
+static double a2a(const model_t *m, int algo, double b) {
+    const hcomm__topo_t *t = m->t;
+    double p = m->p, steps = ceil(log2(p > 1 ? p : 1)), G = t->max_node, N = t->nnodes;
+    double pw = (p - 1.0) * (m->flat.alpha + b * m->flat.beta);
+    switch (algo) {
+    case HCOMM__ALGO_NATIVE:
+        if (m->shm)
+            return t->simulated && N > 1 ? INFINITY : m->in.alpha + (p - 1.0) * b * m->in.beta;
+        return pw;
+    case HCOMM__ALGO_PAIRWISE:
+        return pw;
+    case HCOMM__ALGO_BRUCK:
+        return steps * (m->flat.alpha + p / 2.0 * (b + 16.0) * m->flat.beta) +
+               2.0 * p * b * m->in.beta;
+    case HCOMM__ALGO_DIRECT:
+        return N > 1 ? INFINITY : (p - 1.0 + steps) * m->in.alpha + (p - 1.0) * b * m->in.beta;
+    case HCOMM__ALGO_HIER:
+        return N < 2
+                   ? INFINITY
+                   : (G - 1.0) * (m->in.alpha + b * m->in.beta) +
+                         2.0 * (G - 1.0) * (m->in.alpha + (N - 1.0) * G * (b + 24.0) * m->in.beta) +
+                         (N - 1.0) * (m->out.alpha + G * G * (b + 24.0) * m->out.beta);
+    default:
+        return INFINITY;
+    }
+}
+
 static double transfer(const model_t *m, int coll, int algo, double S) {
     double f = (m->p - 1.0) / m->p;
+    if (coll == HCOMM__COLL_ALLTOALLV)
+        return a2a(m, algo, S);
     if (algo == HCOMM__ALGO_NATIVE)
         return native(m, coll, S);
     if (algo == HCOMM__ALGO_HIER) /* on one node it is a ring without segments: leave it out */
@@ -138,7 +173,8 @@ static void model_of(const hcomm__topo_t *t, bool shm, model_t *m) {
 
 double hcomm__cost_estimate(hcomm_comm_t *c, int coll, int algo, size_t bytes, bool shm) {
     hcomm__topo_t *t;
-    if (coll > HCOMM__COLL_REDUCESCATTER || hcomm__topo_get(c, &t) != HCOMM_OK)
+    if ((coll > HCOMM__COLL_REDUCESCATTER && coll != HCOMM__COLL_ALLTOALLV) ||
+        hcomm__topo_get(c, &t) != HCOMM_OK)
         return INFINITY;
     model_t m;
     model_of(t, shm, &m);
@@ -179,7 +215,8 @@ static void log_choice(hcomm_comm_t *c, const model_t *m, int coll, uint32_t all
 int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *set, int coll, size_t bytes,
                        bool shm, double *est_s) {
     hcomm__topo_t *t;
-    if (coll > HCOMM__COLL_REDUCESCATTER || hcomm__topo_get(c, &t) != HCOMM_OK ||
+    if ((coll > HCOMM__COLL_REDUCESCATTER && coll != HCOMM__COLL_ALLTOALLV) ||
+        hcomm__topo_get(c, &t) != HCOMM_OK ||
         (t->nnodes == 1 && t->kind != HCOMM__TOPO_MESH && t->kind != HCOMM__TOPO_RING))
         return -1; /* one node (say, a TP group inside a declared one): the measured defaults */
     pthread_once(&every_once, read_every);
