@@ -978,11 +978,17 @@ static int a2a_fixed(call_t *k) {
     return -1;
 }
 
-/* direct needs cross-memory reads on every rank (the same answer on all of them). */
+/* direct needs cross-memory reads on every rank (the same answer on all of them); without
+ * them the native call runs where allowed, else pairwise. */
 static int a2a_runnable(call_t *k, int algo, size_t bytes) {
-    if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c))
-        return a2a_set(k, HCOMM__ALGO_PAIRWISE, "direct needs cross-memory reads", bytes);
-    return algo;
+    if (algo != HCOMM__ALGO_DIRECT || peer_reads(k->c))
+        return algo;
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    return a2a_set(k,
+                   hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
+                       ? HCOMM__ALGO_NATIVE
+                       : HCOMM__ALGO_PAIRWISE,
+                   "direct needs cross-memory reads", bytes);
 }
 
 /* all_to_allv's choice depends on the largest block of any pair, which no rank knows alone:
