@@ -991,23 +991,87 @@ static int a2a_runnable(call_t *k, int algo, size_t bytes) {
                    "direct needs cross-memory reads", bytes);
 }
 
-/* all_to_allv's choice depends on the largest block of any pair, which no rank knows alone:
- * the signature agreement every non-native call runs first carries each rank's largest block
- * (a recursive doubling of one value with MAX instead of an empty one), so every rank chooses
- * from the same size and no extra exchange runs. On a shared-memory transport the posted
- * meeting comes first (where a rank that failed its own checks shows). */
-static hcomm_result_t a2a_agree_choose(call_t *k, const size_t *sc, const size_t *rc, int *algo) {
-    int64_t mine = 0, most = 0;
-    for (int q = 0; q < k->c->size; q++) {
-        mine = (int64_t)sc[q] > mine ? (int64_t)sc[q] : mine;
-        mine = (int64_t)rc[q] > mine ? (int64_t)rc[q] : mine;
+/* A 32-bit digest of the pair (s -> d, n bytes): small enough that sums over every pair of a
+ * group up to 2^15 ranks stay inside an int64. */
+static int64_t pair_digest(int s, int d, size_t n) {
+    uint64_t h = ((uint64_t)(uint32_t)s << 32 | (uint32_t)d) * 0x9E3779B97F4A7C15ull ^ n;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return (int64_t)((h ^ (h >> 29)) >> 32);
+}
+
+enum { A2A_BITS = 48, A2A_AGREE = 1 + A2A_BITS };
+
+/* This rank's part of the agreement: [0] the digests of what it sends minus those of what it
+ * expects (over the group the sum is 0 when every pair's counts agree); [1 + b] 1 for b the
+ * bit length of its largest block. */
+static void a2a_terms(const call_t *k, const hcomm__a2a_t *v, int64_t *t) {
+    int p = k->c->size, me = k->c->rank, bits = 0;
+    size_t most = 0;
+    memset(t, 0, sizeof(int64_t) * A2A_AGREE);
+    for (int q = 0; q < p; q++) {
+        t[0] += pair_digest(me, q, v->scounts[q]) - pair_digest(q, me, v->rcounts[q]);
+        most = v->scounts[q] > most ? v->scounts[q] : most;
+        most = v->rcounts[q] > most ? v->rcounts[q] : most;
     }
-    a2a_set(k, HCOMM__ALGO_COUNT, "undecided until the sizes are agreed", 0);
+    while (bits < A2A_BITS - 1 && most >> bits)
+        bits++;
+    t[1 + bits] = 1;
+}
+
+/* After the agreement found a mismatch: every rank tells each peer what it sends it, and
+ * two reductions find the lowest (receiver, sender) pair that differs, so every rank names
+ * the same pair, as the transports' own check does. Runs only on this error path. */
+static hcomm_result_t a2a_diagnose(call_t *k, const hcomm__a2a_t *v) {
+    int p = k->c->size, me = k->c->rank;
+    hcomm__xfer_t x = xfer_of(k);
+    int64_t key = INT64_MAX, lowest = 0, vals[2] = {0, 0}, got[2];
+    for (int s = 1; s < p; s++) {
+        int to = (me + s) % p, from = (me - s + p) % p;
+        uint64_t out = v->scounts[to], in = 0;
+        HCOMM__TRY(hcomm__x_sendrecv(&x, to, &out, sizeof out, from, &in, sizeof in));
+        if (in != v->rcounts[from] && (int64_t)me * p + from < key)
+            key = (int64_t)me * p + from, vals[0] = (int64_t)in,
+            vals[1] = (int64_t)v->rcounts[from];
+    }
+    if (v->scounts[me] != v->rcounts[me] && (int64_t)me * p + me < key)
+        key = (int64_t)me * p + me, vals[0] = (int64_t)v->scounts[me],
+        vals[1] = (int64_t)v->rcounts[me];
+    HCOMM__TRY(rd_all_reduce(k, &key, &lowest, 1, HCOMM_I64, HCOMM_MIN));
+    if (lowest != key)
+        vals[0] = vals[1] = 0;
+    HCOMM__TRY(rd_all_reduce(k, vals, got, 2, HCOMM_I64, HCOMM_MAX));
+    int receiver = (int)(lowest / p), sender = (int)(lowest % p);
+    return hcomm__err(HCOMM_ERR_MISMATCH, k->c->call_fn,
+                      "sendcounts[%d]=%lld on rank %d but recvcounts[%d]=%lld on rank %d; no data "
+                      "was moved",
+                      receiver, (long long)got[0], sender, sender, (long long)got[1], receiver);
+}
+
+/* all_to_allv's choice depends on the largest block of any pair, which no rank knows alone,
+ * and its counts must agree pair by pair: the signature agreement every non-native call runs
+ * first carries both (a recursive doubling of A2A_AGREE sums instead of an empty one), so
+ * every rank chooses from the same size, and a mismatch fails on every rank before any data
+ * moves, without an extra exchange. On a shared-memory transport the posted meeting comes
+ * first (where a rank that failed its own checks shows). *algo: the fixed algorithm, or -1
+ * to choose one here. */
+static hcomm_result_t a2a_agree(call_t *k, const hcomm__a2a_t *v, int *algo) {
+    int64_t mine[A2A_AGREE], all[A2A_AGREE];
+    a2a_terms(k, v, mine);
+    if (*algo < 0)
+        a2a_set(k, HCOMM__ALGO_COUNT, "undecided until the sizes are agreed", 0);
     if (shm_coll(k->c))
-        HCOMM__TRY(p2p_agree(k, HCOMM__ALGO_COUNT));
+        HCOMM__TRY(p2p_agree(k, *algo < 0 ? HCOMM__ALGO_COUNT : *algo));
     k->a->agreements++;
-    HCOMM__TRY(rd_all_reduce(k, &mine, &most, 1, HCOMM_I64, HCOMM_MAX));
-    *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, (size_t)most), (size_t)most);
+    HCOMM__TRY(rd_all_reduce(k, mine, all, A2A_AGREE, HCOMM_I64, HCOMM_SUM));
+    if (all[0] != 0)
+        return a2a_diagnose(k, v);
+    int bits = A2A_BITS - 1;
+    while (bits > 0 && all[1 + bits] == 0)
+        bits--;
+    size_t most = bits ? (size_t)1 << (bits - 1) : 0; /* a power of two <= the largest block */
+    if (*algo < 0)
+        *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
     return HCOMM_OK;
 }
 
@@ -1035,14 +1099,14 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, const hcomm__a2a_t *v, bool a
     hcomm_result_t res = HCOMM_OK;
     if (algo == HCOMM__ALGO_NATIVE)
         res = agreed ? HCOMM_OK : agree(&k);
-    else if (algo >= 0)
-        res = p2p_agree(&k, algo);
+    else if (algo >= 0 && check_mode() == CHECK_OFF)
+        res = p2p_agree(&k, algo); /* the counts are checked with the data only */
     else
-        res = a2a_agree_choose(&k, v->scounts, v->rcounts, &algo);
+        res = a2a_agree(&k, v, &algo), agreed = true;
     if (res != HCOMM_OK)
         return call_end(&k, res);
     if (algo == HCOMM__ALGO_NATIVE && shm_coll(c))
-        RUN_POSTED(&k, a2a_native(&k, v, false));
+        RUN_POSTED(&k, a2a_native(&k, v, true));
     if (algo == HCOMM__ALGO_NATIVE)
         return call_end(&k, a2a_native(&k, v, agreed));
     hcomm__xfer_t x = xfer_of(&k);
