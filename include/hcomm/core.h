@@ -236,10 +236,23 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *se
                                               hcomm_op_t op);
 /** all_to_allv with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): the four arrays
  *  have size entries each; rank r sends sendcounts[p] bytes from sendbuf + sdispls[p] to each
- *  p and receives recvcounts[p] bytes into recvbuf + rdispls[p]. Send and receive ranges must
- *  not overlap. recvcounts[p] on r must equal sendcounts[r] on p, else HCOMM_ERR_MISMATCH on
- *  every rank before any data moves (both backends). Errors: the common ones (NULL also for any
- * count array; UNSUPPORTED also for a displacement above INT_MAX). */
+ *  p and receives recvcounts[p] bytes into recvbuf + rdispls[p]. Every rank calls it. Send and
+ *  receive ranges must not overlap (in place is not supported: HCOMM_ERR_INVALID_ARG).
+ *  Counts of any size (zero, not aligned) and any displacements. recvcounts[p] on r must equal
+ *  sendcounts[r] on p, else HCOMM_ERR_MISMATCH on every rank before any data moves, naming the
+ *  lowest such pair: "sendcounts[1]=8 on rank 0 but recvcounts[0]=5 on rank 1" (with
+ *  HCOMM_CHECK=off and a forced hcomm algorithm, on the two ranks of the pair, whose block is
+ *  not written, the others completing). Not thread-safe per communicator.
+ *  Algorithms (HCOMM_ALGO "alltoallv:NAME" or "alltoall:NAME", hcomm_comm_set_algo):
+ *  `pairwise` (step s to rank+s, from rank-s: Thakur, Rabenseifner & Gropp 2005, as MPICH and
+ *  Open MPI), `bruck` for tiny blocks (Bruck et al. 1997, ceil(log2 p) steps, block sizes in
+ *  the messages), `direct` (ranks on one node read their blocks from the senders' buffers: one
+ *  copy per byte), `hier` (two levels: one inter-node message per pair of nodes through each
+ *  node's leader) and `native` (the backend's). The default picks by the largest block of any
+ *  pair, learnt in the signature agreement: native on the local backend; under mpi pairwise
+ *  for small blocks, bruck for tiny ones from 8 processes, then direct or native; across nodes
+ *  the cost model (docs/architecture.md). Errors: the common ones (NULL also for any count
+ *  array; UNSUPPORTED also for a displacement above INT_MAX on the mpi native path). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,
                                            void *recvbuf, const size_t *recvcounts,

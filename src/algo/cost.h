@@ -8,8 +8,8 @@
 /* The algorithm for coll moving bytes on c among allowed (NULL: every valid one), with its
  * estimate in *est_s; -1 when no model applies (a communicator on one node keeps the measured
  * defaults of select.c unless "mesh" or "ring" was declared, and collectives other than
- * all_reduce, all_gather and reduce_scatter have none). shm: the transport has shared-memory native
- * collectives. Cheap after the first call per (collective, power-of-two size band): the choice is
+ * all_reduce, all_gather, reduce_scatter and all_to_allv, whose bytes are its largest block,
+ * have none). shm: the transport has shared-memory native collectives. Cheap after the first call per (collective, power-of-two size band): the choice is
  * cached with the communicator's topology. The same inputs give the same choice on every rank. */
 int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *allowed, int coll, size_t bytes,
                        bool shm, double *est_s);
