@@ -376,8 +376,8 @@ static void deliver(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const char *m
     rec_t r;
     const char *data;
     for (size_t off = 0; next_rec(msg, bytes, &off, &r, &data);)
-        if (r.src >= 0 && r.src < x->c->size && check_pair(x, v, r.src, r.len, r.expect, b) &&
-            r.len)
+        if (r.dst == x->c->rank && r.src >= 0 && r.src < x->c->size &&
+            check_pair(x, v, r.src, r.len, r.expect, b) && r.len)
             memcpy(rblock(v, r.src), data, (size_t)r.len);
 }
 
@@ -478,11 +478,76 @@ static hcomm_result_t hier_offnode(const hcomm__xfer_t *x, const hcomm__a2a_t *v
     return res;
 }
 
+/* This rank's blocks for every rank whose local rank is l (on any node), as one bundle. */
+static void own_for_rail(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const hcomm__topo_t *t,
+                         int l, bundle_t *u) {
+    int me = x->c->rank;
+    for (int d = 0; d < t->size; d++)
+        if (t->local[d] == l) {
+            rec_t r = {me, d, v->scounts[d], v->rcounts[d]};
+            put_rec(u, &r, sblock(v, d));
+        }
+}
+
+/* Rails (every node has G ranks): within the node, local rank l collects every block of the
+ * node bound for local rank l of any node (G - 1 steps); then local rank l of each node swaps
+ * with local rank l of every other node one bundle of the G x G blocks between the two
+ * nodes on that rail (N - 1 steps). Every rank drives its own inter-node messages. */
+static hcomm_result_t hier_rails(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
+                                 const hcomm__topo_t *t, inbox_t *in, bad_t *b) {
+    int me = x->c->rank, a = t->node[me], l = t->local[me], G = t->max_node, N = t->nnodes;
+    int first = t->node_off[a];
+    for (int s = 0; s < G; s++) {
+        int to = t->members[first + (l + s) % G], from = t->members[first + (l - s + G) % G];
+        bundle_t u = {0};
+        own_for_rail(x, v, t, t->local[to], &u);
+        hcomm__env_t env;
+        hcomm_result_t res = u.failed ? nomem(x, u.cap) : HCOMM_OK;
+        if (res == HCOMM_OK && s == 0)
+            in->msg[in->n] = u.p, in->bytes[in->n++] = u.n, u.p = NULL;
+        else if (res == HCOMM_OK)
+            res = swap(x, to, u.p, u.n, 0, from, NULL, 0, true, &env, &in->msg[in->n]);
+        if (res == HCOMM_OK && s > 0)
+            in->bytes[in->n++] = (size_t)env.bytes;
+        free(u.p);
+        HCOMM__TRY(res);
+    }
+    for (int i = 0; i < G; i++)
+        deliver(x, v, in->msg[i], in->bytes[i], b);
+    for (int s = 1; s < N; s++) {
+        int to = (a + s) % N, from = (a - s + N) % N;
+        bundle_t u = {0};
+        for (int i = 0; i < G; i++)
+            pick(&u, t, in->msg[i], in->bytes[i], to, -1);
+        hcomm__env_t env;
+        hcomm_result_t res = u.failed ? nomem(x, u.cap)
+                                      : swap(x, t->members[t->node_off[to] + l], u.p, u.n, 0,
+                                             t->members[t->node_off[from] + l], NULL, 0, true, &env,
+                                             &in->msg[in->n]);
+        free(u.p);
+        HCOMM__TRY(res);
+        in->bytes[in->n] = (size_t)env.bytes;
+        deliver(x, v, in->msg[in->n], in->bytes[in->n], b);
+        in->n++;
+    }
+    return HCOMM_OK;
+}
+
 hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v) {
     hcomm__topo_t *t;
     HCOMM__TRY(hcomm__topo_get(x->c, &t));
     int me = x->c->rank, first = t->node_off[t->node[me]];
     bad_t b = {0};
+    if (t->nnodes > 1 && t->min_node == t->max_node) { /* rails */
+        size_t cap = (size_t)t->max_node + (size_t)t->nnodes;
+        inbox_t in = {calloc(cap, sizeof(void *)), calloc(cap, sizeof(size_t)), 0};
+        hcomm_result_t res = in.msg && in.bytes ? hier_rails(x, v, t, &in, &b) : nomem(x, cap);
+        for (int i = 0; in.msg && i < in.n; i++)
+            free(in.msg[i]);
+        free(in.msg);
+        free(in.bytes);
+        return res != HCOMM_OK ? res : verdict(x, &b);
+    }
     self_copy(x, v, &b);
     HCOMM__TRY(pairwise_over(x, v, t->members + first, t->node_off[t->node[me] + 1] - first,
                              t->local[me], &b));
