@@ -6,7 +6,11 @@
  * declared two-node topology. A count mismatch fails on both ranks of the pair, naming both
  * values and ranks, without writing that block; the next call works. Partial overlap and
  * in place are rejected. World sizes 1..9 (local) or the mpirun job (HCOMM_TEST_MPI). */
+#include "algo/cost.h"
+#include "algo/select.h"
 #include "harness.h"
+
+#include <math.h>
 
 #include <stdint.h>
 
@@ -222,9 +226,36 @@ static hcomm_result_t names(hcomm_comm_t *w, void *arg) {
     return hcomm_comm_set_algo(w, NULL);
 }
 
+/* The cost model on a declared 2-node machine whose inter-node link is 20x slower: hier for
+ * tiny blocks (one inter-node message per rail and node pair), pairwise for large ones (hier's
+ * and Bruck's probed bundles left out above the eager limit). */
+static hcomm_result_t cost_choices(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int p = t_size(w);
+    if (p < 4 || p % 2)
+        return HCOMM_OK;
+    char spec[96];
+    snprintf(spec, sizeof spec, "nodes=2x%d;intra=1us,10GB/s;inter=20us,1GB/s", p / 2);
+    T_TRY(hcomm_comm_set_topo(w, spec));
+    hcomm__algo_set_t own;
+    T_TRY(hcomm__algo_parse("test", "spec", "alltoallv:^native", &own));
+    double est;
+    int small = hcomm__cost_choose(w, &own, HCOMM__COLL_ALLTOALLV, 64, false, &est);
+    int large = hcomm__cost_choose(w, &own, HCOMM__COLL_ALLTOALLV, 1 << 20, false, &est);
+    T_CHECK(small == HCOMM__ALGO_HIER, "alltoallv of 64 B blocks on %s: chose %s, expected hier",
+            spec, hcomm__algo_name(small));
+    T_CHECK(large == HCOMM__ALGO_PAIRWISE,
+            "alltoallv of 1 MiB blocks on %s: chose %s, expected pairwise", spec,
+            hcomm__algo_name(large));
+    T_CHECK(isinf(hcomm__cost_estimate(w, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_DIRECT, 64, false)),
+            "direct must not be a candidate across nodes");
+    return hcomm_comm_set_topo(w, NULL);
+}
+
 int main(void) {
     /* HCOMM_TEST_MPI */
     t_for_each_world(names, NULL, 2);
     t_for_each_world(run, NULL, 9);
+    t_for_each_world(cost_choices, NULL, 8);
     return t_finish("test_a2a");
 }
