@@ -946,9 +946,10 @@ static int a2a_set(call_t *k, int algo, const char *why, size_t bytes) {
     k->sig.algo = algo;
     k->f->sig.algo = algo;
     k->a->last_algo = algo + 1;
-    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
-               "%s seq %u: alltoallv with blocks up to %zu bytes on %d ranks: %s (%s)",
-               k->c->call_fn, (unsigned)k->seq, bytes, k->c->size, hcomm__algo_name(algo), why);
+    if (algo < HCOMM__ALGO_COUNT) /* else choose() logs the choice once the sizes are agreed */
+        HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
+                   "%s seq %u: alltoallv with blocks up to %zu bytes on %d ranks: %s (%s)",
+                   k->c->call_fn, (unsigned)k->seq, bytes, k->c->size, hcomm__algo_name(algo), why);
     return algo;
 }
 
