@@ -347,12 +347,12 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
  *  reducescatter, alltoallv), twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck
  *  et al. 1997), chain (pipelined broadcast), scatter_allgather (broadcast as binomial scatter +
- *  ring all_gather, van de Geijn), pairwise (alltoallv). Where a communicator spans several nodes the allowed algorithm with the
- *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the
- *  measured defaults. NULL or "" restores the default choice. Every rank must choose the same
- *  (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
- *  thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an
- *  unknown name, listing the valid ones; a collective left without an algorithm). */
+ *  ring all_gather, van de Geijn), pairwise (alltoallv). Where a communicator spans several nodes
+ * the allowed algorithm with the smallest cost-model estimate runs (docs/architecture.md, "Cost
+ * model"); elsewhere the measured defaults. NULL or "" restores the default choice. Every rank must
+ * choose the same (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local;
+ * not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an unknown
+ * name, listing the valid ones; a collective left without an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
 /** Turns deterministic mode on (@p on = 1) or off (0) for this rank's reductions on @p comm
  *  (all_reduce, reduce_scatter, reduce, reduce_scatterv, and the TP/DP primitives built on
@@ -405,10 +405,10 @@ HCOMM_API hcomm_result_t hcomm_launch_backend(const char *backend, const char **
  *  instead of hanging; any wait longer than HCOMM_TIMEOUT seconds (env, default 300) fails
  *  with HCOMM_ERR_TIMEOUT. Called by the program's main thread (for mpi, the thread that
  *  initializes MPI), one world at a time; worlds can be launched repeatedly. Not thread-safe.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend, nranks < 1 or > 4096 for
- *  local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is already running in this
- *  process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED (built without MPI),
- *  HCOMM_ERR_BACKEND, or a rank's result as above. */
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend,
+ * nranks < 1 or > 4096 for local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is
+ * already running in this process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED
+ * (built without MPI), HCOMM_ERR_BACKEND, or a rank's result as above. */
 HCOMM_API hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
                                       void *arg);
 
