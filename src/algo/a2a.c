@@ -556,6 +556,35 @@ hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v) {
     return verdict(x, &b);
 }
 
+/* A 32-bit digest of the pair (s -> d, n bytes). */
+static int64_t pair_digest(int s, int d, size_t n) {
+    uint64_t h = ((uint64_t)(uint32_t)s << 32 | (uint32_t)d) * 0x9E3779B97F4A7C15ull ^ n;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return (int64_t)((h ^ (h >> 29)) >> 32);
+}
+
+void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *t) {
+    int bits = 0;
+    size_t most = 0;
+    memset(t, 0, sizeof(int64_t) * HCOMM__A2A_AGREE);
+    for (int q = 0; q < p; q++) {
+        t[0] += pair_digest(me, q, v->scounts[q]) - pair_digest(q, me, v->rcounts[q]);
+        most = v->scounts[q] > most ? v->scounts[q] : most;
+        most = v->rcounts[q] > most ? v->rcounts[q] : most;
+    }
+    while (bits < HCOMM__A2A_BITS - 1 && most >> bits)
+        bits++;
+    t[1 + bits] = 1;
+}
+
+size_t hcomm__a2a_largest(const int64_t *sums) {
+    int bits = HCOMM__A2A_BITS - 1;
+    while (bits > 0 && sums[1 + bits] == 0)
+        bits--;
+    return bits ? (size_t)1 << (bits - 1) : 0;
+}
+
 hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v) {
     switch (algo & ~HCOMM__ALGO_DET) {
     case HCOMM__ALGO_BRUCK:

@@ -33,6 +33,15 @@ hcomm_result_t hcomm__a2a_bruck(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
 /* Needs transport.peer_read_ok on every rank. */
 hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
 hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
+/* The agreement before an all_to_allv (coll.c) sums every rank's HCOMM__A2A_AGREE terms:
+ * [0] the 32-bit digests of each (sender, receiver, bytes) this rank sends minus those it
+ * expects (the group's sum is 0 when every pair's counts agree; sums stay inside an int64 up
+ * to 2^15 ranks); [1 + b] 1 for b the bit length of this rank's largest block. */
+enum { HCOMM__A2A_BITS = 48, HCOMM__A2A_AGREE = 1 + HCOMM__A2A_BITS };
+void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *terms);
+/* From the summed terms: the largest block of any rank rounded down to a power of two. */
+size_t hcomm__a2a_largest(const int64_t *sums);
+
 /* Runs algo (pairwise, bruck, direct or hier; anything else: pairwise). */
 hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v);
 

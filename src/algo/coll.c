@@ -992,34 +992,6 @@ static int a2a_runnable(call_t *k, int algo, size_t bytes) {
                    "direct needs cross-memory reads", bytes);
 }
 
-/* A 32-bit digest of the pair (s -> d, n bytes): small enough that sums over every pair of a
- * group up to 2^15 ranks stay inside an int64. */
-static int64_t pair_digest(int s, int d, size_t n) {
-    uint64_t h = ((uint64_t)(uint32_t)s << 32 | (uint32_t)d) * 0x9E3779B97F4A7C15ull ^ n;
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ull;
-    return (int64_t)((h ^ (h >> 29)) >> 32);
-}
-
-enum { A2A_BITS = 48, A2A_AGREE = 1 + A2A_BITS };
-
-/* This rank's part of the agreement: [0] the digests of what it sends minus those of what it
- * expects (over the group the sum is 0 when every pair's counts agree); [1 + b] 1 for b the
- * bit length of its largest block. */
-static void a2a_terms(const call_t *k, const hcomm__a2a_t *v, int64_t *t) {
-    int p = k->c->size, me = k->c->rank, bits = 0;
-    size_t most = 0;
-    memset(t, 0, sizeof(int64_t) * A2A_AGREE);
-    for (int q = 0; q < p; q++) {
-        t[0] += pair_digest(me, q, v->scounts[q]) - pair_digest(q, me, v->rcounts[q]);
-        most = v->scounts[q] > most ? v->scounts[q] : most;
-        most = v->rcounts[q] > most ? v->rcounts[q] : most;
-    }
-    while (bits < A2A_BITS - 1 && most >> bits)
-        bits++;
-    t[1 + bits] = 1;
-}
-
 /* After the agreement found a mismatch: every rank tells each peer what it sends it, and
  * two reductions find the lowest (receiver, sender) pair that differs, so every rank names
  * the same pair, as the transports' own check does. Runs only on this error path. */
@@ -1051,26 +1023,23 @@ static hcomm_result_t a2a_diagnose(call_t *k, const hcomm__a2a_t *v) {
 
 /* all_to_allv's choice depends on the largest block of any pair, which no rank knows alone,
  * and its counts must agree pair by pair: the signature agreement every non-native call runs
- * first carries both (a recursive doubling of A2A_AGREE sums instead of an empty one), so
+ * first carries both (a recursive doubling of hcomm__a2a_terms' sums instead of an empty one), so
  * every rank chooses from the same size, and a mismatch fails on every rank before any data
  * moves, without an extra exchange. On a shared-memory transport the posted meeting comes
  * first (where a rank that failed its own checks shows). *algo: the fixed algorithm, or -1
  * to choose one here. */
 static hcomm_result_t a2a_agree(call_t *k, const hcomm__a2a_t *v, int *algo) {
-    int64_t mine[A2A_AGREE], all[A2A_AGREE];
-    a2a_terms(k, v, mine);
+    int64_t mine[HCOMM__A2A_AGREE], all[HCOMM__A2A_AGREE];
+    hcomm__a2a_terms(v, k->c->size, k->c->rank, mine);
     if (*algo < 0)
         a2a_set(k, HCOMM__ALGO_COUNT, "undecided until the sizes are agreed", 0);
     if (shm_coll(k->c))
         HCOMM__TRY(p2p_agree(k, *algo < 0 ? HCOMM__ALGO_COUNT : *algo));
     k->a->agreements++;
-    HCOMM__TRY(rd_all_reduce(k, mine, all, A2A_AGREE, HCOMM_I64, HCOMM_SUM));
+    HCOMM__TRY(rd_all_reduce(k, mine, all, HCOMM__A2A_AGREE, HCOMM_I64, HCOMM_SUM));
     if (all[0] != 0)
         return a2a_diagnose(k, v);
-    int bits = A2A_BITS - 1;
-    while (bits > 0 && all[1 + bits] == 0)
-        bits--;
-    size_t most = bits ? (size_t)1 << (bits - 1) : 0; /* a power of two <= the largest block */
+    size_t most = hcomm__a2a_largest(all);
     if (*algo < 0)
         *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
     return HCOMM_OK;
