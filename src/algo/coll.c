@@ -963,6 +963,9 @@ static bool on_one_node(hcomm_comm_t *c) {
  * the defaults pick it at every size (shared-memory transports on one node). */
 static int a2a_fixed(call_t *k) {
     const hcomm__algo_set_t *set = k->a->has_over ? &k->a->over : hcomm__algo_env();
+    if (hcomm__algo_allowed(set, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE) &&
+        (check_mode() == CHECK_OFF || (shm_coll(k->c) && on_one_node(k->c))))
+        return HCOMM__ALGO_NATIVE; /* first: this is every call on the local backend */
     uint32_t allowed = 0;
     for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
         if (hcomm__algo_allowed(set, HCOMM__COLL_ALLTOALLV, a))
@@ -973,9 +976,6 @@ static int a2a_fixed(call_t *k) {
             a++;
         return a;
     }
-    if ((allowed & 1u << HCOMM__ALGO_NATIVE) &&
-        (check_mode() == CHECK_OFF || (shm_coll(k->c) && on_one_node(k->c))))
-        return HCOMM__ALGO_NATIVE;
     return -1;
 }
 
