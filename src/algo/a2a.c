@@ -77,14 +77,20 @@ static hcomm_result_t recv_msg(const hcomm__xfer_t *x, int from, void *buf, size
             return nomem(x, cap);
     }
     hcomm__req_t *r = NULL;
-    HCOMM__TRY(hcomm__irecv(x->c, HCOMM__CH_COLL, x->tag, from, buf, cap, HCOMM__RECV_EXACT, &r));
-    hcomm_result_t res = hcomm__wait(r, env, NULL);
+    hcomm_result_t res =
+        hcomm__irecv(x->c, HCOMM__CH_COLL, x->tag, from, buf, cap, HCOMM__RECV_EXACT, &r);
+    if (res == HCOMM_OK)
+        res = hcomm__wait(r, env, NULL);
     if (env->kind == HCOMM__ENV_DATA && (res == HCOMM_OK || res == HCOMM_ERR_MISMATCH)) {
         hcomm_result_t sig = x->check(x, from, env);
         if (sig != HCOMM_OK)
-            return sig;
-        if (res == HCOMM_ERR_MISMATCH && !alloc && env->bytes != cap)
-            return HCOMM_OK;
+            res = sig;
+        else if (res == HCOMM_ERR_MISMATCH && !alloc && env->bytes != cap)
+            res = HCOMM_OK;
+    }
+    if (res != HCOMM_OK && alloc) { /* the caller keeps only what arrived */
+        free(*got);
+        *got = NULL;
     }
     return res;
 }
