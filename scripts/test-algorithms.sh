@@ -5,7 +5,9 @@
 # reduce_scatter sentinel, bf16/f16 within test_algos' documented bound and bit-identical on
 # every rank (test_algos with HCOMM_TEST_FULL=1); deterministic mode bit-exact against the serial
 # rank-order reduction for every reduction algorithm (test_determinism); the issue's trust
-# examples (test_reduce_trust). Each runs on the local backend for group sizes 1..9 and under
+# examples (test_reduce_trust); all_to_allv with every algorithm x per-pair counts (zero, primes,
+# skewed, unaligned, > 64 KiB) x count mismatches (test_a2a), also with HCOMM_CHECK=off where
+# only the counts in the messages find a mismatch. Each runs on the local backend for group sizes 1..9 and under
 # mpirun for every size in NP_LIST.
 #
 # Usage: scripts/test-algorithms.sh [BUILD_DIR]   (default: build, configured and built already)
@@ -26,7 +28,7 @@ log=$(mktemp -d "${TMPDIR:-/tmp}/hcomm-algos.XXXXXX")
 failed=0
 runs=0
 
-for t in test_algos test_determinism test_reduce_trust; do
+for t in test_algos test_determinism test_reduce_trust test_a2a; do
     if [ ! -x "$build/test/$t" ]; then
         echo "test-algorithms: $build/test/$t is missing; build first (cmake --build $build)" >&2
         exit 2
@@ -57,12 +59,17 @@ for a in $algos; do
             "$mpirun" --oversubscribe -np "$np" "$build/test/test_algos"
     done
 done
-for t in test_determinism test_reduce_trust; do
+for t in test_determinism test_reduce_trust test_a2a; do
     run "local $t" env HCOMM_BACKEND=local "$build/test/$t"
     for np in $np_list; do
         run "mpi np $np $t" env HCOMM_BACKEND=mpi "$mpirun" --oversubscribe -np "$np" \
             "$build/test/$t"
     done
+done
+run "local test_a2a HCOMM_CHECK=off" env HCOMM_BACKEND=local HCOMM_CHECK=off "$build/test/test_a2a"
+for np in $np_list; do
+    run "mpi np $np test_a2a HCOMM_CHECK=off" env HCOMM_BACKEND=mpi HCOMM_CHECK=off \
+        "$mpirun" --oversubscribe -np "$np" "$build/test/test_a2a"
 done
 echo "test-algorithms: $runs runs, $failed failed (logs in $log)"
 [ $failed -eq 0 ]

@@ -138,6 +138,14 @@ fi
 msg=$(PATH=/nonexistent "$bench" --plot "$tmp/x.png" 2>&1 >/dev/null) && fail "--plot without gnuplot ran"
 echo "$msg" | grep -q "needs gnuplot" || fail "--plot without gnuplot: '$msg'"
 
+# all_to_all --algo all: a checked row per all_to_allv algorithm and size, auto naming its choice.
+out=$(timeout 120 "$bench" all_to_all --ranks=3 -b 8 -e 64K -f 64 -n 2 -w 1 -c 1 --algo all)
+for a in native pairwise bruck direct hier; do
+    n=$(echo "$out" | rows | awk -v a=$a '$6 == a && $10 == 0' | wc -l)
+    [ "$n" -eq 3 ] || { echo "$out"; fail "all_to_all --algo all: $n checked rows of $a, expected 3"; }
+done
+echo "$out" | rows | awk '$6 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "all_to_all auto rows"
+
 # 4. Under mpirun -np 2: raw MPI rows beside hcomm's, and hcomm/raw.
 if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -26,8 +26,9 @@ static const size_t sizes[] = {
 #define NSIZES (sizeof sizes / sizeof *sizes)
 
 static bool can_run(int coll, int algo, const char *topo) {
-    (void)coll;
-    return !(algo == HCOMM__ALGO_TWOSHOT && strncmp(topo, "nodes=", 6) == 0);
+    bool nodes = strncmp(topo, "nodes=", 6) == 0; /* peer reads cannot cross nodes */
+    return !(nodes && (algo == HCOMM__ALGO_TWOSHOT ||
+                       (algo == HCOMM__ALGO_DIRECT && coll == HCOMM__COLL_ALLTOALLV)));
 }
 
 static hcomm_result_t every_pair_finite(hcomm_comm_t *w, const char *topo) {

@@ -236,10 +236,23 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *se
                                               hcomm_op_t op);
 /** all_to_allv with per-peer sizes, in bytes (as MPI_Alltoallv over MPI_BYTE): the four arrays
  *  have size entries each; rank r sends sendcounts[p] bytes from sendbuf + sdispls[p] to each
- *  p and receives recvcounts[p] bytes into recvbuf + rdispls[p]. Send and receive ranges must
- *  not overlap. recvcounts[p] on r must equal sendcounts[r] on p, else HCOMM_ERR_MISMATCH on
- *  every rank before any data moves (both backends). Errors: the common ones (NULL also for any
- * count array; UNSUPPORTED also for a displacement above INT_MAX). */
+ *  p and receives recvcounts[p] bytes into recvbuf + rdispls[p]. Every rank calls it. Send and
+ *  receive ranges must not overlap (in place is not supported: HCOMM_ERR_INVALID_ARG).
+ *  Counts of any size (zero, not aligned) and any displacements. recvcounts[p] on r must equal
+ *  sendcounts[r] on p, else HCOMM_ERR_MISMATCH on every rank before any data moves, naming the
+ *  lowest such pair: "sendcounts[1]=8 on rank 0 but recvcounts[0]=5 on rank 1" (with
+ *  HCOMM_CHECK=off and a forced hcomm algorithm, on the two ranks of the pair, whose block is
+ *  not written, the others completing). Not thread-safe per communicator.
+ *  Algorithms (HCOMM_ALGO "alltoallv:NAME" or "alltoall:NAME", hcomm_comm_set_algo):
+ *  `pairwise` (step s to rank+s, from rank-s: Thakur, Rabenseifner & Gropp 2005, as MPICH and
+ *  Open MPI), `bruck` for tiny blocks (Bruck et al. 1997, ceil(log2 p) steps, block sizes in
+ *  the messages), `direct` (ranks on one node read their blocks from the senders' buffers: one
+ *  copy per byte), `hier` (two levels: one inter-node message per pair of nodes through each
+ *  node's leader) and `native` (the backend's). The default picks by the largest block of any
+ *  pair, learnt in the signature agreement: native on the local backend; under mpi pairwise
+ *  for small blocks, bruck for tiny ones from 8 processes, then direct or native; across nodes
+ *  the cost model (docs/architecture.md). Errors: the common ones (NULL also for any count
+ *  array; UNSUPPORTED also for a displacement above INT_MAX on the mpi native path). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,
                                            void *recvbuf, const size_t *recvcounts,
@@ -326,19 +339,21 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  environment variable HCOMM_ALGO (which it overrides for this communicator): entries separated
  *  by ';', each "[collective:][^]name[,name...]" allowing (or with '^' excluding) algorithms,
  *  e.g. "allreduce:ring;allgather:^ring". Collectives: allreduce, allgather, reducescatter,
- *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv. Algorithms: native (the
- *  backend's own), rd (recursive doubling; all_gather(v) on a group that is not a power of two
- *  runs Bruck), ring, rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving),
- *  naive (reduce to rank 0 in rank order, then broadcast: the deterministic reference), tree
- *  (binomial), direct, hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
- *  reducescatter), twoshot (allreduce), bruck (all_gather(v), Bruck et al. 1997), chain
- *  (pipelined broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather,
- *  van de Geijn). Where a communicator spans several nodes the allowed algorithm with the
- *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the
- *  measured defaults. NULL or "" restores the default choice. Every rank must choose the same
- *  (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
- *  thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an
- *  unknown name, listing the valid ones; a collective left without an algorithm). */
+ *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv, alltoallv (also spelled
+ *  alltoall; see hcomm_all_to_allv). Algorithms: native (the backend's own), rd (recursive
+ *  doubling; all_gather(v) on a group that is not a power of two runs Bruck), ring, rhd
+ *  (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
+ *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct, hier
+ *  (two levels over the nodes of hcomm/topo.h: allreduce, allgather, reducescatter,
+ *  alltoallv), twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997),
+ *  chain (pipelined broadcast), scatter_allgather (broadcast as binomial scatter + ring
+ *  all_gather, van de Geijn), pairwise (alltoallv). Where a communicator spans several nodes
+ *  the allowed algorithm with the smallest cost-model estimate runs (docs/architecture.md,
+ *  "Cost model"); elsewhere the measured defaults. NULL or "" restores the default choice.
+ *  Every rank must choose the same (the algorithm is part of each call's signature: else
+ *  HCOMM_ERR_MISMATCH). Local; not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL,
+ *  HCOMM_ERR_INVALID_ARG (an unknown name, listing the valid ones; a collective left without
+ *  an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
 /** Turns deterministic mode on (@p on = 1) or off (0) for this rank's reductions on @p comm
  *  (all_reduce, reduce_scatter, reduce, reduce_scatterv, and the TP/DP primitives built on
@@ -391,10 +406,10 @@ HCOMM_API hcomm_result_t hcomm_launch_backend(const char *backend, const char **
  *  instead of hanging; any wait longer than HCOMM_TIMEOUT seconds (env, default 300) fails
  *  with HCOMM_ERR_TIMEOUT. Called by the program's main thread (for mpi, the thread that
  *  initializes MPI), one world at a time; worlds can be launched repeatedly. Not thread-safe.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend, nranks < 1 or > 4096 for
- *  local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is already running in this
- *  process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED (built without MPI),
- *  HCOMM_ERR_BACKEND, or a rank's result as above. */
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend,
+ * nranks < 1 or > 4096 for local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is
+ * already running in this process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED
+ * (built without MPI), HCOMM_ERR_BACKEND, or a rank's result as above. */
 HCOMM_API hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
                                       void *arg);
 

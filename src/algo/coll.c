@@ -2,12 +2,14 @@
  * the choice between hcomm's own algorithms over p2p and the backend's native ones. */
 #include "algo/coll.h"
 
+#include "algo/a2a.h"
 #include "algo/algos.h"
 #include "algo/cost.h"
 #include "algo/select.h"
 #include "algo/variants.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "topo/topo.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -938,46 +940,171 @@ hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec) {
     return HCOMM_OK;
 }
 
-/* The native all_to_allv; agreed: the caller's own exchange already checked the call and the
- * counts on every rank, so neither the signature agreement nor the transport's count check
- * runs again. */
-static hcomm_result_t all_to_allv(hcomm_comm_t *c, const void *sendbuf, const size_t *sendcounts,
-                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                                  const size_t *rdispls, bool agreed) {
+/* --- all_to_allv --- */
+
+static int a2a_set(call_t *k, int algo, const char *why, size_t bytes) {
+    k->sig.algo = algo;
+    k->f->sig.algo = algo;
+    k->a->last_algo = algo + 1;
+    if (algo < HCOMM__ALGO_COUNT) /* else choose() logs the choice once the sizes are agreed */
+        HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
+                   "%s seq %u: alltoallv with blocks up to %zu bytes on %d ranks: %s (%s)",
+                   k->c->call_fn, (unsigned)k->seq, bytes, k->c->size, hcomm__algo_name(algo), why);
+    return algo;
+}
+
+static bool on_one_node(hcomm_comm_t *c) {
+    hcomm__topo_t *t;
+    return c->one_node || (hcomm__topo_get(c, &t) == HCOMM_OK && c->one_node);
+}
+
+/* The algorithm when the choice cannot depend on the block sizes, else -1: the only one
+ * allowed, or native where no agreement runs to share the sizes (HCOMM_CHECK=off) or where
+ * the defaults pick it at every size (shared-memory transports on one node). */
+static int a2a_fixed(call_t *k) {
+    const hcomm__algo_set_t *set = k->a->has_over ? &k->a->over : hcomm__algo_env();
+    if (hcomm__algo_allowed(set, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE) &&
+        (check_mode() == CHECK_OFF || (shm_coll(k->c) && on_one_node(k->c))))
+        return HCOMM__ALGO_NATIVE; /* first: this is every call on the local backend */
+    uint32_t allowed = 0;
+    for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
+        if (hcomm__algo_allowed(set, HCOMM__COLL_ALLTOALLV, a))
+            allowed |= 1u << a;
+    if ((allowed & (allowed - 1)) == 0) {
+        int a = 0;
+        while (!(allowed & (1u << a)))
+            a++;
+        return a;
+    }
+    return -1;
+}
+
+/* direct needs cross-memory reads on every rank (the same answer on all of them); without
+ * them the native call runs where allowed, else pairwise. */
+static int a2a_runnable(call_t *k, int algo, size_t bytes) {
+    if (algo != HCOMM__ALGO_DIRECT || peer_reads(k->c))
+        return algo;
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    return a2a_set(k,
+                   hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
+                       ? HCOMM__ALGO_NATIVE
+                       : HCOMM__ALGO_PAIRWISE,
+                   "direct needs cross-memory reads", bytes);
+}
+
+/* After the agreement found a mismatch: every rank tells each peer what it sends it, and
+ * two reductions find the lowest (receiver, sender) pair that differs, so every rank names
+ * the same pair, as the transports' own check does. Runs only on this error path. */
+static hcomm_result_t a2a_diagnose(call_t *k, const hcomm__a2a_t *v) {
+    int p = k->c->size, me = k->c->rank;
+    hcomm__xfer_t x = xfer_of(k);
+    int64_t key = INT64_MAX, lowest = 0, vals[2] = {0, 0}, got[2];
+    for (int s = 1; s < p; s++) {
+        int to = (me + s) % p, from = (me - s + p) % p;
+        uint64_t out = v->scounts[to], in = 0;
+        HCOMM__TRY(hcomm__x_sendrecv(&x, to, &out, sizeof out, from, &in, sizeof in));
+        if (in != v->rcounts[from] && (int64_t)me * p + from < key)
+            key = (int64_t)me * p + from, vals[0] = (int64_t)in,
+            vals[1] = (int64_t)v->rcounts[from];
+    }
+    if (v->scounts[me] != v->rcounts[me] && (int64_t)me * p + me < key)
+        key = (int64_t)me * p + me, vals[0] = (int64_t)v->scounts[me],
+        vals[1] = (int64_t)v->rcounts[me];
+    HCOMM__TRY(rd_all_reduce(k, &key, &lowest, 1, HCOMM_I64, HCOMM_MIN));
+    if (lowest != key)
+        vals[0] = vals[1] = 0;
+    HCOMM__TRY(rd_all_reduce(k, vals, got, 2, HCOMM_I64, HCOMM_MAX));
+    int receiver = (int)(lowest / p), sender = (int)(lowest % p);
+    return hcomm__err(HCOMM_ERR_MISMATCH, k->c->call_fn,
+                      "sendcounts[%d]=%lld on rank %d but recvcounts[%d]=%lld on rank %d; no data "
+                      "was moved",
+                      receiver, (long long)got[0], sender, sender, (long long)got[1], receiver);
+}
+
+/* all_to_allv's choice depends on the largest block of any pair, which no rank knows alone,
+ * and its counts must agree pair by pair: the signature agreement every non-native call runs
+ * first carries both (a recursive doubling of hcomm__a2a_terms' sums instead of an empty one), so
+ * every rank chooses from the same size, and a mismatch fails on every rank before any data
+ * moves, without an extra exchange. On a shared-memory transport the posted meeting comes
+ * first (where a rank that failed its own checks shows). *algo: the fixed algorithm, or -1
+ * to choose one here. */
+static hcomm_result_t a2a_agree(call_t *k, const hcomm__a2a_t *v, int *algo) {
+    int64_t mine[HCOMM__A2A_AGREE], all[HCOMM__A2A_AGREE];
+    hcomm__a2a_terms(v, k->c->size, k->c->rank, mine);
+    if (*algo < 0)
+        a2a_set(k, HCOMM__ALGO_COUNT, "undecided until the sizes are agreed", 0);
+    if (shm_coll(k->c))
+        HCOMM__TRY(p2p_agree(k, *algo < 0 ? HCOMM__ALGO_COUNT : *algo));
+    k->a->agreements++;
+    HCOMM__TRY(rd_all_reduce(k, mine, all, HCOMM__A2A_AGREE, HCOMM_I64, HCOMM_SUM));
+    if (all[0] != 0)
+        return a2a_diagnose(k, v);
+    size_t most = hcomm__a2a_largest(all);
+    if (*algo < 0)
+        *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t a2a_native(call_t *k, const hcomm__a2a_t *v, bool agreed) {
+    hcomm_comm_t *c = k->c;
+    c->counts_agreed = agreed;
+    hcomm_result_t res = c->tr->native->all_to_allv(c, v->send, v->scounts, v->sdispls, v->recv,
+                                                    v->rcounts, v->rdispls);
+    c->counts_agreed = false;
+    return res;
+}
+
+/* agreed: the caller's own exchange already checked the call and the counts on every rank,
+ * so the native path runs without the signature agreement and the transport's count check
+ * (MoE's dispatch; it has no size every rank shares, so it stays native). */
+static hcomm_result_t all_to_allv(hcomm_comm_t *c, const hcomm__a2a_t *v, bool agreed) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
-    if (shm_coll(c))
-        RUN_POSTED(&k, c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf,
-                                                  recvcounts, rdispls));
-    hcomm_result_t res = agreed ? HCOMM_OK : agree(&k);
-    c->counts_agreed = agreed;
-    if (res == HCOMM_OK)
-        res = c->tr->native->all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                         rdispls);
-    c->counts_agreed = false;
-    return call_end(&k, res);
+    int algo = agreed ? HCOMM__ALGO_NATIVE : a2a_fixed(&k);
+    if (algo >= 0 && !agreed)
+        algo = a2a_runnable(&k, a2a_set(&k, algo, "fixed", 0), 0);
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
+        RUN_POSTED(&k, c->tr->native->all_to_allv(c, v->send, v->scounts, v->sdispls, v->recv,
+                                                  v->rcounts, v->rdispls));
+    hcomm_result_t res = HCOMM_OK;
+    if (algo == HCOMM__ALGO_NATIVE)
+        res = agreed ? HCOMM_OK : agree(&k);
+    else if (algo >= 0 && check_mode() == CHECK_OFF)
+        res = p2p_agree(&k, algo); /* the counts are checked with the data only */
+    else
+        res = a2a_agree(&k, v, &algo), agreed = true;
+    if (res != HCOMM_OK)
+        return call_end(&k, res);
+    if (algo == HCOMM__ALGO_NATIVE && shm_coll(c))
+        RUN_POSTED(&k, a2a_native(&k, v, true));
+    if (algo == HCOMM__ALGO_NATIVE)
+        return call_end(&k, a2a_native(&k, v, agreed));
+    hcomm__xfer_t x = xfer_of(&k);
+    return call_end(&k, hcomm__a2a_run(&x, algo, v));
 }
 
 hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls) {
-    return all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false);
+    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls};
+    return all_to_allv(c, &v, false);
 }
 
-/* Pairwise exchange (Thakur, Rabenseifner & Gropp 2005, section 3.3: step i sends to
- * rank + i and receives from rank - i), the signature in every envelope. */
+/* Pairwise exchange (a2a.c) of equal blocks, the signature in every envelope. */
 static hcomm_result_t pairwise_all_to_all(call_t *k, const char *send, char *recv, size_t bytes) {
-    hcomm__xfer_t x = xfer_of(k);
-    int p = k->c->size, me = k->c->rank;
-    if (bytes)
-        memcpy(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes);
-    for (int i = 1; i < p; i++) {
-        int to = (me + i) % p, from = (me - i + p) % p;
-        HCOMM__TRY(hcomm__x_sendrecv(&x, to, send + (size_t)to * bytes, bytes, from,
-                                     recv + (size_t)from * bytes, bytes));
+    size_t p = (size_t)k->c->size, *v = malloc(2 * p * sizeof *v);
+    if (v == NULL)
+        return nomem(k);
+    for (size_t i = 0; i < p; i++) {
+        v[i] = bytes;
+        v[p + i] = i * bytes;
     }
-    return HCOMM_OK;
+    hcomm__xfer_t x = xfer_of(k);
+    hcomm__a2a_t a = {send, v, v + p, recv, v, v + p};
+    hcomm_result_t res = hcomm__a2a_pairwise(&x, &a);
+    free(v);
+    return res;
 }
 
 hcomm_result_t hcomm__coll_all_to_all_checked(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -1007,7 +1134,8 @@ hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendb
                                               const size_t *sendcounts, const size_t *sdispls,
                                               void *recvbuf, const size_t *recvcounts,
                                               const size_t *rdispls) {
-    return all_to_allv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, true);
+    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls};
+    return all_to_allv(c, &v, true);
 }
 
 void hcomm__coll_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements) {

@@ -76,6 +76,7 @@ static double hier(const model_t *m, int coll, double S) {
 }
 
 static double transfer(const model_t *m, int coll, int algo, double S);
+static double a2a(const model_t *m, int algo, double b);
 
 /* --- all_reduce on one node by peer reads (twoshot.c) --- */
 
@@ -266,6 +267,8 @@ static double hier_or_ring(const model_t *m, int coll, double S) {
 }
 
 static double transfer(const model_t *m, int coll, int algo, double S) {
+    if (coll == HCOMM__COLL_ALLTOALLV)
+        return a2a(m, algo, S);
     if (algo == HCOMM__ALGO_NATIVE)
         return native(m, coll, S);
     if (algo == HCOMM__ALGO_HIER && coll <= HCOMM__COLL_REDUCESCATTER)
@@ -305,6 +308,58 @@ static double agreement(const model_t *m, int algo) {
     if (m->shm)
         return algo == HCOMM__ALGO_NATIVE ? 0.0 : m->in.alpha;
     return m->lg * m->flat.alpha;
+}
+
+/* all_to_allv, b the largest block of a pair (bytes): pairwise p - 1 steps of one block;
+ * Bruck (1997) ceil(log2 p) steps of about p/2 blocks with a 16-byte size header each, plus
+ * packing copies; direct (one node) p - 1 address messages, a barrier and one read per block;
+ * hier (N nodes of G ranks, 24-byte record headers) on equal nodes G - 1 node-local bundles
+ * of N blocks, then N - 1 inter-node bundles of G blocks per rank (rails), plus about three
+ * copies of every block; on uneven ones a node-local pairwise, the node's blocks through its
+ * leader and one inter-node message of G * G blocks per node pair; the backend's own as
+ * pairwise (Open MPI) or one shared-memory read per block. Bruck's and hier's messages have
+ * sizes the receiver learns by a probe; above the eager limit (A2A_BUNDLE_MAX) they measured
+ * several times slower than pairwise (simulated 2x4, 32 KiB blocks: 1.4-1.6x; 128 KiB: 7x),
+ * so the model charges them A2A_BUNDLE_PENALTY times there (finite: a forced choice still has
+ * an estimate, but they never win). hier on one node runs the pairwise exchange. */
+#define A2A_BUNDLE_MAX 65536.0
+#define A2A_BUNDLE_PENALTY 8.0
+
+static double a2a_hier(const model_t *m, double b) {
+    const hcomm__topo_t *t = m->t;
+    double p = m->p, G = t->max_node, N = t->nnodes;
+    if (t->min_node == t->max_node)
+        return (G - 1.0) * (m->in.alpha + N * (b + 24.0) * m->in.beta) +
+               (N - 1.0) * (m->out.alpha + G * (b + 24.0) * m->out.beta) + 3.0 * p * b * m->in.beta;
+    return (G - 1.0) * (m->in.alpha + b * m->in.beta) +
+           2.0 * (G - 1.0) * (m->in.alpha + (N - 1.0) * G * (b + 24.0) * m->in.beta) +
+           (N - 1.0) * (m->out.alpha + G * G * (b + 24.0) * m->out.beta);
+}
+
+static double a2a(const model_t *m, int algo, double b) {
+    const hcomm__topo_t *t = m->t;
+    double p = m->p, steps = ceil(log2(p > 1 ? p : 1)), G = t->max_node, N = t->nnodes;
+    double pw = (p - 1.0) * (m->flat.alpha + b * m->flat.beta);
+    switch (algo) {
+    case HCOMM__ALGO_NATIVE:
+        if (m->shm)
+            return t->simulated && N > 1 ? INFINITY : m->in.alpha + (p - 1.0) * b * m->in.beta;
+        return pw;
+    case HCOMM__ALGO_PAIRWISE:
+        return pw;
+    case HCOMM__ALGO_BRUCK:
+        return (p / 2.0 * (b + 16.0) > A2A_BUNDLE_MAX ? A2A_BUNDLE_PENALTY : 1.0) *
+               (steps * (m->flat.alpha + p / 2.0 * (b + 16.0) * m->flat.beta) +
+                2.0 * p * b * m->in.beta);
+    case HCOMM__ALGO_DIRECT:
+        return N > 1 ? INFINITY : (p - 1.0 + steps) * m->in.alpha + (p - 1.0) * b * m->in.beta;
+    case HCOMM__ALGO_HIER:
+        return N < 2
+                   ? pw + m->in.alpha
+                   : (G * (b + 24.0) > A2A_BUNDLE_MAX ? A2A_BUNDLE_PENALTY : 1.0) * a2a_hier(m, b);
+    default:
+        return INFINITY;
+    }
 }
 
 static double estimate(const model_t *m, int coll, int algo, double S) {

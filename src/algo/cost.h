@@ -8,10 +8,12 @@
 /* The algorithm for coll moving bytes on c among allowed (NULL: every valid one), with its
  * estimate in *est_s; -1 when no model applies (a communicator on one node keeps the measured
  * defaults of select.c unless "mesh" or "ring" was declared) or nothing allowed has a finite
- * estimate. Every collective of select.h has a model for each algorithm valid for it, except
- * where the algorithm cannot run: twoshot beyond one node, and the shared-memory native
- * collectives on a simulated multi-node machine (their loads bypass the simulated links).
- * shm: the transport has shared-memory native collectives. Cheap after the first call per (collective, power-of-two size band): the choice is
+ * estimate. Every collective of select.h has a model for each algorithm valid for it (for
+ * all_to_allv, bytes is the largest block of a pair), except where the algorithm cannot run:
+ * twoshot and direct beyond one node, and the shared-memory native collectives on a simulated
+ * multi-node machine (their loads bypass the simulated links). shm: the transport has
+ * shared-memory native collectives. Cheap after the first call per (collective, power-of-two
+ * size band): the choice is
  * cached with the communicator's topology. The same inputs give the same choice on every rank. */
 int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *allowed, int coll, size_t bytes,
                        bool shm, double *est_s);

@@ -23,6 +23,7 @@ typedef enum {
     HCOMM__ALGO_BRUCK,             /* all_gather(v) for any group size (Bruck et al. 1997) */
     HCOMM__ALGO_CHAIN,             /* pipelined chain broadcast */
     HCOMM__ALGO_SCATTER_ALLGATHER, /* broadcast as scatter + all_gather (van de Geijn) */
+    HCOMM__ALGO_PAIRWISE,          /* all_to_allv: step s to rank + s, from rank - s */
     HCOMM__ALGO_COUNT
 } hcomm__algo_t;
 
@@ -41,6 +42,7 @@ typedef enum {
     HCOMM__COLL_SCATTER,
     HCOMM__COLL_ALLGATHERV,
     HCOMM__COLL_REDUCESCATTERV,
+    HCOMM__COLL_ALLTOALLV, /* also spelled "alltoall" in HCOMM_ALGO */
     HCOMM__COLL_COUNT
 } hcomm__coll_t;
 

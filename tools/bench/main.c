@@ -92,7 +92,7 @@ static bool valid_in(const char *coll, size_t len, int algo) {
 }
 
 /* The name hcomm_comm_set_algo knows the op's collective by: op->coll, or the first of its
- * '|'-separated spellings that the algorithms layer knows (all_to_all has none yet); "" if
+ * '|'-separated spellings that the algorithms layer knows (all_to_all: alltoall); "" if
  * none. */
 static const char *coll_of(const bench_op_t *op, char *buf, size_t cap) {
     for (const char *s = op->coll; s && *s;) {

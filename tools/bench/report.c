@@ -47,7 +47,7 @@ static void json_record(FILE *f, const bench_record_t *x) {
         fprintf(f, ", \"memcpy_gbs\": %.6f", x->memcpy_gbs);
     if (strcmp(x->algo, "auto"))
         return;
-    /* null: the op made no call that chooses (all_to_allv) */
+    /* null: the op made no call that chooses */
     fprintf(f, x->chosen ? ", \"chosen\": \"%s\"" : ", \"chosen\": null", x->chosen);
     if (x->regret > 0)
         fprintf(f, ", \"regret\": %.4f, \"best\": \"%s\"", x->regret, x->best);

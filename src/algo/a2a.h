@@ -1,0 +1,48 @@
+/* all_to_allv over p2p (a2a.c), every message with the call's signature:
+ *   pairwise  step s sends to rank + s and receives from rank - s (p - 1 steps; Thakur,
+ *             Rabenseifner & Gropp 2005, 3.3; MPICH's and Open MPI's pairwise): large blocks;
+ *   bruck     Bruck, Ho, Kipnis, Upfal & Weathersby 1997: ceil(log2 p) steps, each forwarding
+ *             the blocks whose index has that bit set, with their sizes in the message: tiny
+ *             blocks, where the p - 1 latencies of pairwise dominate;
+ *   direct    one node: every rank reads its blocks straight from the peers' send buffers
+ *             (transport.peer_read: one copy per byte); only the addresses and a barrier are
+ *             messages;
+ *   hier      two levels over the topology's nodes: pairwise within a node; the blocks bound
+ *             off the node go to the node's leader (its lowest rank), which sends each other
+ *             node's leader one message with everything its node has for that node and hands
+ *             its own ranks what arrived: one inter-node message per pair of nodes.
+ * Per-peer counts travel with the data: every block carries its size and what its sender
+ * expects back, so a mismatch (sendcounts[j] on rank i != recvcounts[i] on rank j) is found
+ * on both ranks of the pair, that block is not written, and the others complete; the call
+ * then fails with HCOMM_ERR_MISMATCH naming both values and ranks. */
+#ifndef HCOMM_C_ALGO_A2A_H_
+#define HCOMM_C_ALGO_A2A_H_
+
+#include "algo/algos.h"
+
+/* One all_to_allv as the algorithms see it: byte counts and offsets per peer. */
+typedef struct hcomm__a2a {
+    const char *send;
+    const size_t *scounts, *sdispls;
+    char *recv;
+    const size_t *rcounts, *rdispls;
+} hcomm__a2a_t;
+
+hcomm_result_t hcomm__a2a_pairwise(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
+hcomm_result_t hcomm__a2a_bruck(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
+/* Needs transport.peer_read_ok on every rank. */
+hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
+hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
+/* The agreement before an all_to_allv (coll.c) sums every rank's HCOMM__A2A_AGREE terms:
+ * [0] the 32-bit digests of each (sender, receiver, bytes) this rank sends minus those it
+ * expects (the group's sum is 0 when every pair's counts agree; sums stay inside an int64 up
+ * to 2^15 ranks); [1 + b] 1 for b the bit length of this rank's largest block. */
+enum { HCOMM__A2A_BITS = 48, HCOMM__A2A_AGREE = 1 + HCOMM__A2A_BITS };
+void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *terms);
+/* From the summed terms: the largest block of any rank rounded down to a power of two. */
+size_t hcomm__a2a_largest(const int64_t *sums);
+
+/* Runs algo (pairwise, bruck, direct or hier; anything else: pairwise). */
+hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v);
+
+#endif /* HCOMM_C_ALGO_A2A_H_ */
