@@ -110,10 +110,38 @@ static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, siz
 
 /* --- pairwise, over the ranks of a group (all of them, or one node's) --- */
 
+/* One pairwise step on the lane: the block to `to` after its (size, what this rank expects
+ * back) pair, the block from `from` likewise; the sizes travel, so a mismatch is found on
+ * both ranks of the pair, as on p2p. */
+static hcomm_result_t lane_swap(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int to, int from,
+                                bad_t *b) {
+    _Alignas(16) unsigned char out[HCOMM__LANE_MAX], in[HCOMM__LANE_MAX];
+    uint64_t head[2] = {v->scounts[to], v->rcounts[to]};
+    memcpy(out + HCOMM__LANE_HDR, head, sizeof head);
+    if (head[0])
+        memcpy(out + HCOMM__LANE_HDR + sizeof head, sblock(v, to), head[0]);
+    hcomm__env_t env = {.kind = HCOMM__ENV_DATA};
+    size_t got = 0;
+    HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, to, out,
+                                sizeof head + head[0], from, in, HCOMM__LANE_MAX - HCOMM__LANE_HDR,
+                                &env.sig, &got));
+    HCOMM__TRY(x->check(x, from, &env));
+    memcpy(head, in + HCOMM__LANE_HDR, sizeof head);
+    if (got < sizeof head || got != sizeof head + head[0])
+        head[0] = got; /* a short message: no block of the size it claims */
+    if (check_pair(x, v, from, head[0], head[1], b) && head[0])
+        memcpy(rblock(v, from), in + HCOMM__LANE_HDR + sizeof head, head[0]);
+    return HCOMM_OK;
+}
+
 static hcomm_result_t pairwise_over(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const int *ranks,
                                     int n, int me, bad_t *b) {
     for (int s = 1; s < n; s++) {
         int to = ranks[(me + s) % n], from = ranks[(me - s + n) % n];
+        if (v->lane) {
+            HCOMM__TRY(lane_swap(x, v, to, from, b));
+            continue;
+        }
         hcomm__env_t env;
         HCOMM__TRY(swap(x, to, sblock(v, to), v->scounts[to], v->rcounts[to], from, rblock(v, from),
                         v->rcounts[from], false, &env, NULL));

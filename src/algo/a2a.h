@@ -26,7 +26,13 @@ typedef struct hcomm__a2a {
     const size_t *scounts, *sdispls;
     char *recv;
     const size_t *rcounts, *rdispls;
+    /* Every rank knows that every block fits HCOMM__A2A_LANE_BLOCK (the agreement proved the
+     * largest): pairwise then takes the transport's lane, one message per step. */
+    bool lane;
 } hcomm__a2a_t;
+
+/* The largest block pairwise sends on the lane: its payload less the (size, expected) pair. */
+#define HCOMM__A2A_LANE_BLOCK(c) (hcomm__lane_payload(c) - 16)
 
 hcomm_result_t hcomm__a2a_pairwise(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
 hcomm_result_t hcomm__a2a_bruck(const hcomm__xfer_t *x, const hcomm__a2a_t *v);

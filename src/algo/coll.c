@@ -1028,7 +1028,7 @@ static hcomm_result_t a2a_diagnose(call_t *k, const hcomm__a2a_t *v) {
  * moves, without an extra exchange. On a shared-memory transport the posted meeting comes
  * first (where a rank that failed its own checks shows). *algo: the fixed algorithm, or -1
  * to choose one here. */
-static hcomm_result_t a2a_agree(call_t *k, const hcomm__a2a_t *v, int *algo) {
+static hcomm_result_t a2a_agree(call_t *k, hcomm__a2a_t *v, int *algo) {
     int64_t mine[HCOMM__A2A_AGREE], all[HCOMM__A2A_AGREE];
     hcomm__a2a_terms(v, k->c->size, k->c->rank, mine);
     if (*algo < 0)
@@ -1039,9 +1039,10 @@ static hcomm_result_t a2a_agree(call_t *k, const hcomm__a2a_t *v, int *algo) {
     HCOMM__TRY(rd_all_reduce(k, mine, all, HCOMM__A2A_AGREE, HCOMM_I64, HCOMM_SUM));
     if (all[0] != 0)
         return a2a_diagnose(k, v);
-    size_t most = hcomm__a2a_largest(all);
+    size_t most = hcomm__a2a_largest(all); /* every block is below 2 * most */
     if (*algo < 0)
         *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
+    v->lane = hcomm__lane_payload(k->c) > 0 && 2 * most <= HCOMM__A2A_LANE_BLOCK(k->c);
     return HCOMM_OK;
 }
 
@@ -1057,7 +1058,7 @@ static hcomm_result_t a2a_native(call_t *k, const hcomm__a2a_t *v, bool agreed) 
 /* agreed: the caller's own exchange already checked the call and the counts on every rank,
  * so the native path runs without the signature agreement and the transport's count check
  * (MoE's dispatch; it has no size every rank shares, so it stays native). */
-static hcomm_result_t all_to_allv(hcomm_comm_t *c, const hcomm__a2a_t *v, bool agreed) {
+static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
     int algo = agreed ? HCOMM__ALGO_NATIVE : a2a_fixed(&k);
@@ -1087,7 +1088,7 @@ hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
                                        const size_t *rdispls) {
-    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls};
+    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false};
     return all_to_allv(c, &v, false);
 }
 
@@ -1101,7 +1102,7 @@ static hcomm_result_t pairwise_all_to_all(call_t *k, const char *send, char *rec
         v[p + i] = i * bytes;
     }
     hcomm__xfer_t x = xfer_of(k);
-    hcomm__a2a_t a = {send, v, v + p, recv, v, v + p};
+    hcomm__a2a_t a = {send, v, v + p, recv, v, v + p, false};
     hcomm_result_t res = hcomm__a2a_pairwise(&x, &a);
     free(v);
     return res;
@@ -1134,7 +1135,7 @@ hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendb
                                               const size_t *sendcounts, const size_t *sdispls,
                                               void *recvbuf, const size_t *recvcounts,
                                               const size_t *rdispls) {
-    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls};
+    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false};
     return all_to_allv(c, &v, true);
 }
 
