@@ -251,7 +251,9 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *se
  *  node's leader) and `native` (the backend's). The default picks by the largest block of any
  *  pair, learnt in the signature agreement: native on the local backend; under mpi pairwise
  *  for small blocks, bruck for tiny ones from 8 processes, then direct or native; across nodes
- *  the cost model (docs/architecture.md). Errors: the common ones (NULL also for any count
+ *  the cost model (docs/architecture.md). Two mpi ranks agree in one message each way that
+ *  also carries blocks up to about 3.9 KiB (then the call is one exchange), also under
+ *  HCOMM_CHECK=off. Errors: the common ones (NULL also for any count
  *  array; UNSUPPORTED also for a displacement above INT_MAX on the mpi native path). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,

@@ -598,6 +598,79 @@ static int64_t pair_digest(int s, int d, size_t n) {
     return (int64_t)((h ^ (h >> 29)) >> 32);
 }
 
+/* The largest block rounded down to a power of two, capped as the agreement's bits are. */
+static size_t round_largest(size_t most) {
+    int bits = 0;
+    while (bits < HCOMM__A2A_BITS - 1 && most >> bits)
+        bits++;
+    return bits ? (size_t)1 << (bits - 1) : 0;
+}
+
+/* The pair's message: this rank's counts to and from the peer and to itself, and its largest
+ * block, then the block for the peer when it fits. */
+enum { PAIR_TO, PAIR_FROM, PAIR_SELF_S, PAIR_SELF_R, PAIR_MOST, PAIR_WORDS };
+
+/* The lowest (receiver, sender) pair whose counts differ, as the agreement's diagnosis names
+ * it; both ranks hold all four counts, so both name the same. */
+static hcomm_result_t pair_verdict(const hcomm__xfer_t *x, const uint64_t *mine,
+                                   const uint64_t *theirs) {
+    int me = x->c->rank;
+    const uint64_t *w[2] = {me == 0 ? mine : theirs, me == 0 ? theirs : mine};
+    bad_t b = {0};
+    for (int r = 0; r < 2; r++) {
+        if (w[r][PAIR_SELF_S] != w[r][PAIR_SELF_R])
+            note(&b, r, r, w[r][PAIR_SELF_S], w[r][PAIR_SELF_R]);
+        if (w[1 - r][PAIR_TO] != w[r][PAIR_FROM]) /* 1 - r sends to r */
+            note(&b, r, 1 - r, w[1 - r][PAIR_TO], w[r][PAIR_FROM]);
+    }
+    if (!b.set)
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
+                      "sendcounts[%d]=%zu on rank %d but recvcounts[%d]=%zu on rank %d; no data "
+                      "was moved",
+                      b.receiver, b.sent, b.sender, b.sender, b.expected, b.receiver);
+}
+
+hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, size_t *largest,
+                               bool *done) {
+    enum { HEAD = PAIR_WORDS * sizeof(uint64_t) };
+    _Alignas(16) unsigned char out[HCOMM__LANE_MAX], in[HCOMM__LANE_MAX];
+    int me = x->c->rank, peer = 1 - me;
+    size_t room = HCOMM__LANE_MAX - HCOMM__LANE_HDR - HEAD, got = 0;
+    uint64_t mine[PAIR_WORDS] = {v->scounts[peer], v->rcounts[peer], v->scounts[me], v->rcounts[me],
+                                 0},
+             theirs[PAIR_WORDS];
+    for (int i = 0; i < PAIR_MOST; i++)
+        mine[PAIR_MOST] = mine[i] > mine[PAIR_MOST] ? mine[i] : mine[PAIR_MOST];
+    memcpy(out + HCOMM__LANE_HDR, mine, HEAD);
+    size_t inline_bytes = mine[PAIR_TO] <= room ? mine[PAIR_TO] : 0;
+    if (inline_bytes)
+        memcpy(out + HCOMM__LANE_HDR + HEAD, sblock(v, peer), inline_bytes);
+    hcomm__env_t env = {.kind = HCOMM__ENV_DATA};
+    HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, peer, out,
+                                HEAD + inline_bytes, peer, in, HCOMM__LANE_MAX - HCOMM__LANE_HDR,
+                                &env.sig, &got));
+    HCOMM__TRY(x->check(x, peer, &env));
+    if (got < HEAD)
+        return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
+                          "rank %d sent a %zu-byte count message, not %d bytes", peer, got,
+                          (int)HEAD);
+    memcpy(theirs, in + HCOMM__LANE_HDR, HEAD);
+    HCOMM__TRY(pair_verdict(x, mine, theirs));
+    size_t most = mine[PAIR_MOST] > theirs[PAIR_MOST] ? mine[PAIR_MOST] : theirs[PAIR_MOST];
+    *largest = round_largest(most);
+    *done = mine[PAIR_TO] <= room && theirs[PAIR_TO] <= room;
+    if (*done && got != HEAD + theirs[PAIR_TO])
+        return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
+                          "rank %d sent %zu bytes, not the %llu it announced", peer, got - HEAD,
+                          (unsigned long long)theirs[PAIR_TO]);
+    if (*done && v->rcounts[me])
+        memcpy(rblock(v, me), sblock(v, me), v->rcounts[me]);
+    if (*done && v->rcounts[peer])
+        memcpy(rblock(v, peer), in + HCOMM__LANE_HDR + HEAD, v->rcounts[peer]);
+    return HCOMM_OK;
+}
+
 void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *t) {
     int bits = 0;
     size_t most = 0;

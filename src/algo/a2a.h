@@ -48,6 +48,14 @@ void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *terms);
 /* From the summed terms: the largest block of any rank rounded down to a power of two. */
 size_t hcomm__a2a_largest(const int64_t *sums);
 
+/* Two ranks on a transport with a lane: the agreement and, when both blocks fit, the data in
+ * one lane message each way, carrying the four counts of the pair and each rank's largest
+ * block. A count mismatch is HCOMM_ERR_MISMATCH on both ranks with nothing written. Else
+ * *largest is the call's largest block, as hcomm__a2a_largest gives it, and *done tells that
+ * the data has moved (both ranks agree on it). */
+hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, size_t *largest,
+                               bool *done);
+
 /* Runs algo (pairwise, bruck, direct or hier; anything else: pairwise). */
 hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v);
 

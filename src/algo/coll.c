@@ -959,17 +959,17 @@ static bool on_one_node(hcomm_comm_t *c) {
 }
 
 /* The algorithm when the choice cannot depend on the block sizes, else -1: the only one
- * allowed, or native where no agreement runs to share the sizes (HCOMM_CHECK=off) or where
- * the defaults pick it at every size (shared-memory transports on one node). */
+ * allowed, or native where no agreement runs to share the sizes (HCOMM_CHECK=off; but two
+ * ranks on a lane agree in the message that carries small blocks, a2a_pair, which also spares
+ * the native call its count check) or where the defaults pick it at every size
+ * (shared-memory transports on one node). */
 static int a2a_fixed(call_t *k) {
-    const hcomm__algo_set_t *set = k->a->has_over ? &k->a->over : hcomm__algo_env();
-    if (hcomm__algo_allowed(set, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE) &&
-        (check_mode() == CHECK_OFF || (shm_coll(k->c) && on_one_node(k->c))))
+    uint32_t allowed =
+        hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
+    bool pair = k->c->size == 2 && hcomm__lane_payload(k->c) > 0; /* a2a_pair costs nothing */
+    if ((allowed & (1u << HCOMM__ALGO_NATIVE)) &&
+        ((check_mode() == CHECK_OFF && !pair) || (shm_coll(k->c) && on_one_node(k->c))))
         return HCOMM__ALGO_NATIVE; /* first: this is every call on the local backend */
-    uint32_t allowed = 0;
-    for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
-        if (hcomm__algo_allowed(set, HCOMM__COLL_ALLTOALLV, a))
-            allowed |= 1u << a;
     if ((allowed & (allowed - 1)) == 0) {
         int a = 0;
         while (!(allowed & (1u << a)))
@@ -1046,6 +1046,22 @@ static hcomm_result_t a2a_agree(call_t *k, hcomm__a2a_t *v, int *algo) {
     return HCOMM_OK;
 }
 
+/* a2a_agree for two ranks on a lane (hcomm__a2a_pair): one message each way agrees and, for
+ * blocks that fit, moves the data (*done), where the agreement and pairwise took two. */
+static hcomm_result_t a2a_pair(call_t *k, hcomm__a2a_t *v, int *algo, bool *done) {
+    size_t most = 0;
+    if (*algo < 0)
+        a2a_set(k, HCOMM__ALGO_COUNT, "undecided until the sizes are agreed", 0);
+    k->a->agreements++;
+    hcomm__xfer_t x = xfer_of(k);
+    HCOMM__TRY(hcomm__a2a_pair(&x, v, &most, done));
+    if (*done)
+        *algo = a2a_set(k, HCOMM__ALGO_PAIRWISE, "two ranks, both blocks in the agreement", most);
+    else if (*algo < 0)
+        *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
+    return HCOMM_OK;
+}
+
 static hcomm_result_t a2a_native(call_t *k, const hcomm__a2a_t *v, bool agreed) {
     hcomm_comm_t *c = k->c;
     c->counts_agreed = agreed;
@@ -1072,7 +1088,13 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
         res = agreed ? HCOMM_OK : agree(&k);
     else if (algo >= 0 && check_mode() == CHECK_OFF)
         res = p2p_agree(&k, algo); /* the counts are checked with the data only */
-    else
+    else if (c->size == 2 && hcomm__lane_payload(c) > 0 &&
+             (algo < 0 || algo == HCOMM__ALGO_PAIRWISE)) {
+        bool done = false;
+        res = a2a_pair(&k, v, &algo, &done), agreed = true;
+        if (res == HCOMM_OK && done)
+            return call_end(&k, HCOMM_OK);
+    } else
         res = a2a_agree(&k, v, &algo), agreed = true;
     if (res != HCOMM_OK)
         return call_end(&k, res);

@@ -237,9 +237,13 @@ static int default_algo(int coll, size_t bytes, int p, bool shm) {
     return HCOMM__ALGO_NATIVE;
 }
 
-bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo) {
+uint32_t hcomm__algo_mask(const hcomm__algo_set_t *over, int coll) {
     const hcomm__algo_set_t *set = over ? over : hcomm__algo_env();
-    return (valid[coll] & BIT(algo)) && (!set || (set->allowed[coll] & BIT(algo)));
+    return valid[coll] & (set ? set->allowed[coll] : ~0u);
+}
+
+bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo) {
+    return (hcomm__algo_mask(over, coll) & BIT(algo)) != 0;
 }
 
 int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,

@@ -61,6 +61,9 @@ hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *sp
 /* HCOMM_ALGO, parsed once (NULL when unset or invalid); validate reports a bad value. */
 const hcomm__algo_set_t *hcomm__algo_env(void);
 hcomm_result_t hcomm__algo_env_validate(const char *fn);
+/* The algorithms that may run coll, a bit per hcomm__algo_t: valid for it, and allowed by
+ * over (else HCOMM_ALGO). */
+uint32_t hcomm__algo_mask(const hcomm__algo_set_t *over, int coll);
 /* True when algo may run coll: valid for it, and allowed by over (else HCOMM_ALGO). */
 bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo);
 /* The algorithm for coll moving bytes over p ranks; shm: the transport has shared-memory
