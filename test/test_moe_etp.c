@@ -19,7 +19,7 @@ typedef struct shape {
 } shape_t;
 
 typedef struct ctx {
-    hcomm_comm_t *ep, *etp;
+    hcomm_comm_t *world, *ep, *etp;
     int rank, s, i, ep_n, etp_n, e_all, variant;
 } ctx_t;
 
@@ -349,11 +349,46 @@ static void test_errors(const ctx_t *c) {
     free(go.data);
 }
 
+/* One dispatch with options o on ep; every rank must fail with want, leaving no handle. */
+static void expect_dispatch_fails(const ctx_t *c, hcomm_comm_t *ep, const hcomm_moe_options_t *o,
+                                  hcomm_result_t want, const char *what) {
+    hcomm_tensor_t x = make2(HCOMM_F32, 2, 3);
+    int32_t ids[2] = {0, c->e_all - 1};
+    hcomm_moe_handle_t *h = NULL;
+    hcomm_result_t r = hcomm_moe_dispatch_topk(ep, &x, ids, NULL, 1, c->e_all, o, &h);
+    T_CHECK(r == want && h == NULL, "ep %d etp %d rank %d: %s gave %s (%s), expected %s", c->ep_n,
+            c->etp_n, c->rank, what, hcomm_result_name(r), hcomm_last_error(),
+            hcomm_result_name(want));
+    hcomm_moe_handle_free(h);
+    free(x.data);
+}
+
+/* Expert-TP groups that do not fit the EP groups fail on every rank instead of filing rows
+ * under experts that are not theirs (they did, silently): the world as etp_group (its members
+ * sit at different places of one EP group), EP groups whose member order differs between etp
+ * members, and EP ranks that disagree on having an etp_group (etp group 0 passes none). */
+static hcomm_result_t test_bad_groups(const ctx_t *c) {
+    if (c->ep_n < 2 || c->etp_n < 2)
+        return HCOMM_OK;
+    hcomm_moe_options_t o = {0};
+    o.etp_group = c->world;
+    expect_dispatch_fails(c, c->ep, &o, HCOMM_ERR_INVALID_ARG, "etp_group = the world");
+    hcomm_comm_t *twisted = NULL; /* member 1's EP groups rotated by one place */
+    T_TRY(hcomm_comm_split(c->world, c->i, c->i == 1 ? (c->s + 1) % c->ep_n : c->s, &twisted));
+    o.etp_group = c->etp;
+    expect_dispatch_fails(c, twisted, &o, HCOMM_ERR_INVALID_ARG, "misaligned ep groups");
+    hcomm_comm_destroy(twisted);
+    o.etp_group = c->s == 0 ? NULL : c->etp;
+    expect_dispatch_fails(c, c->ep, &o, HCOMM_ERR_MISMATCH, "etp_group only on some EP ranks");
+    return HCOMM_OK;
+}
+
 static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
     ctx_t c = {0};
     int w = t_size(world);
     shape_t sh =
         arg ? *(const shape_t *)arg : (shape_t){w % 2 == 0 ? w / 2 : 1, w % 2 == 0 ? 2 : w};
+    c.world = world;
     c.rank = t_rank(world);
     c.ep_n = sh.ep;
     c.etp_n = sh.etp;
@@ -380,6 +415,7 @@ static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
             run_case(&c, dts[q], ks[q], hs[q]);
         }
     }
+    test_bad_groups(&c);
     test_errors(&c);
     hcomm_comm_destroy(c.ep);
     hcomm_comm_destroy(c.etp);

@@ -557,6 +557,14 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
                               "(options->path differs)",
                               s, meta[s * w + META_PATH] ? "hierarchical" : "flat",
                               h->hier ? "hierarchical" : "flat");
+    int etp = h->etp != NULL ? h->etp_size : 1;
+    for (int s = 0; s < h->size; s++)
+        if (meta[s * w + META_ETP] != etp)
+            return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                              "options->etp_group size=%lld on rank %d of ep_group but size=%d "
+                              "on rank %d (1: none; every EP rank needs an expert-TP group of one "
+                              "size)",
+                              (long long)meta[s * w + META_ETP], s, etp, h->group->rank);
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_H] != h->h || m[META_DTYPE] != (int64_t)h->dtype)
@@ -738,6 +746,7 @@ static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t
         m[META_K] = h->k;
         m[META_ROWS] = h->send_rows[p];
         m[META_PATH] = h->hier;
+        m[META_ETP] = h->etp != NULL ? h->etp_size : 1;
         m[META_NODE_ROWS] = 0;
         m[META_DROPPED] = 0;
         for (int e = 0; e < h->size * h->num_local; e++)

@@ -22,8 +22,9 @@
 
 #include <string.h>
 
-/* The count row each member contributes to the dispatch's gather. */
-enum { ETP_STATUS, ETP_H, ETP_DTYPE, ETP_ROWS, ETP_COUNTS };
+/* The count row each member contributes to the dispatch's gather (its place in its EP group
+ * too: members must hold the same experts). */
+enum { ETP_STATUS, ETP_H, ETP_DTYPE, ETP_EP_RANK, ETP_EP_SIZE, ETP_ROWS, ETP_COUNTS };
 
 hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
                                    hcomm_result_t res) {
@@ -89,7 +90,10 @@ done:
     return hcomm__leave(h->etp, res);
 }
 
-/* Fails unless every member's EP exchange succeeded with the same row layout. */
+/* Fails unless every member's EP exchange succeeded with the same row layout, on the same
+ * experts (the same rank of an EP group of the same size: else the gathered rows would be
+ * filed under experts that are not theirs). Each member is compared with member 0, so every
+ * member reports the same pair. */
 static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h, const int64_t *all,
                                     int w) {
     for (int i = 0; i < h->etp_size; i++)
@@ -97,6 +101,17 @@ static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h,
             return hcomm__err(HCOMM_ERR_PEER, fn,
                               "rank %d of etp_group failed this dispatch with %s", i,
                               hcomm_result_name((hcomm_result_t)all[i * w + ETP_STATUS]));
+    for (int i = 1; i < h->etp_size; i++) {
+        const int64_t *m = all + i * w;
+        if (m[ETP_EP_RANK] != all[ETP_EP_RANK] || m[ETP_EP_SIZE] != all[ETP_EP_SIZE])
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                              "options->etp_group is not orthogonal to ep_group: rank 0 of "
+                              "etp_group is rank %lld of an ep_group of %lld but rank %d of "
+                              "etp_group is rank %lld of an ep_group of %lld (expert-TP members "
+                              "must hold the same experts)",
+                              (long long)all[ETP_EP_RANK], (long long)all[ETP_EP_SIZE], i,
+                              (long long)m[ETP_EP_RANK], (long long)m[ETP_EP_SIZE]);
+    }
     for (int i = 0; i < h->etp_size; i++) {
         const int64_t *m = all + i * w;
         if (m[ETP_H] != h->h || m[ETP_DTYPE] != (int64_t)h->dtype)
@@ -180,6 +195,8 @@ hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hc
     mine[ETP_STATUS] = prev;
     mine[ETP_H] = h->h;
     mine[ETP_DTYPE] = h->dtype;
+    mine[ETP_EP_RANK] = h->group->rank;
+    mine[ETP_EP_SIZE] = h->size;
     mine[ETP_ROWS] = prev == HCOMM_OK ? h->r : 0;
     if (prev == HCOMM_OK)
         memcpy(mine + ETP_COUNTS, own_counts, sizeof(int64_t) * (size_t)ls);
