@@ -161,7 +161,10 @@ typedef struct hcomm_moe_options {
  * A member whose call fails (bad input, or an error in its EP exchange) joins the expert-TP
  * step so its peers fail with HCOMM_ERR_PEER instead of waiting. Expert-TP applies to
  * hcomm_moe_dispatch_topk only (not plans or the top-1 calls). options->etp_group equal to
- * ep_group is HCOMM_ERR_INVALID_ARG. */
+ * ep_group is HCOMM_ERR_INVALID_ARG; so is, on every member, an etp_group whose members are not
+ * the same rank of EP groups of one size (they would hold different experts). EP ranks whose
+ * expert-TP groups differ in size (1: none) all fail with HCOMM_ERR_MISMATCH; a member whose
+ * etp peers pass an etp_group but which passes none leaves them waiting until HCOMM_TIMEOUT. */
 
 /** The layout step of dispatch, rank-local (no communication), thread-safe.
  *  @p topk_ids [num_tokens, k] int32 in -1..num_experts-1 (NULL allowed when num_tokens = 0).
