@@ -7,8 +7,9 @@
 #   succeeds;
 # - with a tuning file whose inter-node bandwidth is 10x below the intra one, auto picks hier
 #   for all_reduce at 1 and 2 MiB on the simulated 2x4 machine (a choice, not a timing);
-# - a malformed tuning file fails the run with a message naming its line; --calibrate with an
-#   unwritable FILE exits 2 before running;
+# - a malformed tuning file fails the run with a message naming its line (also values whose
+#   time is not finite and nonzero, and a directory); a long comment line is fine; --calibrate
+#   with an unwritable FILE exits 2 before running;
 # - under mpirun -np 2 every rank writes the same file and a run reading it succeeds.
 set -euo pipefail
 bench=$1/hcomm-bench
@@ -55,6 +56,26 @@ rc=$?
 set -e
 [ "$rc" -ne 0 ] || fail "a malformed tuning file was accepted"
 echo "$out" | grep -q "HCOMM_TUNING_FILE=\"$tmp/bad.txt\" line 3 is not" || { echo "$out"; fail "no line number"; }
+# Values with no finite, nonzero seconds (per byte), and a directory, are refused too (they
+# were taken: the model's estimates went infinite, or the defaults ran, without a word); a
+# comment line longer than any buffer is one line (it was split, the rest refused as line 2).
+refused() { # FILE WHAT
+    set +e
+    out=$(HCOMM_TUNING_FILE="$1" timeout 60 "$bench" all_reduce -t 2 -b 8 -e 8 -n 1 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" -ne 0 ] && echo "$out" | grep -q "HCOMM_TUNING_FILE=\"$1\" $2" ||
+        { echo "$out"; fail "HCOMM_TUNING_FILE=$1: rc $rc, expected a refusal '$2'"; }
+}
+printf 'intra.alpha_us = 2\ninter.bw_GBps = 1e-320\n' >"$tmp/tiny.txt"
+refused "$tmp/tiny.txt" "line 2 is not"
+printf 'intra.reduce_GBps = 1e300\n' >"$tmp/huge.txt"
+refused "$tmp/huge.txt" "line 1 is not"
+mkdir "$tmp/adir"
+refused "$tmp/adir" "cannot be read: Is a directory"
+{ printf '# '; printf 'x%.0s' $(seq 700); printf '\nintra.alpha_us = 2\n'; } >"$tmp/long.txt"
+HCOMM_TUNING_FILE="$tmp/long.txt" timeout 60 "$bench" all_reduce -t 2 -b 8 -e 8 -n 1 >/dev/null ||
+    fail "a 700-character comment line was refused"
 set +e
 out=$(timeout 60 "$bench" --calibrate "$tmp/no/such/dir/f.txt" -t 2 2>&1)
 rc=$?
