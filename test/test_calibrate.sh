@@ -9,7 +9,7 @@
 #   for all_reduce at 1 and 2 MiB on the simulated 2x4 machine (a choice, not a timing);
 # - a malformed tuning file fails the run with a message naming its line (also values whose
 #   time is not finite and nonzero, and a directory); a long comment line is fine; --calibrate
-#   with an unwritable FILE exits 2 before running;
+#   with an unwritable FILE exits 2 before running; FILE a symbolic link stays one;
 # - under mpirun -np 2 every rank writes the same file and a run reading it succeeds.
 set -euo pipefail
 bench=$1/hcomm-bench
@@ -81,6 +81,14 @@ out=$(timeout 60 "$bench" --calibrate "$tmp/no/such/dir/f.txt" -t 2 2>&1)
 rc=$?
 set -e
 [ "$rc" -eq 2 ] && echo "$out" | grep -q "cannot write the file" || { echo "$out"; fail "unwritable FILE: rc $rc"; }
+
+# A symbolic link as FILE stays a link and its target gets the text (the rename replaced the
+# link by a regular file; it would have replaced /dev/null alike).
+echo old >"$tmp/target.txt"
+ln -s "$tmp/target.txt" "$tmp/link.txt"
+timeout 120 "$bench" --calibrate "$tmp/link.txt" -t 2 >/dev/null || fail "--calibrate to a link"
+[ -L "$tmp/link.txt" ] || fail "--calibrate replaced the symbolic link FILE by a file"
+has "$tmp/target.txt" intra.bw_GBps
 
 if [ "${HCOMM_WITH_MPI:-ON}" = "OFF" ] || [ -z "${MPIEXEC:-}" ]; then
     echo "mpi parts skipped: hcomm built without MPI"

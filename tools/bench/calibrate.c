@@ -14,6 +14,7 @@
  * broadcast, so every rank that writes it (rank 0; on mpi also the first rank of each other
  * node, whose file system may differ) writes the same bytes, as hcomm's launch-time comparison
  * of the tuning file's contents requires. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "bench.h"
 
 #include "core/internal.h"
@@ -23,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -189,20 +191,39 @@ static void format_text(char *text, int p, int nnodes, const char *backend, cons
     add_class(text, n, "inter", inter, gamma);
 }
 
+static hcomm_result_t write_failed(const char *path, const char *tmp) {
+    fprintf(stderr, "hcomm-bench: --calibrate %s: cannot write the file (%s)\n", path,
+            strerror(errno));
+    if (tmp)
+        remove(tmp);
+    return HCOMM_ERR_IO;
+}
+
 /* Writes text to path through a temporary file and a rename, so that ranks of several nodes
- * sharing one file system never leave a mixed file. */
+ * sharing one file system never leave a mixed file. A symbolic link keeps pointing where it
+ * did (its target is written), and a path that is no regular file (/dev/null) is written in
+ * place: a rename would put a regular file where the link or the device was. */
 static hcomm_result_t write_file(const char *path, const char *text, int rank) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), rank);
+    char *real = realpath(path, NULL), tmp[4200];
+    const char *dst = real ? real : path;
+    struct stat st;
+    hcomm_result_t r = HCOMM_OK;
+    if (stat(dst, &st) == 0 && !S_ISREG(st.st_mode)) {
+        FILE *f = fopen(dst, "w");
+        bool ok = f && fputs(text, f) >= 0;
+        if (!(f && fclose(f) == 0 && ok))
+            r = write_failed(path, NULL);
+        free(real);
+        return r;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", dst, (long)getpid(), rank);
     FILE *f = fopen(tmp, "w");
     bool ok = f && fputs(text, f) >= 0;
     ok = f && fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0)
-        return HCOMM_OK;
-    fprintf(stderr, "hcomm-bench: --calibrate %s: cannot write the file (%s)\n", path,
-            strerror(errno));
-    remove(tmp);
-    return HCOMM_ERR_IO;
+    if (!ok || rename(tmp, dst) != 0)
+        r = write_failed(path, tmp);
+    free(real);
+    return r;
 }
 
 static hcomm_result_t measure(hcomm_comm_t *w, int me, int p, const int *node, char *text,
