@@ -268,6 +268,19 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
         T_EQ_INT(off_s[l], off_r[l]);
     for (int l = 0; l < num_local; l++)
         T_EQ_INT(cnt_s[l], off_s[l + 1] - off_s[l]);
+    /* statistics over every member's tokens, as the replicated dispatch of all of them (they
+     * counted this member's EP group only) */
+    int64_t st_s[64], st_r[64], d_s = -1, d_r = -2;
+    double im_s = -1, im_r = -2;
+    T_OK(hcomm_moe_stats(hs, st_s, &im_s, &d_s));
+    T_OK(hcomm_moe_stats(hr, st_r, &im_r, &d_r));
+    for (int e = 0; e < c->e_all; e++)
+        T_CHECK(st_s[e] == st_r[e],
+                "ep %d etp %d rank %d: stats tokens_per_expert[%d]=%lld, the "
+                "replicated dispatch's %lld",
+                c->ep_n, c->etp_n, c->rank, e, (long long)st_s[e], (long long)st_r[e]);
+    T_CHECK(im_s == im_r && d_s == d_r, "rank %d: imbalance %g dropped %lld, replicated %g %lld",
+            c->rank, im_s, (long long)d_s, im_r, (long long)d_r);
     /* forward: member shards of the identity, summed by the reduce_scatter */
     hcomm_tensor_t y = shard_of(&rs, c), out_s = make2(dt, mine.n, h), out_r = make2(dt, cat.n, h);
     T_OK(hcomm_moe_combine_topk(hs, &y, &out_s));

@@ -147,7 +147,11 @@ typedef struct hcomm_moe_options {
  *       count row per member and an all_gatherv of the rows across etp_group: every member gets
  *       the same [R, H], R = sum of R_i, ordered local expert, then source EP rank, then member,
  *       then token and slot: the rows the replicated mode gives for the members' tokens
- *       concatenated in member order. hcomm_moe_received, _expert_offsets see these R rows.
+ *       concatenated in member order (dropless; with a capacity_factor each member's shard is
+ *       capped on its own, from the largest T in its EP group, so more rows may be kept).
+ *       hcomm_moe_received, _expert_offsets see these R rows; hcomm_moe_stats counts every
+ *       member's tokens (the same on every rank of both groups); hcomm_moe_dropped this
+ *       member's own.
  *   hcomm_moe_combine_topk: expert_out [R, H'] is each member's partial output; they are
  *       summed by a reduce_scatterv across etp_group (member i keeps its R_i rows; f16/bf16 sum
  *       in f32 and round once), then the reverse EP exchange and the slot-order sum: out [T_i,

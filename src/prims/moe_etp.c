@@ -23,7 +23,7 @@
 #include <string.h>
 
 /* The count row each member contributes to the dispatch's gather (its place in its EP group
- * too: members must hold the same experts). */
+ * too: members must hold the same experts), then its EP group's statistics (sum_stats). */
 enum { ETP_STATUS, ETP_H, ETP_DTYPE, ETP_EP_RANK, ETP_EP_SIZE, ETP_ROWS, ETP_COUNTS };
 
 hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
@@ -179,9 +179,24 @@ static hcomm_result_t gather_recv(const char *fn, hcomm_moe_handle_t *h) {
     return res;
 }
 
+/* The statistics over every member's tokens: the EP exchange gave those of this member's EP
+ * group (its shards); the count rows carry them after the counts (E kept slots per expert,
+ * then the dropped slots), summed here in member order. */
+static void sum_stats(hcomm_moe_handle_t *h, const int64_t *all, int w) {
+    int ls = h->num_local * h->size;
+    memset(h->global_count, 0, sizeof(int64_t) * (size_t)ls);
+    h->global_dropped = 0;
+    for (int i = 0; i < h->etp_size; i++) {
+        const int64_t *st = all + i * w + ETP_COUNTS + ls;
+        for (int e = 0; e < ls; e++)
+            h->global_count[e] += st[e];
+        h->global_dropped += st[ls];
+    }
+}
+
 hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hcomm_result_t prev,
                                        const int64_t *own_counts) {
-    int ls = h->num_local * h->size, w = ETP_COUNTS + ls;
+    int ls = h->num_local * h->size, w = ETP_COUNTS + 2 * ls + 1;
     int64_t *mine = calloc((size_t)w, sizeof *mine),
             *all = calloc((size_t)(w * h->etp_size), sizeof *all);
     h->etp_rows = calloc((size_t)h->etp_size, sizeof *h->etp_rows);
@@ -198,14 +213,18 @@ hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hc
     mine[ETP_EP_RANK] = h->group->rank;
     mine[ETP_EP_SIZE] = h->size;
     mine[ETP_ROWS] = prev == HCOMM_OK ? h->r : 0;
-    if (prev == HCOMM_OK)
+    if (prev == HCOMM_OK) {
         memcpy(mine + ETP_COUNTS, own_counts, sizeof(int64_t) * (size_t)ls);
+        memcpy(mine + ETP_COUNTS + ls, h->global_count, sizeof(int64_t) * (size_t)ls);
+        mine[ETP_COUNTS + 2 * ls] = h->global_dropped;
+    }
     res = hcomm__coll_all_gather(h->etp, mine, all, sizeof(int64_t) * (size_t)w);
     if (res == HCOMM_OK && prev != HCOMM_OK) /* this rank's own message is still the last */
         res = prev;
     if (res == HCOMM_OK)
         res = check_members(fn, h, all, w);
     if (res == HCOMM_OK) { /* every member goes on to the rows' gather: a local failure joins it */
+        sum_stats(h, all, w);
         res = gathered_layout(fn, h, all, w);
         res = res == HCOMM_OK ? gather_recv(fn, h) : hcomm__coll_fail(h->etp, res);
     }
