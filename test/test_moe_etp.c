@@ -396,6 +396,41 @@ static hcomm_result_t test_bad_groups(const ctx_t *c) {
     return HCOMM_OK;
 }
 
+/* Disagreements the underlying collectives catch are worded for the user: num_experts differing
+ * across an EP group names num_experts (it named a byte count alone), and widths differing
+ * across an expert-TP group name etp_group (the ranks were etp_group's, unsaid); a rank whose
+ * EP peer failed so first may report that (HCOMM_ERR_PEER, quoting it). */
+static void test_mismatch_words(const ctx_t *c) {
+    hcomm_tensor_t x = make2(HCOMM_F32, 2, 3);
+    int32_t ids[2] = {0, c->e_all - 1};
+    hcomm_moe_options_t o = {0};
+    o.etp_group = c->etp;
+    hcomm_moe_handle_t *h = NULL;
+    hcomm_result_t r;
+    if (c->ep_n > 1) {
+        r = hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->s == 0 ? c->e_all : 2 * c->e_all,
+                                    &o, &h);
+        T_CHECK(r == HCOMM_ERR_MISMATCH && strstr(hcomm_last_error(), "num_experts") != NULL,
+                "rank %d: num_experts differing gave %s (%s)", c->rank, hcomm_result_name(r),
+                hcomm_last_error());
+    }
+    T_OK(hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->e_all, &o, &h));
+    hcomm_tensor_t recv;
+    T_OK(hcomm_moe_received(h, &recv, NULL));
+    int64_t w = c->i == 0 ? 3 : 4;
+    hcomm_tensor_t y = make2(HCOMM_F32, recv.shape[0], w), out = make2(HCOMM_F32, 2, w);
+    r = hcomm_moe_combine_topk(h, &y, &out);
+    if (c->etp_n > 1)
+        T_CHECK((r == HCOMM_ERR_MISMATCH || r == HCOMM_ERR_PEER) &&
+                    strstr(hcomm_last_error(), "etp_group") != NULL,
+                "rank %d: combine widths differing across etp_group gave %s (%s)", c->rank,
+                hcomm_result_name(r), hcomm_last_error());
+    hcomm_moe_handle_free(h);
+    free(x.data);
+    free(y.data);
+    free(out.data);
+}
+
 static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
     ctx_t c = {0};
     int w = t_size(world);
@@ -429,6 +464,7 @@ static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
         }
     }
     test_bad_groups(&c);
+    test_mismatch_words(&c);
     test_errors(&c);
     hcomm_comm_destroy(c.ep);
     hcomm_comm_destroy(c.etp);

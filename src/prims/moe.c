@@ -613,10 +613,21 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
 }
 
 /* Exchanges the meta rows: every rank gets one row from each peer. The call's signature rides
- * in these messages, so no agreement runs before them (hcomm__coll_all_to_all_checked). */
-static hcomm_result_t exchange_meta(hcomm_moe_handle_t *h, const int64_t *send, int64_t *recv) {
-    return hcomm__coll_all_to_all_checked(h->group, send, recv,
-                                          (size_t)meta_width(h) * sizeof(int64_t));
+ * in these messages, so no agreement runs before them (hcomm__coll_all_to_all_checked). A row
+ * holds a count per expert, so ranks passing different num_experts disagree on its size: the
+ * message says so (the exchange alone names only a byte count). */
+static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const int64_t *send,
+                                    int64_t *recv) {
+    hcomm_result_t res = hcomm__coll_all_to_all_checked(h->group, send, recv,
+                                                        (size_t)meta_width(h) * sizeof(int64_t));
+    if (res != HCOMM_ERR_MISMATCH)
+        return res;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
+    return hcomm__err(res, fn,
+                      "%s in the count exchange over ep_group, whose rows hold %d + num_experts "
+                      "int64: do the ranks pass the same num_experts (%d on rank %d)?",
+                      detail, META_COUNTS, h->size * h->num_local, h->group->rank);
 }
 
 /* Byte counts and offsets of the first token exchange: each peer's rows, then their headers
@@ -918,7 +929,7 @@ static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h
     fill_meta(h, local, meta_send, w);
     if (local == HCOMM_OK) /* rows per node for each relay, rows crossing nodes */
         hcomm__moe_hier_meta(h, a->ids, meta_send, w);
-    HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
+    HCOMM__TRY_GOTO(exchange_meta(a->fn, h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;

@@ -20,6 +20,7 @@
  * waiting) and one all_gatherv of the rows. */
 #include "prims/moe_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The count row each member contributes to the dispatch's gather (its place in its EP group
@@ -32,6 +33,19 @@ hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
         return res;
     hcomm__enter(h->etp, fn);
     return hcomm__leave(h->etp, hcomm__coll_fail(h->etp, res));
+}
+
+/* A mismatch in a pass's step across etp_group names only that collective's count and the
+ * ranks of etp_group: say which group and what the members must share. */
+static hcomm_result_t etp_mismatch(const char *fn, hcomm_result_t res) {
+    if (res != HCOMM_ERR_MISMATCH)
+        return res;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
+    return hcomm__err(res, fn,
+                      "%s (ranks of etp_group: its members pass tensors of the same width and "
+                      "dtype)",
+                      detail);
 }
 
 /* Member-major blocks of rb-byte rows, one block of etp_rows[i] rows per member. */
@@ -57,7 +71,7 @@ hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h
         res = hcomm__coll_fail(h->etp, res);
         goto done;
     }
-    res = hcomm__coll_all_gatherv(h->etp, own, blocks, bytes);
+    res = etp_mismatch(fn, hcomm__coll_all_gatherv(h->etp, own, blocks, bytes));
     if (res == HCOMM_OK)
         hcomm__moe_gather_rows(out, blocks, h->etp_perm, h->r_all, rb);
 done:
@@ -83,7 +97,7 @@ hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h
         goto done;
     }
     hcomm__moe_scatter_rows(blocks, in, h->etp_perm, h->r_all, rb);
-    res = hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM);
+    res = etp_mismatch(fn, hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM));
 done:
     free(counts);
     hcomm__moe_pool_put(h->pool, blocks);
