@@ -10,7 +10,8 @@
 # - a malformed tuning file fails the run with a message naming its line (also values whose
 #   time is not finite and nonzero, and a directory); a long comment line is fine; --calibrate
 #   with an unwritable FILE exits 2 before running; FILE a symbolic link stays one;
-# - under mpirun -np 2 every rank writes the same file and a run reading it succeeds.
+# - under mpirun -np 2 every rank writes the same file and a run reading it succeeds; nodes
+#   that HCOMM_TOPO declares on one host get no inter class (mpi does not simulate them).
 set -euo pipefail
 bench=$1/hcomm-bench
 tmp=$(mktemp -d)
@@ -104,4 +105,11 @@ echo "$out" | grep "^# intra: alpha"
 has "$tmp/mpi.txt" intra.bw_GBps
 HCOMM_TUNING_FILE="$tmp/mpi.txt" timeout 120 "${mpi[@]}" -x HCOMM_TUNING_FILE "$bench" all_reduce \
     -b 8 -e 1M -f 64 -n 2 -w 1 | grep -q "^# Avg bus bandwidth" || fail "mpi run reading the file"
+# 6. Nodes declared by HCOMM_TOPO on one host: mpi does not simulate their links, so no inter
+#    class is written (it wrote the shared-memory link's figures as inter-node ones).
+out=$(HCOMM_TOPO=nodes=1,1 timeout 120 "${mpi[@]}" -x HCOMM_TOPO "$bench" --calibrate "$tmp/decl.txt") ||
+    fail "mpi --calibrate with declared nodes: $out"
+echo "$out" | grep "^# inter: not measured (the ranks HCOMM_TOPO puts on other nodes share" ||
+    { echo "$out"; fail "no note that the declared nodes share a host"; }
+for k in inter.alpha_us inter.bw_GBps; do hasnt "$tmp/decl.txt" "$k"; done
 echo "test_calibrate: passed"
