@@ -396,6 +396,35 @@ static hcomm_result_t test_bad_groups(const ctx_t *c) {
     return HCOMM_OK;
 }
 
+/* num_experts invalid on world rank 0 alone (0 is no positive multiple of any size): rank 0 fails
+ * with HCOMM_ERR_INVALID_ARG, every other rank with HCOMM_ERR_PEER (its EP peers in their first
+ * exchange, the others in the expert-TP step), dropless and with a capacity; before, rank 0
+ * returned without a message and its peers paired with its next call. A dispatch after it works on
+ * every rank. */
+static void test_bad_experts_on_one(const ctx_t *c) {
+    hcomm_tensor_t x = make2(HCOMM_F32, 2, 3);
+    int32_t ids[2] = {0, c->e_all - 1};
+    for (int cap = 0; cap < 2; cap++) {
+        hcomm_moe_options_t o = {0};
+        o.etp_group = c->etp;
+        o.capacity_factor = cap ? 1.0 : 0.0;
+        hcomm_moe_handle_t *h = NULL;
+        hcomm_result_t r =
+            hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->rank == 0 ? 0 : c->e_all, &o, &h);
+        hcomm_result_t want = c->rank == 0 ? HCOMM_ERR_INVALID_ARG : HCOMM_ERR_PEER;
+        T_CHECK(r == want && h == NULL,
+                "ep %d etp %d rank %d: num_experts=0 on rank 0 (capacity %d) gave %s (%s), "
+                "expected %s",
+                c->ep_n, c->etp_n, c->rank, cap, hcomm_result_name(r), hcomm_last_error(),
+                hcomm_result_name(want));
+        hcomm_moe_handle_free(h);
+        h = NULL;
+        T_OK(hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->e_all, &o, &h));
+        hcomm_moe_handle_free(h);
+    }
+    free(x.data);
+}
+
 /* Disagreements the underlying collectives catch are worded for the user: num_experts differing
  * across an EP group names num_experts (it named a byte count alone), and widths differing
  * across an expert-TP group name etp_group (the ranks were etp_group's, unsaid); a rank whose
@@ -465,6 +494,7 @@ static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
     }
     test_bad_groups(&c);
     test_mismatch_words(&c);
+    test_bad_experts_on_one(&c);
     test_errors(&c);
     hcomm_comm_destroy(c.ep);
     hcomm_comm_destroy(c.etp);

@@ -945,17 +945,36 @@ done:
     return res;
 }
 
+/* A check that needs no handle failed (num_experts, the groups): its peers, which may have
+ * passed it, meet this rank's failure in their first exchange and fail with HCOMM_ERR_PEER
+ * (returning at once instead left them to pair with this rank's next call); expert-TP peers
+ * likewise in their gather. */
+static hcomm_result_t fail_joined(hcomm_comm_t *g, const hcomm__moe_args_t *a,
+                                  const hcomm_moe_options_t *o, hcomm_result_t res) {
+    hcomm__enter(g, a->fn);
+    res = hcomm__leave(g, hcomm__coll_fail(g, res));
+    hcomm_comm_t *etp = o != NULL && a->plan == NULL ? o->etp_group : NULL;
+    if (etp != NULL && etp != g && etp->size > 1) {
+        hcomm__enter(etp, a->fn);
+        res = hcomm__leave(etp, hcomm__coll_fail(etp, res));
+    }
+    return res;
+}
+
 /* Checks, allocates the handle and runs the collective part; shared by both dispatch calls. */
 hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
                                         const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
-    /* num_experts is the same on every rank: failing here fails them all. */
     if (a->num_experts < 1 || a->num_experts % g->size != 0)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
-                          "num_experts=%d is not a positive multiple of the ep_group size %d",
-                          a->num_experts, g->size);
-    if (o != NULL && o->etp_group == g) /* the same on every rank too */
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
-                          "options->etp_group is ep_group: the expert-TP group is another group");
+        return fail_joined(g, a, o,
+                           hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
+                                      "num_experts=%d is not a positive multiple of the ep_group "
+                                      "size %d",
+                                      a->num_experts, g->size));
+    if (o != NULL && o->etp_group == g)
+        return fail_joined(g, a, o,
+                           hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
+                                      "options->etp_group is ep_group: the expert-TP group is "
+                                      "another group"));
     /* Token checks are rank-local: a failure still joins the count exchange, flagged. */
     hcomm_result_t local = check_dispatch(a, o);
     bool ok = local == HCOMM_OK;
