@@ -964,6 +964,8 @@ static hcomm_result_t fail_joined(hcomm_comm_t *g, const hcomm__moe_args_t *a,
 /* Checks, allocates the handle and runs the collective part; shared by both dispatch calls. */
 hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
                                         const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
+    if (out == NULL)
+        return fail_joined(g, a, o, hcomm__err(HCOMM_ERR_NULL, a->fn, "argument 'handle' is NULL"));
     if (a->num_experts < 1 || a->num_experts % g->size != 0)
         return fail_joined(g, a, o,
                            hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
@@ -1012,8 +1014,8 @@ hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t
 hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
                                   const int32_t *expert_ids, int num_experts,
                                   hcomm_moe_handle_t **handle) {
-    HCOMM__CHECK_NULL(handle);
-    *handle = NULL;
+    if (handle != NULL) /* a NULL one still joins the call (hcomm__moe_dispatch_call) */
+        *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
     hcomm__moe_args_t a = {
         .fn = __func__, .tokens = tokens, .ids = expert_ids, .k = 1, .num_experts = num_experts};
@@ -1024,8 +1026,8 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
                                        const int32_t *topk_ids, const float *topk_weights, int k,
                                        int num_experts, const hcomm_moe_options_t *options,
                                        hcomm_moe_handle_t **handle) {
-    HCOMM__CHECK_NULL(handle);
-    *handle = NULL;
+    if (handle != NULL) /* a NULL one still joins the call (hcomm__moe_dispatch_call) */
+        *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
     hcomm__moe_args_t a = {.fn = __func__,
                            .tokens = tokens,
