@@ -443,6 +443,15 @@ static void test_mismatch_words(const ctx_t *c) {
                 "rank %d: num_experts differing gave %s (%s)", c->rank, hcomm_result_name(r),
                 hcomm_last_error());
     }
+    if (c->etp_n > 1) { /* H differing across etp members: both values and both ranks */
+        hcomm_tensor_t xh = make2(HCOMM_F32, 2, c->i == 0 ? 3 : 4);
+        r = hcomm_moe_dispatch_topk(c->ep, &xh, ids, NULL, 1, c->e_all, &o, &h);
+        T_CHECK(r == HCOMM_ERR_MISMATCH &&
+                    strstr(hcomm_last_error(), "f32 [*, 3] on rank 0 of etp_group but f32 [*, 4]"),
+                "rank %d: H differing across etp_group gave %s (%s)", c->rank, hcomm_result_name(r),
+                hcomm_last_error());
+        free(xh.data);
+    }
     T_OK(hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->e_all, &o, &h));
     hcomm_tensor_t recv;
     T_OK(hcomm_moe_received(h, &recv, NULL));

@@ -553,10 +553,10 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
     for (int s = 0; s < h->size; s++)
         if (meta[s * w + META_PATH] != (int64_t)h->hier)
             return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                              "rank %d of ep_group chose the %s token exchange, this rank the %s "
-                              "(options->path differs)",
-                              s, meta[s * w + META_PATH] ? "hierarchical" : "flat",
-                              h->hier ? "hierarchical" : "flat");
+                              "options->path: the %s token exchange on rank %d of ep_group but "
+                              "the %s on rank %d",
+                              meta[s * w + META_PATH] ? "hierarchical" : "flat", s,
+                              h->hier ? "hierarchical" : "flat", h->group->rank);
     int etp = h->etp != NULL ? h->etp_size : 1;
     for (int s = 0; s < h->size; s++)
         if (meta[s * w + META_ETP] != etp)

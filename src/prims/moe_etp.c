@@ -126,14 +126,15 @@ static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h,
                               (long long)all[ETP_EP_RANK], (long long)all[ETP_EP_SIZE], i,
                               (long long)m[ETP_EP_RANK], (long long)m[ETP_EP_SIZE]);
     }
-    for (int i = 0; i < h->etp_size; i++) {
+    for (int i = 1; i < h->etp_size; i++) {
         const int64_t *m = all + i * w;
-        if (m[ETP_H] != h->h || m[ETP_DTYPE] != (int64_t)h->dtype)
+        if (m[ETP_H] != all[ETP_H] || m[ETP_DTYPE] != all[ETP_DTYPE])
             return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                              "rank %d of etp_group dispatched tokens of %s [*, %lld], this rank "
-                              "%s [*, %lld]",
-                              i, hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]), (long long)m[ETP_H],
-                              hcomm__dtype_str(h->dtype), (long long)h->h);
+                              "tokens %s [*, %lld] on rank 0 of etp_group but %s [*, %lld] on "
+                              "rank %d",
+                              hcomm__dtype_str((hcomm_dtype_t)all[ETP_DTYPE]),
+                              (long long)all[ETP_H], hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]),
+                              (long long)m[ETP_H], i);
     }
     return HCOMM_OK;
 }
