@@ -196,11 +196,11 @@ HCOMM_API hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_t
  * a copy of the ids and weights. Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE,
  * _INVALID_ARG: k, ids, weights not finite, options) ride on the count exchange: the failing rank
  * returns its own error, every other rank HCOMM_ERR_PEER, and the group stays usable; so do a
- * NULL @p handle and num_experts not a positive multiple of the group size (HCOMM_ERR_INVALID_ARG
- * on the ranks that pass it). Ranks that disagree on H, dtype, num_experts, options->path or the expert-TP group's
- * size: HCOMM_ERR_MISMATCH on all. Also
- *  HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX),
- *  _BACKEND. Not thread-safe per group (one call on a group at a time). */
+ * NULL @p handle (HCOMM_ERR_NULL) and num_experts not a positive multiple of the group size
+ * (HCOMM_ERR_INVALID_ARG) on the ranks that pass them. Ranks that disagree on H, dtype,
+ * num_experts, options->path or the expert-TP group's size: HCOMM_ERR_MISMATCH on all. Also
+ * HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX), _BACKEND.
+ * Not thread-safe per group (one call on a group at a time). */
 HCOMM_API hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group,
                                                  const hcomm_tensor_t *tokens,
                                                  const int32_t *topk_ids, const float *topk_weights,
