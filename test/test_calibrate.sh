@@ -7,9 +7,11 @@
 #   succeeds;
 # - with a tuning file whose inter-node bandwidth is 10x below the intra one, auto picks hier
 #   for all_reduce at 1 and 2 MiB on the simulated 2x4 machine (a choice, not a timing);
-# - a malformed tuning file fails the run with a message naming its line; --calibrate with an
-#   unwritable FILE exits 2 before running;
-# - under mpirun -np 2 every rank writes the same file and a run reading it succeeds.
+# - a malformed tuning file fails the run with a message naming its line (also values whose
+#   time is not finite and nonzero, and a directory); a long comment line is fine; --calibrate
+#   with an unwritable FILE exits 2 before running; FILE a symbolic link stays one;
+# - under mpirun -np 2 every rank writes the same file and a run reading it succeeds; nodes
+#   that HCOMM_TOPO declares on one host get no inter class (mpi does not simulate them).
 set -euo pipefail
 bench=$1/hcomm-bench
 tmp=$(mktemp -d)
@@ -55,11 +57,39 @@ rc=$?
 set -e
 [ "$rc" -ne 0 ] || fail "a malformed tuning file was accepted"
 echo "$out" | grep -q "HCOMM_TUNING_FILE=\"$tmp/bad.txt\" line 3 is not" || { echo "$out"; fail "no line number"; }
+# Values with no finite, nonzero seconds (per byte), and a directory, are refused too (they
+# were taken: the model's estimates went infinite, or the defaults ran, without a word); a
+# comment line longer than any buffer is one line (it was split, the rest refused as line 2).
+refused() { # FILE WHAT
+    set +e
+    out=$(HCOMM_TUNING_FILE="$1" timeout 60 "$bench" all_reduce -t 2 -b 8 -e 8 -n 1 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" -ne 0 ] && echo "$out" | grep -q "HCOMM_TUNING_FILE=\"$1\" $2" ||
+        { echo "$out"; fail "HCOMM_TUNING_FILE=$1: rc $rc, expected a refusal '$2'"; }
+}
+printf 'intra.alpha_us = 2\ninter.bw_GBps = 1e-320\n' >"$tmp/tiny.txt"
+refused "$tmp/tiny.txt" "line 2 is not"
+printf 'intra.reduce_GBps = 1e300\n' >"$tmp/huge.txt"
+refused "$tmp/huge.txt" "line 1 is not"
+mkdir "$tmp/adir"
+refused "$tmp/adir" "cannot be read: Is a directory"
+{ printf '# '; printf 'x%.0s' $(seq 700); printf '\nintra.alpha_us = 2\n'; } >"$tmp/long.txt"
+HCOMM_TUNING_FILE="$tmp/long.txt" timeout 60 "$bench" all_reduce -t 2 -b 8 -e 8 -n 1 >/dev/null ||
+    fail "a 700-character comment line was refused"
 set +e
 out=$(timeout 60 "$bench" --calibrate "$tmp/no/such/dir/f.txt" -t 2 2>&1)
 rc=$?
 set -e
 [ "$rc" -eq 2 ] && echo "$out" | grep -q "cannot write the file" || { echo "$out"; fail "unwritable FILE: rc $rc"; }
+
+# A symbolic link as FILE stays a link and its target gets the text (the rename replaced the
+# link by a regular file; it would have replaced /dev/null alike).
+echo old >"$tmp/target.txt"
+ln -s "$tmp/target.txt" "$tmp/link.txt"
+timeout 120 "$bench" --calibrate "$tmp/link.txt" -t 2 >/dev/null || fail "--calibrate to a link"
+[ -L "$tmp/link.txt" ] || fail "--calibrate replaced the symbolic link FILE by a file"
+has "$tmp/target.txt" intra.bw_GBps
 
 if [ "${HCOMM_WITH_MPI:-ON}" = "OFF" ] || [ -z "${MPIEXEC:-}" ]; then
     echo "mpi parts skipped: hcomm built without MPI"
@@ -75,4 +105,11 @@ echo "$out" | grep "^# intra: alpha"
 has "$tmp/mpi.txt" intra.bw_GBps
 HCOMM_TUNING_FILE="$tmp/mpi.txt" timeout 120 "${mpi[@]}" -x HCOMM_TUNING_FILE "$bench" all_reduce \
     -b 8 -e 1M -f 64 -n 2 -w 1 | grep -q "^# Avg bus bandwidth" || fail "mpi run reading the file"
+# 6. Nodes declared by HCOMM_TOPO on one host: mpi does not simulate their links, so no inter
+#    class is written (it wrote the shared-memory link's figures as inter-node ones).
+out=$(HCOMM_TOPO=nodes=1,1 timeout 120 "${mpi[@]}" -x HCOMM_TOPO "$bench" --calibrate "$tmp/decl.txt") ||
+    fail "mpi --calibrate with declared nodes: $out"
+echo "$out" | grep "^# inter: not measured (the ranks HCOMM_TOPO puts on other nodes share" ||
+    { echo "$out"; fail "no note that the declared nodes share a host"; }
+for k in inter.alpha_us inter.bw_GBps; do hasnt "$tmp/decl.txt" "$k"; done
 echo "test_calibrate: passed"

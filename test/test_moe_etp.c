@@ -19,7 +19,7 @@ typedef struct shape {
 } shape_t;
 
 typedef struct ctx {
-    hcomm_comm_t *ep, *etp;
+    hcomm_comm_t *world, *ep, *etp;
     int rank, s, i, ep_n, etp_n, e_all, variant;
 } ctx_t;
 
@@ -268,6 +268,19 @@ static void run_case(const ctx_t *c, hcomm_dtype_t dt, int k, int64_t h) {
         T_EQ_INT(off_s[l], off_r[l]);
     for (int l = 0; l < num_local; l++)
         T_EQ_INT(cnt_s[l], off_s[l + 1] - off_s[l]);
+    /* statistics over every member's tokens, as the replicated dispatch of all of them (they
+     * counted this member's EP group only) */
+    int64_t st_s[64], st_r[64], d_s = -1, d_r = -2;
+    double im_s = -1, im_r = -2;
+    T_OK(hcomm_moe_stats(hs, st_s, &im_s, &d_s));
+    T_OK(hcomm_moe_stats(hr, st_r, &im_r, &d_r));
+    for (int e = 0; e < c->e_all; e++)
+        T_CHECK(st_s[e] == st_r[e],
+                "ep %d etp %d rank %d: stats tokens_per_expert[%d]=%lld, the "
+                "replicated dispatch's %lld",
+                c->ep_n, c->etp_n, c->rank, e, (long long)st_s[e], (long long)st_r[e]);
+    T_CHECK(im_s == im_r && d_s == d_r, "rank %d: imbalance %g dropped %lld, replicated %g %lld",
+            c->rank, im_s, (long long)d_s, im_r, (long long)d_r);
     /* forward: member shards of the identity, summed by the reduce_scatter */
     hcomm_tensor_t y = shard_of(&rs, c), out_s = make2(dt, mine.n, h), out_r = make2(dt, cat.n, h);
     T_OK(hcomm_moe_combine_topk(hs, &y, &out_s));
@@ -349,11 +362,119 @@ static void test_errors(const ctx_t *c) {
     free(go.data);
 }
 
+/* One dispatch with options o on ep; every rank must fail with want, leaving no handle. */
+static void expect_dispatch_fails(const ctx_t *c, hcomm_comm_t *ep, const hcomm_moe_options_t *o,
+                                  hcomm_result_t want, const char *what) {
+    hcomm_tensor_t x = make2(HCOMM_F32, 2, 3);
+    int32_t ids[2] = {0, c->e_all - 1};
+    hcomm_moe_handle_t *h = NULL;
+    hcomm_result_t r = hcomm_moe_dispatch_topk(ep, &x, ids, NULL, 1, c->e_all, o, &h);
+    T_CHECK(r == want && h == NULL, "ep %d etp %d rank %d: %s gave %s (%s), expected %s", c->ep_n,
+            c->etp_n, c->rank, what, hcomm_result_name(r), hcomm_last_error(),
+            hcomm_result_name(want));
+    hcomm_moe_handle_free(h);
+    free(x.data);
+}
+
+/* Expert-TP groups that do not fit the EP groups fail on every rank instead of filing rows
+ * under experts that are not theirs (they did, silently): the world as etp_group (its members
+ * sit at different places of one EP group), EP groups whose member order differs between etp
+ * members, and EP ranks that disagree on having an etp_group (etp group 0 passes none). */
+static hcomm_result_t test_bad_groups(const ctx_t *c) {
+    if (c->ep_n < 2 || c->etp_n < 2)
+        return HCOMM_OK;
+    hcomm_moe_options_t o = {0};
+    o.etp_group = c->world;
+    expect_dispatch_fails(c, c->ep, &o, HCOMM_ERR_INVALID_ARG, "etp_group = the world");
+    hcomm_comm_t *twisted = NULL; /* member 1's EP groups rotated by one place */
+    T_TRY(hcomm_comm_split(c->world, c->i, c->i == 1 ? (c->s + 1) % c->ep_n : c->s, &twisted));
+    o.etp_group = c->etp;
+    expect_dispatch_fails(c, twisted, &o, HCOMM_ERR_INVALID_ARG, "misaligned ep groups");
+    hcomm_comm_destroy(twisted);
+    o.etp_group = c->s == 0 ? NULL : c->etp;
+    expect_dispatch_fails(c, c->ep, &o, HCOMM_ERR_MISMATCH, "etp_group only on some EP ranks");
+    return HCOMM_OK;
+}
+
+/* num_experts invalid on world rank 0 alone (0 is no positive multiple of any size): rank 0 fails
+ * with HCOMM_ERR_INVALID_ARG, every other rank with HCOMM_ERR_PEER (its EP peers in their first
+ * exchange, the others in the expert-TP step), dropless and with a capacity; before, rank 0
+ * returned without a message and its peers paired with its next call. A dispatch after it works on
+ * every rank. */
+static void test_bad_experts_on_one(const ctx_t *c) {
+    hcomm_tensor_t x = make2(HCOMM_F32, 2, 3);
+    int32_t ids[2] = {0, c->e_all - 1};
+    for (int cap = 0; cap < 2; cap++) {
+        hcomm_moe_options_t o = {0};
+        o.etp_group = c->etp;
+        o.capacity_factor = cap ? 1.0 : 0.0;
+        hcomm_moe_handle_t *h = NULL;
+        hcomm_result_t r =
+            hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->rank == 0 ? 0 : c->e_all, &o, &h);
+        hcomm_result_t want = c->rank == 0 ? HCOMM_ERR_INVALID_ARG : HCOMM_ERR_PEER;
+        T_CHECK(r == want && h == NULL,
+                "ep %d etp %d rank %d: num_experts=0 on rank 0 (capacity %d) gave %s (%s), "
+                "expected %s",
+                c->ep_n, c->etp_n, c->rank, cap, hcomm_result_name(r), hcomm_last_error(),
+                hcomm_result_name(want));
+        hcomm_moe_handle_free(h);
+        h = NULL;
+        T_OK(hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->e_all, &o, &h));
+        hcomm_moe_handle_free(h);
+    }
+    free(x.data);
+}
+
+/* Disagreements the underlying collectives catch are worded for the user: num_experts differing
+ * across an EP group names num_experts (it named a byte count alone), and widths differing
+ * across an expert-TP group name etp_group (the ranks were etp_group's, unsaid); a rank whose
+ * EP peer failed so first may report that (HCOMM_ERR_PEER, quoting it). */
+static void test_mismatch_words(const ctx_t *c) {
+    hcomm_tensor_t x = make2(HCOMM_F32, 2, 3);
+    int32_t ids[2] = {0, c->e_all - 1};
+    hcomm_moe_options_t o = {0};
+    o.etp_group = c->etp;
+    hcomm_moe_handle_t *h = NULL;
+    hcomm_result_t r;
+    if (c->ep_n > 1) {
+        r = hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->s == 0 ? c->e_all : 2 * c->e_all,
+                                    &o, &h);
+        T_CHECK(r == HCOMM_ERR_MISMATCH && strstr(hcomm_last_error(), "num_experts") != NULL,
+                "rank %d: num_experts differing gave %s (%s)", c->rank, hcomm_result_name(r),
+                hcomm_last_error());
+    }
+    if (c->etp_n > 1) { /* H differing across etp members: both values and both ranks */
+        hcomm_tensor_t xh = make2(HCOMM_F32, 2, c->i == 0 ? 3 : 4);
+        r = hcomm_moe_dispatch_topk(c->ep, &xh, ids, NULL, 1, c->e_all, &o, &h);
+        T_CHECK(r == HCOMM_ERR_MISMATCH &&
+                    strstr(hcomm_last_error(), "f32 [*, 3] on rank 0 of etp_group but f32 [*, 4]"),
+                "rank %d: H differing across etp_group gave %s (%s)", c->rank, hcomm_result_name(r),
+                hcomm_last_error());
+        free(xh.data);
+    }
+    T_OK(hcomm_moe_dispatch_topk(c->ep, &x, ids, NULL, 1, c->e_all, &o, &h));
+    hcomm_tensor_t recv;
+    T_OK(hcomm_moe_received(h, &recv, NULL));
+    int64_t w = c->i == 0 ? 3 : 4;
+    hcomm_tensor_t y = make2(HCOMM_F32, recv.shape[0], w), out = make2(HCOMM_F32, 2, w);
+    r = hcomm_moe_combine_topk(h, &y, &out);
+    if (c->etp_n > 1)
+        T_CHECK((r == HCOMM_ERR_MISMATCH || r == HCOMM_ERR_PEER) &&
+                    strstr(hcomm_last_error(), "etp_group") != NULL,
+                "rank %d: combine widths differing across etp_group gave %s (%s)", c->rank,
+                hcomm_result_name(r), hcomm_last_error());
+    hcomm_moe_handle_free(h);
+    free(x.data);
+    free(y.data);
+    free(out.data);
+}
+
 static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
     ctx_t c = {0};
     int w = t_size(world);
     shape_t sh =
         arg ? *(const shape_t *)arg : (shape_t){w % 2 == 0 ? w / 2 : 1, w % 2 == 0 ? 2 : w};
+    c.world = world;
     c.rank = t_rank(world);
     c.ep_n = sh.ep;
     c.etp_n = sh.etp;
@@ -380,6 +501,9 @@ static hcomm_result_t etp_world(hcomm_comm_t *world, void *arg) {
             run_case(&c, dts[q], ks[q], hs[q]);
         }
     }
+    test_bad_groups(&c);
+    test_mismatch_words(&c);
+    test_bad_experts_on_one(&c);
     test_errors(&c);
     hcomm_comm_destroy(c.ep);
     hcomm_comm_destroy(c.etp);

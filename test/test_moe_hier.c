@@ -254,6 +254,25 @@ static void test_plan(const ctx_t *c) {
         T_CHECK(same(&rp, &rf), "rank %d: the plan's rows differ from the flat dispatch's",
                 c->rank);
     }
+    /* A NULL handle or plan pointer on rank 0 alone: rank 0 fails with HCOMM_ERR_NULL, the
+     * others with HCOMM_ERR_PEER (rank 0 returned at once, and its peers paired with its next
+     * call); then every rank goes on. */
+    hcomm_result_t want = c->rank == 0 ? HCOMM_ERR_NULL : HCOMM_ERR_PEER, r;
+    r = hcomm_moe_plan_dispatch(pl, &x, ids, NULL, c->rank == 0 ? NULL : &hp);
+    T_CHECK(r == want, "rank %d: plan_dispatch with a NULL handle on rank 0 gave %s (%s)", c->rank,
+            hcomm_result_name(r), hcomm_last_error());
+    hcomm_moe_handle_free(hf);
+    hf = NULL;
+    r = hcomm_moe_dispatch_topk(c->g, &x, ids, NULL, 2, c->e_all, &flat, c->rank == 0 ? NULL : &hf);
+    T_CHECK(r == want, "rank %d: dispatch_topk with a NULL handle on rank 0 gave %s (%s)", c->rank,
+            hcomm_result_name(r), hcomm_last_error());
+    hcomm_moe_plan_t *pl2 = NULL;
+    r = hcomm_moe_plan_create(c->g, &d, c->rank == 0 ? NULL : &pl2);
+    T_CHECK(r == want && pl2 == NULL,
+            "rank %d: plan_create with a NULL plan on rank 0 gave %s (%s)", c->rank,
+            hcomm_result_name(r), hcomm_last_error());
+    hcomm_moe_plan_free(pl2);
+    T_OK(hcomm_moe_plan_dispatch(pl, &x, ids, NULL, &hp));
     hcomm_moe_handle_free(hf);
     hcomm_moe_plan_free(pl);
     free(x.data);

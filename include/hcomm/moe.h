@@ -147,7 +147,11 @@ typedef struct hcomm_moe_options {
  *       count row per member and an all_gatherv of the rows across etp_group: every member gets
  *       the same [R, H], R = sum of R_i, ordered local expert, then source EP rank, then member,
  *       then token and slot: the rows the replicated mode gives for the members' tokens
- *       concatenated in member order. hcomm_moe_received, _expert_offsets see these R rows.
+ *       concatenated in member order (dropless; with a capacity_factor each member's shard is
+ *       capped on its own, from the largest T in its EP group, so more rows may be kept).
+ *       hcomm_moe_received, _expert_offsets see these R rows; hcomm_moe_stats counts every
+ *       member's tokens (the same on every rank of both groups); hcomm_moe_dropped this
+ *       member's own.
  *   hcomm_moe_combine_topk: expert_out [R, H'] is each member's partial output; they are
  *       summed by a reduce_scatterv across etp_group (member i keeps its R_i rows; f16/bf16 sum
  *       in f32 and round once), then the reverse EP exchange and the slot-order sum: out [T_i,
@@ -161,7 +165,10 @@ typedef struct hcomm_moe_options {
  * A member whose call fails (bad input, or an error in its EP exchange) joins the expert-TP
  * step so its peers fail with HCOMM_ERR_PEER instead of waiting. Expert-TP applies to
  * hcomm_moe_dispatch_topk only (not plans or the top-1 calls). options->etp_group equal to
- * ep_group is HCOMM_ERR_INVALID_ARG. */
+ * ep_group is HCOMM_ERR_INVALID_ARG; so is, on every member, an etp_group whose members are not
+ * the same rank of EP groups of one size (they would hold different experts). EP ranks whose
+ * expert-TP groups differ in size (1: none) all fail with HCOMM_ERR_MISMATCH; a member whose
+ * etp peers pass an etp_group but which passes none leaves them waiting until HCOMM_TIMEOUT. */
 
 /** The layout step of dispatch, rank-local (no communication), thread-safe.
  *  @p topk_ids [num_tokens, k] int32 in -1..num_experts-1 (NULL allowed when num_tokens = 0).
@@ -188,11 +195,12 @@ HCOMM_API hcomm_result_t hcomm_moe_layout(const int32_t *topk_ids, int64_t num_t
  * with hcomm_moe_expert_offsets(), drops with hcomm_moe_dropped()). The handle keeps the group and
  * a copy of the ids and weights. Errors: the rank-local checks (HCOMM_ERR_NULL, _SHAPE, _DTYPE,
  * _INVALID_ARG: k, ids, weights not finite, options) ride on the count exchange: the failing rank
- * returns its own error, every other rank HCOMM_ERR_PEER, and the group stays usable. num_experts
- * not a positive multiple of the group size fails on every rank without communicating (it must be
- *  the same everywhere). Ranks that disagree on H or dtype: HCOMM_ERR_MISMATCH on all. Also
- *  HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX),
- *  _BACKEND. Not thread-safe per group (one call on a group at a time). */
+ * returns its own error, every other rank HCOMM_ERR_PEER, and the group stays usable; so do a
+ * NULL @p handle (HCOMM_ERR_NULL) and num_experts not a positive multiple of the group size
+ * (HCOMM_ERR_INVALID_ARG) on the ranks that pass them. Ranks that disagree on H, dtype,
+ * num_experts, options->path or the expert-TP group's size: HCOMM_ERR_MISMATCH on all. Also
+ * HCOMM_ERR_NOMEM, _TIMEOUT, _ABORTED, _UNSUPPORTED (mpi, a byte count above INT_MAX), _BACKEND.
+ * Not thread-safe per group (one call on a group at a time). */
 HCOMM_API hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group,
                                                  const hcomm_tensor_t *tokens,
                                                  const int32_t *topk_ids, const float *topk_weights,

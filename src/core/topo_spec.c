@@ -66,7 +66,7 @@ static bool per_byte(const char *s, size_t len, double *out) {
     static const char *const units[] = {"B/s", "KB/s", "MB/s", "GB/s", NULL};
     static const double scale[] = {1.0, 1e3, 1e6, 1e9};
     double rate;
-    if (!number_unit(s, len, units, scale, &rate) || rate <= 0.0)
+    if (!number_unit(s, len, units, scale, &rate) || rate <= 0.0 || !isfinite(1.0 / rate))
         return false;
     *out = 1.0 / rate;
     return true;
@@ -261,14 +261,14 @@ static bool tuning_line(char *key, const char *val) {
     if (cls < 0 || end == val || *end != '\0' || !isfinite(v) || v <= 0.0)
         return false;
     const char *field = dot + 1;
-    if (strcmp(field, "alpha_us") == 0)
-        tuned[cls].alpha = v * 1e-6;
-    else if (strcmp(field, "bw_GBps") == 0)
-        tuned[cls].beta = 1.0 / (v * 1e9);
-    else if (strcmp(field, "reduce_GBps") == 0)
-        tuned[cls].gamma = 1.0 / (v * 1e9);
-    else
+    double *dst = strcmp(field, "alpha_us") == 0      ? &tuned[cls].alpha
+                  : strcmp(field, "bw_GBps") == 0     ? &tuned[cls].beta
+                  : strcmp(field, "reduce_GBps") == 0 ? &tuned[cls].gamma
+                                                      : NULL;
+    double sec = dst == &tuned[cls].alpha ? v * 1e-6 : 1.0 / (v * 1e9);
+    if (dst == NULL || !isfinite(sec) || sec <= 0.0) /* 1e-320 GB/s: no finite time per byte */
         return false;
+    *dst = sec;
     return true;
 }
 
@@ -286,10 +286,12 @@ static void read_tuning(void) {
         tuning_digest = 1;
         return;
     }
-    char line[512];
+    char *line = NULL; /* getline: a long comment line stays one line */
+    size_t cap = 0;
+    ssize_t got;
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int no = 1; fgets(line, sizeof line, f); no++) {
-        h = fnv(line, strlen(line), h);
+    for (int no = 1; (got = getline(&line, &cap, f)) >= 0; no++) {
+        h = fnv(line, (size_t)got, h);
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
@@ -304,11 +306,19 @@ static void read_tuning(void) {
             tuning_res = hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
                                     "HCOMM_TUNING_FILE=\"%s\" line %d is not \"CLASS.KEY = "
                                     "positive number\" with CLASS intra or inter and KEY "
-                                    "alpha_us, bw_GBps or reduce_GBps",
+                                    "alpha_us, bw_GBps or reduce_GBps (its seconds, or seconds "
+                                    "per byte, finite and nonzero)",
                                     path, no);
             snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
         }
     }
+    if (ferror(f) && tuning_res == HCOMM_OK) { /* a directory opens but does not read */
+        tuning_res =
+            hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
+                       "HCOMM_TUNING_FILE=\"%s\" cannot be read: %s", path, strerror(errno));
+        snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
+    }
+    free(line);
     fclose(f);
     tuning_digest = h | 1;
     if (tuning_res != HCOMM_OK)

@@ -553,10 +553,18 @@ static hcomm_result_t check_peers(const char *fn, const hcomm_moe_handle_t *h,
     for (int s = 0; s < h->size; s++)
         if (meta[s * w + META_PATH] != (int64_t)h->hier)
             return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                              "rank %d of ep_group chose the %s token exchange, this rank the %s "
-                              "(options->path differs)",
-                              s, meta[s * w + META_PATH] ? "hierarchical" : "flat",
-                              h->hier ? "hierarchical" : "flat");
+                              "options->path: the %s token exchange on rank %d of ep_group but "
+                              "the %s on rank %d",
+                              meta[s * w + META_PATH] ? "hierarchical" : "flat", s,
+                              h->hier ? "hierarchical" : "flat", h->group->rank);
+    int etp = h->etp != NULL ? h->etp_size : 1;
+    for (int s = 0; s < h->size; s++)
+        if (meta[s * w + META_ETP] != etp)
+            return hcomm__err(HCOMM_ERR_MISMATCH, fn,
+                              "options->etp_group size=%lld on rank %d of ep_group but size=%d "
+                              "on rank %d (1: none; every EP rank needs an expert-TP group of one "
+                              "size)",
+                              (long long)meta[s * w + META_ETP], s, etp, h->group->rank);
     for (int s = 0; s < h->size; s++) {
         const int64_t *m = meta + s * w;
         if (m[META_H] != h->h || m[META_DTYPE] != (int64_t)h->dtype)
@@ -605,10 +613,21 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
 }
 
 /* Exchanges the meta rows: every rank gets one row from each peer. The call's signature rides
- * in these messages, so no agreement runs before them (hcomm__coll_all_to_all_checked). */
-static hcomm_result_t exchange_meta(hcomm_moe_handle_t *h, const int64_t *send, int64_t *recv) {
-    return hcomm__coll_all_to_all_checked(h->group, send, recv,
-                                          (size_t)meta_width(h) * sizeof(int64_t));
+ * in these messages, so no agreement runs before them (hcomm__coll_all_to_all_checked). A row
+ * holds a count per expert, so ranks passing different num_experts disagree on its size: the
+ * message says so (the exchange alone names only a byte count). */
+static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const int64_t *send,
+                                    int64_t *recv) {
+    hcomm_result_t res = hcomm__coll_all_to_all_checked(h->group, send, recv,
+                                                        (size_t)meta_width(h) * sizeof(int64_t));
+    if (res != HCOMM_ERR_MISMATCH)
+        return res;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
+    return hcomm__err(res, fn,
+                      "%s in the count exchange over ep_group, whose rows hold %d + num_experts "
+                      "int64: do the ranks pass the same num_experts (%d on rank %d)?",
+                      detail, META_COUNTS, h->size * h->num_local, h->group->rank);
 }
 
 /* Byte counts and offsets of the first token exchange: each peer's rows, then their headers
@@ -738,6 +757,7 @@ static void fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t
         m[META_K] = h->k;
         m[META_ROWS] = h->send_rows[p];
         m[META_PATH] = h->hier;
+        m[META_ETP] = h->etp != NULL ? h->etp_size : 1;
         m[META_NODE_ROWS] = 0;
         m[META_DROPPED] = 0;
         for (int e = 0; e < h->size * h->num_local; e++)
@@ -909,7 +929,7 @@ static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h
     fill_meta(h, local, meta_send, w);
     if (local == HCOMM_OK) /* rows per node for each relay, rows crossing nodes */
         hcomm__moe_hier_meta(h, a->ids, meta_send, w);
-    HCOMM__TRY_GOTO(exchange_meta(h, meta_send, meta_recv), res, done);
+    HCOMM__TRY_GOTO(exchange_meta(a->fn, h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
@@ -925,17 +945,38 @@ done:
     return res;
 }
 
+/* A check that needs no handle failed (num_experts, the groups): its peers, which may have
+ * passed it, meet this rank's failure in their first exchange and fail with HCOMM_ERR_PEER
+ * (returning at once instead left them to pair with this rank's next call); expert-TP peers
+ * likewise in their gather. */
+static hcomm_result_t fail_joined(hcomm_comm_t *g, const hcomm__moe_args_t *a,
+                                  const hcomm_moe_options_t *o, hcomm_result_t res) {
+    hcomm__enter(g, a->fn);
+    res = hcomm__leave(g, hcomm__coll_fail(g, res));
+    hcomm_comm_t *etp = o != NULL && a->plan == NULL ? o->etp_group : NULL;
+    if (etp != NULL && etp != g && etp->size > 1) {
+        hcomm__enter(etp, a->fn);
+        res = hcomm__leave(etp, hcomm__coll_fail(etp, res));
+    }
+    return res;
+}
+
 /* Checks, allocates the handle and runs the collective part; shared by both dispatch calls. */
 hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
                                         const hcomm_moe_options_t *o, hcomm_moe_handle_t **out) {
-    /* num_experts is the same on every rank: failing here fails them all. */
+    if (out == NULL)
+        return fail_joined(g, a, o, hcomm__err(HCOMM_ERR_NULL, a->fn, "argument 'handle' is NULL"));
     if (a->num_experts < 1 || a->num_experts % g->size != 0)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
-                          "num_experts=%d is not a positive multiple of the ep_group size %d",
-                          a->num_experts, g->size);
-    if (o != NULL && o->etp_group == g) /* the same on every rank too */
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
-                          "options->etp_group is ep_group: the expert-TP group is another group");
+        return fail_joined(g, a, o,
+                           hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
+                                      "num_experts=%d is not a positive multiple of the ep_group "
+                                      "size %d",
+                                      a->num_experts, g->size));
+    if (o != NULL && o->etp_group == g)
+        return fail_joined(g, a, o,
+                           hcomm__err(HCOMM_ERR_INVALID_ARG, a->fn,
+                                      "options->etp_group is ep_group: the expert-TP group is "
+                                      "another group"));
     /* Token checks are rank-local: a failure still joins the count exchange, flagged. */
     hcomm_result_t local = check_dispatch(a, o);
     bool ok = local == HCOMM_OK;
@@ -973,8 +1014,8 @@ hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t
 hcomm_result_t hcomm_moe_dispatch(hcomm_comm_t *ep_group, const hcomm_tensor_t *tokens,
                                   const int32_t *expert_ids, int num_experts,
                                   hcomm_moe_handle_t **handle) {
-    HCOMM__CHECK_NULL(handle);
-    *handle = NULL;
+    if (handle != NULL) /* a NULL one still joins the call (hcomm__moe_dispatch_call) */
+        *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
     hcomm__moe_args_t a = {
         .fn = __func__, .tokens = tokens, .ids = expert_ids, .k = 1, .num_experts = num_experts};
@@ -985,8 +1026,8 @@ hcomm_result_t hcomm_moe_dispatch_topk(hcomm_comm_t *ep_group, const hcomm_tenso
                                        const int32_t *topk_ids, const float *topk_weights, int k,
                                        int num_experts, const hcomm_moe_options_t *options,
                                        hcomm_moe_handle_t **handle) {
-    HCOMM__CHECK_NULL(handle);
-    *handle = NULL;
+    if (handle != NULL) /* a NULL one still joins the call (hcomm__moe_dispatch_call) */
+        *handle = NULL;
     HCOMM__CHECK_NULL(ep_group);
     hcomm__moe_args_t a = {.fn = __func__,
                            .tokens = tokens,

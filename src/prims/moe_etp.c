@@ -20,10 +20,12 @@
  * waiting) and one all_gatherv of the rows. */
 #include "prims/moe_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
-/* The count row each member contributes to the dispatch's gather. */
-enum { ETP_STATUS, ETP_H, ETP_DTYPE, ETP_ROWS, ETP_COUNTS };
+/* The count row each member contributes to the dispatch's gather (its place in its EP group
+ * too: members must hold the same experts), then its EP group's statistics (sum_stats). */
+enum { ETP_STATUS, ETP_H, ETP_DTYPE, ETP_EP_RANK, ETP_EP_SIZE, ETP_ROWS, ETP_COUNTS };
 
 hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
                                    hcomm_result_t res) {
@@ -31,6 +33,19 @@ hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
         return res;
     hcomm__enter(h->etp, fn);
     return hcomm__leave(h->etp, hcomm__coll_fail(h->etp, res));
+}
+
+/* A mismatch in a pass's step across etp_group names only that collective's count and the
+ * ranks of etp_group: say which group and what the members must share. */
+static hcomm_result_t etp_mismatch(const char *fn, hcomm_result_t res) {
+    if (res != HCOMM_ERR_MISMATCH)
+        return res;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
+    return hcomm__err(res, fn,
+                      "%s (ranks of etp_group: its members pass tensors of the same width and "
+                      "dtype)",
+                      detail);
 }
 
 /* Member-major blocks of rb-byte rows, one block of etp_rows[i] rows per member. */
@@ -56,7 +71,7 @@ hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h
         res = hcomm__coll_fail(h->etp, res);
         goto done;
     }
-    res = hcomm__coll_all_gatherv(h->etp, own, blocks, bytes);
+    res = etp_mismatch(fn, hcomm__coll_all_gatherv(h->etp, own, blocks, bytes));
     if (res == HCOMM_OK)
         hcomm__moe_gather_rows(out, blocks, h->etp_perm, h->r_all, rb);
 done:
@@ -82,14 +97,17 @@ hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h
         goto done;
     }
     hcomm__moe_scatter_rows(blocks, in, h->etp_perm, h->r_all, rb);
-    res = hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM);
+    res = etp_mismatch(fn, hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM));
 done:
     free(counts);
     hcomm__moe_pool_put(h->pool, blocks);
     return hcomm__leave(h->etp, res);
 }
 
-/* Fails unless every member's EP exchange succeeded with the same row layout. */
+/* Fails unless every member's EP exchange succeeded with the same row layout, on the same
+ * experts (the same rank of an EP group of the same size: else the gathered rows would be
+ * filed under experts that are not theirs). Each member is compared with member 0, so every
+ * member reports the same pair. */
 static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h, const int64_t *all,
                                     int w) {
     for (int i = 0; i < h->etp_size; i++)
@@ -97,14 +115,26 @@ static hcomm_result_t check_members(const char *fn, const hcomm_moe_handle_t *h,
             return hcomm__err(HCOMM_ERR_PEER, fn,
                               "rank %d of etp_group failed this dispatch with %s", i,
                               hcomm_result_name((hcomm_result_t)all[i * w + ETP_STATUS]));
-    for (int i = 0; i < h->etp_size; i++) {
+    for (int i = 1; i < h->etp_size; i++) {
         const int64_t *m = all + i * w;
-        if (m[ETP_H] != h->h || m[ETP_DTYPE] != (int64_t)h->dtype)
+        if (m[ETP_EP_RANK] != all[ETP_EP_RANK] || m[ETP_EP_SIZE] != all[ETP_EP_SIZE])
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                              "options->etp_group is not orthogonal to ep_group: rank 0 of "
+                              "etp_group is rank %lld of an ep_group of %lld but rank %d of "
+                              "etp_group is rank %lld of an ep_group of %lld (expert-TP members "
+                              "must hold the same experts)",
+                              (long long)all[ETP_EP_RANK], (long long)all[ETP_EP_SIZE], i,
+                              (long long)m[ETP_EP_RANK], (long long)m[ETP_EP_SIZE]);
+    }
+    for (int i = 1; i < h->etp_size; i++) {
+        const int64_t *m = all + i * w;
+        if (m[ETP_H] != all[ETP_H] || m[ETP_DTYPE] != all[ETP_DTYPE])
             return hcomm__err(HCOMM_ERR_MISMATCH, fn,
-                              "rank %d of etp_group dispatched tokens of %s [*, %lld], this rank "
-                              "%s [*, %lld]",
-                              i, hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]), (long long)m[ETP_H],
-                              hcomm__dtype_str(h->dtype), (long long)h->h);
+                              "tokens %s [*, %lld] on rank 0 of etp_group but %s [*, %lld] on "
+                              "rank %d",
+                              hcomm__dtype_str((hcomm_dtype_t)all[ETP_DTYPE]),
+                              (long long)all[ETP_H], hcomm__dtype_str((hcomm_dtype_t)m[ETP_DTYPE]),
+                              (long long)m[ETP_H], i);
     }
     return HCOMM_OK;
 }
@@ -164,9 +194,24 @@ static hcomm_result_t gather_recv(const char *fn, hcomm_moe_handle_t *h) {
     return res;
 }
 
+/* The statistics over every member's tokens: the EP exchange gave those of this member's EP
+ * group (its shards); the count rows carry them after the counts (E kept slots per expert,
+ * then the dropped slots), summed here in member order. */
+static void sum_stats(hcomm_moe_handle_t *h, const int64_t *all, int w) {
+    int ls = h->num_local * h->size;
+    memset(h->global_count, 0, sizeof(int64_t) * (size_t)ls);
+    h->global_dropped = 0;
+    for (int i = 0; i < h->etp_size; i++) {
+        const int64_t *st = all + i * w + ETP_COUNTS + ls;
+        for (int e = 0; e < ls; e++)
+            h->global_count[e] += st[e];
+        h->global_dropped += st[ls];
+    }
+}
+
 hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hcomm_result_t prev,
                                        const int64_t *own_counts) {
-    int ls = h->num_local * h->size, w = ETP_COUNTS + ls;
+    int ls = h->num_local * h->size, w = ETP_COUNTS + 2 * ls + 1;
     int64_t *mine = calloc((size_t)w, sizeof *mine),
             *all = calloc((size_t)(w * h->etp_size), sizeof *all);
     h->etp_rows = calloc((size_t)h->etp_size, sizeof *h->etp_rows);
@@ -180,15 +225,21 @@ hcomm_result_t hcomm__moe_etp_dispatch(const char *fn, hcomm_moe_handle_t *h, hc
     mine[ETP_STATUS] = prev;
     mine[ETP_H] = h->h;
     mine[ETP_DTYPE] = h->dtype;
+    mine[ETP_EP_RANK] = h->group->rank;
+    mine[ETP_EP_SIZE] = h->size;
     mine[ETP_ROWS] = prev == HCOMM_OK ? h->r : 0;
-    if (prev == HCOMM_OK)
+    if (prev == HCOMM_OK) {
         memcpy(mine + ETP_COUNTS, own_counts, sizeof(int64_t) * (size_t)ls);
+        memcpy(mine + ETP_COUNTS + ls, h->global_count, sizeof(int64_t) * (size_t)ls);
+        mine[ETP_COUNTS + 2 * ls] = h->global_dropped;
+    }
     res = hcomm__coll_all_gather(h->etp, mine, all, sizeof(int64_t) * (size_t)w);
     if (res == HCOMM_OK && prev != HCOMM_OK) /* this rank's own message is still the last */
         res = prev;
     if (res == HCOMM_OK)
         res = check_members(fn, h, all, w);
     if (res == HCOMM_OK) { /* every member goes on to the rows' gather: a local failure joins it */
+        sum_stats(h, all, w);
         res = gathered_layout(fn, h, all, w);
         res = res == HCOMM_OK ? gather_recv(fn, h) : hcomm__coll_fail(h->etp, res);
     }

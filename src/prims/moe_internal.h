@@ -102,10 +102,11 @@ struct hcomm_moe_handle {
 /* The meta row each rank sends each peer before the tokens move: its argument-check status
  * (so a rank with bad input fails every rank instead of leaving them waiting), its row layout
  * (so a disagreement is reported, not mis-delivered), the rows for that peer, the path of the
- * token exchange, the rows it relays through that peer (hierarchical: the peer is its relay on
- * the peer's node; else 0), its dropped slots and its kept slots for every expert (the peer's
- * own experts say what arrives; all of them give every rank the global statistics without
- * another collective). */
+ * token exchange, its expert-TP group's size (1 without one; EP peers must agree, or their
+ * expert-TP steps differ), the rows it relays through that peer (hierarchical: the peer is its
+ * relay on the peer's node; else 0), its dropped slots and its kept slots for every expert (the
+ * peer's own experts say what arrives; all of them give every rank the global statistics
+ * without another collective). */
 enum {
     META_STATUS,
     META_H,
@@ -113,6 +114,7 @@ enum {
     META_K,
     META_ROWS,
     META_PATH,
+    META_ETP,
     META_NODE_ROWS,
     META_DROPPED,
     META_COUNTS

@@ -104,13 +104,14 @@ static hcomm_result_t plan_buffer(const char *fn, hcomm_moe_plan_t *pl) {
 
 hcomm_result_t hcomm_moe_plan_create(hcomm_comm_t *ep_group, const hcomm_moe_plan_desc_t *desc,
                                      hcomm_moe_plan_t **plan) {
-    HCOMM__CHECK_NULL(plan);
-    *plan = NULL;
+    if (plan != NULL) /* a NULL one still joins the all_gather, so peers fail with PEER */
+        *plan = NULL;
     HCOMM__CHECK_NULL(ep_group);
     int size = ep_group->size;
-    hcomm_result_t local = desc == NULL
-                               ? hcomm__err(HCOMM_ERR_NULL, __func__, "argument 'desc' is NULL")
-                               : check_plan_desc(__func__, desc, size);
+    hcomm_result_t local =
+        plan == NULL   ? hcomm__err(HCOMM_ERR_NULL, __func__, "argument 'plan' is NULL")
+        : desc == NULL ? hcomm__err(HCOMM_ERR_NULL, __func__, "argument 'desc' is NULL")
+                       : check_plan_desc(__func__, desc, size);
     int64_t mine[PL_FIELDS], *rows = malloc(sizeof(int64_t) * PL_FIELDS * (size_t)size);
     hcomm_moe_plan_t *pl = calloc(1, sizeof *pl);
     if (rows == NULL || pl == NULL) {
@@ -141,8 +142,8 @@ hcomm_result_t hcomm_moe_plan_create(hcomm_comm_t *ep_group, const hcomm_moe_pla
 hcomm_result_t hcomm_moe_plan_dispatch(hcomm_moe_plan_t *plan, const hcomm_tensor_t *tokens,
                                        const int32_t *topk_ids, const float *topk_weights,
                                        hcomm_moe_handle_t **handle) {
-    HCOMM__CHECK_NULL(handle);
-    *handle = NULL;
+    if (handle != NULL) /* a NULL one still joins the call (hcomm__moe_dispatch_call) */
+        *handle = NULL;
     HCOMM__CHECK_NULL(plan);
     hcomm__moe_handle_release(plan->handle); /* its buffer is the one this dispatch fills */
     plan->handle = NULL;

@@ -14,6 +14,7 @@
  * broadcast, so every rank that writes it (rank 0; on mpi also the first rank of each other
  * node, whose file system may differ) writes the same bytes, as hcomm's launch-time comparison
  * of the tuning file's contents requires. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "bench.h"
 
 #include "core/internal.h"
@@ -23,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +36,7 @@ static const size_t sizes[NSIZES] = {8, 1024, 8192, 65536, 524288, (size_t)2 << 
 
 typedef struct link_fit {
     bool measured;
+    bool same_host;            /* inter: the other nodes' ranks share rank 0's host (mpi) */
     int a, b;                  /* the pair of ranks */
     double t[NSIZES];          /* one-way seconds per size */
     double alpha, beta, worst; /* worst: largest relative residual of the fit */
@@ -138,12 +141,30 @@ static double time_reduce(void) {
     return g;
 }
 
-/* The pairs: rank 0 with the next rank on its node, and with the first rank elsewhere. */
-static void pick_pairs(const int *node, int p, link_fit_t *intra, link_fit_t *inter) {
+/* A hash of this host's name: on mpi, nodes that HCOMM_TOPO declares may share a host, and
+ * a link between them is shared memory, not the inter-node link the file would claim. */
+static int host_id(void) {
+    char name[256] = "";
+    gethostname(name, sizeof name - 1);
+    uint32_t h = 2166136261u;
+    for (const char *c = name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 16777619u;
+    return (int)(h & 0x7fffffff);
+}
+
+/* The pairs: rank 0 with the next rank on its node, and with the first rank elsewhere; at[r]
+ * is rank r's {node, host}. Only the local backend simulates declared links, so on mpi an
+ * inter pair must sit on two hosts. */
+static void pick_pairs(const int (*at)[2], int p, bool simulated, link_fit_t *intra,
+                       link_fit_t *inter) {
     memset(intra, 0, sizeof *intra);
     memset(inter, 0, sizeof *inter);
     for (int r = 1; r < p; r++) {
-        link_fit_t *f = node[r] == node[0] ? intra : inter;
+        link_fit_t *f = at[r][0] == at[0][0] ? intra : inter;
+        if (f == inter && !simulated && at[r][1] == at[0][1]) {
+            inter->same_host = true;
+            continue;
+        }
         if (!f->measured)
             f->measured = true, f->a = 0, f->b = r;
     }
@@ -153,6 +174,8 @@ static void print_fit(const char *cls, const link_fit_t *f) {
     if (!f->measured) {
         printf("# %s: not measured (%s)\n", cls,
                !strcmp(cls, "intra") ? "no other rank shares rank 0's node"
+               : f->same_host        ? "the ranks HCOMM_TOPO puts on other nodes share rank 0's "
+                                       "host, and the mpi backend does not simulate declared links"
                                      : "every rank is on one node");
         return;
     }
@@ -189,26 +212,45 @@ static void format_text(char *text, int p, int nnodes, const char *backend, cons
     add_class(text, n, "inter", inter, gamma);
 }
 
-/* Writes text to path through a temporary file and a rename, so that ranks of several nodes
- * sharing one file system never leave a mixed file. */
-static hcomm_result_t write_file(const char *path, const char *text, int rank) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), rank);
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fputs(text, f) >= 0;
-    ok = f && fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0)
-        return HCOMM_OK;
+static hcomm_result_t write_failed(const char *path, const char *tmp) {
     fprintf(stderr, "hcomm-bench: --calibrate %s: cannot write the file (%s)\n", path,
             strerror(errno));
-    remove(tmp);
+    if (tmp)
+        remove(tmp);
     return HCOMM_ERR_IO;
 }
 
-static hcomm_result_t measure(hcomm_comm_t *w, int me, int p, const int *node, char *text,
+/* Writes text to path through a temporary file and a rename, so that ranks of several nodes
+ * sharing one file system never leave a mixed file. A symbolic link keeps pointing where it
+ * did (its target is written), and a path that is no regular file (/dev/null) is written in
+ * place: a rename would put a regular file where the link or the device was. */
+static hcomm_result_t write_file(const char *path, const char *text, int rank) {
+    char *real = realpath(path, NULL), tmp[4200];
+    const char *dst = real ? real : path;
+    struct stat st;
+    hcomm_result_t r = HCOMM_OK;
+    if (stat(dst, &st) == 0 && !S_ISREG(st.st_mode)) {
+        FILE *f = fopen(dst, "w");
+        bool ok = f && fputs(text, f) >= 0;
+        if (!(f && fclose(f) == 0 && ok))
+            r = write_failed(path, NULL);
+        free(real);
+        return r;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", dst, (long)getpid(), rank);
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, dst) != 0)
+        r = write_failed(path, tmp);
+    free(real);
+    return r;
+}
+
+static hcomm_result_t measure(hcomm_comm_t *w, int me, int p, const int (*at)[2], char *text,
                               int nnodes, const char *backend) {
     link_fit_t f[2];
-    pick_pairs(node, p, &f[0], &f[1]);
+    pick_pairs(at, p, !strcmp(backend, "local"), &f[0], &f[1]);
     char *buf = malloc(MAX_BYTES);
     hcomm_result_t r = buf ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (int k = 0; k < 2; k++) {
@@ -242,13 +284,13 @@ hcomm_result_t bench_calibrate(hcomm_comm_t *w, const bench_opts_t *o) {
     hcomm_comm_size(w, &p);
     hcomm_comm_backend(w, &backend);
     HCOMM__TRY(hcomm_comm_node(w, &nnodes, &mynode, &local, NULL));
-    int *node = malloc(sizeof(int) * (size_t)p);
+    int mine[2] = {mynode, host_id()}, (*at)[2] = malloc(sizeof *at * (size_t)p);
     char *text = calloc(1, TEXT_CAP);
-    hcomm_result_t r = node && text ? HCOMM_OK : HCOMM_ERR_NOMEM;
+    hcomm_result_t r = at && text ? HCOMM_OK : HCOMM_ERR_NOMEM;
     if (r == HCOMM_OK)
-        r = hcomm_all_gather(w, &mynode, node, sizeof(int));
+        r = hcomm_all_gather(w, mine, at, sizeof mine);
     if (r == HCOMM_OK)
-        r = measure(w, me, p, node, text, nnodes, backend);
+        r = measure(w, me, p, (const int(*)[2])at, text, nnodes, backend);
     if (r == HCOMM_OK) /* every rank gets rank 0's text */
         r = hcomm_broadcast(w, text, TEXT_CAP, 0);
     bool writes = o->calibrate_file && (me == 0 || (local == 0 && !strcmp(backend, "mpi")));
@@ -258,7 +300,7 @@ hcomm_result_t bench_calibrate(hcomm_comm_t *w, const bench_opts_t *o) {
         printf("# wrote %s:\n%s", o->calibrate_file, text);
     else if (r == HCOMM_OK && me == 0)
         printf("# no FILE given, not written; its text:\n%s", text);
-    free(node);
+    free(at);
     free(text);
     return r;
 }
