@@ -4,7 +4,9 @@
 # the same noise everywhere), then prints per size the median over repetitions of auto's time
 # over the best of native and every hcomm algorithm, and on mpi over the raw MPI call. Rows where
 # auto loses by more than the target (1.10; vs raw with checking on 1.5 up to 4 KiB) are flagged
-# with '<'. On a shared machine act only on rows that lose in every repetition (column 'lost').
+# with '<' ('<=' where auto chose the algorithm that was fastest: then the gap is noise or
+# auto's own overhead, not a wrong choice). On a shared machine act only on rows that lose in
+# every repetition (column 'lost').
 #
 # Usage: scripts/regret-sweep.sh [BUILD_DIR]   (default: build, built already)
 # Environment:
@@ -100,21 +102,22 @@ for (cfg, op) in sorted(times):
         lost = sum(1 for i in range(nrep)
                    if t["auto"][i] > 1.10 * min(v[i] for v in named.values() if len(v) > i))
         raw = ""
-        flag = " <" if regret > 1.10 else ""
+        ch = ",".join(sorted(set(chosen[(cfg, op)][key])))
+        flag = (" <=" if ch == best else " <") if regret > 1.10 else ""
         if "raw" in t:
             vs = auto / statistics.median(t["raw"])
             raw = "%.2f" % vs
             limit = 1.5 if (key[0] <= 4096 and not cfg.endswith(":off")) else 1.10
             if vs > limit:
                 flag += " <raw"
-        ch = ",".join(sorted(set(chosen[(cfg, op)][key])))
         print("  %10d %3s %-14s %8.1f %10.1f %-10s %6.2f %2d/%d %8s%s" %
               (key[0], "ip" if key[1] else "op", "auto(%s)" % ch, auto, med[best], best, regret,
                lost, nrep, raw, flag))
         if flag:
-            worst.append((cfg, op, key[0], "ip" if key[1] else "op", regret, lost, nrep, raw))
-print("\n# over target (config op bytes placement regret lost/reps auto/raw):")
+            worst.append((cfg, op, key[0], "ip" if key[1] else "op", regret, lost, nrep, raw,
+                          ch, best, flag))
+print("\n# over target (config op bytes placement regret lost/reps auto/raw chosen best flag):")
 for w in worst:
-    print("  %s %s %d %s %.2f %d/%d %s" % w)
+    print("  %s %s %d %s %.2f %d/%d %s %s %s%s" % w)
 EOF
 echo "regret-sweep: JSON in $out" >&2
