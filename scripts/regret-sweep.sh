@@ -13,7 +13,9 @@
 #   CONFIGS  backend:ranks[:off] entries (default "local:2 local:4 local:8 mpi:2 mpi:4 mpi:2:off
 #            mpi:4:off"; ':off' runs with HCOMM_CHECK=off, where auto/raw must be <= 1.10)
 #   OPS      collectives (default "all_reduce all_gather reduce_scatter broadcast")
-#   REPS     repetitions (default 3), MIN/MAX sizes (8, 128M), ITERS/WARMUP per size (10, 2)
+#   REPS     repetitions (default 3), MIN/MAX sizes (8, 128M), WARMUP iterations per size (2)
+#   ITERS    timed iterations per size above SPLIT (default 10), ITERS_SMALL up to SPLIT (default
+#            40, SPLIT 128K): small calls are cheap, and under load their medians need more
 #   OUT      directory for the JSON files (default: a new one under /tmp); TABLE_ONLY=1 only
 #            prints the table from the JSON files already in OUT
 #   RUN_TIMEOUT  seconds per bench run (default 900)
@@ -28,21 +30,41 @@ py=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 
-run_one() { # rep config op
-    local rep=$1 cfg=$2 op=$3 backend ranks check json
+bench_run() { # json config sizes... (bench flags)
+    local json=$1 cfg=$2 backend ranks check
+    shift 2
     IFS=: read -r backend ranks check <<<"$cfg"
-    json="$out/$backend-$ranks-${check:-on}-$op-r$rep.json"
-    local args=("$op" -b "${MIN:-8}" -e "${MAX:-128M}" -f 4 -n "${ITERS:-10}" -w "${WARMUP:-2}"
-        -c 0 --algo all --json "$json")
     local envs=(HCOMM_BACKEND="$backend")
     [ "$check" = off ] && envs+=(HCOMM_CHECK=off)
     if [ "$backend" = mpi ]; then
         timeout "${RUN_TIMEOUT:-900}" mpirun --oversubscribe -np "$ranks" env "${envs[@]}" \
-            "$bench" "${args[@]}" >"$json.log" 2>&1
+            "$bench" "$@" --json "$json" >"$json.log" 2>&1
     else
-        timeout "${RUN_TIMEOUT:-900}" env "${envs[@]}" "$bench" "${args[@]}" -t "$ranks" \
+        timeout "${RUN_TIMEOUT:-900}" env "${envs[@]}" "$bench" "$@" --json "$json" -t "$ranks" \
             >"$json.log" 2>&1
-    fi || echo "regret-sweep: $cfg $op rep $rep failed (see $json.log)" >&2
+    fi || echo "regret-sweep: $cfg $* failed (see $json.log)" >&2
+}
+
+to_bytes() { # 128K -> 131072
+    numfmt --from=iec "$1"
+}
+
+run_one() { # rep config op
+    local rep=$1 cfg=$2 op=$3 backend ranks check
+    IFS=: read -r backend ranks check <<<"$cfg"
+    local base="$out/$backend-$ranks-${check:-on}-$op-r$rep" common=(-f 4 -w "${WARMUP:-2}" -c 0
+        --algo all) lo hi split
+    lo=$(to_bytes "${MIN:-8}") hi=$(to_bytes "${MAX:-128M}") split=$(to_bytes "${SPLIT:-128K}")
+    if ((lo <= split)); then
+        bench_run "$base-small.json" "$cfg" "$op" -b "$lo" -e "$((hi < split ? hi : split))" \
+            -n "${ITERS_SMALL:-40}" "${common[@]}"
+    fi
+    local big=$lo
+    while ((big <= split)); do big=$((big * 4)); done
+    if ((big <= hi)); then
+        bench_run "$base-large.json" "$cfg" "$op" -b "$big" -e "$hi" -n "${ITERS:-10}" \
+            "${common[@]}"
+    fi
 }
 
 if [ -z "${TABLE_ONLY:-}" ]; then
@@ -68,7 +90,7 @@ out = sys.argv[1]
 times = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
 chosen = defaultdict(lambda: defaultdict(list))
 for f in sorted(glob.glob(os.path.join(out, "*.json"))):
-    m = re.match(r"(\w+)-(\d+)-(\w+)-(\w+)-r\d+\.json$", os.path.basename(f))
+    m = re.match(r"(\w+)-(\d+)-(\w+)-(\w+)-r(\d+)(-small|-large)?\.json$", os.path.basename(f))
     if not m:
         continue
     try:
