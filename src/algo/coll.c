@@ -575,8 +575,10 @@ static hcomm__xfer_t xfer_of(call_t *k) {
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
  * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
- * needs neither: it checks in its first exchange (on the lane, where every rank of the call
- * meets). Its deterministic form (Bruck over p2p) agrees first, like the others. */
+ * all_reduce needs neither: it checks in its first exchange (on the lane, where every rank of
+ * the call meets, barriers included). Its deterministic form (Bruck over p2p) agrees first, like
+ * the others, and so does the rd of all_gather: it runs over p2p, where a peer in a barrier (on
+ * the lane) would never see its message and both would wait until the timeout. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     /* HCOMM_CHECK=first is always for hcomm's own algorithms: their envelopes check every
@@ -586,7 +588,8 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
     int mode =
         algo == HCOMM__ALGO_NATIVE || check_mode() == CHECK_OFF ? check_mode() : CHECK_ALWAYS;
     if (!shm_coll(c))
-        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree_as(k, mode);
+        return algo == HCOMM__ALGO_RD && k->sig.call == CALL_ALL_REDUCE ? HCOMM_OK
+                                                                        : agree_as(k, mode);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
