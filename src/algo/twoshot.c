@@ -123,8 +123,7 @@ static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, c
     size_t piece = stream ? STREAM_PIECE_BYTES : PIECE_BYTES, step = piece / es;
     unsigned char *tmp = malloc(2 * piece);
     if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
-                          2 * piece);
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", 2 * piece);
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
