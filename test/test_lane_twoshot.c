@@ -7,8 +7,7 @@
  *       works;
  *   (b) twoshot (and whatever the default picks) equals the serial rank-order reduction:
  *       in place, f16/bf16, AVG, counts below the group size, zero, counts that don't divide,
- *       and blocks of 16 MiB and more (reduced in a scratch and streamed out, at offsets that
- *       are not multiples of 16 bytes);
+ *       and blocks of 16 MiB and more at offsets that are not multiples of 16 bytes;
  *   (c) a rank that fails its own checks at those sizes: peers get HCOMM_ERR_PEER within 1 s
  *       and the next call works. */
 #include "harness.h"
@@ -167,8 +166,8 @@ static void check_values(hcomm_comm_t *c, const char *what, size_t n, hcomm_dtyp
     free(s);
 }
 
-/* Blocks of 4 Mi elements and more: twoshot's streamed path (the odd count puts every block
- * but the first at an offset that is not a multiple of 16 bytes). */
+/* Blocks of 4 Mi elements and more, larger than the caches (the odd count puts every block but
+ * the first at an offset that is not a multiple of 16 bytes). */
 static hcomm_result_t streamed(hcomm_comm_t *c, const char *what) {
     size_t n = (size_t)t_size(c) * ((size_t)4 << 20) + 3;
     check_values(c, what, n, HCOMM_F32, HCOMM_SUM, false);

@@ -11,45 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 /* Elements reduced per piece: the accumulator and the piece being read stay in cache. */
 #define PIECE_BYTES ((size_t)256 << 10)
-
-/* From this block size up the reduced pieces are built in a cache-resident scratch and written
- * to recv with non-temporal stores: a block that outgrows the caches would be evicted before
- * anyone reads it, and a plain store reads each output line first. The piece shrinks so that
- * the scratch and the piece being read share the 512 KiB L2 of this machine's cores. */
-#define STREAM_MIN_BYTES ((size_t)16 << 20)
-#define STREAM_PIECE_BYTES ((size_t)128 << 10)
-
-/* memcpy with non-temporal stores where the CPU has them (SSE2), else memcpy. */
-static void stream_copy(void *dst, const void *src, size_t bytes) {
-#if defined(__SSE2__)
-    unsigned char *d = dst;
-    const unsigned char *s = src;
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-    head = head < bytes ? head : bytes;
-    memcpy(d, s, head);
-    d += head, s += head, bytes -= head;
-    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), e);
-    }
-    memcpy(d, s, bytes);
-    _mm_sfence(); /* the streamed lines are visible before the barrier that follows */
-#else
-    memcpy(dst, src, bytes);
-#endif
-}
 
 typedef struct addrs {
     uint64_t send, recv;
@@ -112,30 +76,25 @@ static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, s
     return HCOMM_OK;
 }
 
-/* This rank's block of the result, piece by piece, in recv: reduced in place there, or for a
- * large block in a scratch piece streamed out (then an in-place call needs no copy of its own
- * piece either: recv is written only after the piece is reduced). */
+/* This rank's block of the result, piece by piece, in recv. */
 static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
                                    void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    size_t es = hcomm__dtype_size(dt), off, len;
+    size_t es = hcomm__dtype_size(dt), off, len, step = PIECE_BYTES / es;
     hcomm__block(count, x->c->size, x->c->rank, &off, &len);
-    bool stream = len * es >= STREAM_MIN_BYTES;
-    size_t piece = stream ? STREAM_PIECE_BYTES : PIECE_BYTES, step = piece / es;
-    unsigned char *tmp = malloc(2 * piece);
+    unsigned char *tmp = malloc(2 * PIECE_BYTES);
     if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", 2 * piece);
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
+                          2 * PIECE_BYTES);
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
-        void *acc = stream ? (void *)(tmp + piece) : (void *)((char *)recv + at);
+        void *acc = (char *)recv + at;
         const void *mine = (const char *)send + at;
-        if (!stream && send == recv && x->c->rank != 0) { /* rank 0's piece lands on mine */
-            memcpy(tmp + piece, mine, n * es);
-            mine = tmp + piece;
+        if (send == recv && x->c->rank != 0) { /* rank 0's piece lands on this rank's own */
+            memcpy(tmp + PIECE_BYTES, mine, n * es);
+            mine = tmp + PIECE_BYTES;
         }
         res = reduce_piece(x, all, at, acc, mine, tmp, n, dt, op);
-        if (res == HCOMM_OK && stream)
-            stream_copy((char *)recv + at, acc, n * es);
     }
     free(tmp);
     return res;
