@@ -418,6 +418,11 @@ static hcomm_result_t disagreeing_args(hcomm_comm_t *c) {
                     "broadcast on one rank, all_reduce on the others", c);
     expect_mismatch(odd ? hcomm_barrier(c) : hcomm_all_gather(c, in, out, 4),
                     "barrier on one rank, all_gather on the others", c);
+    /* all_gather's rd runs over p2p, not on the lane where barriers meet: it agrees first */
+    T_TRY(hcomm_comm_set_algo(c, "allgather:rd"));
+    expect_mismatch(odd ? hcomm_barrier(c) : hcomm_all_gather(c, in, out, 4),
+                    "barrier on one rank, all_gather (rd) on the others", c);
+    T_TRY(hcomm_comm_set_algo(c, NULL));
     T_CHECK(out[0] == -7.0f, "a failed collective wrote its recvbuf");
     /* Nothing was left half done: the next collective gives the right answer. */
     int32_t one = 1, sum = 0;

@@ -511,11 +511,19 @@ static bool is_reduction(int coll) {
 }
 
 /* From this size up, an all_reduce among processes that can read each other's memory runs
- * twoshot by default (one copy per byte and phase): measured faster than Open MPI's native
- * all_reduce from 16 KiB with 2 processes, from between 16 and 256 KiB with 4 on 2 cores
- * (its address exchange and barriers take p - 1 and 2 log p messages). */
-static size_t twoshot_min_bytes(int p) {
-    return p <= 2 ? (size_t)16 << 10 : (size_t)64 << 10;
+ * twoshot by default (one copy per byte and phase; its address exchange and barriers take
+ * p - 1 and 2 log p messages). Measured with scripts/regret-sweep.sh (medians of 3 interleaved
+ * runs on 2 cores): on mpi faster than Open MPI's native all_reduce from 8 KiB with 2 processes
+ * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), and with 4 (oversubscribed) from 2 MiB
+ * (native 1.1-1.7x faster at 128 and 512 KiB, twoshot 1.3-2.7x faster at 2-128 MiB). On a
+ * shared-memory transport (local) the native all_reduce allocates its reduced chunk afresh on
+ * every call, which above malloc's mmap threshold costs a page fault per 4 KiB: twoshot beats
+ * it from 8 MiB with 2 ranks (1.1-1.5x at 8-32 MiB, 2-3x at 128 MiB), from 32 MiB with 3-4,
+ * and only at 128 MiB with 8 (native still ahead at 32 MiB). */
+static size_t twoshot_min_bytes(int p, bool shm) {
+    if (shm)
+        return p <= 2 ? (size_t)8 << 20 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
+    return p <= 2 ? (size_t)8 << 10 : (size_t)2 << 20;
 }
 
 static bool peer_reads(hcomm_comm_t *c) {
@@ -529,9 +537,9 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         *why = "twoshot needs every rank on one node with cross-memory reads";
         return HCOMM__ALGO_RING;
     }
-    if (coll == HCOMM__COLL_ALLREDUCE && !shm_coll(k->c) &&
-        bytes >= twoshot_min_bytes(k->c->size) && strcmp(*why, "default") == 0 &&
-        peer_reads(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
+    if (coll == HCOMM__COLL_ALLREDUCE && bytes >= twoshot_min_bytes(k->c->size, shm_coll(k->c)) &&
+        strcmp(*why, "default") == 0 && peer_reads(k->c) &&
+        hcomm__algo_allowed(over, coll, HCOMM__ALGO_TWOSHOT))
         return HCOMM__ALGO_TWOSHOT;
     return algo;
 }
@@ -577,8 +585,10 @@ static hcomm__xfer_t xfer_of(call_t *k) {
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
  * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
- * needs neither: it checks in its first exchange (on the lane, where every rank of the call
- * meets). Its deterministic form (Bruck over p2p) agrees first, like the others. */
+ * all_reduce needs neither: it checks in its first exchange (on the lane, where every rank of
+ * the call meets, barriers included). Its deterministic form (Bruck over p2p) agrees first, like
+ * the others, and so does the rd of all_gather: it runs over p2p, where a peer in a barrier (on
+ * the lane) would never see its message and both would wait until the timeout. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     /* HCOMM_CHECK=first is always for hcomm's own algorithms: their envelopes check every
@@ -588,7 +598,8 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
     int mode =
         algo == HCOMM__ALGO_NATIVE || check_mode() == CHECK_OFF ? check_mode() : CHECK_ALWAYS;
     if (!shm_coll(c))
-        return algo == HCOMM__ALGO_RD ? HCOMM_OK : agree_as(k, mode);
+        return algo == HCOMM__ALGO_RD && k->sig.call == CALL_ALL_REDUCE ? HCOMM_OK
+                                                                        : agree_as(k, mode);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);

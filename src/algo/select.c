@@ -204,8 +204,30 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
     return hcomm__err(env_res, fn, "%s", env_msg);
 }
 
-/* Today's measured defaults: shared-memory transports run their one-copy native collectives;
- * elsewhere a small all_reduce runs recursive doubling and everything else the native one. */
+/* Between two processes on a transport without shared-memory collectives (mpi), small calls
+ * run hcomm's own single exchange (one message each way; one send for broadcast) instead of
+ * Open MPI's call. Measured with scripts/regret-sweep.sh (mpi, 2 processes, 2 cores, medians of
+ * 3 interleaved runs of 40 iterations): reduce_scatter rhd 1.9-2.6 us against 2.1-3.8 up to 2 KiB
+ * (off: 1.7-3.1 against 2.4-4.9), still ahead at 32 KiB, behind at 128 KiB; broadcast tree
+ * 1.5-1.8 us against 2.1 up to 512 B (even with it off), native ahead at 8 KiB; all_reduce
+ * between rd's 4 KiB and twoshot's 8 KiB: rhd 3.4-8.5 us against native 7.6-35 at 6 KiB. With
+ * more processes on 2 cores the native calls were as fast or faster. all_gather stays native:
+ * rd was faster (1.4 against 2.1 us) only by skipping the signature agreement, which it must
+ * not (coll.c's p2p_agree). */
+#define PAIR_REDUCESCATTER_MAX_BYTES ((size_t)32 << 10)
+#define PAIR_BROADCAST_MAX_BYTES 2048
+#define PAIR_ALLREDUCE_RHD_MAX_BYTES ((size_t)8 << 10) /* twoshot from here (coll.c) */
+
+static int pair_default(int coll, size_t bytes) {
+    if (coll == HCOMM__COLL_ALLREDUCE && bytes < PAIR_ALLREDUCE_RHD_MAX_BYTES)
+        return HCOMM__ALGO_RHD;
+    if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= PAIR_REDUCESCATTER_MAX_BYTES)
+        return HCOMM__ALGO_RHD;
+    if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
+        return HCOMM__ALGO_TREE;
+    return -1;
+}
+
 /* all_to_allv by its largest per-peer block (bytes), as measured with hcomm-bench all_to_all
  * --algo all on this 2-core machine: shared-memory transports' native one-copy exchange wins
  * at every size (local, 2 to 8 ranks: pairwise 2x, direct 3x slower at 8 B). Under mpi the
@@ -224,11 +246,17 @@ static int a2a_default(size_t bytes, int p, bool shm) {
     return p <= 2 ? HCOMM__ALGO_DIRECT : HCOMM__ALGO_NATIVE;
 }
 
+/* Today's measured defaults: shared-memory transports run their one-copy native collectives;
+ * elsewhere a small all_reduce runs recursive doubling, two processes' small calls a single
+ * exchange (pair_default), and everything else the native one. */
 static int default_algo(int coll, size_t bytes, int p, bool shm) {
     if (coll == HCOMM__COLL_ALLTOALLV)
         return a2a_default(bytes, p, shm);
     if (coll == HCOMM__COLL_ALLREDUCE && !shm && bytes <= RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
+    int pair = !shm && p == 2 ? pair_default(coll, bytes) : -1;
+    if (pair >= 0)
+        return pair;
     if (valid[coll] & BIT(HCOMM__ALGO_NATIVE))
         return HCOMM__ALGO_NATIVE;
     for (int i = 0; i < HCOMM__ALGO_COUNT; i++)
