@@ -254,7 +254,11 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *se
  *  the cost model (docs/architecture.md). Two mpi ranks agree in one message each way that
  *  also carries blocks up to about 3.9 KiB (then the call is one exchange), also under
  *  HCOMM_CHECK=off. Errors: the common ones (NULL also for any count
- *  array; UNSUPPORTED also for a displacement above INT_MAX on the mpi native path). */
+ *  array). A nonempty block whose count or displacement exceeds INT_MAX (Open MPI's call takes
+ *  ints; an empty block's displacement is never used) makes every rank run pairwise instead of
+ *  the mpi native call, learnt in the agreement; where only native is allowed every rank fails
+ *  with HCOMM_ERR_UNSUPPORTED (with HCOMM_CHECK=off and native forced, only the ranks holding
+ *  such a block do, and their peers wait for HCOMM_TIMEOUT). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,
                                            void *recvbuf, const size_t *recvcounts,

@@ -4,6 +4,7 @@
 #include "algo/select.h"
 #include "topo/topo.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -608,7 +609,7 @@ static size_t round_largest(size_t most) {
 
 /* The pair's message: this rank's counts to and from the peer and to itself, and its largest
  * block, then the block for the peer when it fits. */
-enum { PAIR_TO, PAIR_FROM, PAIR_SELF_S, PAIR_SELF_R, PAIR_MOST, PAIR_WORDS };
+enum { PAIR_TO, PAIR_FROM, PAIR_SELF_S, PAIR_SELF_R, PAIR_MOST, PAIR_WIDE, PAIR_WORDS };
 
 /* The lowest (receiver, sender) pair whose counts differ, as the agreement's diagnosis names
  * it; both ranks hold all four counts, so both name the same. */
@@ -632,13 +633,17 @@ static hcomm_result_t pair_verdict(const hcomm__xfer_t *x, const uint64_t *mine,
 }
 
 hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, size_t *largest,
-                               bool *done) {
+                               bool *wide_any, bool *done) {
     enum { HEAD = PAIR_WORDS * sizeof(uint64_t) };
     _Alignas(16) unsigned char out[HCOMM__LANE_MAX], in[HCOMM__LANE_MAX];
     int me = x->c->rank, peer = 1 - me;
     size_t room = HCOMM__LANE_MAX - HCOMM__LANE_HDR - HEAD, got = 0;
-    uint64_t mine[PAIR_WORDS] = {v->scounts[peer], v->rcounts[peer], v->scounts[me], v->rcounts[me],
-                                 0},
+    uint64_t mine[PAIR_WORDS] = {v->scounts[peer],
+                                 v->rcounts[peer],
+                                 v->scounts[me],
+                                 v->rcounts[me],
+                                 0,
+                                 hcomm__a2a_wide(v, 2)},
              theirs[PAIR_WORDS];
     for (int i = 0; i < PAIR_MOST; i++)
         mine[PAIR_MOST] = mine[i] > mine[PAIR_MOST] ? mine[i] : mine[PAIR_MOST];
@@ -659,6 +664,7 @@ hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, si
     HCOMM__TRY(pair_verdict(x, mine, theirs));
     size_t most = mine[PAIR_MOST] > theirs[PAIR_MOST] ? mine[PAIR_MOST] : theirs[PAIR_MOST];
     *largest = round_largest(most);
+    *wide_any = mine[PAIR_WIDE] || theirs[PAIR_WIDE];
     *done = mine[PAIR_TO] <= room && theirs[PAIR_TO] <= room;
     if (*done && got != HEAD + theirs[PAIR_TO])
         return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
@@ -669,6 +675,17 @@ hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, si
     if (*done && v->rcounts[peer])
         memcpy(rblock(v, peer), in + HCOMM__LANE_HDR + HEAD, v->rcounts[peer]);
     return HCOMM_OK;
+}
+
+static bool wide(size_t count, size_t displ) {
+    return count > 0 && (count > INT_MAX || displ > INT_MAX);
+}
+
+bool hcomm__a2a_wide(const hcomm__a2a_t *v, int p) {
+    for (int q = 0; q < p; q++)
+        if (wide(v->scounts[q], v->sdispls[q]) || wide(v->rcounts[q], v->rdispls[q]))
+            return true;
+    return false;
 }
 
 void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *t) {
@@ -683,6 +700,7 @@ void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *t) {
     while (bits < HCOMM__A2A_BITS - 1 && most >> bits)
         bits++;
     t[1 + bits] = 1;
+    t[HCOMM__A2A_WIDE] = hcomm__a2a_wide(v, p);
 }
 
 size_t hcomm__a2a_largest(const int64_t *sums) {

@@ -43,7 +43,15 @@ hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
  * [0] the 32-bit digests of each (sender, receiver, bytes) this rank sends minus those it
  * expects (the group's sum is 0 when every pair's counts agree; sums stay inside an int64 up
  * to 2^15 ranks); [1 + b] 1 for b the bit length of this rank's largest block. */
-enum { HCOMM__A2A_BITS = 48, HCOMM__A2A_AGREE = 1 + HCOMM__A2A_BITS };
+enum {
+    HCOMM__A2A_BITS = 48,
+    HCOMM__A2A_WIDE = 1 + HCOMM__A2A_BITS, /* 1: a nonempty block's count or displacement
+                                            * exceeds INT_MAX (MPI's int arguments) */
+    HCOMM__A2A_AGREE
+};
+/* True when a nonempty block of v (this rank's, p peers) has a count or displacement above
+ * INT_MAX, which an MPI call cannot take. */
+bool hcomm__a2a_wide(const hcomm__a2a_t *v, int p);
 void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *terms);
 /* From the summed terms: the largest block of any rank rounded down to a power of two. */
 size_t hcomm__a2a_largest(const int64_t *sums);
@@ -51,10 +59,11 @@ size_t hcomm__a2a_largest(const int64_t *sums);
 /* Two ranks on a transport with a lane: the agreement and, when both blocks fit, the data in
  * one lane message each way, carrying the four counts of the pair and each rank's largest
  * block. A count mismatch is HCOMM_ERR_MISMATCH on both ranks with nothing written. Else
- * *largest is the call's largest block, as hcomm__a2a_largest gives it, and *done tells that
+ * *largest is the call's largest block, as hcomm__a2a_largest gives it, *wide_any whether
+ * either rank has a block hcomm__a2a_wide, and *done tells that
  * the data has moved (both ranks agree on it). */
 hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, size_t *largest,
-                               bool *done);
+                               bool *wide_any, bool *done);
 
 /* Runs algo (pairwise, bruck, direct or hier; anything else: pairwise). */
 hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v);

@@ -975,8 +975,7 @@ static bool on_one_node(hcomm_comm_t *c) {
  * the native call its count check) or where the defaults pick it at every size
  * (shared-memory transports on one node). */
 static int a2a_fixed(call_t *k) {
-    uint32_t allowed =
-        hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
+    uint32_t allowed = hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
     bool pair = k->c->size == 2 && hcomm__lane_payload(k->c) > 0; /* a2a_pair costs nothing */
     if ((allowed & (1u << HCOMM__ALGO_NATIVE)) &&
         ((check_mode() == CHECK_OFF && !pair) || (shm_coll(k->c) && on_one_node(k->c))))
@@ -1001,6 +1000,21 @@ static int a2a_runnable(call_t *k, int algo, size_t bytes) {
                        ? HCOMM__ALGO_NATIVE
                        : HCOMM__ALGO_PAIRWISE,
                    "direct needs cross-memory reads", bytes);
+}
+
+/* A rank with a block whose count or displacement exceeds INT_MAX (every rank knows it from
+ * the agreement) rules out the mpi transport's native call, whose arguments are ints: pairwise
+ * runs instead, or, where only native is allowed, every rank fails alike. */
+static hcomm_result_t a2a_narrow(call_t *k, bool wide_any, int *algo, size_t most) {
+    if (!wide_any || *algo != HCOMM__ALGO_NATIVE || shm_coll(k->c))
+        return HCOMM_OK;
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    if (!hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_PAIRWISE))
+        return hcomm__err(HCOMM_ERR_UNSUPPORTED, k->c->call_fn,
+                          "a rank's count or displacement exceeds INT_MAX, the most an MPI call "
+                          "takes, and only the native algorithm is allowed (allow pairwise)");
+    *algo = a2a_set(k, HCOMM__ALGO_PAIRWISE, "counts beyond MPI's int", most);
+    return HCOMM_OK;
 }
 
 /* After the agreement found a mismatch: every rank tells each peer what it sends it, and
@@ -1053,6 +1067,7 @@ static hcomm_result_t a2a_agree(call_t *k, hcomm__a2a_t *v, int *algo) {
     size_t most = hcomm__a2a_largest(all); /* every block is below 2 * most */
     if (*algo < 0)
         *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
+    HCOMM__TRY(a2a_narrow(k, all[HCOMM__A2A_WIDE] != 0, algo, most));
     v->lane = hcomm__lane_payload(k->c) > 0 && 2 * most <= HCOMM__A2A_LANE_BLOCK(k->c);
     return HCOMM_OK;
 }
@@ -1065,12 +1080,13 @@ static hcomm_result_t a2a_pair(call_t *k, hcomm__a2a_t *v, int *algo, bool *done
         a2a_set(k, HCOMM__ALGO_COUNT, "undecided until the sizes are agreed", 0);
     k->a->agreements++;
     hcomm__xfer_t x = xfer_of(k);
-    HCOMM__TRY(hcomm__a2a_pair(&x, v, &most, done));
+    bool wide_any = false;
+    HCOMM__TRY(hcomm__a2a_pair(&x, v, &most, &wide_any, done));
     if (*done)
         *algo = a2a_set(k, HCOMM__ALGO_PAIRWISE, "two ranks, both blocks in the agreement", most);
     else if (*algo < 0)
         *algo = a2a_runnable(k, choose(k, HCOMM__COLL_ALLTOALLV, most), most);
-    return HCOMM_OK;
+    return *done ? HCOMM_OK : a2a_narrow(k, wide_any, algo, most);
 }
 
 static hcomm_result_t a2a_native(call_t *k, const hcomm__a2a_t *v, bool agreed) {

@@ -821,13 +821,12 @@ static hcomm_result_t mpi_lane_post(hcomm_comm_t *c, int peer, uint32_t key, voi
     r->frame = r->data = MPI_REQUEST_NULL;
     r->heap = NULL;
     r->awaiting = false;
-    int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm,
-                                 &r->frame)
-                     : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm,
-                                 &r->data);
-    return rc == MPI_SUCCESS ? HCOMM_OK
-                             : mpi_fail(c->call_fn, is_send ? "MPI_Isend (lane)" : "MPI_Irecv (lane)",
-                                        rc);
+    int rc = is_send
+                 ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm, &r->frame)
+                 : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm, &r->data);
+    return rc == MPI_SUCCESS
+               ? HCOMM_OK
+               : mpi_fail(c->call_fn, is_send ? "MPI_Isend (lane)" : "MPI_Irecv (lane)", rc);
 }
 
 static bool mpi_lane_test(hcomm_comm_t *c, hcomm__treq_t *treq, hcomm_result_t *res, size_t *got) {
@@ -855,8 +854,9 @@ static bool mpi_world_aborted(hcomm_comm_t *c) {
 }
 
 /* Per world rank, gathered once per launch: a hash of its host name, its process id, and
- * the address of its cross-memory probe word (0: process_vm_readv does not work in it). The same gather carries the
- * digests of the algorithm-selection inputs (core/topo_spec.h): GATHERED words per rank. */
+ * the address of its cross-memory probe word (0: process_vm_readv does not work in it). The same
+ * gather carries the digests of the algorithm-selection inputs (core/topo_spec.h): GATHERED words
+ * per rank. */
 typedef struct node_info {
     uint64_t host;
     uint64_t pid;
@@ -903,8 +903,8 @@ static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remot
         ssize_t n = process_vm_readv(pid, &local, 1, &far, 1, 0);
         if (n <= 0)
             return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
-                              "process_vm_readv of %zu bytes from rank %d failed: %s",
-                              bytes - done, peer, n < 0 ? strerror(errno) : "nothing read");
+                              "process_vm_readv of %zu bytes from rank %d failed: %s", bytes - done,
+                              peer, n < 0 ? strerror(errno) : "nothing read");
         done += (size_t)n;
     }
     return HCOMM_OK;
@@ -1031,7 +1031,8 @@ static hcomm_result_t counts_to_int(const char *fn, const char *what, int size,
         snprintf(name, sizeof name, "%scounts[%d]", what, p);
         HCOMM__TRY(to_int(fn, name, counts[p], &icounts[p]));
         snprintf(name, sizeof name, "%sdispls[%d]", what, p);
-        HCOMM__TRY(to_int(fn, name, displs[p], &idispls[p]));
+        /* an empty block's displacement is never used: any value is valid */
+        HCOMM__TRY(to_int(fn, name, counts[p] ? displs[p] : 0, &idispls[p]));
         if (counts[p] > 0 && counts[p] + displs[p] > *extent)
             *extent = counts[p] + displs[p];
     }
