@@ -514,8 +514,9 @@ static bool is_reduction(int coll) {
  * twoshot by default (one copy per byte and phase; its address exchange and barriers take
  * p - 1 and 2 log p messages). Measured with scripts/regret-sweep.sh (medians of 3 interleaved
  * runs on 2 cores): on mpi faster than Open MPI's native all_reduce from 8 KiB with 2 processes
- * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), and with 4 (oversubscribed) from 2 MiB
- * (native 1.1-1.7x faster at 128 and 512 KiB, twoshot 1.3-2.7x faster at 2-128 MiB). On a
+ * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), but below 16 KiB behind rd on the lane
+ * (select.c; 8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, 3 runs), and with 4 (oversubscribed) from 2
+ * MiB (native 1.1-1.7x faster at 128 and 512 KiB, twoshot 1.3-2.7x faster at 2-128 MiB). On a
  * shared-memory transport (local) the native all_reduce allocates its reduced chunk afresh on
  * every call, which above malloc's mmap threshold costs a page fault per 4 KiB: twoshot beats
  * it from 8 MiB with 2 ranks (1.1-1.5x at 8-32 MiB, 2-3x at 128 MiB), from 32 MiB with 3-4,
@@ -523,7 +524,7 @@ static bool is_reduction(int coll) {
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
         return p <= 2 ? (size_t)8 << 20 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
-    return p <= 2 ? (size_t)8 << 10 : (size_t)2 << 20;
+    return p <= 2 ? (size_t)16 << 10 : (size_t)2 << 20;
 }
 
 static bool peer_reads(hcomm_comm_t *c) {

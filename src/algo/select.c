@@ -210,17 +210,20 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
  * 3 interleaved runs of 40 iterations): reduce_scatter rhd 1.9-2.6 us against 2.1-3.8 up to 2 KiB
  * (off: 1.7-3.1 against 2.4-4.9), still ahead at 32 KiB, behind at 128 KiB; broadcast tree
  * 1.5-1.8 us against 2.1 up to 512 B (even with it off), native ahead at 8 KiB; all_reduce
- * between rd's 4 KiB and twoshot's 8 KiB: rhd 3.4-8.5 us against native 7.6-35 at 6 KiB. With
+ * up to twoshot's 16 KiB: rd on the lane in pieces (below). With
  * more processes on 2 cores the native calls were as fast or faster. all_gather stays native:
  * rd was faster (1.4 against 2.1 us) only by skipping the signature agreement, which it must
  * not (coll.c's p2p_agree). */
 #define PAIR_REDUCESCATTER_MAX_BYTES ((size_t)32 << 10)
 #define PAIR_BROADCAST_MAX_BYTES 2048
-#define PAIR_ALLREDUCE_RHD_MAX_BYTES ((size_t)8 << 10) /* twoshot from here (coll.c) */
+/* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
+ * rhd and twoshot up to 8 KiB (8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, rhd 13.5-22.9; 3 runs)
+ * and behind twoshot at 16 KiB */
+#define PAIR_ALLREDUCE_RD_MAX_BYTES ((size_t)16 << 10) /* twoshot from here (coll.c) */
 
 static int pair_default(int coll, size_t bytes) {
-    if (coll == HCOMM__COLL_ALLREDUCE && bytes < PAIR_ALLREDUCE_RHD_MAX_BYTES)
-        return HCOMM__ALGO_RHD;
+    if (coll == HCOMM__COLL_ALLREDUCE && bytes < PAIR_ALLREDUCE_RD_MAX_BYTES)
+        return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= PAIR_REDUCESCATTER_MAX_BYTES)
         return HCOMM__ALGO_RHD;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
