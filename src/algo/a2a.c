@@ -317,17 +317,6 @@ static hcomm_result_t read_blocks(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
     return HCOMM_OK;
 }
 
-/* A read that failed here is told to the peers waiting in the barrier. */
-static hcomm_result_t tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
-    if (res == HCOMM_OK)
-        return res;
-    char text[256], keep[512];
-    snprintf(keep, sizeof keep, "%s", hcomm_last_error());
-    snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, hcomm__err_detail(x->c->call_fn));
-    hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
-    return hcomm__err_text(res, keep);
-}
-
 hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v) {
     size_t p = (size_t)x->c->size;
     desc_t *d = malloc(2 * p * sizeof *d);
@@ -340,7 +329,7 @@ hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v) 
         res = exchange_descs(x, d, d + p, reqs);
     if (res == HCOMM_OK) {
         self_copy(x, v, &b);
-        res = tell_peers(x, read_blocks(x, v, d + p, &b));
+        res = hcomm__x_tell_peers(x, read_blocks(x, v, d + p, &b));
     }
     if (res == HCOMM_OK)
         res = barrier(x);

@@ -43,6 +43,9 @@ void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
 hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes);
 /* Receives exactly bytes from peer; a different signature wins over a different size. */
 hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t bytes);
+/* A local failure (res) of a step whose peers wait for this rank next (in a barrier, say) is
+ * told to them, so they fail with HCOMM_ERR_PEER instead of waiting; returns res. */
+hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res);
 /* Sends to one peer and receives from another (or the same) at once. */
 hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
                                  int from, void *rbuf, size_t rbytes);
@@ -55,8 +58,8 @@ hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hc
 hcomm_result_t hcomm__ar_naive(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
                                hcomm_op_t op);
 /* all_reduce of send into recv (may alias) by direct reads; needs transport.peer_read_ok. */
-hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv,
-                                 size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op);
 /* all_gatherv around the ring: bytes[r] from rank r land at the sum of bytes[0..r) in buf,
  * where this rank's own block already is. */
 hcomm_result_t hcomm__agv_ring(const hcomm__xfer_t *x, void *buf, const size_t *bytes);

@@ -113,31 +113,19 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, 
     return HCOMM_OK;
 }
 
-/* A read that failed on this rank (res) is told to the peers waiting in the next barrier. */
-static hcomm_result_t tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
-    if (res == HCOMM_OK)
-        return res;
-    char text[256], keep[512];
-    snprintf(keep, sizeof keep, "%s", hcomm_last_error());
-    /* The peers' message names the call once. */
-    snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, hcomm__err_detail(x->c->call_fn));
-    hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
-    return hcomm__err_text(res, keep);
-}
-
-hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv,
-                                 size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op) {
     addrs_t *all = calloc((size_t)x->c->size, sizeof *all);
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses",
                           x->c->size);
     hcomm_result_t res = exchange_addrs(x, send, recv, all);
     if (res == HCOMM_OK)
-        res = tell_peers(x, reduce_block(x, all, send, recv, count, dt, op));
+        res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op));
     if (res == HCOMM_OK)
         res = barrier(x);
     if (res == HCOMM_OK)
-        res = tell_peers(x, gather_blocks(x, all, recv, count, dt));
+        res = hcomm__x_tell_peers(x, gather_blocks(x, all, recv, count, dt));
     if (res == HCOMM_OK)
         res = barrier(x);
     free(all);

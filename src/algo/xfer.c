@@ -1,6 +1,8 @@
 /* Block arithmetic and the p2p exchanges every algorithm uses. */
 #include "algo/algos.h"
 
+#include <stdio.h>
+
 void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
     size_t base = count / (size_t)p, rem = count % (size_t)p, rr = (size_t)r;
     *off = rr * base + (rr < rem ? rr : rem);
@@ -31,4 +33,15 @@ hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbu
     hcomm_result_t res = hcomm__x_recv(x, from, rbuf, rbytes);
     hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
     return res != HCOMM_OK ? res : sres;
+}
+
+hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
+    if (res == HCOMM_OK)
+        return res;
+    char text[256], keep[512];
+    snprintf(keep, sizeof keep, "%s", hcomm_last_error());
+    /* The peers' message names the call once. */
+    snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, hcomm__err_detail(x->c->call_fn));
+    hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
+    return hcomm__err_text(res, keep);
 }
