@@ -56,52 +56,52 @@ static size_t *block_sizes(const hcomm_moe_handle_t *h, size_t unit) {
     return v;
 }
 
-hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h, const void *own,
-                                     void *out, size_t rb) {
-    size_t *bytes = block_sizes(h, rb);
-    char *blocks = NULL;
-    hcomm_result_t res;
-    hcomm__enter(h->etp, fn);
-    if (bytes == NULL) {
-        res = hcomm__coll_fail(h->etp, hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts"));
-        goto done;
-    }
-    res = hcomm__moe_pool_get(h->pool, fn, (size_t)h->r_all * rb, (void **)&blocks);
-    if (res != HCOMM_OK) {
-        res = hcomm__coll_fail(h->etp, res);
-        goto done;
-    }
-    res = etp_mismatch(fn, hcomm__coll_all_gatherv(h->etp, own, blocks, bytes));
-    if (res == HCOMM_OK)
-        hcomm__moe_gather_rows(out, blocks, h->etp_perm, h->r_all, rb);
-done:
-    free(bytes);
+/* The per-member block sizes (rows * unit) and a pooled buffer of every row (rb bytes each),
+ * after hcomm__enter: a failure joins the expert-TP step (hcomm__coll_fail), so the members
+ * waiting in it fail too. */
+static hcomm_result_t etp_scratch(const char *fn, const hcomm_moe_handle_t *h, size_t unit,
+                                  size_t rb, size_t **sizes, char **blocks) {
+    *blocks = NULL;
+    *sizes = block_sizes(h, unit);
+    if (*sizes == NULL)
+        return hcomm__coll_fail(h->etp,
+                                hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts"));
+    hcomm_result_t res = hcomm__moe_pool_get(h->pool, fn, (size_t)h->r_all * rb, (void **)blocks);
+    return res == HCOMM_OK ? res : hcomm__coll_fail(h->etp, res);
+}
+
+static hcomm_result_t etp_done(const hcomm_moe_handle_t *h, size_t *sizes, char *blocks,
+                               hcomm_result_t res) {
+    free(sizes);
     hcomm__moe_pool_put(h->pool, blocks);
     return hcomm__leave(h->etp, res);
 }
 
+hcomm_result_t hcomm__moe_etp_gather(const char *fn, const hcomm_moe_handle_t *h, const void *own,
+                                     void *out, size_t rb) {
+    size_t *bytes;
+    char *blocks;
+    hcomm__enter(h->etp, fn);
+    hcomm_result_t res = etp_scratch(fn, h, rb, rb, &bytes, &blocks);
+    if (res == HCOMM_OK)
+        res = etp_mismatch(fn, hcomm__coll_all_gatherv(h->etp, own, blocks, bytes));
+    if (res == HCOMM_OK)
+        hcomm__moe_gather_rows(out, blocks, h->etp_perm, h->r_all, rb);
+    return etp_done(h, bytes, blocks, res);
+}
+
 hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h, const void *in,
                                      hcomm_dtype_t dt, int64_t cols, void *own) {
-    size_t es = hcomm__dtype_size(dt), rb = (size_t)cols * es;
-    size_t *counts = block_sizes(h, (size_t)cols);
-    char *blocks = NULL;
-    hcomm_result_t res;
+    size_t rb = (size_t)cols * hcomm__dtype_size(dt), *counts;
+    char *blocks;
     hcomm__enter(h->etp, fn);
-    if (counts == NULL) {
-        res = hcomm__coll_fail(h->etp, hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts"));
-        goto done;
+    hcomm_result_t res = etp_scratch(fn, h, (size_t)cols, rb, &counts, &blocks);
+    if (res == HCOMM_OK) {
+        hcomm__moe_scatter_rows(blocks, in, h->etp_perm, h->r_all, rb);
+        res = etp_mismatch(fn,
+                           hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM));
     }
-    res = hcomm__moe_pool_get(h->pool, fn, (size_t)h->r_all * rb, (void **)&blocks);
-    if (res != HCOMM_OK) {
-        res = hcomm__coll_fail(h->etp, res);
-        goto done;
-    }
-    hcomm__moe_scatter_rows(blocks, in, h->etp_perm, h->r_all, rb);
-    res = etp_mismatch(fn, hcomm__coll_reduce_scatterv(h->etp, blocks, own, counts, dt, HCOMM_SUM));
-done:
-    free(counts);
-    hcomm__moe_pool_put(h->pool, blocks);
-    return hcomm__leave(h->etp, res);
+    return etp_done(h, counts, blocks, res);
 }
 
 /* Fails unless every member's EP exchange succeeded with the same row layout, on the same
