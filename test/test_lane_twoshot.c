@@ -97,35 +97,6 @@ static double val(int r, size_t i, hcomm_op_t op) {
     return (double)((r * 7 + (int)(i % 13)) % 11) - 3.0;
 }
 
-static void put(hcomm_dtype_t dt, void *b, size_t i, double v) {
-    switch (dt) {
-    case HCOMM_F32:
-        ((float *)b)[i] = (float)v;
-        break;
-    case HCOMM_F64:
-        ((double *)b)[i] = v;
-        break;
-    case HCOMM_I32:
-        ((int32_t *)b)[i] = (int32_t)v;
-        break;
-    case HCOMM_I64:
-        ((int64_t *)b)[i] = (int64_t)v;
-        break;
-    default: { /* f16 / bf16 of a small integer: exact */
-        float f = (float)v;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if (dt == HCOMM_BF16) {
-            ((uint16_t *)b)[i] = (uint16_t)(u >> 16);
-        } else {
-            uint32_t s = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, mnt = u & 0x7fffff;
-            ((uint16_t *)b)[i] =
-                f == 0 ? (uint16_t)s : (uint16_t)(s | ((e - 112) << 10) | (mnt >> 13));
-        }
-    }
-    }
-}
-
 static double reference(int p, size_t i, hcomm_op_t op) {
     double acc = val(0, i, op);
     for (int q = 1; q < p; q++) {
@@ -146,7 +117,7 @@ static void check_values(hcomm_comm_t *c, const char *what, size_t n, hcomm_dtyp
     if (!s || !d)
         return;
     for (size_t i = 0; i < n; i++)
-        put(dt, s, i, val(r, i, op));
+        t_set_val(dt, s, i, val(r, i, op));
     hcomm_result_t res = hcomm_all_reduce(c, s, d, n, dt, op);
     T_CHECK(res == HCOMM_OK, "%s n=%zu dt=%d op=%d%s (world %d, rank %d): %s (%s)", what, n, dt, op,
             in_place ? " in place" : "", p, r, hcomm_result_name(res), hcomm_last_error());
