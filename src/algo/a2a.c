@@ -588,11 +588,17 @@ static int64_t pair_digest(int s, int d, size_t n) {
     return (int64_t)((h ^ (h >> 29)) >> 32);
 }
 
-/* The largest block rounded down to a power of two, capped as the agreement's bits are. */
-static size_t round_largest(size_t most) {
+/* The bit length of a block size, capped at what the agreement's terms hold. */
+static int bit_length(size_t most) {
     int bits = 0;
     while (bits < HCOMM__A2A_BITS - 1 && most >> bits)
         bits++;
+    return bits;
+}
+
+/* The largest block rounded down to a power of two, as hcomm__a2a_largest gives it. */
+static size_t round_largest(size_t most) {
+    int bits = bit_length(most);
     return bits ? (size_t)1 << (bits - 1) : 0;
 }
 
@@ -678,7 +684,6 @@ bool hcomm__a2a_wide(const hcomm__a2a_t *v, int p) {
 }
 
 void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *t) {
-    int bits = 0;
     size_t most = 0;
     memset(t, 0, sizeof(int64_t) * HCOMM__A2A_AGREE);
     for (int q = 0; q < p; q++) {
@@ -686,9 +691,7 @@ void hcomm__a2a_terms(const hcomm__a2a_t *v, int p, int me, int64_t *t) {
         most = v->scounts[q] > most ? v->scounts[q] : most;
         most = v->rcounts[q] > most ? v->rcounts[q] : most;
     }
-    while (bits < HCOMM__A2A_BITS - 1 && most >> bits)
-        bits++;
-    t[1 + bits] = 1;
+    t[1 + bit_length(most)] = 1;
     t[HCOMM__A2A_WIDE] = hcomm__a2a_wide(v, p);
 }
 
