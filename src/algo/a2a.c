@@ -35,13 +35,17 @@ static bool check_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int from, 
     return false;
 }
 
-static hcomm_result_t verdict(const hcomm__xfer_t *x, const bad_t *b) {
+/* what: what happened to the data ("that block was not moved", "no data was moved"). */
+static hcomm_result_t verdict_as(const hcomm__xfer_t *x, const bad_t *b, const char *what) {
     if (!b->set)
         return HCOMM_OK;
     return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
-                      "sendcounts[%d]=%zu on rank %d but recvcounts[%d]=%zu on rank %d; that "
-                      "block was not moved",
-                      b->receiver, b->sent, b->sender, b->sender, b->expected, b->receiver);
+                      "sendcounts[%d]=%zu on rank %d but recvcounts[%d]=%zu on rank %d; %s",
+                      b->receiver, b->sent, b->sender, b->sender, b->expected, b->receiver, what);
+}
+
+static hcomm_result_t verdict(const hcomm__xfer_t *x, const bad_t *b) {
+    return verdict_as(x, b, "that block was not moved");
 }
 
 static const char *sblock(const hcomm__a2a_t *v, int peer) {
@@ -619,12 +623,7 @@ static hcomm_result_t pair_verdict(const hcomm__xfer_t *x, const uint64_t *mine,
         if (w[1 - r][PAIR_TO] != w[r][PAIR_FROM]) /* 1 - r sends to r */
             note(&b, r, 1 - r, w[1 - r][PAIR_TO], w[r][PAIR_FROM]);
     }
-    if (!b.set)
-        return HCOMM_OK;
-    return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
-                      "sendcounts[%d]=%zu on rank %d but recvcounts[%d]=%zu on rank %d; no data "
-                      "was moved",
-                      b.receiver, b.sent, b.sender, b.sender, b.expected, b.receiver);
+    return verdict_as(x, &b, "no data was moved");
 }
 
 hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, size_t *largest,
