@@ -9,6 +9,9 @@
 # - under mpirun -np 2: raw MPI rows and hcomm/raw;
 # - bad options exit 2 with a message that names the problem.
 set -euo pipefail
+# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
+# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
+grep_all() { grep "$@" >/dev/null; }
 bench=$1/hcomm-bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -60,10 +63,10 @@ out=$(timeout 120 "$bench" moe_dispatch_combine -t 3 -b 64 -e 4K -f 8 -n 2 -w 1 
 echo "$out"
 echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
 echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
-echo "$out" | grep -q "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$" ||
+echo "$out" | grep_all "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$" ||
     fail "moe: auto/baseline"
 # T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
-echo "$out" | grep -q "received 128 B per rank (mean): auto [0-9.]* GB/s baseline [0-9.]* GB/s$" ||
+echo "$out" | grep_all "received 128 B per rank (mean): auto [0-9.]* GB/s baseline [0-9.]* GB/s$" ||
     fail "moe: received bytes line"
 out=$(timeout 60 "$bench" pp_send_recv -t 2 -b 1K -e 1K -n 2)
 echo "$out" | rows | awk '$6 == "p2p" && $10 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
@@ -106,8 +109,8 @@ done
 echo "$out" | rows | awk '$6 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "auto rows must name their choice"
 [ "$(echo "$out" | grep -c 'out-of-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* in-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$')" -eq 3 ] ||
     fail "a regret line per size"
-echo "$out" | grep -q '^# memcpy, every rank copying at once: 1048576 B in' || fail "memcpy line"
-echo "$out" | grep -q '^# Avg bus bandwidth    : [0-9.]*$' || fail "average busbw line"
+echo "$out" | grep_all '^# memcpy, every rank copying at once: 1048576 B in' || fail "memcpy line"
+echo "$out" | grep_all '^# Avg bus bandwidth    : [0-9.]*$' || fail "average busbw line"
 "$PY" - "$tmp/b.json" "$tmp/b.csv" <<'EOF' || fail "json/csv records"
 import csv, json, sys
 recs = json.load(open(sys.argv[1]))
@@ -133,10 +136,10 @@ assert len(c) == len(recs) and c[1]["algo"] == recs[1]["algo"], (len(c), len(rec
 EOF
 if command -v gnuplot >/dev/null; then
     timeout 60 "$bench" all_gather -t 2 -b 1K -e 4K -n 1 --algo=all --plot "$tmp/b.png" >/dev/null
-    head -c 8 "$tmp/b.png" | od -An -c | grep -q 'P   N   G' || fail "--plot wrote no PNG"
+    head -c 8 "$tmp/b.png" | od -An -c | grep_all 'P   N   G' || fail "--plot wrote no PNG"
 fi
 msg=$(PATH=/nonexistent "$bench" --plot "$tmp/x.png" 2>&1 >/dev/null) && fail "--plot without gnuplot ran"
-echo "$msg" | grep -q "needs gnuplot" || fail "--plot without gnuplot: '$msg'"
+echo "$msg" | grep_all "needs gnuplot" || fail "--plot without gnuplot: '$msg'"
 
 # all_to_all --algo all: a checked row per all_to_allv algorithm and size, auto naming its choice.
 out=$(timeout 120 "$bench" all_to_all --ranks=3 -b 8 -e 64K -f 64 -n 2 -w 1 -c 1 --algo all)
@@ -154,7 +157,7 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
     out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
         -b 8 -e 32K -f 64 -n 2 -w 1 --algo all --json "$tmp/m.json")
     echo "$out"
-    echo "$out" | grep -q '^# all_reduce, 2 ranks on mpi$' || fail "mpirun: header"
+    echo "$out" | grep_all '^# all_reduce, 2 ranks on mpi$' || fail "mpirun: header"
     echo "$out" | check_rows all_reduce 2 both || fail "mpirun rows"
     echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun: a raw row per size"
     [ "$(echo "$out" | grep -c 'hcomm/raw [0-9.]* busbw/memcpy [0-9.]* in-place: .* hcomm/raw [0-9.]* busbw')" -eq 3 ] ||
@@ -181,7 +184,7 @@ expect_msg() {
     rc=$?
     set -e
     [ "$rc" -eq 2 ] || fail "hcomm-bench $* exited $rc, expected 2 ($msg)"
-    echo "$msg" | grep -qF -- "$want" || fail "hcomm-bench $*: '$msg' does not say '$want'"
+    echo "$msg" | grep_all -F -- "$want" || fail "hcomm-bench $*: '$msg' does not say '$want'"
 }
 expect_msg "unknown option --bogus" --bogus
 expect_msg "unknown option --bogus" all_reduce -t 2 --bogus 3
@@ -213,7 +216,7 @@ expect_msg "-r 3: out of range 0..2 for 3 ranks" broadcast -t 3 -r 3 -b 8 -e 8
 expect_msg "dp_all_reduce reduces with sum or avg, not -o max" dp_all_reduce -o max
 expect_msg "moe_dispatch_combine combines f32, f64, f16 or bf16, not -d i32" moe_dispatch_combine -d i32
 v=$("$bench" --version)
-echo "$v" | grep -Eq '^hcomm-bench [0-9]+\.[0-9]+\.[0-9]+ \(hcomm library [0-9.]+; backends: local( mpi)?\)$' ||
+echo "$v" | grep_all -E '^hcomm-bench [0-9]+\.[0-9]+\.[0-9]+ \(hcomm library [0-9.]+; backends: local( mpi)?\)$' ||
     fail "--version: '$v'"
-"$bench" --help | grep -q -- "--algo A" || fail "--help"
+"$bench" --help | grep_all -- "--algo A" || fail "--help"
 echo "bench test passed"

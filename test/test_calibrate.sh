@@ -13,6 +13,9 @@
 # - under mpirun -np 2 every rank writes the same file and a run reading it succeeds; nodes
 #   that HCOMM_TOPO declares on one host get no inter class (mpi does not simulate them).
 set -euo pipefail
+# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
+# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
+grep_all() { grep "$@" >/dev/null; }
 bench=$1/hcomm-bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,13 +29,13 @@ out=$(timeout 120 "$bench" --calibrate "$tmp/one.txt" -t 2) || fail "--calibrate
 echo "$out"
 for k in intra.alpha_us intra.bw_GBps intra.reduce_GBps inter.reduce_GBps; do has "$tmp/one.txt" "$k"; done
 for k in inter.alpha_us inter.bw_GBps; do hasnt "$tmp/one.txt" "$k"; done
-echo "$out" | grep -q "^# intra: alpha [0-9.]* us, beta .* GB/s" || fail "no intra fit printed"
-echo "$out" | grep -q "^# wrote $tmp/one.txt:" || fail "no 'wrote' line"
+echo "$out" | grep_all "^# intra: alpha [0-9.]* us, beta .* GB/s" || fail "no intra fit printed"
+echo "$out" | grep_all "^# wrote $tmp/one.txt:" || fail "no 'wrote' line"
 log=$(HCOMM_TUNING_FILE="$tmp/one.txt" HCOMM_TOPO=mesh HCOMM_LOG_LEVEL=debug timeout 120 \
     "$bench" all_reduce -t 2 -b 64K -e 64K -n 2 -w 1 2>&1) || { echo "$log" | tail; fail "run with the calibrated file"; }
-echo "$log" | grep -q "cost model for allreduce of about [0-9]* bytes on 2 ranks.*native=[0-9.e+]* us" ||
+echo "$log" | grep_all "cost model for allreduce of about [0-9]* bytes on 2 ranks.*native=[0-9.e+]* us" ||
     { echo "$log" | tail; fail "the debug log shows no estimates"; }
-echo "$log" | grep -q "(cost model, estimate [0-9.e+]* us)" || fail "no per-call estimate logged"
+echo "$log" | grep_all "(cost model, estimate [0-9.e+]* us)" || fail "no per-call estimate logged"
 
 # 2. The simulated 2 nodes x 4 ranks: both classes.
 out=$(HCOMM_TOPO=nodes=2x4 timeout 300 "$bench" --calibrate="$tmp/two.txt" -t 8) ||
@@ -40,7 +43,7 @@ out=$(HCOMM_TOPO=nodes=2x4 timeout 300 "$bench" --calibrate="$tmp/two.txt" -t 8)
 echo "$out" | grep "^# inter: alpha"
 for k in intra.alpha_us intra.bw_GBps inter.alpha_us inter.bw_GBps inter.reduce_GBps; do has "$tmp/two.txt" "$k"; done
 HCOMM_TUNING_FILE="$tmp/two.txt" HCOMM_TOPO=nodes=2x4 timeout 300 "$bench" all_reduce -t 8 \
-    -b 1K -e 1M -f 32 -n 2 -w 0 | grep -q "^# Avg bus bandwidth" || fail "run reading the 2x4 file"
+    -b 1K -e 1M -f 32 -n 2 -w 0 | grep_all "^# Avg bus bandwidth" || fail "run reading the 2x4 file"
 
 # 3. Inter-node bandwidth 10x below intra: hier from 1 MiB (every rank checks its values).
 printf 'intra.alpha_us = 2\nintra.bw_GBps = 10\ninter.alpha_us = 20\ninter.bw_GBps = 1\n' >"$tmp/slow.txt"
@@ -56,7 +59,7 @@ out=$(HCOMM_TUNING_FILE="$tmp/bad.txt" timeout 60 "$bench" all_reduce -t 2 -b 8 
 rc=$?
 set -e
 [ "$rc" -ne 0 ] || fail "a malformed tuning file was accepted"
-echo "$out" | grep -q "HCOMM_TUNING_FILE=\"$tmp/bad.txt\" line 3 is not" || { echo "$out"; fail "no line number"; }
+echo "$out" | grep_all "HCOMM_TUNING_FILE=\"$tmp/bad.txt\" line 3 is not" || { echo "$out"; fail "no line number"; }
 # Values with no finite, nonzero seconds (per byte), and a directory, are refused too (they
 # were taken: the model's estimates went infinite, or the defaults ran, without a word); a
 # comment line longer than any buffer is one line (it was split, the rest refused as line 2).
@@ -65,7 +68,7 @@ refused() { # FILE WHAT
     out=$(HCOMM_TUNING_FILE="$1" timeout 60 "$bench" all_reduce -t 2 -b 8 -e 8 -n 1 2>&1)
     rc=$?
     set -e
-    [ "$rc" -ne 0 ] && echo "$out" | grep -q "HCOMM_TUNING_FILE=\"$1\" $2" ||
+    [ "$rc" -ne 0 ] && echo "$out" | grep_all "HCOMM_TUNING_FILE=\"$1\" $2" ||
         { echo "$out"; fail "HCOMM_TUNING_FILE=$1: rc $rc, expected a refusal '$2'"; }
 }
 printf 'intra.alpha_us = 2\ninter.bw_GBps = 1e-320\n' >"$tmp/tiny.txt"
@@ -81,7 +84,7 @@ set +e
 out=$(timeout 60 "$bench" --calibrate "$tmp/no/such/dir/f.txt" -t 2 2>&1)
 rc=$?
 set -e
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "cannot write the file" || { echo "$out"; fail "unwritable FILE: rc $rc"; }
+[ "$rc" -eq 2 ] && echo "$out" | grep_all "cannot write the file" || { echo "$out"; fail "unwritable FILE: rc $rc"; }
 
 # A symbolic link as FILE stays a link and its target gets the text (the rename replaced the
 # link by a regular file; it would have replaced /dev/null alike).
@@ -104,7 +107,7 @@ out=$(timeout 120 "${mpi[@]}" "$bench" --calibrate "$tmp/mpi.txt") || fail "mpi 
 echo "$out" | grep "^# intra: alpha"
 has "$tmp/mpi.txt" intra.bw_GBps
 HCOMM_TUNING_FILE="$tmp/mpi.txt" timeout 120 "${mpi[@]}" -x HCOMM_TUNING_FILE "$bench" all_reduce \
-    -b 8 -e 1M -f 64 -n 2 -w 1 | grep -q "^# Avg bus bandwidth" || fail "mpi run reading the file"
+    -b 8 -e 1M -f 64 -n 2 -w 1 | grep_all "^# Avg bus bandwidth" || fail "mpi run reading the file"
 # 6. Nodes declared by HCOMM_TOPO on one host: mpi does not simulate their links, so no inter
 #    class is written (it wrote the shared-memory link's figures as inter-node ones).
 out=$(HCOMM_TOPO=nodes=1,1 timeout 120 "${mpi[@]}" -x HCOMM_TOPO "$bench" --calibrate "$tmp/decl.txt") ||

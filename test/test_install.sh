@@ -3,6 +3,9 @@
 # find_package(hcomm) and with pkg-config, and checks that nothing installed can clash with
 # Huawei CANN's own hcomm (lib64/libhcomm.so, include/hcomm/hcomm_res.h, HcommResult, ...).
 set -euo pipefail
+# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
+# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
+grep_all() { grep "$@" >/dev/null; }
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -24,7 +27,7 @@ bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBR]/ && $3 !~ /^hcomm_/ && $3 
 if grep -rE 'HcommResult|HcommTeamCreate|HCOMM_TEAM_|HCOMM_CHANNEL_' "$prefix/include"; then
     fail "a public header defines a name CANN uses"
 fi
-nm -D --defined-only "$lib" | grep -q ' hcomm__' && fail "internal hcomm__ symbols are exported"
+nm -D --defined-only "$lib" | grep_all ' hcomm__' && fail "internal hcomm__ symbols are exported"
 
 # A sanitized hcomm needs sanitized consumers (the runtime must come first).
 san=${HCOMM_SANITIZE:+-fsanitize=$HCOMM_SANITIZE}
@@ -43,17 +46,17 @@ cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_
 cmake --build "$tmp/app/build" >> "$tmp/app.log" 2>&1 || { cat "$tmp/app.log"; fail "consumer build failed"; }
 out=$(LD_LIBRARY_PATH="$(dirname "$lib")" HCOMM_BACKEND=local "$tmp/app/build/app")
 echo "$out"
-echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "quickstart output wrong: $out"
+echo "$out" | grep_all "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "quickstart output wrong: $out"
 
 # Consumer 2: pkg-config, built as the README says; it must start without LD_LIBRARY_PATH
 # (the .pc file's rpath finds the library in this non-system prefix).
 export PKG_CONFIG_PATH="$(dirname "$lib")/pkgconfig"
 cc -std=c11 $san "$src/examples/quickstart.c" -o "$tmp/app-pc" $(pkg-config --cflags --libs hcomm) || fail "pkg-config build failed"
 out=$(env -u LD_LIBRARY_PATH HCOMM_BACKEND=local "$tmp/app-pc" 2>&1) || fail "the pkg-config binary did not start without LD_LIBRARY_PATH: $out"
-echo "$out" | grep -q "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "pkg-config binary output: $out"
+echo "$out" | grep_all "rank 0 gathered row 1: 10 11 12 13 14 15" || fail "pkg-config binary output: $out"
 # ldd's whole output first: grep -q closing the pipe early would fail it under pipefail.
 deps=$(ldd "$tmp/app-pc")
-echo "$deps" | grep -q "libhcomm-c.so.0 => $prefix" || fail "the binary does not load the installed library: $(echo "$deps" | grep hcomm)"
+echo "$deps" | grep_all "libhcomm-c.so.0 => $prefix" || fail "the binary does not load the installed library: $(echo "$deps" | grep hcomm)"
 
 # The version: headers, library and tools agree with CMake's project version; LICENSE and the
 # package metadata say MIT.

@@ -8,6 +8,9 @@
 # - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO or tuning files fail at launch on every
 #   rank, naming the variable.
 set -euo pipefail
+# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
+# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
+grep_all() { grep "$@" >/dev/null; }
 build=$1
 prog=$build/test/test_hier
 fail() { echo "FAIL: $*"; exit 1; }
@@ -19,7 +22,7 @@ expect_fail() { # expect_fail MUST_SAY cmd...: the command fails and its output 
     rc=$?
     set -e
     [ "$rc" -ne 0 ] || fail "$* succeeded; expected a failure saying: $say"
-    echo "$out" | grep -qF -- "$say" || { echo "$out" | tail -20; fail "$* did not say: $say"; }
+    echo "$out" | grep_all -F -- "$say" || { echo "$out" | tail -20; fail "$* did not say: $say"; }
 }
 
 "$prog" --tuning
