@@ -67,6 +67,36 @@ static void expect_mismatch(hcomm_comm_t *c, hcomm_result_t got, const char *fn,
     expect_error(got, HCOMM_ERR_MISMATCH, head, t_rank(c), t_size(c), parts, 1);
 }
 
+/* The calls two mpi processes run as one exchange (all_gather, reduce_scatter, broadcast):
+ * counts that differ in the first message and only after several lane pieces (BIG / 2 bytes
+ * and more); the receive buffer stays untouched. */
+static hcomm_result_t small_mismatches(hcomm_comm_t *c, unsigned char *a, unsigned char *b,
+                                       size_t cap) {
+    int r = t_rank(c), p = t_size(c);
+    size_t big = cap / (size_t)p, half = big / 2;
+    char want[2][32];
+    snprintf(want[0], sizeof want[0], "bytes=%zu", big);
+    snprintf(want[1], sizeof want[1], "bytes=%zu", half);
+    memset(b, 0xA5, cap);
+    expect_mismatch(c, hcomm_all_gather(c, a, b, r == 0 ? 8 : 5), "hcomm_all_gather", "bytes=8",
+                    "bytes=5");
+    expect_mismatch(c, hcomm_all_gather(c, a, b, r == 0 ? big : half), "hcomm_all_gather", want[0],
+                    want[1]);
+    size_t changed = 0;
+    for (size_t i = 0; i < cap; i++)
+        changed += b[i] != 0xA5;
+    T_CHECK(changed == 0, "all_gather mismatch (world %d, rank %d): %zu bytes of recvbuf written",
+            p, r, changed);
+    T_TRY(all_reduce_works(c, "an all_gather bytes mismatch"));
+    expect_mismatch(c, hcomm_reduce_scatter(c, a, b, r == 0 ? 8 : 5, HCOMM_F32, HCOMM_SUM),
+                    "hcomm_reduce_scatter", "recvcount=8", "recvcount=5");
+    T_TRY(all_reduce_works(c, "a reduce_scatter count mismatch"));
+    expect_mismatch(c, hcomm_broadcast(c, a, r == 0 ? big : 16, 0), "hcomm_broadcast", want[0],
+                    "bytes=16");
+    T_TRY(all_reduce_works(c, "a broadcast bytes mismatch"));
+    return HCOMM_OK;
+}
+
 static hcomm_result_t mismatches(hcomm_comm_t *c) {
     enum { BIG = 2000 }; /* past hcomm's own small all_reduce: the agreement before native */
     int r = t_rank(c);
@@ -90,6 +120,7 @@ static hcomm_result_t mismatches(hcomm_comm_t *c) {
     expect_mismatch(c, hcomm_broadcast(c, a, 16, r == 0 ? 0 : 1), "hcomm_broadcast", "root=0",
                     "root=1");
     T_TRY(all_reduce_works(c, "a broadcast root mismatch"));
+    T_TRY(small_mismatches(c, (unsigned char *)a, (unsigned char *)b, BIG * sizeof(float)));
     free(a);
     free(b);
     return HCOMM_OK;

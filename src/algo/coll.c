@@ -581,6 +581,17 @@ static hcomm__xfer_t xfer_of(call_t *k) {
         .c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig}, .check = xfer_check, .call = k};
 }
 
+/* Two ranks on a lane run the one-exchange algorithms (rd all_gather, rhd reduce_scatter, tree
+ * broadcast) as pair.c's exchange, which checks the signature in its messages. */
+static bool on_pair_lane(const call_t *k, int algo) {
+    int want = k->sig.call == CALL_ALL_GATHER       ? HCOMM__ALGO_RD
+               : k->sig.call == CALL_REDUCE_SCATTER ? HCOMM__ALGO_RHD
+               : k->sig.call == CALL_BROADCAST      ? HCOMM__ALGO_TREE
+                                                    : -1;
+    return k->c->size == 2 && (algo & ~HCOMM__ALGO_DET) == want && !shm_coll(k->c) &&
+           hcomm__lane_payload(k->c) > 0;
+}
+
 /* Before an algorithm over p2p the ranks agree on the signature, as before a native call:
  * the envelopes alone would not tell a rank that only sends (a broadcast root, a gather leaf)
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
@@ -599,8 +610,9 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
     int mode =
         algo == HCOMM__ALGO_NATIVE || check_mode() == CHECK_OFF ? check_mode() : CHECK_ALWAYS;
     if (!shm_coll(c))
-        return algo == HCOMM__ALGO_RD && k->sig.call == CALL_ALL_REDUCE ? HCOMM_OK
-                                                                        : agree_as(k, mode);
+        return (algo == HCOMM__ALGO_RD && k->sig.call == CALL_ALL_REDUCE) || on_pair_lane(k, algo)
+                   ? HCOMM_OK
+                   : agree_as(k, mode);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
@@ -745,6 +757,8 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
     hcomm__xfer_t x = xfer_of(r->k);
+    if (!r->counts && on_pair_lane(r->k, r->algo))
+        return hcomm__pair_reduce_scatter(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_HIER && !r->counts)
         return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
@@ -801,6 +815,10 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     int algo = choose(&k, HCOMM__COLL_ALLGATHER, bytes_per_rank * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank));
+    if (on_pair_lane(&k, algo)) {
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__pair_all_gather(&x, sendbuf, recvbuf, bytes_per_rank));
+    }
     hcomm_result_t res = p2p_agree(&k, algo); /* native: as before */
     if (res != HCOMM_OK || algo == HCOMM__ALGO_NATIVE)
         return call_end(&k, res == HCOMM_OK
@@ -843,8 +861,10 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
         hcomm_result_t res = agree(&k);
         return call_end(&k, res == HCOMM_OK ? c->tr->native->broadcast(c, buf, bytes, root) : res);
     }
-    hcomm_result_t res = p2p_agree(&k, algo);
     hcomm__xfer_t x = xfer_of(&k);
+    if (on_pair_lane(&k, algo))
+        return call_end(&k, hcomm__pair_broadcast(&x, buf, bytes, root, check_mode() != CHECK_OFF));
+    hcomm_result_t res = p2p_agree(&k, algo);
     return call_end(&k, res == HCOMM_OK ? hcomm__bc_run(&x, algo, buf, bytes, root) : res);
 }
 

@@ -205,17 +205,23 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
 }
 
 /* Between two processes on a transport without shared-memory collectives (mpi), small calls
- * run hcomm's own single exchange (one message each way; one send for broadcast) instead of
- * Open MPI's call. Measured with scripts/regret-sweep.sh (mpi, 2 processes, 2 cores, medians of
- * 3 interleaved runs of 40 iterations): reduce_scatter rhd 1.9-2.6 us against 2.1-3.8 up to 2 KiB
- * (off: 1.7-3.1 against 2.4-4.9), still ahead at 32 KiB, behind at 128 KiB; broadcast tree
- * 1.5-1.8 us against 2.1 up to 512 B (even with it off), native ahead at 8 KiB; all_reduce
- * up to twoshot's 16 KiB: rd on the lane in pieces (below). With
- * more processes on 2 cores the native calls were as fast or faster. all_gather stays native:
- * rd was faster (1.4 against 2.1 us) only by skipping the signature agreement, which it must
- * not (coll.c's p2p_agree). */
+ * run hcomm's own single exchange instead of Open MPI's call: rd all_reduce, rd all_gather, rhd
+ * reduce_scatter and tree broadcast, one lane message each way per 3968-byte piece with the
+ * signature inside, so no agreement runs first (coll.c, pair.c). The native path pays the
+ * agreement and Open MPI's nonblocking collective (hcomm keeps its calls abortable), which is
+ * about twice the blocking call's time at small sizes. Measured with hcomm-bench --algo (mpi, 2
+ * processes, 2 cores, checking on): all_gather rd 1.2 us against native 2.8 and raw
+ * MPI_Allgather 1.1 at 8 B, 5.4 against 6.0 (raw 5.4) at 16 KiB, behind from 32 KiB (8.4
+ * against 7.3); reduce_scatter rhd 1.3 against 3.2 (raw 1.3) at 8 B, 9.3 against 15.5 (raw
+ * 10.0) at 32 KiB; broadcast tree 1.1 against 2.5 (raw 1.0) at 8 B, 2.1 against 4.8 (raw 3.3) at
+ * 4 KiB, at 8 KiB ahead in one run and behind in another (8.2 against 6.4 us). With checking
+ * off a broadcast's receiver does not answer, as in MPI_Bcast. Messages over 256 bytes (payload
+ * plus hcomm's 64-byte header) leave Open MPI's inline path (btl_vader_max_inline_send), so from
+ * 192-byte pieces hcomm's exchange pays that step where the raw call's does from 256. With more
+ * processes on 2 cores the native calls were as fast or faster. */
 #define PAIR_REDUCESCATTER_MAX_BYTES ((size_t)32 << 10)
-#define PAIR_BROADCAST_MAX_BYTES 2048
+#define PAIR_BROADCAST_MAX_BYTES ((size_t)4 << 10)
+#define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
  * rhd and twoshot up to 8 KiB (8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, rhd 13.5-22.9; 3 runs)
  * and behind twoshot at 16 KiB */
@@ -228,6 +234,8 @@ static int pair_default(int coll, size_t bytes) {
         return HCOMM__ALGO_RHD;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
         return HCOMM__ALGO_TREE;
+    if (coll == HCOMM__COLL_ALLGATHER && bytes <= PAIR_ALLGATHER_MAX_BYTES)
+        return HCOMM__ALGO_RD;
     return -1;
 }
 

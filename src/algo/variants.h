@@ -6,7 +6,8 @@
  *             the extra ranks of a non-power-of-two group folded into a neighbour first;
  *   bcast.c   broadcast as a binomial scatter + ring all_gather (van de Geijn; Thakur et al.
  *             2005, 4.1) and as a pipelined chain;
- *   determ.c  deterministic mode: every reduction gives the serial rank-order bits.
+ *   determ.c  deterministic mode: every reduction gives the serial rank-order bits;
+ *   pair.c    two ranks on the lane: all_gather, reduce_scatter, broadcast in one exchange.
  * Blocks and offsets are size_t (hcomm__block); every function handles zero sizes, sizes that
  * do not divide the group, and fewer elements than ranks. */
 #ifndef HCOMM_C_ALGO_VARIANTS_H_
@@ -32,6 +33,18 @@ hcomm_result_t hcomm__bc_run(const hcomm__xfer_t *x, int algo, void *buf, size_t
 hcomm_result_t hcomm__bc_chain(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 hcomm_result_t hcomm__bc_scatter_allgather(const hcomm__xfer_t *x, void *buf, size_t bytes,
                                            int root);
+
+/* Two ranks on a lane (pair.c; hcomm__lane_payload > 0): one exchange per lane piece, each
+ * message carrying the signature, so no agreement runs first. all_gather of bytes per rank
+ * (send may be recv's own block); reduce_scatter of count elements per rank (recv may alias
+ * send), rank 0's operand op rank 1's: the serial reduction's bits; broadcast from root. */
+hcomm_result_t hcomm__pair_all_gather(const hcomm__xfer_t *x, const void *send, void *recv,
+                                      size_t bytes);
+hcomm_result_t hcomm__pair_reduce_scatter(const hcomm__xfer_t *x, const void *send, void *recv,
+                                          size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+/* answer: the receiver sends its signature back (checking on); else the root only sends. */
+hcomm_result_t hcomm__pair_broadcast(const hcomm__xfer_t *x, void *buf, size_t bytes, int root,
+                                     bool answer);
 
 /* Deterministic mode (determ.c). reduce_scatterv: the owner of block b receives every rank's
  * part of it and reduces them in rank order. */

@@ -258,12 +258,28 @@ static hcomm_result_t drop_failed(run_t *R, algo_row_t *a, hcomm_result_t res) {
     return HCOMM_OK;
 }
 
-/* Warm-up and timed iterations, one call of each live algorithm in turn. */
+/* The order of iteration i's calls: a shuffle every rank computes alike (the seed is i). A
+ * fixed order would give each row the cache state its predecessor leaves: at 128 KiB-2 MiB
+ * auto after bruck measured 10-20% behind the same native call after raw. */
+static void shuffle(int *order, int n, int i) {
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    for (int k = 0; k < n; k++)
+        order[k] = k;
+    for (int k = n - 1; k > 0; k--) {
+        x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
+        int j = (int)(x % (uint64_t)(k + 1)), t = order[k];
+        order[k] = order[j];
+        order[j] = t;
+    }
+}
+
+/* Warm-up and timed iterations, one call of each live algorithm in turn, in shuffled order. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
-    int iters = R->o->iters;
-    for (int i = -R->o->warmup; i < iters; i++)
-        for (int k = 0; k < R->nalgos; k++) {
-            algo_row_t *a = &R->algos[k];
+    int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS];
+    for (int i = -R->o->warmup; i < iters; i++) {
+        shuffle(order, n, i + R->o->warmup);
+        for (int j = 0; j < n; j++) {
+            algo_row_t *a = &R->algos[order[j]];
             if (a->dead)
                 continue;
             HCOMM__TRY(select_algo(R, a));
@@ -281,6 +297,7 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             if (got)
                 *chosen = got;
         }
+    }
     return HCOMM_OK;
 }
 
