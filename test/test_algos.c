@@ -321,6 +321,7 @@ static const algo_case_t cases[] = {
     {"reducescatter:native", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:rhd", HCOMM__COLL_REDUCESCATTER},
+    {"reducescatter:rd", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
     {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
@@ -335,6 +336,7 @@ static const algo_case_t cases[] = {
     {"broadcast:tree", HCOMM__COLL_BROADCAST},
     {"broadcast:chain", HCOMM__COLL_BROADCAST},
     {"broadcast:scatter_allgather", HCOMM__COLL_BROADCAST},
+    {"broadcast:rd", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
 };

@@ -347,7 +347,9 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  e.g. "allreduce:ring;allgather:^ring". Collectives: allreduce, allgather, reducescatter,
  *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv, alltoallv (also spelled
  *  alltoall; see hcomm_all_to_allv). Algorithms: native (the backend's own), rd (recursive
- *  doubling; all_gather(v) on a group that is not a power of two runs Bruck), ring, rhd
+ *  doubling; all_gather(v) on a group that is not a power of two runs Bruck; broadcast merges
+ *  what partners hold; reduce_scatter is an all_reduce of the whole vector, for small
+ *  vectors), ring, rhd
  *  (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
  *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct, hier
  *  (two levels over the nodes of hcomm/topo.h: allreduce, allgather, reducescatter,

@@ -363,7 +363,26 @@ typedef struct rd {
     hcomm_dtype_t dt;
     hcomm_op_t op;
     bool lane; /* messages take the transport's lane: acc and tmp have HCOMM__LANE_HDR before */
+    /* nblocks > 0: a union instead of a reduction (rd_union): nblocks blocks of `block` bytes,
+     * then one byte per block saying whether this vector holds it */
+    int nblocks;
+    size_t block;
 } rd_t;
+
+/* acc op= what the partner sent: a reduction, or the union of the blocks both hold. */
+static void rd_merge(rd_t *d) {
+    if (d->nblocks == 0) {
+        hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
+        return;
+    }
+    unsigned char *acc = d->acc, *has = acc + d->block * (size_t)d->nblocks,
+                  *got = d->tmp + d->block * (size_t)d->nblocks;
+    for (int q = 0; q < d->nblocks; q++)
+        if (got[q] && !has[q]) {
+            memcpy(acc + d->block * (size_t)q, d->tmp + d->block * (size_t)q, d->block);
+            has[q] = 1;
+        }
+}
 
 /* Compares a partner's signature with this call; a difference is reported to every peer. */
 static hcomm_result_t check_sig(rd_t *d, int peer, const hcomm__sig_t *sig) {
@@ -434,7 +453,7 @@ static hcomm_result_t rd_run(rd_t *d) {
     }
     if (rank < 2 * rem) {
         HCOMM__TRY(rd_recv(d, rank - 1));
-        hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
+        rd_merge(d);
         newrank = rank / 2;
     } else {
         newrank = rank - rem;
@@ -442,7 +461,7 @@ static hcomm_result_t rd_run(rd_t *d) {
     for (int mask = 1; mask < pof2; mask <<= 1) {
         int np = newrank ^ mask;
         HCOMM__TRY(rd_swap(d, np < rem ? np * 2 + 1 : np + rem));
-        hcomm__reduce(d->acc, d->tmp, d->count, d->dt, d->op);
+        rd_merge(d);
     }
     if (rank < 2 * rem)
         HCOMM__TRY(rd_send(d, rank - 1));
@@ -477,6 +496,69 @@ static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbu
         done += n;
     } while (done < count);
     return HCOMM_OK;
+}
+
+/* The most bytes of one vector that rd sends whole: one lane message, or RD_MAX_BYTES. */
+static size_t rd_room(const hcomm_comm_t *c) {
+    size_t lane = hcomm__lane_payload(c);
+    return lane && lane < RD_MAX_BYTES ? lane : RD_MAX_BYTES;
+}
+
+/* all_gather (nblocks = p blocks, own = this rank) or a broadcast piece (one block, own = 0 on
+ * the root, -1 elsewhere) by recursive doubling over the whole vector, which partners merge by
+ * union: log2 p steps in which every rank sends and receives, each message with the signature.
+ * block * nblocks + nblocks <= rd_room. out gets every block. */
+static hcomm_result_t rd_union(call_t *k, const void *mine, size_t block, int nblocks, int own,
+                               void *out) {
+    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + RD_MAX_BYTES],
+        acc[HCOMM__LANE_HDR + RD_MAX_BYTES];
+    size_t data = block * (size_t)nblocks;
+    rd_t d = {k,         acc + HCOMM__LANE_HDR,         tmp + HCOMM__LANE_HDR,
+              0,         data + (size_t)nblocks,        HCOMM_U8,
+              HCOMM_SUM, hcomm__lane_payload(k->c) > 0, nblocks,
+              block};
+    unsigned char *v = d.acc;
+    memset(v + data, 0, (size_t)nblocks);
+    if (own >= 0) {
+        if (block)
+            memcpy(v + block * (size_t)own, mine, block);
+        v[data + (size_t)own] = 1;
+    }
+    if (k->c->size > 1)
+        HCOMM__TRY(rd_run(&d));
+    if (data)
+        memcpy(out, v, data);
+    return HCOMM_OK;
+}
+
+/* broadcast by rd_union, a piece of up to rd_room - 1 bytes at a time. */
+static hcomm_result_t rd_broadcast(call_t *k, void *buf, size_t bytes, int root) {
+    size_t room = rd_room(k->c) - 1, done = 0;
+    bool mine = k->c->rank == root;
+    do {
+        size_t n = bytes - done < room ? bytes - done : room;
+        char *at = (char *)buf + done;
+        HCOMM__TRY(rd_union(k, at, n, 1, mine ? 0 : -1, at));
+        done += n;
+    } while (done < bytes);
+    return HCOMM_OK;
+}
+
+/* reduce_scatter by rd all_reduce of the whole vector, keeping this rank's block: for small
+ * vectors, where log2 p exchanges of all of it cost less than more steps of less. */
+static hcomm_result_t rd_reduce_scatter(call_t *k, const void *send, void *recv, size_t count,
+                                        hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), total = count * (size_t)k->c->size;
+    _Alignas(16) unsigned char small[RD_MAX_BYTES];
+    unsigned char *all = total * es <= sizeof small ? small : malloc(total * es);
+    if (!all)
+        return hcomm__err(HCOMM_ERR_NOMEM, k->c->call_fn, "cannot allocate %zu bytes", total * es);
+    hcomm_result_t res = rd_all_reduce(k, send, all, total, dt, op);
+    if (res == HCOMM_OK && count)
+        memcpy(recv, all + (size_t)k->c->rank * count * es, count * es);
+    if (all != small)
+        free(all);
+    return res;
 }
 
 /* Before a collective on a transport without posted checks: every rank agrees on the
@@ -515,8 +597,9 @@ static bool is_reduction(int coll) {
  * p - 1 and 2 log p messages). Measured with scripts/regret-sweep.sh (medians of 3 interleaved
  * runs on 2 cores): on mpi faster than Open MPI's native all_reduce from 8 KiB with 2 processes
  * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), but below 16 KiB behind rd on the lane
- * (select.c; 8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, 3 runs), and with 4 (oversubscribed) from 2
- * MiB (native 1.1-1.7x faster at 128 and 512 KiB, twoshot 1.3-2.7x faster at 2-128 MiB). On a
+ * (select.c; 8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, 3 runs), and with 4 (oversubscribed) from
+ * 512 KiB (medians of 3 interleaved runs: at 128 KiB native 282 us, twoshot 294; at 512 KiB
+ * twoshot 850-829, native 927-1195; twoshot 1.3-2.7x faster at 2-128 MiB). On a
  * shared-memory transport (local) the native all_reduce allocates its reduced chunk afresh on
  * every call, which above malloc's mmap threshold costs a page fault per 4 KiB: twoshot beats
  * it from 8 MiB with 2 ranks (1.1-1.5x at 8-32 MiB, 2-3x at 128 MiB), from 32 MiB with 3-4,
@@ -524,7 +607,7 @@ static bool is_reduction(int coll) {
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
         return p <= 2 ? (size_t)8 << 20 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
-    return p <= 2 ? (size_t)16 << 10 : (size_t)2 << 20;
+    return p <= 2 ? (size_t)16 << 10 : (size_t)512 << 10;
 }
 
 static bool peer_reads(hcomm_comm_t *c) {
@@ -592,6 +675,33 @@ static bool on_pair_lane(const call_t *k, int algo) {
            hcomm__lane_payload(k->c) > 0;
 }
 
+/* all_gather's rd among more than two ranks sends the whole vector on a lane where it fits
+ * one message (rd_union). */
+static bool ag_rd_whole(const call_t *k, int algo) {
+    hcomm_comm_t *c = k->c;
+    size_t p = (size_t)c->size, room = rd_room(c);
+    return algo == HCOMM__ALGO_RD && p > 2 && p < room && !shm_coll(c) &&
+           hcomm__lane_payload(c) > 0 && k->sig.count <= (room - p) / p;
+}
+
+/* The calls whose every message takes the lane and carries the signature, every rank sending
+ * and receiving in every step, so that ranks that disagree meet and see it: no agreement first.
+ * (All_reduce's rd, on any transport without posted checks: p2p_agree.) */
+static bool checks_in_messages(const call_t *k, int algo) {
+    bool lane = !shm_coll(k->c) && hcomm__lane_payload(k->c) > 0;
+    switch (k->sig.call) {
+    case CALL_ALL_REDUCE:
+        return algo == HCOMM__ALGO_RD;
+    case CALL_REDUCE_SCATTER:
+    case CALL_BROADCAST:
+        return (lane && algo == HCOMM__ALGO_RD) || on_pair_lane(k, algo);
+    case CALL_ALL_GATHER:
+        return on_pair_lane(k, algo) || ag_rd_whole(k, algo);
+    default:
+        return false;
+    }
+}
+
 /* Before an algorithm over p2p the ranks agree on the signature, as before a native call:
  * the envelopes alone would not tell a rank that only sends (a broadcast root, a gather leaf)
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
@@ -610,9 +720,7 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
     int mode =
         algo == HCOMM__ALGO_NATIVE || check_mode() == CHECK_OFF ? check_mode() : CHECK_ALWAYS;
     if (!shm_coll(c))
-        return (algo == HCOMM__ALGO_RD && k->sig.call == CALL_ALL_REDUCE) || on_pair_lane(k, algo)
-                   ? HCOMM_OK
-                   : agree_as(k, mode);
+        return checks_in_messages(k, algo) ? HCOMM_OK : agree_as(k, mode);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
@@ -759,6 +867,8 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     hcomm__xfer_t x = xfer_of(r->k);
     if (!r->counts && on_pair_lane(r->k, r->algo))
         return hcomm__pair_reduce_scatter(&x, r->send, r->recv, r->out, r->dt, r->op);
+    if (!r->counts && r->algo == HCOMM__ALGO_RD) /* not deterministic: that flag runs below */
+        return rd_reduce_scatter(r->k, r->send, r->recv, r->out, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_HIER && !r->counts)
         return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
@@ -819,6 +929,8 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
         hcomm__xfer_t x = xfer_of(&k);
         return call_end(&k, hcomm__pair_all_gather(&x, sendbuf, recvbuf, bytes_per_rank));
     }
+    if (ag_rd_whole(&k, algo))
+        return call_end(&k, rd_union(&k, sendbuf, bytes_per_rank, c->size, c->rank, recvbuf));
     hcomm_result_t res = p2p_agree(&k, algo); /* native: as before */
     if (res != HCOMM_OK || algo == HCOMM__ALGO_NATIVE)
         return call_end(&k, res == HCOMM_OK
@@ -865,7 +977,10 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     if (on_pair_lane(&k, algo))
         return call_end(&k, hcomm__pair_broadcast(&x, buf, bytes, root, check_mode() != CHECK_OFF));
     hcomm_result_t res = p2p_agree(&k, algo);
-    return call_end(&k, res == HCOMM_OK ? hcomm__bc_run(&x, algo, buf, bytes, root) : res);
+    if (res == HCOMM_OK)
+        res = algo == HCOMM__ALGO_RD ? rd_broadcast(&k, buf, bytes, root)
+                                     : hcomm__bc_run(&x, algo, buf, bytes, root);
+    return call_end(&k, res);
 }
 
 hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,

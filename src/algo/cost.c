@@ -140,9 +140,11 @@ static double rh_rs(const model_t *m, double S) {
     return m->hop * (m->lg * m->flat.alpha + f * S * m->flat.beta + extra) + f * S * m->gamma;
 }
 
+/* rd: an all_reduce of the whole vector (coll.c's rd_reduce_scatter), this rank's block kept. */
 static double reduce_scatter(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_RING  ? ring_rs(m, S)
            : algo == HCOMM__ALGO_RHD ? rh_rs(m, S)
+           : algo == HCOMM__ALGO_RD  ? rd_ar(m, S)
                                      : INFINITY;
 }
 
@@ -167,8 +169,11 @@ static double chain_bc(const model_t *m, double S) {
     return (m->p - 2.0 + k) * (m->flat.alpha + S / k * m->flat.beta);
 }
 
+/* rd: recursive doubling over the whole buffer, partners merging what they hold (coll.c's
+ * rd_broadcast): rd all_reduce's messages without its reduction. */
 static double broadcast(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_TREE                ? tree_bc(m, S)
+           : algo == HCOMM__ALGO_RD                ? rd_ar(m, S) - m->lg * S * m->gamma
            : algo == HCOMM__ALGO_SCATTER_ALLGATHER ? scatter_allgather_bc(m, S)
            : algo == HCOMM__ALGO_CHAIN             ? chain_bc(m, S)
                                                    : INFINITY;

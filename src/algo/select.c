@@ -38,9 +38,11 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
                               BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
     [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
-                                  BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RHD),
+                                  BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RHD) |
+                                  BIT(HCOMM__ALGO_RD),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
-                              BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER),
+                              BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER) |
+                              BIT(HCOMM__ALGO_RD),
     [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT),
@@ -53,8 +55,8 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
 
 /* When the default is excluded, the first allowed of these runs. */
 static const int preference[HCOMM__ALGO_COUNT] = {HCOMM__ALGO_RING,  HCOMM__ALGO_PAIRWISE,
-                                                  HCOMM__ALGO_RHD,   HCOMM__ALGO_RD,
-                                                  HCOMM__ALGO_TREE,  HCOMM__ALGO_DIRECT,
+                                                  HCOMM__ALGO_RHD,   HCOMM__ALGO_TREE,
+                                                  HCOMM__ALGO_RD,    HCOMM__ALGO_DIRECT,
                                                   HCOMM__ALGO_HIER,  HCOMM__ALGO_TWOSHOT,
                                                   HCOMM__ALGO_BRUCK, HCOMM__ALGO_SCATTER_ALLGATHER,
                                                   HCOMM__ALGO_CHAIN, HCOMM__ALGO_NAIVE,
@@ -212,14 +214,16 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
  * about twice the blocking call's time at small sizes. Measured with hcomm-bench --algo (mpi, 2
  * processes, 2 cores, checking on): all_gather rd 1.2 us against native 2.8 and raw
  * MPI_Allgather 1.1 at 8 B, 5.4 against 6.0 (raw 5.4) at 16 KiB, behind from 32 KiB (8.4
- * against 7.3); reduce_scatter rhd 1.3 against 3.2 (raw 1.3) at 8 B, 9.3 against 15.5 (raw
- * 10.0) at 32 KiB; broadcast tree 1.1 against 2.5 (raw 1.0) at 8 B, 2.1 against 4.8 (raw 3.3) at
- * 4 KiB, at 8 KiB ahead in one run and behind in another (8.2 against 6.4 us). With checking
- * off a broadcast's receiver does not answer, as in MPI_Bcast. Messages over 256 bytes (payload
- * plus hcomm's 64-byte header) leave Open MPI's inline path (btl_vader_max_inline_send), so from
- * 192-byte pieces hcomm's exchange pays that step where the raw call's does from 256. With more
- * processes on 2 cores the native calls were as fast or faster. */
-#define PAIR_REDUCESCATTER_MAX_BYTES ((size_t)32 << 10)
+ * against 7.3); reduce_scatter rhd at every size: 1.3 against 3.2 (raw 1.3) at 8 B, 9.3 against
+ * 15.5 (raw 10.0) at 32 KiB, and from 64 KiB to 16 MiB (medians of 3 interleaved runs) the best
+ * or within 1.2x of it (ring at 1 MiB), where native lost 1.1-3.4x (16 MiB: rhd 9.4-11.4 ms,
+ * native 32, raw 22: the lane's pieces reduce from a 4 KiB buffer in cache); broadcast tree 1.1
+ * against 2.5 (raw 1.0) at 8 B, 2.1 against 4.8 (raw 3.3) at 4 KiB, at 8 KiB ahead in one run and
+ * behind in another (8.2 against 6.4 us). With checking off a broadcast's receiver does not answer,
+ * as in MPI_Bcast. Messages over 256 bytes (payload plus hcomm's 64-byte header) leave Open MPI's
+ * inline path (btl_vader_max_inline_send), so from 192-byte pieces hcomm's exchange pays that step
+ * where the raw call's does from 256. With more processes on 2 cores the native calls were as fast
+ * or faster. */
 #define PAIR_BROADCAST_MAX_BYTES ((size_t)4 << 10)
 #define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
@@ -230,11 +234,33 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
 static int pair_default(int coll, size_t bytes) {
     if (coll == HCOMM__COLL_ALLREDUCE && bytes < PAIR_ALLREDUCE_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
-    if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= PAIR_REDUCESCATTER_MAX_BYTES)
+    if (coll == HCOMM__COLL_REDUCESCATTER)
         return HCOMM__ALGO_RHD;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
         return HCOMM__ALGO_TREE;
     if (coll == HCOMM__COLL_ALLGATHER && bytes <= PAIR_ALLGATHER_MAX_BYTES)
+        return HCOMM__ALGO_RD;
+    return -1;
+}
+
+/* With more than two processes on such a transport: recursive doubling over the whole
+ * vector on the lane (coll.c's rd_union, rd_broadcast, rd_reduce_scatter), log2 p exchanges
+ * with the signature inside, against the agreement's log2 p and then Open MPI's nonblocking
+ * call. Measured with hcomm-bench --algo all (mpi, 4 processes on 2 cores, checking on):
+ * all_gather rd 16-23 us against native 26-29 and raw MPI_Allgather 16-24 up to 1 KiB, behind
+ * at 4 KiB (42 against 35); reduce_scatter rd 16-18 against 27-30 (raw 16-22) up to 1 KiB, 36
+ * against 42 at 4 KiB, behind at 16 KiB (96 against 56); broadcast rd 17-18.5 against 20-23 up
+ * to 1 KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB (37 against 31). */
+#define MANY_ALLGATHER_RD_MAX_BYTES 1024
+#define MANY_REDUCESCATTER_RD_MAX_BYTES 4096
+#define MANY_BROADCAST_RD_MAX_BYTES 1024
+
+static int many_default(int coll, size_t bytes) {
+    if (coll == HCOMM__COLL_ALLGATHER && bytes <= MANY_ALLGATHER_RD_MAX_BYTES)
+        return HCOMM__ALGO_RD;
+    if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= MANY_REDUCESCATTER_RD_MAX_BYTES)
+        return HCOMM__ALGO_RD;
+    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
     return -1;
 }
@@ -259,13 +285,14 @@ static int a2a_default(size_t bytes, int p, bool shm) {
 
 /* Today's measured defaults: shared-memory transports run their one-copy native collectives;
  * elsewhere a small all_reduce runs recursive doubling, two processes' small calls a single
- * exchange (pair_default), and everything else the native one. */
+ * exchange (pair_default), more processes' recursive doubling (many_default), and everything
+ * else the native one. */
 static int default_algo(int coll, size_t bytes, int p, bool shm) {
     if (coll == HCOMM__COLL_ALLTOALLV)
         return a2a_default(bytes, p, shm);
     if (coll == HCOMM__COLL_ALLREDUCE && !shm && bytes <= RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
-    int pair = !shm && p == 2 ? pair_default(coll, bytes) : -1;
+    int pair = shm ? -1 : p == 2 ? pair_default(coll, bytes) : many_default(coll, bytes);
     if (pair >= 0)
         return pair;
     if (valid[coll] & BIT(HCOMM__ALGO_NATIVE))
