@@ -5,8 +5,8 @@
 #   hcomm_comm_node reports the declared nodes and hier runs (test_hier's HCOMM_TOPO mode);
 # - a malformed HCOMM_TOPO, or one declaring other ranks than the world has, fails the launch
 #   with a message naming the variable;
-# - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO or tuning files fail at launch on every
-#   rank, naming the variable.
+# - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO, tuning files or HCOMM_CHECK modes fail at
+#   launch on every rank, naming the variable.
 set -euo pipefail
 # grep -q exits at the first match and may close the pipe before the writer is done; pipefail
 # would then fail the test on the writer's SIGPIPE. grep_all reads everything.
@@ -51,4 +51,8 @@ expect_fail "HCOMM_TOPO differs between rank 0 and rank 1" "${mpi[@]}" \
     -np 1 env HCOMM_TOPO=mesh "$prog" : -np 1 "$prog"
 expect_fail "HCOMM_TUNING_FILE differs between rank 0 and rank 1 (the files' contents)" \
     "${mpi[@]}" -np 1 env HCOMM_TUNING_FILE="$tuning" "$prog" : -np 1 "$prog"
+expect_fail "HCOMM_CHECK differs between rank 0 and rank 1" "${mpi[@]}" \
+    -np 1 env HCOMM_CHECK=off "$prog" : -np 1 "$prog"
+# the mode, not the text: unset and "always" are one setting
+HCOMM_BACKEND=mpi timeout 300 "${mpi[@]}" -np 1 env HCOMM_CHECK=always "$prog" : -np 1 "$prog"
 echo "test_topo_env: passed"

@@ -1,6 +1,7 @@
 /* Algorithm selection and the HCOMM_ALGO syntax (see select.h). */
 #include "algo/select.h"
 
+#include "core/env.h"
 #include "core/log.h"
 
 #include <pthread.h>
@@ -249,18 +250,35 @@ static int pair_default(int coll, size_t bytes) {
  * call. Measured with hcomm-bench --algo all (mpi, 4 processes on 2 cores, checking on):
  * all_gather rd 16-23 us against native 26-29 and raw MPI_Allgather 16-24 up to 1 KiB, behind
  * at 4 KiB (42 against 35); reduce_scatter rd 16-18 against 27-30 (raw 16-22) up to 1 KiB, 36
- * against 42 at 4 KiB, behind at 16 KiB (96 against 56); broadcast rd 17-18.5 against 20-23 up
- * to 1 KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB (37 against 31). */
+ * against 42 at 4 KiB (unchecked 31 against 27.5), behind at 16 KiB (96 against 56); broadcast rd
+ * 17-18.5 against 20-23 up to 1 KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB
+ * (37 against 31). */
 #define MANY_ALLGATHER_RD_MAX_BYTES 1024
-#define MANY_REDUCESCATTER_RD_MAX_BYTES 4096
+#define MANY_REDUCESCATTER_RD_MAX_BYTES 2048
 #define MANY_BROADCAST_RD_MAX_BYTES 1024
+
+/* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
+ * broadcast runs unchecked, and its root only sends: 12.4-13.9 us against rd's 20.2-20.5 up to
+ * 1 KiB (raw 11.4-13.5; 4 processes). */
+static int check_mode_value;
+static pthread_once_t check_once = PTHREAD_ONCE_INIT;
+
+static void read_check_mode(void) {
+    if (hcomm__env_check("hcomm", &check_mode_value) != HCOMM_OK)
+        check_mode_value = 0; /* always: hcomm_launch reported the bad value already */
+}
+
+static bool checking(void) {
+    pthread_once(&check_once, read_check_mode);
+    return check_mode_value != 2; /* hcomm__env_check's "off" */
+}
 
 static int many_default(int coll, size_t bytes) {
     if (coll == HCOMM__COLL_ALLGATHER && bytes <= MANY_ALLGATHER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= MANY_REDUCESCATTER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
-    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES)
+    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES && checking())
         return HCOMM__ALGO_RD;
     return -1;
 }

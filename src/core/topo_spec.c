@@ -1,6 +1,8 @@
 /* HCOMM_TOPO, HCOMM_TUNING_FILE and the digests of the selection inputs (see topo_spec.h). */
 #include "core/topo_spec.h"
 
+#include "core/env.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -338,7 +340,7 @@ hcomm_result_t hcomm__tuning_validate(const char *fn) {
 /* --- what every rank must share --- */
 
 static const char *const sel_vars[HCOMM__SEL_COUNT] = {"HCOMM_ALGO", "HCOMM_TOPO",
-                                                       "HCOMM_TUNING_FILE"};
+                                                       "HCOMM_TUNING_FILE", "HCOMM_CHECK"};
 
 const char *hcomm__selection_var(int i) {
     return i >= 0 && i < HCOMM__SEL_COUNT ? sel_vars[i] : "?";
@@ -351,4 +353,7 @@ void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
     }
     pthread_once(&tuning_once, read_tuning);
     out[HCOMM__SEL_TUNING] = tuning_digest; /* the contents: paths may differ per node */
+    int mode = 0; /* the mode, not the text: unset and "always" are the same */
+    out[HCOMM__SEL_CHECK] =
+        hcomm__env_check("hcomm_launch", &mode) == HCOMM_OK ? (uint64_t)mode + 1 : 0;
 }

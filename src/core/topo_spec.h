@@ -66,8 +66,9 @@ void hcomm__link_default(hcomm__link_t link[HCOMM__LINK_CLASSES]);
 hcomm_result_t hcomm__tuning_validate(const char *fn);
 
 /* Digests of the selection inputs every rank must share: HCOMM_ALGO's text, HCOMM_TOPO's
- * text and the tuning file's contents (0 when unset), in that order. */
-enum { HCOMM__SEL_ALGO, HCOMM__SEL_TOPO, HCOMM__SEL_TUNING, HCOMM__SEL_COUNT };
+ * text (0 when unset), the tuning file's contents and HCOMM_CHECK's mode (the defaults differ
+ * with checking off), in that order. */
+enum { HCOMM__SEL_ALGO, HCOMM__SEL_TOPO, HCOMM__SEL_TUNING, HCOMM__SEL_CHECK, HCOMM__SEL_COUNT };
 void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]);
 /* The variable each digest comes from. */
 const char *hcomm__selection_var(int i);

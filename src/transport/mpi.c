@@ -1262,8 +1262,8 @@ static hcomm_result_t agree_on_cma(int size, int me) {
     return HCOMM_OK;
 }
 
-/* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file) differs
- * from rank 0's: every rank runs the same check on the same table, so all fail alike. */
+/* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file, HCOMM_CHECK)
+ * differs from rank 0's: every rank runs the same check on the same table, so all fail alike. */
 static hcomm_result_t check_selection(const uint64_t *all, int size) {
     for (int i = 0; i < HCOMM__SEL_COUNT; i++)
         for (int r = 1; r < size; r++)
