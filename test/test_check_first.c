@@ -3,7 +3,7 @@
  * sizes 2..5) and under mpirun (HCOMM_TEST_MPI: np 2, 3 and 4), after a signature was agreed
  * once, a call that differs across ranks in that way fails with HCOMM_ERR_MISMATCH on every
  * rank (not HCOMM_TIMEOUT): rank 0 has seen its signature, its peers have not, so only rank 0
- * would skip the agreement; twoshot (forced here, the default on one host from 64 KiB) and
+ * would skip the agreement; twoshot (forced here, the default on one host from 16 KiB) and
  * ring must still meet their peers. */
 #include "harness.h"
 

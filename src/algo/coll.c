@@ -600,13 +600,16 @@ static bool is_reduction(int coll) {
  * (select.c; 8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, 3 runs), and with 4 (oversubscribed) from
  * 512 KiB (medians of 3 interleaved runs: at 128 KiB native 282 us, twoshot 294; at 512 KiB
  * twoshot 850-829, native 927-1195; twoshot 1.3-2.7x faster at 2-128 MiB). On a
- * shared-memory transport (local) the native all_reduce allocates its reduced chunk afresh on
- * every call, which above malloc's mmap threshold costs a page fault per 4 KiB: twoshot beats
- * it from 8 MiB with 2 ranks (1.1-1.5x at 8-32 MiB, 2-3x at 128 MiB), from 32 MiB with 3-4,
- * and only at 128 MiB with 8 (native still ahead at 32 MiB). */
+ * shared-memory transport (local), against the native all_reduce (every rank reduces its chunk
+ * of all inputs into its scratch, then copies every chunk out; 2 copies per byte to twoshot's
+ * one read and one reduction), twoshot wins from 256 KiB with 2 ranks (native and twoshot
+ * alternating, 2 runs: 128 KiB 18-21 against 16-18 us, 256 KiB 34-35 against 28-31, 2 MiB
+ * 216-233 against 138-176, 8 MiB 2.3-2.8 against 1.1-2.0 ms; the all-algorithm sweep had
+ * native ahead at 128 KiB), from 32 MiB with 3-4 (4 ranks: native ahead up to 1 MiB, even at
+ * 4 MiB, twoshot 1.1x at 16 MiB), and only at 128 MiB with 8 (native still ahead at 32 MiB). */
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
-        return p <= 2 ? (size_t)8 << 20 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
+        return p <= 2 ? (size_t)256 << 10 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
     return p <= 2 ? (size_t)16 << 10 : (size_t)512 << 10;
 }
 
