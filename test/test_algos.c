@@ -322,6 +322,7 @@ static const algo_case_t cases[] = {
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:rhd", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:rd", HCOMM__COLL_REDUCESCATTER},
+    {"reducescatter:direct", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
     {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
@@ -329,6 +330,7 @@ static const algo_case_t cases[] = {
     {"allgather:ring", HCOMM__COLL_ALLGATHER},
     {"allgather:rd", HCOMM__COLL_ALLGATHER},
     {"allgather:bruck", HCOMM__COLL_ALLGATHER},
+    {"allgather:direct", HCOMM__COLL_ALLGATHER},
     {"allgatherv:ring", HCOMM__COLL_ALLGATHERV},
     {"allgatherv:rd", HCOMM__COLL_ALLGATHERV},
     {"allgatherv:bruck", HCOMM__COLL_ALLGATHERV},
@@ -515,7 +517,7 @@ static void test_parse(void) {
               "bruck, chain, scatter_allgather");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
     parse_bad("allgather:rhd",
-              "leaves no algorithm for allgather; valid: native, rd, ring, hier, bruck");
+              "leaves no algorithm for allgather; valid: native, rd, ring, direct, hier, bruck");
     parse_bad("allreduce:", "names no algorithm");
     int algo;
     const char *why;

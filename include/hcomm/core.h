@@ -347,19 +347,19 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  e.g. "allreduce:ring;allgather:^ring". Collectives: allreduce, allgather, reducescatter,
  *  broadcast, reduce, gather, scatter, allgatherv, reducescatterv, alltoallv (also spelled
  *  alltoall; see hcomm_all_to_allv). Algorithms: native (the backend's own), rd (recursive
- *  doubling; all_gather(v) on a group that is not a power of two runs Bruck; broadcast merges
- *  what partners hold; reduce_scatter is an all_reduce of the whole vector, for small
- *  vectors), ring, rhd
- *  (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
- *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct, hier
- *  (two levels over the nodes of hcomm/topo.h: allreduce, allgather, reducescatter,
- *  alltoallv), twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997),
- *  chain (pipelined broadcast), scatter_allgather (broadcast as binomial scatter + ring
- *  all_gather, van de Geijn), pairwise (alltoallv). Where a communicator spans several nodes
- *  the allowed algorithm with the smallest cost-model estimate runs (docs/architecture.md,
- *  "Cost model"); elsewhere the measured defaults. NULL or "" restores the default choice.
- *  Every rank must choose the same (the algorithm is part of each call's signature: else
- *  HCOMM_ERR_MISMATCH). Local; not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL,
+ *  doubling; all_gather(v) on a group that is not a power of two runs Bruck; broadcast merges what
+ *  partners hold; reduce_scatter is an all_reduce of the whole vector, for small vectors), ring,
+ *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
+ *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct (gather,
+ *  scatter; on one node also all_gather and reduce_scatter by reads of the peers' buffers), hier
+ *  (two levels over the nodes of hcomm/topo.h: allreduce, allgather, reducescatter, alltoallv),
+ *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
+ *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),
+ *  pairwise (alltoallv). Where a communicator spans several nodes the allowed algorithm with the
+ *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the measured
+ *  defaults. NULL or "" restores the default choice. Every rank must choose the same (the
+ *  algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not thread-safe
+ *  with calls on @p comm. Errors: HCOMM_ERR_NULL,
  *  HCOMM_ERR_INVALID_ARG (an unknown name, listing the valid ones; a collective left without
  *  an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);

@@ -60,6 +60,13 @@ hcomm_result_t hcomm__ar_naive(const hcomm__xfer_t *x, void *buf, size_t count, 
 /* all_reduce of send into recv (may alias) by direct reads; needs transport.peer_read_ok. */
 hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op);
+/* twoshot's halves as collectives of their own (one node, transport.peer_read_ok):
+ * reduce_scatter of count elements per rank (recv may alias send), each rank reducing its
+ * block of every input in rank order; all_gather of bytes per rank (send may be recv's own
+ * block), each rank reading every other block from its owner's send buffer. */
+hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                hcomm_dtype_t dt, hcomm_op_t op);
+hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
 /* all_gatherv around the ring: bytes[r] from rank r land at the sum of bytes[0..r) in buf,
  * where this rank's own block already is. */
 hcomm_result_t hcomm__agv_ring(const hcomm__xfer_t *x, void *buf, const size_t *bytes);

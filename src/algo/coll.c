@@ -617,12 +617,21 @@ static bool peer_reads(hcomm_comm_t *c) {
     return c->tr->peer_read_ok && c->tr->peer_read_ok(c);
 }
 
-/* twoshot where it can and should run (every rank decides alike: the inputs are shared). */
+/* twoshot where it can and should run (every rank decides alike: the inputs are shared), and
+ * the other algorithms that read peers' memory only where they can. */
 static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char **why) {
     const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
     if (algo == HCOMM__ALGO_TWOSHOT && !peer_reads(k->c)) {
         *why = "twoshot needs every rank on one node with cross-memory reads";
         return HCOMM__ALGO_RING;
+    }
+    if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) &&
+        (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_REDUCESCATTER)) {
+        bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
+        *why = "direct needs every rank on one node with cross-memory reads";
+        return !dflt             ? HCOMM__ALGO_RING
+               : k->c->size == 2 ? HCOMM__ALGO_RHD /* the default below 64 KiB */
+                                 : HCOMM__ALGO_NATIVE;
     }
     if (coll == HCOMM__COLL_ALLREDUCE && bytes >= twoshot_min_bytes(k->c->size, shm_coll(k->c)) &&
         strcmp(*why, "default") == 0 && peer_reads(k->c) &&
@@ -643,9 +652,11 @@ static int choose(call_t *k, int coll, size_t bytes) {
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
-    /* The shared-memory native collectives and twoshot reduce in rank order already. */
+    /* The shared-memory native collectives, twoshot and direct reduce_scatter reduce in rank
+     * order already. */
     if (k->c->deterministic && is_reduction(coll) &&
-        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT)
+        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT &&
+        !(coll == HCOMM__COLL_REDUCESCATTER && algo == HCOMM__ALGO_DIRECT))
         algo |= HCOMM__ALGO_DET;
     k->sig.algo = algo;
     k->f->sig.algo = algo;
@@ -872,6 +883,8 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
         return hcomm__pair_reduce_scatter(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (!r->counts && r->algo == HCOMM__ALGO_RD) /* not deterministic: that flag runs below */
         return rd_reduce_scatter(r->k, r->send, r->recv, r->out, r->dt, r->op);
+    if (!r->counts && r->algo == HCOMM__ALGO_DIRECT)
+        return hcomm__rs_direct(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_HIER && !r->counts)
         return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
@@ -943,6 +956,8 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     if (mine != sendbuf && bytes_per_rank)
         memcpy(mine, sendbuf, bytes_per_rank);
     hcomm__xfer_t x = xfer_of(&k);
+    if (algo == HCOMM__ALGO_DIRECT)
+        return call_end(&k, hcomm__ag_direct(&x, mine, recvbuf, bytes_per_rank));
     if (algo == HCOMM__ALGO_HIER)
         return call_end(&k, hcomm__ag_hier(&x, recvbuf, bytes_per_rank));
     size_t *bytes = equal_counts(c->size, bytes_per_rank);

@@ -115,11 +115,22 @@ static double rd_ag(const model_t *m, double S) {
     return m->hop * (m->lg * m->flat.alpha + (m->p - 1.0) / m->p * S * m->flat.beta);
 }
 
+/* direct (one node, twoshot.c): p - 1 address messages, a read of (p-1)/p of S, a barrier
+ * (the reduce_scatter: of S/p from every rank, reduced). Like twoshot, no candidate beyond one
+ * node. */
+static double direct_ag(const model_t *m, double S) {
+    if (m->t->nnodes > 1)
+        return INFINITY;
+    double f = (m->p - 1.0) / m->p;
+    return m->hop * (m->p - 1.0 + m->clg) * m->in.alpha + f * S * fmin(m->in.beta, m->gamma);
+}
+
 static double all_gather(const model_t *m, int algo, double S) {
-    return algo == HCOMM__ALGO_RING    ? ring_ag(m, S)
-           : algo == HCOMM__ALGO_RD    ? rd_ag(m, S)
-           : algo == HCOMM__ALGO_BRUCK ? bruck_ag(m, S)
-                                       : INFINITY;
+    return algo == HCOMM__ALGO_RING     ? ring_ag(m, S)
+           : algo == HCOMM__ALGO_RD     ? rd_ag(m, S)
+           : algo == HCOMM__ALGO_BRUCK  ? bruck_ag(m, S)
+           : algo == HCOMM__ALGO_DIRECT ? direct_ag(m, S)
+                                        : INFINITY;
 }
 
 /* --- reduce_scatter(v) (S: the whole input) --- */
@@ -142,10 +153,11 @@ static double rh_rs(const model_t *m, double S) {
 
 /* rd: an all_reduce of the whole vector (coll.c's rd_reduce_scatter), this rank's block kept. */
 static double reduce_scatter(const model_t *m, int algo, double S) {
-    return algo == HCOMM__ALGO_RING  ? ring_rs(m, S)
-           : algo == HCOMM__ALGO_RHD ? rh_rs(m, S)
-           : algo == HCOMM__ALGO_RD  ? rd_ar(m, S)
-                                     : INFINITY;
+    return algo == HCOMM__ALGO_RING     ? ring_rs(m, S)
+           : algo == HCOMM__ALGO_RHD    ? rh_rs(m, S)
+           : algo == HCOMM__ALGO_RD     ? rd_ar(m, S)
+           : algo == HCOMM__ALGO_DIRECT ? direct_ag(m, S) + (m->p - 1.0) / m->p * S * m->gamma
+                                        : INFINITY;
 }
 
 /* --- broadcast (S: the buffer) --- */

@@ -37,10 +37,11 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
                               BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_HIER) |
                               BIT(HCOMM__ALGO_TWOSHOT),
     [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
-                              BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
+                              BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK) |
+                              BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
                                   BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RHD) |
-                                  BIT(HCOMM__ALGO_RD),
+                                  BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
                               BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER) |
                               BIT(HCOMM__ALGO_RD),
@@ -215,10 +216,11 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
  * about twice the blocking call's time at small sizes. Measured with hcomm-bench --algo (mpi, 2
  * processes, 2 cores, checking on): all_gather rd 1.2 us against native 2.8 and raw
  * MPI_Allgather 1.1 at 8 B, 5.4 against 6.0 (raw 5.4) at 16 KiB, behind from 32 KiB (8.4
- * against 7.3); reduce_scatter rhd at every size: 1.3 against 3.2 (raw 1.3) at 8 B, 9.3 against
- * 15.5 (raw 10.0) at 32 KiB, and from 64 KiB to 16 MiB (medians of 3 interleaved runs) the best
- * or within 1.2x of it (ring at 1 MiB), where native lost 1.1-3.4x (16 MiB: rhd 9.4-11.4 ms,
- * native 32, raw 22: the lane's pieces reduce from a 4 KiB buffer in cache); broadcast tree 1.1
+ * against 7.3); reduce_scatter rhd 1.3 against 3.2 (raw 1.3) at 8 B, 6.0 against 15.8 (raw 9.0)
+ * at 16 KiB, and from 64 KiB direct, each rank reducing its block straight from the peer's
+ * input (twoshot.c; coll.c falls back to rhd where peers cannot be read): 64 KiB 15-17 us
+ * against rhd 18-20 and raw 20-21, 1 MiB 135-148 against 270 and 252-289, 16 MiB 5.5 ms
+ * against 7.5 and 18-19; broadcast tree 1.1
  * against 2.5 (raw 1.0) at 8 B, 2.1 against 4.8 (raw 3.3) at 4 KiB, at 8 KiB ahead in one run and
  * behind in another (8.2 against 6.4 us). With checking off a broadcast's receiver does not answer,
  * as in MPI_Bcast. Messages over 256 bytes (payload plus hcomm's 64-byte header) leave Open MPI's
@@ -226,6 +228,7 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
  * where the raw call's does from 256. With more processes on 2 cores the native calls were as fast
  * or faster. */
 #define PAIR_BROADCAST_MAX_BYTES ((size_t)4 << 10)
+#define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)64 << 10)
 #define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
  * rhd and twoshot up to 8 KiB (8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, rhd 13.5-22.9; 3 runs)
@@ -236,7 +239,7 @@ static int pair_default(int coll, size_t bytes) {
     if (coll == HCOMM__COLL_ALLREDUCE && bytes < PAIR_ALLREDUCE_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER)
-        return HCOMM__ALGO_RHD;
+        return bytes < PAIR_REDUCESCATTER_DIRECT_BYTES ? HCOMM__ALGO_RHD : HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
         return HCOMM__ALGO_TREE;
     if (coll == HCOMM__COLL_ALLGATHER && bytes <= PAIR_ALLGATHER_MAX_BYTES)
@@ -252,10 +255,13 @@ static int pair_default(int coll, size_t bytes) {
  * at 4 KiB (42 against 35); reduce_scatter rd 16-18 against 27-30 (raw 16-22) up to 1 KiB, 36
  * against 42 at 4 KiB (unchecked 31 against 27.5), behind at 16 KiB (96 against 56); broadcast rd
  * 17-18.5 against 20-23 up to 1 KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB
- * (37 against 31). */
+ * (37 against 31). From 1 MiB a reduce_scatter runs direct (twoshot.c, as with 2): 714 against
+ * native 839 us at 1 MiB, 3.5 against 6.3 ms at 4 MiB, 13 against 54 (raw 49) at 16 MiB; native
+ * ahead at 256 KiB (179 against 192). */
 #define MANY_ALLGATHER_RD_MAX_BYTES 1024
 #define MANY_REDUCESCATTER_RD_MAX_BYTES 2048
 #define MANY_BROADCAST_RD_MAX_BYTES 1024
+#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)1 << 20)
 
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
  * broadcast runs unchecked, and its root only sends: 12.4-13.9 us against rd's 20.2-20.5 up to
@@ -278,6 +284,8 @@ static int many_default(int coll, size_t bytes) {
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= MANY_REDUCESCATTER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
+    if (coll == HCOMM__COLL_REDUCESCATTER && bytes >= MANY_REDUCESCATTER_DIRECT_BYTES)
+        return HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES && checking())
         return HCOMM__ALGO_RD;
     return -1;

@@ -76,11 +76,12 @@ static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, s
     return HCOMM_OK;
 }
 
-/* This rank's block of the result, piece by piece, in recv. */
-static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
-                                   void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    size_t es = hcomm__dtype_size(dt), off, len, step = PIECE_BYTES / es;
-    hcomm__block(count, x->c->size, x->c->rank, &off, &len);
+/* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
+ * element off); send is this rank's whole input. */
+static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
+                                   void *out, size_t off, size_t len, hcomm_dtype_t dt,
+                                   hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es;
     unsigned char *tmp = malloc(2 * PIECE_BYTES);
     if (!tmp)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
@@ -88,9 +89,9 @@ static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, c
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
-        void *acc = (char *)recv + at;
+        void *acc = (char *)out + done * es;
         const void *mine = (const char *)send + at;
-        if (send == recv && x->c->rank != 0) { /* rank 0's piece lands on this rank's own */
+        if (acc == mine && x->c->rank != 0) { /* rank 0's piece lands on this rank's own */
             memcpy(tmp + PIECE_BYTES, mine, n * es);
             mine = tmp + PIECE_BYTES;
         }
@@ -98,6 +99,14 @@ static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, c
     }
     free(tmp);
     return res;
+}
+
+/* This rank's block of the result, in recv at the block's place. */
+static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
+                                   void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t off, len;
+    hcomm__block(count, x->c->size, x->c->rank, &off, &len);
+    return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op);
 }
 
 /* Every other rank's reduced block, read from its recv into this rank's. */
@@ -126,6 +135,59 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
         res = barrier(x);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, gather_blocks(x, all, recv, count, dt));
+    if (res == HCOMM_OK)
+        res = barrier(x);
+    free(all);
+    return res;
+}
+
+/* --- direct reduce_scatter and all_gather: the first and the second half of twoshot --- */
+
+/* Every rank reads its block of every rank's input in rank order and reduces it (the serial
+ * reduction's bits). In place a rank other than 0 reduces into scratch first: its result's
+ * place is block 0 of its own input, which rank 0 reads until the barrier. */
+hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                hcomm_dtype_t dt, hcomm_op_t op) {
+    int p = x->c->size, me = x->c->rank;
+    size_t bytes = count * hcomm__dtype_size(dt);
+    bool staged = send == recv && me != 0 && bytes > 0;
+    addrs_t *all = calloc((size_t)p, sizeof *all);
+    void *out = staged ? malloc(bytes) : recv;
+    hcomm_result_t res = HCOMM_OK;
+    if (!all || !out)
+        res = hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", bytes);
+    if (res == HCOMM_OK)
+        res = exchange_addrs(x, send, recv, all);
+    if (res == HCOMM_OK)
+        res = hcomm__x_tell_peers(
+            x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op));
+    if (res == HCOMM_OK)
+        res = barrier(x);
+    if (res == HCOMM_OK && staged)
+        memcpy(recv, out, bytes);
+    if (staged)
+        free(out);
+    free(all);
+    return res;
+}
+
+/* Every rank reads every other rank's block straight from its send buffer: one copy per byte. */
+hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                size_t bytes) {
+    int p = x->c->size, me = x->c->rank;
+    addrs_t *all = calloc((size_t)p, sizeof *all);
+    if (!all)
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
+    char *mine = (char *)recv + (size_t)me * bytes;
+    hcomm_result_t res = exchange_addrs(x, send, recv, all), own = HCOMM_OK;
+    for (int d = 1; res == HCOMM_OK && own == HCOMM_OK && d < p; d++) {
+        int q = (me + d) % p; /* each rank starts at a different peer */
+        own = read_from(x, q, all[q].send, 0, (char *)recv + (size_t)q * bytes, bytes);
+    }
+    if (res == HCOMM_OK)
+        res = hcomm__x_tell_peers(x, own);
+    if (res == HCOMM_OK && mine != send && bytes)
+        memcpy(mine, send, bytes);
     if (res == HCOMM_OK)
         res = barrier(x);
     free(all);
