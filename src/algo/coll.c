@@ -630,7 +630,7 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
         *why = "direct needs every rank on one node with cross-memory reads";
         return !dflt             ? HCOMM__ALGO_RING
-               : k->c->size == 2 ? HCOMM__ALGO_RHD /* the default below 64 KiB */
+               : k->c->size == 2 ? HCOMM__ALGO_RHD /* the default below 32 KiB */
                                  : HCOMM__ALGO_NATIVE;
     }
     if (coll == HCOMM__COLL_ALLREDUCE && bytes >= twoshot_min_bytes(k->c->size, shm_coll(k->c)) &&

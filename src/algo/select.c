@@ -216,19 +216,19 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
  * about twice the blocking call's time at small sizes. Measured with hcomm-bench --algo (mpi, 2
  * processes, 2 cores, checking on): all_gather rd 1.2 us against native 2.8 and raw
  * MPI_Allgather 1.1 at 8 B, 5.4 against 6.0 (raw 5.4) at 16 KiB, behind from 32 KiB (8.4
- * against 7.3); reduce_scatter rhd 1.3 against 3.2 (raw 1.3) at 8 B, 6.0 against 15.8 (raw 9.0)
- * at 16 KiB, and from 64 KiB direct, each rank reducing its block straight from the peer's
- * input (twoshot.c; coll.c falls back to rhd where peers cannot be read): 64 KiB 15-17 us
- * against rhd 18-20 and raw 20-21, 1 MiB 135-148 against 270 and 252-289, 16 MiB 5.5 ms
- * against 7.5 and 18-19; broadcast tree 1.1
- * against 2.5 (raw 1.0) at 8 B, 2.1 against 4.8 (raw 3.3) at 4 KiB, at 8 KiB ahead in one run and
- * behind in another (8.2 against 6.4 us). With checking off a broadcast's receiver does not answer,
- * as in MPI_Bcast. Messages over 256 bytes (payload plus hcomm's 64-byte header) leave Open MPI's
- * inline path (btl_vader_max_inline_send), so from 192-byte pieces hcomm's exchange pays that step
- * where the raw call's does from 256. With more processes on 2 cores the native calls were as fast
- * or faster. */
-#define PAIR_BROADCAST_MAX_BYTES ((size_t)4 << 10)
-#define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)64 << 10)
+ * against 7.3); reduce_scatter rhd 1.3 against 3.2 (raw 1.3) at 8 B, 3.2-4.5 against 5.7-7.3
+ * (raw 6.1-6.7) at 8 KiB, and from 32 KiB direct, each rank reducing its block straight from
+ * the peer's input (twoshot.c; coll.c falls back to rhd where peers cannot be read): 32 KiB
+ * 8.6-10.6 us against rhd 9.2-14.8 and raw 10.1-11.5, 128 KiB 19.6-23.8 against 30.6-53.2 and
+ * 25.9-30.7, 1 MiB 135-148 against 270 and 252-289, 16 MiB 5.5 ms against 7.5 and 18-19;
+ * broadcast tree 1.1 against 2.5 (raw 1.0) at 8 B, 3.6-3.8 against native 4.8-5.8 (raw
+ * 4.2-4.3) at 8 KiB (medians of 3 interleaved runs), behind at 32 KiB (11.3 against 9.0). With
+ * checking off a broadcast's receiver does not answer, as in MPI_Bcast. Messages over 256 bytes
+ * (payload plus hcomm's 64-byte header) leave Open MPI's inline path (btl_vader_max_inline_send),
+ * so from 192-byte pieces hcomm's exchange pays that step where the raw call's does from 256.
+ * More processes: many_default below. */
+#define PAIR_BROADCAST_MAX_BYTES ((size_t)8 << 10)
+#define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)32 << 10)
 #define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
  * rhd and twoshot up to 8 KiB (8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, rhd 13.5-22.9; 3 runs)
