@@ -72,7 +72,8 @@ hcomm_result_t hcomm__pair_all_gather(const hcomm__xfer_t *x, const void *send, 
     do {
         size_t n = piece_of(&s, bytes, done);
         HCOMM__TRY(step(&s, (const char *)send + done, n, n));
-        memcpy(theirs + done, got(&s), n);
+        if (n) /* recv may be NULL with 0 bytes */
+            memcpy(theirs + done, got(&s), n);
         done += n;
     } while (done < bytes);
     if (mine != send && bytes)
