@@ -339,6 +339,7 @@ static const algo_case_t cases[] = {
     {"broadcast:chain", HCOMM__COLL_BROADCAST},
     {"broadcast:scatter_allgather", HCOMM__COLL_BROADCAST},
     {"broadcast:rd", HCOMM__COLL_BROADCAST},
+    {"broadcast:direct", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
 };

@@ -3,8 +3,8 @@
  *     estimate on "mesh", "ring" and a node shape ("nodes=2x4" on 8 ranks; 2x(p/2) or
  *     "p-1,1" on other sizes), for transports with and without shared-memory collectives, at
  *     sizes from 0 to 1 GiB; the only exceptions are twoshot and direct (all_gather,
- *     reduce_scatter, all_to_allv) across nodes (they read peers' memory, which another node
- *     cannot); and the selection returns one of them;
+ *     reduce_scatter, broadcast, all_to_allv) across nodes (they read peers' memory, which another
+ * node cannot); and the selection returns one of them;
  *   - with a tuning file (HCOMM_TUNING_FILE, written here before hcomm reads it) whose
  *     inter-node bandwidth is 10x below the intra-node one, auto picks hier for all_reduce
  *     from 1 MiB up on nodes=2x4 (a transport without shared-memory collectives: on the local
@@ -31,7 +31,7 @@ static bool can_run(int coll, int algo, const char *topo) {
     return !(nodes && (algo == HCOMM__ALGO_TWOSHOT ||
                        (algo == HCOMM__ALGO_DIRECT &&
                         (coll == HCOMM__COLL_ALLTOALLV || coll == HCOMM__COLL_ALLGATHER ||
-                         coll == HCOMM__COLL_REDUCESCATTER))));
+                         coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_BROADCAST))));
 }
 
 static hcomm_result_t every_pair_finite(hcomm_comm_t *w, const char *topo) {

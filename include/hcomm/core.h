@@ -351,7 +351,8 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  partners hold; reduce_scatter is an all_reduce of the whole vector, for small vectors), ring,
  *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
  *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct (gather,
- *  scatter; on one node also all_gather and reduce_scatter by reads of the peers' buffers), hier
+ *  scatter; on one node also all_gather, reduce_scatter and broadcast by reads of the peers'
+ *  buffers), hier
  *  (two levels over the nodes of hcomm/topo.h: allreduce, allgather, reducescatter, alltoallv),
  *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
  *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),

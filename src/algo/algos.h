@@ -67,6 +67,9 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+/* broadcast of bytes from root, every other rank reading the root's buffer (one node,
+ * transport.peer_read_ok). */
+hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 /* all_gatherv around the ring: bytes[r] from rank r land at the sum of bytes[0..r) in buf,
  * where this rank's own block already is. */
 hcomm_result_t hcomm__agv_ring(const hcomm__xfer_t *x, void *buf, const size_t *bytes);

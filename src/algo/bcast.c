@@ -97,5 +97,7 @@ hcomm_result_t hcomm__bc_run(const hcomm__xfer_t *x, int algo, void *buf, size_t
         return hcomm__bc_chain(x, buf, bytes, root);
     if (algo == HCOMM__ALGO_SCATTER_ALLGATHER)
         return hcomm__bc_scatter_allgather(x, buf, bytes, root);
+    if (algo == HCOMM__ALGO_DIRECT)
+        return hcomm__bc_direct(x, buf, bytes, root);
     return hcomm__bc_tree(x, buf, bytes, root);
 }

@@ -626,12 +626,14 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         return HCOMM__ALGO_RING;
     }
     if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) &&
-        (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_REDUCESCATTER)) {
+        (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_REDUCESCATTER ||
+         coll == HCOMM__COLL_BROADCAST)) {
         bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
         *why = "direct needs every rank on one node with cross-memory reads";
-        return !dflt             ? HCOMM__ALGO_RING
-               : k->c->size == 2 ? HCOMM__ALGO_RHD /* the default below 32 KiB */
-                                 : HCOMM__ALGO_NATIVE;
+        return coll == HCOMM__COLL_BROADCAST ? HCOMM__ALGO_TREE
+               : !dflt                       ? HCOMM__ALGO_RING
+               : k->c->size == 2             ? HCOMM__ALGO_RHD /* the default below 32 KiB */
+                                             : HCOMM__ALGO_NATIVE;
     }
     if (coll == HCOMM__COLL_ALLREDUCE && bytes >= twoshot_min_bytes(k->c->size, shm_coll(k->c)) &&
         strcmp(*why, "default") == 0 && peer_reads(k->c) &&

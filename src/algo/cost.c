@@ -181,11 +181,19 @@ static double chain_bc(const model_t *m, double S) {
     return (m->p - 2.0 + k) * (m->flat.alpha + S / k * m->flat.beta);
 }
 
+/* direct (one node): the address to p - 1 ranks, each reads all of S, a barrier. */
+static double direct_bc(const model_t *m, double S) {
+    if (m->t->nnodes > 1)
+        return INFINITY;
+    return m->hop * (m->p - 1.0 + m->clg) * m->in.alpha + S * fmin(m->in.beta, m->gamma);
+}
+
 /* rd: recursive doubling over the whole buffer, partners merging what they hold (coll.c's
  * rd_broadcast): rd all_reduce's messages without its reduction. */
 static double broadcast(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_TREE                ? tree_bc(m, S)
            : algo == HCOMM__ALGO_RD                ? rd_ar(m, S) - m->lg * S * m->gamma
+           : algo == HCOMM__ALGO_DIRECT            ? direct_bc(m, S)
            : algo == HCOMM__ALGO_SCATTER_ALLGATHER ? scatter_allgather_bc(m, S)
            : algo == HCOMM__ALGO_CHAIN             ? chain_bc(m, S)
                                                    : INFINITY;

@@ -44,7 +44,7 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
                                   BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
                               BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER) |
-                              BIT(HCOMM__ALGO_RD),
+                              BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT),

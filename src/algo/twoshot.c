@@ -193,3 +193,22 @@ hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *
     free(all);
     return res;
 }
+
+/* broadcast by reads of the root's buffer: the root tells every rank its address, each reads
+ * the whole buffer (one copy per byte, no staging), and a barrier keeps the root's buffer
+ * alive until every read is done. */
+hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
+    int p = x->c->size, me = x->c->rank;
+    uint64_t at = (uint64_t)(uintptr_t)buf;
+    hcomm_result_t res = HCOMM_OK;
+    if (me == root)
+        for (int q = 0; res == HCOMM_OK && q < p; q++)
+            res = q == root ? HCOMM_OK : hcomm__x_send(x, q, &at, sizeof at);
+    else
+        res = hcomm__x_recv(x, root, &at, sizeof at);
+    if (res == HCOMM_OK && me != root)
+        res = hcomm__x_tell_peers(x, read_from(x, root, at, 0, buf, bytes));
+    if (res == HCOMM_OK)
+        res = barrier(x);
+    return res;
+}
