@@ -352,8 +352,8 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
  *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct (gather,
  *  scatter; on one node also all_gather, reduce_scatter and broadcast by reads of the peers'
- *  buffers), hier
- *  (two levels over the nodes of hcomm/topo.h: allreduce, allgather, reducescatter, alltoallv),
+ *  buffers), hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
+ *  reducescatter, alltoallv),
  *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
  *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),
  *  pairwise (alltoallv). Where a communicator spans several nodes the allowed algorithm with the
