@@ -3,8 +3,8 @@
  * more; forced on local), on the
  * local backend (world sizes 2..5) and under mpirun (HCOMM_TEST_MPI: np 2, 3 and 4):
  *   (a) counts, dtypes and ops that differ across ranks at the rd / native / twoshot size
- *       boundaries fail with HCOMM_ERR_MISMATCH on every rank and one wording; the next call
- *       works;
+ *       boundaries (and reduce_scatter's and all_gather's across direct and rd) fail with
+ *       HCOMM_ERR_MISMATCH on every rank and one wording; the next call works;
  *   (b) twoshot (and whatever the default picks) equals the serial rank-order reduction:
  *       in place, f16/bf16, AVG, counts below the group size, zero, counts that don't divide,
  *       and blocks of 16 MiB and more at offsets that are not multiples of 16 bytes;
@@ -66,6 +66,26 @@ static const mm_t mms[] = {
     {1000, 1000, HCOMM_F16, HCOMM_F32, HCOMM_AVG, HCOMM_AVG, "dtype=f16", "dtype=f32"},
 };
 
+/* reduce_scatter and all_gather across the direct / rd boundaries: direct's address exchange
+ * carries the signature, so ranks on different algorithms must still meet and fail. */
+static hcomm_result_t other_mismatches(hcomm_comm_t *c, double *a, double *b) {
+    int r = t_rank(c), p = t_size(c);
+    hcomm_result_t res =
+        hcomm_reduce_scatter(c, a, b, r == 0 ? 8192 : 8, HCOMM_F32, HCOMM_SUM); /* f32: fits */
+    const char *msg = hcomm_last_error(),
+               *head = "hcomm_reduce_scatter: recvcount=8192 on rank 0 but recvcount=8 on rank ";
+    T_CHECK(res == HCOMM_ERR_MISMATCH && strstr(msg, head) == msg,
+            "reduce_scatter mismatch (world %d, rank %d): %s '%s'", p, r, hcomm_result_name(res),
+            msg);
+    T_TRY(works(c, head));
+    res = hcomm_all_gather(c, a, b, r == 0 ? 8 : 40000);
+    msg = hcomm_last_error();
+    head = "hcomm_all_gather: bytes=8 on rank 0 but bytes=40000 on rank ";
+    T_CHECK(res == HCOMM_ERR_MISMATCH && strstr(msg, head) == msg,
+            "all_gather mismatch (world %d, rank %d): %s '%s'", p, r, hcomm_result_name(res), msg);
+    return works(c, head);
+}
+
 static hcomm_result_t mismatches(hcomm_comm_t *c) {
     int r = t_rank(c), p = t_size(c);
     double *a = calloc(100003, sizeof(double)), *b = calloc(100003, sizeof(double));
@@ -83,6 +103,7 @@ static hcomm_result_t mismatches(hcomm_comm_t *c) {
                 p, r, hcomm_result_name(res), msg, head);
         T_TRY(works(c, head));
     }
+    T_TRY(other_mismatches(c, a, b));
     free(a);
     free(b);
     return HCOMM_OK;

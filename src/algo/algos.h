@@ -67,6 +67,10 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+/* True when twoshot's and direct's messages (addresses, barriers) take c's lane: each carries
+ * the signature and every rank exchanges addresses with every other before reading, so no
+ * agreement needs to run first. */
+bool hcomm__direct_on_lane(const hcomm_comm_t *c);
 /* broadcast of bytes from root, every other rank reading the root's buffer (one node,
  * transport.peer_read_ok). */
 hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);

@@ -705,14 +705,18 @@ static bool ag_rd_whole(const call_t *k, int algo) {
  * (All_reduce's rd, on any transport without posted checks: p2p_agree.) */
 static bool checks_in_messages(const call_t *k, int algo) {
     bool lane = !shm_coll(k->c) && hcomm__lane_payload(k->c) > 0;
+    bool reads = lane && hcomm__direct_on_lane(k->c); /* twoshot.c's messages on the lane */
     switch (k->sig.call) {
     case CALL_ALL_REDUCE:
-        return algo == HCOMM__ALGO_RD;
+        return algo == HCOMM__ALGO_RD || (reads && algo == HCOMM__ALGO_TWOSHOT);
     case CALL_REDUCE_SCATTER:
+        return (lane && algo == HCOMM__ALGO_RD) || on_pair_lane(k, algo) ||
+               (reads && algo == HCOMM__ALGO_DIRECT);
     case CALL_BROADCAST:
         return (lane && algo == HCOMM__ALGO_RD) || on_pair_lane(k, algo);
     case CALL_ALL_GATHER:
-        return on_pair_lane(k, algo) || ag_rd_whole(k, algo);
+        return on_pair_lane(k, algo) || ag_rd_whole(k, algo) ||
+               (reads && algo == HCOMM__ALGO_DIRECT);
     default:
         return false;
     }

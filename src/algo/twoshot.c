@@ -19,14 +19,44 @@ typedef struct addrs {
     uint64_t send, recv;
 } addrs_t;
 
-/* Every rank's buffer addresses, exchanged with each peer directly. */
+/* One message to `to` and one from `from` (bytes each, NULL: none), on the transport's lane
+ * where it has one (hcomm__direct_on_lane), else as p2p frames; the signature is checked. */
+static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, int from, void *rbuf,
+                           size_t bytes) {
+    if (hcomm__lane_payload(x->c) == 0)
+        return hcomm__x_sendrecv(x, to, sbuf, sbuf ? bytes : 0, from, rbuf, rbuf ? bytes : 0);
+    /* the whole lane's room to receive in: a peer in another call may send more */
+    _Alignas(16) unsigned char out[HCOMM__LANE_HDR + 16], in[HCOMM__LANE_MAX];
+    size_t n = sbuf ? bytes : 0, got = 0;
+    if (n)
+        memcpy(out + HCOMM__LANE_HDR, sbuf, n);
+    hcomm__env_t env = {.kind = HCOMM__ENV_DATA};
+    HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, to, out, n, from, in,
+                                HCOMM__LANE_MAX - HCOMM__LANE_HDR, &env.sig, &got));
+    HCOMM__TRY(x->check(x, from, &env));
+    if (got != (rbuf ? bytes : 0))
+        return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
+                          "rank %d sent %zu bytes where rank %d expected %zu", from, got,
+                          x->c->rank, rbuf ? bytes : 0);
+    if (rbuf && bytes)
+        memcpy(rbuf, in + HCOMM__LANE_HDR, bytes);
+    return HCOMM_OK;
+}
+
+bool hcomm__direct_on_lane(const hcomm_comm_t *c) {
+    return hcomm__lane_payload(c) > 0;
+}
+
+/* Every rank's buffer addresses, exchanged with each peer directly: every rank hears from
+ * every other, so with the signature in each message a disagreement shows before any read. */
 static hcomm_result_t exchange_addrs(const hcomm__xfer_t *x, const void *send, void *recv,
                                      addrs_t *all) {
     int p = x->c->size, r = x->c->rank;
     all[r] = (addrs_t){(uint64_t)(uintptr_t)send, (uint64_t)(uintptr_t)recv};
+    _Static_assert(sizeof(addrs_t) == 16, "an address pair fits the lane swap's room");
     for (int d = 1; d < p; d++)
-        HCOMM__TRY(hcomm__x_sendrecv(x, (r + d) % p, &all[r], sizeof *all, (r - d + p) % p,
-                                     &all[(r - d + p) % p], sizeof *all));
+        HCOMM__TRY(
+            swap(x, (r + d) % p, &all[r], (r - d + p) % p, &all[(r - d + p) % p], sizeof *all));
     return HCOMM_OK;
 }
 
@@ -35,7 +65,7 @@ static hcomm_result_t exchange_addrs(const hcomm__xfer_t *x, const void *send, v
 static hcomm_result_t barrier(const hcomm__xfer_t *x) {
     int p = x->c->size, r = x->c->rank;
     for (int d = 1; d < p; d *= 2)
-        HCOMM__TRY(hcomm__x_sendrecv(x, (r + d) % p, NULL, 0, (r - d + p) % p, NULL, 0));
+        HCOMM__TRY(swap(x, (r + d) % p, NULL, (r - d + p) % p, NULL, 0));
     return HCOMM_OK;
 }
 
