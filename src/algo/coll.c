@@ -632,8 +632,9 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         *why = "direct needs every rank on one node with cross-memory reads";
         return coll == HCOMM__COLL_BROADCAST ? HCOMM__ALGO_TREE
                : !dflt                       ? HCOMM__ALGO_RING
-               : k->c->size == 2             ? HCOMM__ALGO_RHD /* the default below 32 KiB */
-                                             : HCOMM__ALGO_NATIVE;
+               : coll == HCOMM__COLL_REDUCESCATTER && k->c->size == 2
+                   ? HCOMM__ALGO_RHD /* the default below 32 KiB */
+                   : HCOMM__ALGO_NATIVE;
     }
     if (coll == HCOMM__COLL_ALLREDUCE && bytes >= twoshot_min_bytes(k->c->size, shm_coll(k->c)) &&
         strcmp(*why, "default") == 0 && peer_reads(k->c) &&

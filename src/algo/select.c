@@ -215,18 +215,19 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
  * agreement and Open MPI's nonblocking collective (hcomm keeps its calls abortable), which is
  * about twice the blocking call's time at small sizes. Measured with hcomm-bench --algo (mpi, 2
  * processes, 2 cores, checking on): all_gather rd 1.2 us against native 2.8 and raw
- * MPI_Allgather 1.1 at 8 B, 5.4 against 6.0 (raw 5.4) at 16 KiB, behind from 32 KiB (8.4
- * against 7.3); reduce_scatter rhd 1.3 against 3.2 (raw 1.3) at 8 B, 3.2-4.5 against 5.7-7.3
- * (raw 6.1-6.7) at 8 KiB, and from 32 KiB direct, each rank reducing its block straight from
- * the peer's input (twoshot.c; coll.c falls back to rhd where peers cannot be read): 32 KiB
- * 8.6-10.6 us against rhd 9.2-14.8 and raw 10.1-11.5, 128 KiB 19.6-23.8 against 30.6-53.2 and
- * 25.9-30.7, 1 MiB 135-148 against 270 and 252-289, 16 MiB 5.5 ms against 7.5 and 18-19;
- * broadcast tree 1.1 against 2.5 (raw 1.0) at 8 B, 3.6-3.8 against native 4.8-5.8 (raw
- * 4.2-4.3) at 8 KiB (medians of 3 interleaved runs), behind at 32 KiB (11.3 against 9.0). With
- * checking off a broadcast's receiver does not answer, as in MPI_Bcast. Messages over 256 bytes
- * (payload plus hcomm's 64-byte header) leave Open MPI's inline path (btl_vader_max_inline_send),
- * so from 192-byte pieces hcomm's exchange pays that step where the raw call's does from 256.
- * More processes: many_default below. */
+ * MPI_Allgather 1.1 at 8 B, 4.6 against 6.2 (raw 5.0) at 16 KiB, behind from 32 KiB, where
+ * direct reads take over (twoshot.c: 6.6 against native 7.9 and raw 7.5 at 32 KiB, 28 against
+ * 30 and 26 at 256 KiB, 742 against 787 and 917 at 4 MiB; with checking off too); reduce_scatter
+ * rhd 1.3 against 3.2 (raw 1.3) at 8 B, 3.2-4.5 against 5.7-7.3 (raw 6.1-6.7) at 8 KiB, and from 32
+ * KiB direct, each rank reducing its block straight from the peer's input (twoshot.c; coll.c falls
+ * back to rhd where peers cannot be read): 32 KiB 8.6-10.6 us against rhd 9.2-14.8 and
+ * raw 10.1-11.5, 128 KiB 19.6-23.8 against 30.6-53.2 and 25.9-30.7, 1 MiB 135-148 against 270 and
+ * 252-289, 16 MiB 5.5 ms against 7.5 and 18-19; broadcast tree 1.1 against 2.5 (raw 1.0) at 8
+ * B, 3.6-3.8 against native 4.8-5.8 (raw 4.2-4.3) at 8 KiB (medians of 3 interleaved runs), behind
+ * at 32 KiB (11.3 against 9.0). With checking off a broadcast's receiver does not answer, as in
+ * MPI_Bcast. Messages over 256 bytes (payload plus hcomm's 64-byte header) leave Open MPI's inline
+ * path (btl_vader_max_inline_send), so from 192-byte pieces hcomm's exchange pays that step where
+ * the raw call's does from 256. More processes: many_default below. */
 #define PAIR_BROADCAST_MAX_BYTES ((size_t)8 << 10)
 #define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)32 << 10)
 #define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
@@ -242,8 +243,8 @@ static int pair_default(int coll, size_t bytes) {
         return bytes < PAIR_REDUCESCATTER_DIRECT_BYTES ? HCOMM__ALGO_RHD : HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
         return HCOMM__ALGO_TREE;
-    if (coll == HCOMM__COLL_ALLGATHER && bytes <= PAIR_ALLGATHER_MAX_BYTES)
-        return HCOMM__ALGO_RD;
+    if (coll == HCOMM__COLL_ALLGATHER)
+        return bytes <= PAIR_ALLGATHER_MAX_BYTES ? HCOMM__ALGO_RD : HCOMM__ALGO_DIRECT;
     return -1;
 }
 
@@ -258,11 +259,13 @@ static int pair_default(int coll, size_t bytes) {
  * KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB (37 against 31). From 1 MiB a
  * reduce_scatter runs direct (twoshot.c, as with 2): 714 against native 839 us at 1 MiB, 3.5
  * against 6.3 ms at 4 MiB, 13 against 54 (raw 49) at 16 MiB; native ahead at 256 KiB (179 against
- * 192). */
+ * 192). all_gather direct from 32 KiB: 50 against native 60 (raw 39) at 32 KiB, 172 against 199
+ * (175) at 512 KiB, 3.4 against 3.5 (4.2) ms at 8 MiB. */
 #define MANY_ALLGATHER_RD_MAX_BYTES 2048
 #define MANY_REDUCESCATTER_RD_MAX_BYTES 2048
 #define MANY_BROADCAST_RD_MAX_BYTES 1024
 #define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)1 << 20)
+#define MANY_ALLGATHER_DIRECT_BYTES ((size_t)32 << 10)
 
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
  * broadcast runs unchecked, and its root only sends: 12.4-13.9 us against rd's 20.2-20.5 up to
@@ -283,6 +286,8 @@ static bool checking(void) {
 static int many_default(int coll, size_t bytes) {
     if (coll == HCOMM__COLL_ALLGATHER && bytes <= MANY_ALLGATHER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
+    if (coll == HCOMM__COLL_ALLGATHER && bytes >= MANY_ALLGATHER_DIRECT_BYTES)
+        return HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= MANY_REDUCESCATTER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes >= MANY_REDUCESCATTER_DIRECT_BYTES)
