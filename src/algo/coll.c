@@ -598,8 +598,9 @@ static bool is_reduction(int coll) {
  * runs on 2 cores): on mpi faster than Open MPI's native all_reduce from 8 KiB with 2 processes
  * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), but below 16 KiB behind rd on the lane
  * (select.c; 8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, 3 runs), and with 4 (oversubscribed) from
- * 512 KiB (medians of 3 interleaved runs: at 128 KiB native 282 us, twoshot 294; at 512 KiB
- * twoshot 850-829, native 927-1195; twoshot 1.3-2.7x faster at 2-128 MiB). On a
+ * 128 KiB, since its addresses and barriers travel on the lane without an agreement (medians of
+ * 3 interleaved runs: at 32 KiB twoshot 75-92 us against native 68-91, at 128 KiB 151-161
+ * against 176-196, at 512 KiB 406-451 against 517-622; 1.3-2.7x faster at 2-128 MiB). On a
  * shared-memory transport (local), against the native all_reduce (every rank reduces its chunk
  * of all inputs into its scratch, then copies every chunk out; 2 copies per byte to twoshot's
  * one read and one reduction), twoshot wins from 256 KiB with 2 ranks (native and twoshot
@@ -610,7 +611,7 @@ static bool is_reduction(int coll) {
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
         return p <= 2 ? (size_t)256 << 10 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
-    return p <= 2 ? (size_t)16 << 10 : (size_t)512 << 10;
+    return p <= 2 ? (size_t)16 << 10 : (size_t)128 << 10;
 }
 
 static bool peer_reads(hcomm_comm_t *c) {

@@ -256,15 +256,16 @@ static int pair_default(int coll, size_t bytes) {
  * against 33-35 at 2 KiB (medians of 3 interleaved runs), behind at 4 KiB (42 against 35);
  * reduce_scatter rd 16-18 against 27-30 (raw 16-22) up to 1 KiB, 36 against 42 at 4 KiB (unchecked
  * 31 against 27.5), behind at 16 KiB (96 against 56); broadcast rd 17-18.5 against 20-23 up to 1
- * KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB (37 against 31). From 1 MiB a
- * reduce_scatter runs direct (twoshot.c, as with 2): 714 against native 839 us at 1 MiB, 3.5
- * against 6.3 ms at 4 MiB, 13 against 54 (raw 49) at 16 MiB; native ahead at 256 KiB (179 against
- * 192). all_gather direct from 32 KiB: 50 against native 60 (raw 39) at 32 KiB, 172 against 199
- * (175) at 512 KiB, 3.4 against 3.5 (4.2) ms at 8 MiB. */
+ * KiB (raw MPI_Bcast 10.5-12: its root only sends), behind at 4 KiB (37 against 31). From 32 KiB a
+ * reduce_scatter runs direct (twoshot.c, as with 2; addresses and barriers on the lane, no
+ * agreement): 54-58 against native 68-70 (raw 54-56) at 32 KiB, 90-92 against 143-145 at 128
+ * KiB, 3.5 against 6.3 ms at 4 MiB, 13 against 54 (raw 49) at 16 MiB. all_gather direct from 32
+ * KiB: 50 against native 60 (raw 39) at 32 KiB, 172 against 199 (175) at 512 KiB, 3.4 against 3.5
+ * (4.2) ms at 8 MiB. */
 #define MANY_ALLGATHER_RD_MAX_BYTES 2048
 #define MANY_REDUCESCATTER_RD_MAX_BYTES 2048
 #define MANY_BROADCAST_RD_MAX_BYTES 1024
-#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)1 << 20)
+#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)32 << 10)
 #define MANY_ALLGATHER_DIRECT_BYTES ((size_t)32 << 10)
 
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
