@@ -46,6 +46,12 @@ hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t
 /* A local failure (res) of a step whose peers wait for this rank next (in a barrier, say) is
  * told to them, so they fail with HCOMM_ERR_PEER instead of waiting; returns res. */
 hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res);
+/* One step of the call on the transport's lane (hcomm__lane_step): n_out bytes of src to `to`
+ * (-1: none), and the message from `from` (-1: none) into in, which holds HCOMM__LANE_MAX bytes
+ * (a peer in another call may send more than this one expects); its signature is checked and
+ * its payload, at in + HCOMM__LANE_HDR, must be n_in bytes. */
+hcomm_result_t hcomm__x_lane(const hcomm__xfer_t *x, int to, const void *src, size_t n_out,
+                             int from, unsigned char *in, size_t n_in);
 /* Sends to one peer and receives from another (or the same) at once. */
 hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
                                  int from, void *rbuf, size_t rbytes);

@@ -35,23 +35,8 @@ enum { SEND = 1, RECV = 2, BOTH = 3 };
 /* Sends n_out bytes of src to the peer and receives its n_in bytes into got(s), checked; `ways`
  * says which halves run. */
 static hcomm_result_t step_as(pair_t *s, int ways, const void *src, size_t n_out, size_t n_in) {
-    _Alignas(16) unsigned char out[HCOMM__LANE_MAX];
-    const hcomm__xfer_t *x = s->x;
-    if (n_out)
-        memcpy(out + HCOMM__LANE_HDR, src, n_out);
-    hcomm__env_t env = {.kind = HCOMM__ENV_DATA};
-    size_t bytes = 0;
-    int to = ways & SEND ? s->peer : -1, from = ways & RECV ? s->peer : -1;
-    HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, to, out, n_out, from, s->in,
-                                HCOMM__LANE_MAX - HCOMM__LANE_HDR, &env.sig, &bytes));
-    if (from < 0)
-        return HCOMM_OK;
-    HCOMM__TRY(x->check(x, s->peer, &env));
-    if (bytes != n_in) /* equal signatures agree on the sizes: a peer that broke the protocol */
-        return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
-                          "rank %d sent %zu bytes where rank %d expected %zu", s->peer, bytes,
-                          s->me, n_in);
-    return HCOMM_OK;
+    return hcomm__x_lane(s->x, ways & SEND ? s->peer : -1, src, n_out, ways & RECV ? s->peer : -1,
+                         s->in, n_in);
 }
 
 static hcomm_result_t step(pair_t *s, const void *src, size_t n_out, size_t n_in) {

@@ -23,23 +23,13 @@ typedef struct addrs {
  * where it has one (hcomm__direct_on_lane), else as p2p frames; the signature is checked. */
 static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, int from, void *rbuf,
                            size_t bytes) {
+    size_t n_out = sbuf ? bytes : 0, n_in = rbuf ? bytes : 0;
     if (hcomm__lane_payload(x->c) == 0)
-        return hcomm__x_sendrecv(x, to, sbuf, sbuf ? bytes : 0, from, rbuf, rbuf ? bytes : 0);
-    /* the whole lane's room to receive in: a peer in another call may send more */
-    _Alignas(16) unsigned char out[HCOMM__LANE_HDR + 16], in[HCOMM__LANE_MAX];
-    size_t n = sbuf ? bytes : 0, got = 0;
-    if (n)
-        memcpy(out + HCOMM__LANE_HDR, sbuf, n);
-    hcomm__env_t env = {.kind = HCOMM__ENV_DATA};
-    HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, to, out, n, from, in,
-                                HCOMM__LANE_MAX - HCOMM__LANE_HDR, &env.sig, &got));
-    HCOMM__TRY(x->check(x, from, &env));
-    if (got != (rbuf ? bytes : 0))
-        return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
-                          "rank %d sent %zu bytes where rank %d expected %zu", from, got,
-                          x->c->rank, rbuf ? bytes : 0);
-    if (rbuf && bytes)
-        memcpy(rbuf, in + HCOMM__LANE_HDR, bytes);
+        return hcomm__x_sendrecv(x, to, sbuf, n_out, from, rbuf, n_in);
+    _Alignas(16) unsigned char in[HCOMM__LANE_MAX];
+    HCOMM__TRY(hcomm__x_lane(x, to, sbuf, n_out, from, in, n_in));
+    if (n_in)
+        memcpy(rbuf, in + HCOMM__LANE_HDR, n_in);
     return HCOMM_OK;
 }
 

@@ -2,6 +2,7 @@
 #include "algo/algos.h"
 
 #include <stdio.h>
+#include <string.h>
 
 void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
     size_t base = count / (size_t)p, rem = count % (size_t)p, rr = (size_t)r;
@@ -33,6 +34,25 @@ hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbu
     hcomm_result_t res = hcomm__x_recv(x, from, rbuf, rbytes);
     hcomm_result_t sres = hcomm__wait(s, NULL, NULL);
     return res != HCOMM_OK ? res : sres;
+}
+
+hcomm_result_t hcomm__x_lane(const hcomm__xfer_t *x, int to, const void *src, size_t n_out,
+                             int from, unsigned char *in, size_t n_in) {
+    _Alignas(16) unsigned char out[HCOMM__LANE_MAX];
+    if (n_out)
+        memcpy(out + HCOMM__LANE_HDR, src, n_out);
+    hcomm__env_t env = {.kind = HCOMM__ENV_DATA};
+    size_t got = 0;
+    HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, to, out, n_out, from, in,
+                                HCOMM__LANE_MAX - HCOMM__LANE_HDR, &env.sig, &got));
+    if (from < 0)
+        return HCOMM_OK;
+    HCOMM__TRY(x->check(x, from, &env));
+    if (got != n_in) /* equal signatures agree on the sizes: a peer that broke the protocol */
+        return hcomm__err(HCOMM_ERR_MISMATCH, x->c->call_fn,
+                          "rank %d sent %zu bytes where rank %d expected %zu", from, got,
+                          x->c->rank, n_in);
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
