@@ -46,7 +46,6 @@ static const char *const count_names[CALL_KINDS] = {
     "count", "count", "bytes",     "bytes", "bytes", "total count"};
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
-enum { CHECK_ALWAYS, CHECK_FIRST, CHECK_OFF }; /* as hcomm__env_check numbers them */
 enum { FLIGHT = 16, SEEN = 64 };
 
 typedef struct flight {
@@ -79,19 +78,6 @@ static algo_t *algo_of(hcomm_comm_t *c) {
         c->layer_free[HCOMM__LAYER_ALGO] = free;
     }
     return c->layer[HCOMM__LAYER_ALGO];
-}
-
-static int check_mode_value = CHECK_ALWAYS;
-static pthread_once_t check_once = PTHREAD_ONCE_INIT;
-
-static void read_check_mode(void) {
-    if (hcomm__env_check("hcomm", &check_mode_value) != HCOMM_OK)
-        check_mode_value = CHECK_ALWAYS; /* hcomm_launch reported it already */
-}
-
-static int check_mode(void) {
-    pthread_once(&check_once, read_check_mode);
-    return check_mode_value;
 }
 
 /* --- naming the public call --- */
@@ -564,25 +550,25 @@ static hcomm_result_t rd_reduce_scatter(call_t *k, const void *send, void *recv,
 /* Before a collective on a transport without posted checks: every rank agrees on the
  * signature; before a native one as HCOMM_CHECK says (mode: always, first use per comm, off). */
 static hcomm_result_t agree_as(call_t *k, int mode) {
-    if (mode == CHECK_OFF || k->c->size == 1)
+    if (mode == HCOMM__CHECK_OFF || k->c->size == 1)
         return HCOMM_OK;
     uint64_t h = ((uint64_t)k->sig.call << 56) ^ ((uint64_t)k->sig.dtype << 48) ^
                  ((uint64_t)k->sig.op << 40) ^ ((uint64_t)(uint32_t)k->sig.root << 8) ^
                  (k->sig.count * 0x9E3779B97F4A7C15ull) ^ k->sig.extra ^
                  ((uint64_t)(uint32_t)k->sig.algo << 32);
-    if (mode == CHECK_FIRST)
+    if (mode == HCOMM__CHECK_FIRST)
         for (int i = 0; i < k->a->nseen; i++)
             if (k->a->seen[i] == h)
                 return HCOMM_OK;
     k->a->agreements++;
     HCOMM__TRY(rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
-    if (mode == CHECK_FIRST)
+    if (mode == HCOMM__CHECK_FIRST)
         k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
     return HCOMM_OK;
 }
 
 static hcomm_result_t agree(call_t *k) {
-    return agree_as(k, check_mode());
+    return agree_as(k, hcomm__check_mode());
 }
 
 /* --- choosing and running an algorithm --- */
@@ -739,8 +725,9 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
      * message, so only a skipped agreement could hang, and under first only the ranks that saw
      * a signature before skip it: their peers would wait in the agreement until the timeout
      * instead of failing with the mismatch (off: every rank skips it alike) */
-    int mode =
-        algo == HCOMM__ALGO_NATIVE || check_mode() == CHECK_OFF ? check_mode() : CHECK_ALWAYS;
+    int mode = algo == HCOMM__ALGO_NATIVE || hcomm__check_mode() == HCOMM__CHECK_OFF
+                   ? hcomm__check_mode()
+                   : HCOMM__CHECK_ALWAYS;
     if (!shm_coll(c))
         return checks_in_messages(k, algo) ? HCOMM_OK : agree_as(k, mode);
     hcomm__posted_sig_t ps = posted_of(&k->sig);
@@ -1001,7 +988,8 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     }
     hcomm__xfer_t x = xfer_of(&k);
     if (on_pair_lane(&k, algo))
-        return call_end(&k, hcomm__pair_broadcast(&x, buf, bytes, root, check_mode() != CHECK_OFF));
+        return call_end(&k, hcomm__pair_broadcast(&x, buf, bytes, root,
+                                                  hcomm__check_mode() != HCOMM__CHECK_OFF));
     hcomm_result_t res = p2p_agree(&k, algo);
     if (res == HCOMM_OK)
         res = algo == HCOMM__ALGO_RD ? rd_broadcast(&k, buf, bytes, root)
@@ -1140,7 +1128,8 @@ static int a2a_fixed(call_t *k) {
     uint32_t allowed = hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
     bool pair = k->c->size == 2 && hcomm__lane_payload(k->c) > 0; /* a2a_pair costs nothing */
     if ((allowed & (1u << HCOMM__ALGO_NATIVE)) &&
-        ((check_mode() == CHECK_OFF && !pair) || (shm_coll(k->c) && on_one_node(k->c))))
+        ((hcomm__check_mode() == HCOMM__CHECK_OFF && !pair) ||
+         (shm_coll(k->c) && on_one_node(k->c))))
         return HCOMM__ALGO_NATIVE; /* first: this is every call on the local backend */
     if ((allowed & (allowed - 1)) == 0) {
         int a = 0;
@@ -1275,7 +1264,7 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
     hcomm_result_t res = HCOMM_OK;
     if (algo == HCOMM__ALGO_NATIVE)
         res = agreed ? HCOMM_OK : agree(&k);
-    else if (algo >= 0 && check_mode() == CHECK_OFF)
+    else if (algo >= 0 && hcomm__check_mode() == HCOMM__CHECK_OFF)
         res = p2p_agree(&k, algo); /* the counts are checked with the data only */
     else if (c->size == 2 && hcomm__lane_payload(c) > 0 &&
              (algo < 0 || algo == HCOMM__ALGO_PAIRWISE)) {

@@ -271,19 +271,6 @@ static int pair_default(int coll, size_t bytes) {
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
  * broadcast runs unchecked, and its root only sends: 12.4-13.9 us against rd's 20.2-20.5 up to
  * 1 KiB (raw 11.4-13.5; 4 processes). */
-static int check_mode_value;
-static pthread_once_t check_once = PTHREAD_ONCE_INIT;
-
-static void read_check_mode(void) {
-    if (hcomm__env_check("hcomm", &check_mode_value) != HCOMM_OK)
-        check_mode_value = 0; /* always: hcomm_launch reported the bad value already */
-}
-
-static bool checking(void) {
-    pthread_once(&check_once, read_check_mode);
-    return check_mode_value != 2; /* hcomm__env_check's "off" */
-}
-
 static int many_default(int coll, size_t bytes) {
     if (coll == HCOMM__COLL_ALLGATHER && bytes <= MANY_ALLGATHER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
@@ -293,7 +280,8 @@ static int many_default(int coll, size_t bytes) {
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes >= MANY_REDUCESCATTER_DIRECT_BYTES)
         return HCOMM__ALGO_DIRECT;
-    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES && checking())
+    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES &&
+        hcomm__check_mode() != HCOMM__CHECK_OFF)
         return HCOMM__ALGO_RD;
     return -1;
 }

@@ -4,6 +4,7 @@
 #include "core/topo_spec.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,19 @@ hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *c
 hcomm_result_t hcomm__env_check(const char *fn, int *mode) {
     static const char *const names[] = {"always", "first", "off"};
     return hcomm__env_choice(fn, "HCOMM_CHECK", names, 3, 0, mode);
+}
+
+static int check_mode_value = HCOMM__CHECK_ALWAYS;
+static pthread_once_t check_once = PTHREAD_ONCE_INIT;
+
+static void read_check_mode(void) {
+    if (hcomm__env_check("hcomm", &check_mode_value) != HCOMM_OK)
+        check_mode_value = HCOMM__CHECK_ALWAYS;
+}
+
+int hcomm__check_mode(void) {
+    pthread_once(&check_once, read_check_mode);
+    return check_mode_value;
 }
 
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on) {

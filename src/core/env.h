@@ -14,7 +14,11 @@ hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, s
 hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *const *choices,
                                  int n, int dflt, int *out);
 /* HCOMM_CHECK as 0 (always, the default), 1 (first) or 2 (off). */
+enum { HCOMM__CHECK_ALWAYS, HCOMM__CHECK_FIRST, HCOMM__CHECK_OFF };
 hcomm_result_t hcomm__env_check(const char *fn, int *mode);
+/* This process's HCOMM_CHECK mode, read once (a malformed value counts as always:
+ * hcomm_launch reports it). */
+int hcomm__check_mode(void);
 /* HCOMM_DETERMINISTIC: 0 (the default) or 1, every new world's deterministic mode. */
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on);
 /* Checks every HCOMM_* variable the C library reads, so a typo'd value fails at launch. */

@@ -353,7 +353,6 @@ void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
     }
     pthread_once(&tuning_once, read_tuning);
     out[HCOMM__SEL_TUNING] = tuning_digest; /* the contents: paths may differ per node */
-    int mode = 0; /* the mode, not the text: unset and "always" are the same */
-    out[HCOMM__SEL_CHECK] =
-        hcomm__env_check("hcomm_launch", &mode) == HCOMM_OK ? (uint64_t)mode + 1 : 0;
+    /* the mode, not the text: unset and "always" are the same */
+    out[HCOMM__SEL_CHECK] = (uint64_t)hcomm__check_mode() + 1;
 }
