@@ -11,7 +11,6 @@
 #include "core/log.h"
 #include "topo/topo.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
