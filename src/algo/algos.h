@@ -66,17 +66,16 @@ hcomm_result_t hcomm__ar_naive(const hcomm__xfer_t *x, void *buf, size_t count, 
 /* all_reduce of send into recv (may alias) by direct reads; needs transport.peer_read_ok. */
 hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op);
-/* twoshot's halves as collectives of their own (one node, transport.peer_read_ok):
+/* twoshot's and direct's messages (addresses, barriers) take the transport's lane where it has
+ * one, each with the signature, and every rank exchanges addresses with every other before it
+ * reads: on a lane they need no agreement first.
+ * twoshot's halves as collectives of their own (one node, transport.peer_read_ok):
  * reduce_scatter of count elements per rank (recv may alias send), each rank reducing its
  * block of every input in rank order; all_gather of bytes per rank (send may be recv's own
  * block), each rank reading every other block from its owner's send buffer. */
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
-/* True when twoshot's and direct's messages (addresses, barriers) take c's lane: each carries
- * the signature and every rank exchanges addresses with every other before reading, so no
- * agreement needs to run first. */
-bool hcomm__direct_on_lane(const hcomm_comm_t *c);
 /* broadcast of bytes from root, every other rank reading the root's buffer (one node,
  * transport.peer_read_ok). */
 hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);

@@ -667,6 +667,12 @@ static hcomm__xfer_t xfer_of(call_t *k) {
         .c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig}, .check = xfer_check, .call = k};
 }
 
+/* Messages of this call may take the transport's lane (and the shared-memory transport's
+ * posted checks do not apply). */
+static bool on_lane(const hcomm_comm_t *c) {
+    return !shm_coll(c) && hcomm__lane_payload(c) > 0;
+}
+
 /* Two ranks on a lane run the one-exchange algorithms (rd all_gather, rhd reduce_scatter, tree
  * broadcast) as pair.c's exchange, which checks the signature in its messages. */
 static bool on_pair_lane(const call_t *k, int algo) {
@@ -674,8 +680,7 @@ static bool on_pair_lane(const call_t *k, int algo) {
                : k->sig.call == CALL_REDUCE_SCATTER ? HCOMM__ALGO_RHD
                : k->sig.call == CALL_BROADCAST      ? HCOMM__ALGO_TREE
                                                     : -1;
-    return k->c->size == 2 && (algo & ~HCOMM__ALGO_DET) == want && !shm_coll(k->c) &&
-           hcomm__lane_payload(k->c) > 0;
+    return k->c->size == 2 && (algo & ~HCOMM__ALGO_DET) == want && on_lane(k->c);
 }
 
 /* all_gather's rd among more than two ranks sends the whole vector on a lane where it fits
@@ -683,27 +688,26 @@ static bool on_pair_lane(const call_t *k, int algo) {
 static bool ag_rd_whole(const call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     size_t p = (size_t)c->size, room = rd_room(c);
-    return algo == HCOMM__ALGO_RD && p > 2 && p < room && !shm_coll(c) &&
-           hcomm__lane_payload(c) > 0 && k->sig.count <= (room - p) / p;
+    return algo == HCOMM__ALGO_RD && p > 2 && p < room && on_lane(c) &&
+           k->sig.count <= (room - p) / p;
 }
 
 /* The calls whose every message takes the lane and carries the signature, every rank sending
  * and receiving in every step, so that ranks that disagree meet and see it: no agreement first.
  * (All_reduce's rd, on any transport without posted checks: p2p_agree.) */
 static bool checks_in_messages(const call_t *k, int algo) {
-    bool lane = !shm_coll(k->c) && hcomm__lane_payload(k->c) > 0;
-    bool reads = lane && hcomm__direct_on_lane(k->c); /* twoshot.c's messages on the lane */
+    bool lane = on_lane(k->c); /* twoshot.c's messages take it too (algos.h) */
     switch (k->sig.call) {
     case CALL_ALL_REDUCE:
-        return algo == HCOMM__ALGO_RD || (reads && algo == HCOMM__ALGO_TWOSHOT);
+        return algo == HCOMM__ALGO_RD || (lane && algo == HCOMM__ALGO_TWOSHOT);
     case CALL_REDUCE_SCATTER:
-        return (lane && algo == HCOMM__ALGO_RD) || on_pair_lane(k, algo) ||
-               (reads && algo == HCOMM__ALGO_DIRECT);
+        return (lane && (algo == HCOMM__ALGO_RD || algo == HCOMM__ALGO_DIRECT)) ||
+               on_pair_lane(k, algo);
     case CALL_BROADCAST:
         return (lane && algo == HCOMM__ALGO_RD) || on_pair_lane(k, algo);
     case CALL_ALL_GATHER:
         return on_pair_lane(k, algo) || ag_rd_whole(k, algo) ||
-               (reads && algo == HCOMM__ALGO_DIRECT);
+               (lane && algo == HCOMM__ALGO_DIRECT);
     default:
         return false;
     }

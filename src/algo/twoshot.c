@@ -20,7 +20,7 @@ typedef struct addrs {
 } addrs_t;
 
 /* One message to `to` and one from `from` (bytes each, NULL: none), on the transport's lane
- * where it has one (hcomm__direct_on_lane), else as p2p frames; the signature is checked. */
+ * where it has one, else as p2p frames; the signature is checked. */
 static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, int from, void *rbuf,
                            size_t bytes) {
     size_t n_out = sbuf ? bytes : 0, n_in = rbuf ? bytes : 0;
@@ -31,10 +31,6 @@ static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, int
     if (n_in)
         memcpy(rbuf, in + HCOMM__LANE_HDR, n_in);
     return HCOMM_OK;
-}
-
-bool hcomm__direct_on_lane(const hcomm_comm_t *c) {
-    return hcomm__lane_payload(c) > 0;
 }
 
 /* Every rank's buffer addresses, exchanged with each peer directly: every rank hears from
