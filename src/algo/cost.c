@@ -115,21 +115,20 @@ static double rd_ag(const model_t *m, double S) {
     return m->hop * (m->lg * m->flat.alpha + (m->p - 1.0) / m->p * S * m->flat.beta);
 }
 
-/* direct (one node, twoshot.c): p - 1 address messages, a read of (p-1)/p of S, a barrier
- * (the reduce_scatter: of S/p from every rank, reduced). Like twoshot, no candidate beyond one
- * node. */
-static double direct_ag(const model_t *m, double S) {
+/* direct (one node, twoshot.c): p - 1 address messages, reads of `read` bytes, a barrier.
+ * all_gather reads (p-1)/p of S, reduce_scatter as much (S/p from every rank, reduced), and
+ * broadcast all of S. Like twoshot, no candidate beyond one node. */
+static double direct_reads(const model_t *m, double read) {
     if (m->t->nnodes > 1)
         return INFINITY;
-    double f = (m->p - 1.0) / m->p;
-    return m->hop * (m->p - 1.0 + m->clg) * m->in.alpha + f * S * fmin(m->in.beta, m->gamma);
+    return m->hop * (m->p - 1.0 + m->clg) * m->in.alpha + read * fmin(m->in.beta, m->gamma);
 }
 
 static double all_gather(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_RING     ? ring_ag(m, S)
            : algo == HCOMM__ALGO_RD     ? rd_ag(m, S)
            : algo == HCOMM__ALGO_BRUCK  ? bruck_ag(m, S)
-           : algo == HCOMM__ALGO_DIRECT ? direct_ag(m, S)
+           : algo == HCOMM__ALGO_DIRECT ? direct_reads(m, (m->p - 1.0) / m->p * S)
                                         : INFINITY;
 }
 
@@ -153,11 +152,12 @@ static double rh_rs(const model_t *m, double S) {
 
 /* rd: an all_reduce of the whole vector (coll.c's rd_reduce_scatter), this rank's block kept. */
 static double reduce_scatter(const model_t *m, int algo, double S) {
-    return algo == HCOMM__ALGO_RING     ? ring_rs(m, S)
-           : algo == HCOMM__ALGO_RHD    ? rh_rs(m, S)
-           : algo == HCOMM__ALGO_RD     ? rd_ar(m, S)
-           : algo == HCOMM__ALGO_DIRECT ? direct_ag(m, S) + (m->p - 1.0) / m->p * S * m->gamma
-                                        : INFINITY;
+    return algo == HCOMM__ALGO_RING  ? ring_rs(m, S)
+           : algo == HCOMM__ALGO_RHD ? rh_rs(m, S)
+           : algo == HCOMM__ALGO_RD  ? rd_ar(m, S)
+           : algo == HCOMM__ALGO_DIRECT
+               ? direct_reads(m, (m->p - 1.0) / m->p * S) + (m->p - 1.0) / m->p * S * m->gamma
+               : INFINITY;
 }
 
 /* --- broadcast (S: the buffer) --- */
@@ -181,19 +181,12 @@ static double chain_bc(const model_t *m, double S) {
     return (m->p - 2.0 + k) * (m->flat.alpha + S / k * m->flat.beta);
 }
 
-/* direct (one node): the address to p - 1 ranks, each reads all of S, a barrier. */
-static double direct_bc(const model_t *m, double S) {
-    if (m->t->nnodes > 1)
-        return INFINITY;
-    return m->hop * (m->p - 1.0 + m->clg) * m->in.alpha + S * fmin(m->in.beta, m->gamma);
-}
-
 /* rd: recursive doubling over the whole buffer, partners merging what they hold (coll.c's
  * rd_broadcast): rd all_reduce's messages without its reduction. */
 static double broadcast(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_TREE                ? tree_bc(m, S)
            : algo == HCOMM__ALGO_RD                ? rd_ar(m, S) - m->lg * S * m->gamma
-           : algo == HCOMM__ALGO_DIRECT            ? direct_bc(m, S)
+           : algo == HCOMM__ALGO_DIRECT            ? direct_reads(m, S)
            : algo == HCOMM__ALGO_SCATTER_ALLGATHER ? scatter_allgather_bc(m, S)
            : algo == HCOMM__ALGO_CHAIN             ? chain_bc(m, S)
                                                    : INFINITY;
