@@ -877,16 +877,16 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
     hcomm__xfer_t x = xfer_of(r->k);
-    if (!r->counts && on_pair_lane(r->k, r->algo))
-        return hcomm__pair_reduce_scatter(&x, r->send, r->recv, r->out, r->dt, r->op);
-    if (!r->counts && r->algo == HCOMM__ALGO_RD) /* not deterministic: that flag runs below */
-        return rd_reduce_scatter(r->k, r->send, r->recv, r->out, r->dt, r->op);
-    if (!r->counts && r->algo == HCOMM__ALGO_DIRECT)
-        return hcomm__rs_direct(&x, r->send, r->recv, r->out, r->dt, r->op);
-    if (r->algo == HCOMM__ALGO_HIER && !r->counts)
-        return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     if (r->counts)
         return hcomm__rsv_run(&x, r->algo, r->send, r->recv, r->counts, r->dt, r->op);
+    if (on_pair_lane(r->k, r->algo))
+        return hcomm__pair_reduce_scatter(&x, r->send, r->recv, r->out, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_RD) /* not deterministic: that flag runs below */
+        return rd_reduce_scatter(r->k, r->send, r->recv, r->out, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_DIRECT)
+        return hcomm__rs_direct(&x, r->send, r->recv, r->out, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_HIER)
+        return hcomm__rs_hier(&x, r->send, r->recv, r->out, r->dt, r->op);
     size_t *counts = equal_counts(c->size, r->out);
     if (!counts)
         return nomem(r->k);
