@@ -66,28 +66,30 @@ static const mm_t mms[] = {
     {1000, 1000, HCOMM_F16, HCOMM_F32, HCOMM_AVG, HCOMM_AVG, "dtype=f16", "dtype=f32"},
 };
 
+/* res must be HCOMM_ERR_MISMATCH with a message that starts with head. */
+static void expect_head(hcomm_comm_t *c, hcomm_result_t res, const char *head, const char *what) {
+    const char *msg = hcomm_last_error();
+    T_CHECK(res == HCOMM_ERR_MISMATCH && strstr(msg, head) == msg,
+            "%s (world %d, rank %d): %s '%s', expected HCOMM_ERR_MISMATCH '%s...'", what, t_size(c),
+            t_rank(c), hcomm_result_name(res), msg, head);
+}
+
 /* reduce_scatter and all_gather across the direct / rd boundaries: direct's address exchange
  * carries the signature, so ranks on different algorithms must still meet and fail. */
 static hcomm_result_t other_mismatches(hcomm_comm_t *c, double *a, double *b) {
-    int r = t_rank(c), p = t_size(c);
-    hcomm_result_t res =
-        hcomm_reduce_scatter(c, a, b, r == 0 ? 8192 : 8, HCOMM_F32, HCOMM_SUM); /* f32: fits */
-    const char *msg = hcomm_last_error(),
-               *head = "hcomm_reduce_scatter: recvcount=8192 on rank 0 but recvcount=8 on rank ";
-    T_CHECK(res == HCOMM_ERR_MISMATCH && strstr(msg, head) == msg,
-            "reduce_scatter mismatch (world %d, rank %d): %s '%s'", p, r, hcomm_result_name(res),
-            msg);
+    int r = t_rank(c);
+    const char *head = "hcomm_reduce_scatter: recvcount=8192 on rank 0 but recvcount=8 on rank ";
+    /* f32: fits */
+    expect_head(c, hcomm_reduce_scatter(c, a, b, r == 0 ? 8192 : 8, HCOMM_F32, HCOMM_SUM), head,
+                "reduce_scatter mismatch");
     T_TRY(works(c, head));
-    res = hcomm_all_gather(c, a, b, r == 0 ? 8 : 40000);
-    msg = hcomm_last_error();
     head = "hcomm_all_gather: bytes=8 on rank 0 but bytes=40000 on rank ";
-    T_CHECK(res == HCOMM_ERR_MISMATCH && strstr(msg, head) == msg,
-            "all_gather mismatch (world %d, rank %d): %s '%s'", p, r, hcomm_result_name(res), msg);
+    expect_head(c, hcomm_all_gather(c, a, b, r == 0 ? 8 : 40000), head, "all_gather mismatch");
     return works(c, head);
 }
 
 static hcomm_result_t mismatches(hcomm_comm_t *c) {
-    int r = t_rank(c), p = t_size(c);
+    int r = t_rank(c);
     double *a = calloc(100003, sizeof(double)), *b = calloc(100003, sizeof(double));
     if (!a || !b)
         return HCOMM_ERR_NOMEM;
@@ -95,12 +97,12 @@ static hcomm_result_t mismatches(hcomm_comm_t *c) {
         const mm_t *m = &mms[i];
         char head[160];
         snprintf(head, sizeof head, "hcomm_all_reduce: %s on rank 0 but %s on rank ", m->a, m->b);
-        hcomm_result_t res = hcomm_all_reduce(c, a, b, r == 0 ? m->n0 : m->n1,
-                                              r == 0 ? m->dt0 : m->dt1, r == 0 ? m->op0 : m->op1);
-        const char *msg = hcomm_last_error();
-        T_CHECK(res == HCOMM_ERR_MISMATCH && strstr(msg, head) == msg,
-                "mismatch %zu (world %d, rank %d): %s '%s', expected HCOMM_ERR_MISMATCH '%s...'", i,
-                p, r, hcomm_result_name(res), msg, head);
+        char what[32];
+        snprintf(what, sizeof what, "mismatch %zu", i);
+        expect_head(c,
+                    hcomm_all_reduce(c, a, b, r == 0 ? m->n0 : m->n1, r == 0 ? m->dt0 : m->dt1,
+                                     r == 0 ? m->op0 : m->op1),
+                    head, what);
         T_TRY(works(c, head));
     }
     T_TRY(other_mismatches(c, a, b));
