@@ -68,6 +68,11 @@ echo "$out" | grep_all "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]*
 # T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
 echo "$out" | grep_all "received 128 B per rank (mean): auto [0-9.]* GB/s baseline [0-9.]* GB/s$" ||
     fail "moe: received bytes line"
+# one dropless dispatch: one count exchange and one token exchange, no agreement (rows of 64 B)
+[ "$(echo "$out" | grep -c "permute [0-9.]* GB/s ([0-9]*% of memcpy), unpermute [0-9.]* GB/s \
+([0-9]*%), memcpy [0-9.]* GB/s: [0-9]* rows of 64 B, every rank at once; one dispatch: 2 collective \
+calls on the EP group (count and token exchange), 0 signature agreements$")" -eq 3 ] ||
+    fail "moe: permutation and call-count line"
 out=$(timeout 60 "$bench" pp_send_recv -t 2 -b 1K -e 1K -n 2)
 echo "$out" | rows | awk '$6 == "p2p" && $10 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
 

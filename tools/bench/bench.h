@@ -77,6 +77,9 @@ struct bench_op {
     size_t (*received)(const bench_case_t *c);
     /* A header line saying what the rows measure (NULL: none). */
     void (*describe)(const bench_case_t *c, char *line, size_t cap);
+    /* A line per size after the rows, on rank 0 (moe: its permutation's bandwidth against
+     * memcpy and the collective calls of one dispatch), NULL: none. */
+    void (*note)(const bench_case_t *c, char *line, size_t cap);
 };
 
 const bench_op_t *bench_ops(int *n);

@@ -49,23 +49,31 @@ static hcomm_result_t slowest(hcomm_comm_t *w, double *t, int n) {
 
 typedef hcomm_result_t (*step_fn)(hcomm_comm_t *w, void *ctx);
 
-/* Median seconds of one step over iters, after a warm-up, synchronized by a barrier. */
-static hcomm_result_t time_steps(hcomm_comm_t *w, step_fn step, void *ctx, int iters, double *med) {
-    double *t = malloc(sizeof *t * (size_t)iters);
+/* Median seconds of each of n steps over iters, after a warm-up. The steps run interleaved, one
+ * of each per iteration with the first rotating, so the machine's drift (this field's timings
+ * move by tens of percent between phases of a run) falls on all of them alike and their ratio
+ * is fair. A NULL step is skipped and its median left at 0. */
+static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, void *ctx,
+                                 int iters, double *med) {
+    double *t = calloc((size_t)iters * (size_t)n, sizeof *t);
     hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
-    for (int i = 0; r == HCOMM_OK && i < iters / 10 + 1; i++)
-        r = step(w, ctx);
+    for (int i = 0; r == HCOMM_OK && i < (iters / 10 + 1) * n; i++)
+        r = steps[i % n] ? steps[i % n](w, ctx) : HCOMM_OK;
     if (r == HCOMM_OK)
         r = hcomm_barrier(w);
-    for (int i = 0; r == HCOMM_OK && i < iters; i++) {
-        double t0 = now_s();
-        r = step(w, ctx);
-        t[i] = now_s() - t0;
-    }
+    for (int i = 0; r == HCOMM_OK && i < iters; i++)
+        for (int k = 0; r == HCOMM_OK && k < n; k++) {
+            int s = (i + k) % n;
+            if (!steps[s])
+                continue;
+            double t0 = now_s();
+            r = steps[s](w, ctx);
+            t[(size_t)s * (size_t)iters + (size_t)i] = now_s() - t0;
+        }
     if (r == HCOMM_OK)
-        r = slowest(w, t, iters);
-    if (r == HCOMM_OK)
-        *med = median(t, iters);
+        r = slowest(w, t, iters * n);
+    for (int s = 0; r == HCOMM_OK && s < n; s++)
+        med[s] = steps[s] ? median(t + (size_t)s * (size_t)iters, iters) : 0;
     free(t);
     return r;
 }
@@ -199,43 +207,41 @@ static bool is_mpi(hcomm_comm_t *w) {
     return strcmp(name, "mpi") == 0;
 }
 
-static hcomm_result_t latency_rows(hcomm_comm_t *w, ctx_t *c) {
-    double hc = 0, ref = 0;
-    hcomm_result_t r = time_steps(w, hcomm_ar, c, LAT_ITERS, &hc);
 #if defined(HCOMM_BENCH_MPI)
-    if (r == HCOMM_OK && is_mpi(w))
-        r = time_steps(w, mpi_ar, c, LAT_ITERS, &ref);
+#define RAW_STEP(w, f) (is_mpi(w) ? (f) : NULL)
+#else
+#define RAW_STEP(w, f) NULL
 #endif
+
+static hcomm_result_t latency_rows(hcomm_comm_t *w, ctx_t *c) {
+    double t[2] = {0, 0};
+    const step_fn ar[2] = {hcomm_ar, RAW_STEP(w, mpi_ar)};
+    hcomm_result_t r = time_steps(w, ar, 2, c, LAT_ITERS, t);
     if (r != HCOMM_OK)
         return r;
-    line(c->rank, "all_reduce 8 B", hc, "MPI_Allreduce", ref, "us", 1e6);
+    line(c->rank, "all_reduce 8 B", t[0], "MPI_Allreduce", t[1], "us", 1e6);
     if (c->size < 2)
         return HCOMM_OK;
-    ref = 0;
-    r = time_steps(w, hcomm_pingpong, c, LAT_ITERS, &hc);
-#if defined(HCOMM_BENCH_MPI)
-    if (r == HCOMM_OK && is_mpi(w))
-        r = time_steps(w, mpi_pingpong, c, LAT_ITERS, &ref);
-#endif
+    const step_fn pingpong[2] = {hcomm_pingpong, RAW_STEP(w, mpi_pingpong)};
+    r = time_steps(w, pingpong, 2, c, LAT_ITERS, t);
     if (r == HCOMM_OK)
-        line(c->rank, "p2p 8 B one way", hc / 2, "MPI_Send/Recv", ref / 2, "us", 1e6);
+        line(c->rank, "p2p 8 B one way", t[0] / 2, "MPI_Send/Recv", t[1] / 2, "us", 1e6);
     return r;
 }
 
 static hcomm_result_t bandwidth_rows(hcomm_comm_t *w, ctx_t *c) {
     if (c->size < 2)
         return HCOMM_OK;
-    double hc = 0, ref = 0;
-    hcomm_result_t r = time_steps(w, hcomm_stream, c, BW_ITERS, &hc);
-    if (r == HCOMM_OK)
-        r = time_steps(w, memcpy_all, c, BW_ITERS, &ref);
+    double t[2];
+    const step_fn steps[2] = {hcomm_stream, memcpy_all};
+    hcomm_result_t r = time_steps(w, steps, 2, c, BW_ITERS, t);
     if (r != HCOMM_OK)
         return r;
     /* As bandwidths the ratio inverts: hcomm's share of what memcpy moves. */
     if (c->rank == 0)
         printf("%-28s hcomm %10.3f GB/s   %-22s %10.3f GB/s   share %.2f\n", "p2p 16 MiB (pairs)",
-               (double)BW_BYTES / hc / 1e9, "memcpy (all ranks)", (double)BW_BYTES / ref / 1e9,
-               ref / hc);
+               (double)BW_BYTES / t[0] / 1e9, "memcpy (all ranks)", (double)BW_BYTES / t[1] / 1e9,
+               t[1] / t[0]);
     return HCOMM_OK;
 }
 
@@ -244,14 +250,10 @@ static hcomm_result_t pp_row(hcomm_comm_t *w, ctx_t *c, size_t bytes) {
     int64_t n = (int64_t)bytes;
     hcomm_tensor_init(&c->sized, c->copy_dst, HCOMM_U8, 1, &n);
     int iters = bytes >= (1u << 20) ? 20 : bytes >= 65536 ? 200 : 2000;
-    double pp = 0, raw = 0, mpi = 0;
-    hcomm_result_t r = time_steps(w, pp_pingpong, c, iters, &pp);
-    if (r == HCOMM_OK)
-        r = time_steps(w, p2p_pingpong, c, iters, &raw);
-#if defined(HCOMM_BENCH_MPI)
-    if (r == HCOMM_OK && is_mpi(w))
-        r = time_steps(w, mpi_sized_pingpong, c, iters, &mpi);
-#endif
+    double t[3];
+    const step_fn steps[3] = {pp_pingpong, p2p_pingpong, RAW_STEP(w, mpi_sized_pingpong)};
+    hcomm_result_t r = time_steps(w, steps, 3, c, iters, t);
+    double pp = t[0], raw = t[1], mpi = t[2];
     if (r != HCOMM_OK || c->rank != 0)
         return r;
     printf("%12zu %12.3f %12.3f %8.3f %+9.1f%%", bytes, pp / 2 * 1e6, raw / 2 * 1e6,

@@ -478,6 +478,11 @@ static void report_size(run_t *R, const bench_case_t *c) {
         print_summary(R, au);
     if (R->rank == 0 && R->op->received)
         print_received(R, c);
+    if (R->rank == 0 && R->op->note) {
+        char line[512];
+        R->op->note(c, line, sizeof line);
+        printf("#%-28s %s\n", "", line);
+    }
 }
 
 /* nccl-tests' closing line for the main row (auto, else the one algorithm asked for), then one
@@ -608,10 +613,10 @@ static hcomm_result_t bench_size(run_t *R, bench_case_t *c, size_t req) {
         c->inplace = ip == 1;
         r = measure(R, c);
     }
+    if (r == HCOMM_OK) /* before the teardown: an op's note reads its state */
+        report_size(R, c);
     if (R->op->teardown)
         R->op->teardown(c);
-    if (r == HCOMM_OK)
-        report_size(R, c);
     return r;
 }
 

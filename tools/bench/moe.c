@@ -10,11 +10,14 @@
  * size(B) is the tokens of one rank; busbw uses all_to_all's factor (p-1)/p. */
 #include "bench.h"
 
+#include "algo/coll.h"
 #include "core/internal.h"
+#include "prims/moe_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct moe {
     int64_t T;
@@ -28,6 +31,9 @@ typedef struct moe {
     char *rows, *back, *recvd; /* baseline: sorted rows, the rows back, received rows */
     size_t recv_cap;
     float *acc;
+    /* measured once per size (moe_probe), printed by moe_note */
+    double perm_gbs, unperm_gbs, copy_gbs;
+    uint64_t calls, agreements;
 } moe_t;
 
 static void moe_shape(bench_case_t *c, size_t req) {
@@ -66,6 +72,8 @@ static void route(moe_t *m, int rank) {
     }
 }
 
+static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m);
+
 static hcomm_result_t moe_setup(bench_case_t *c) {
     moe_t *m = calloc(1, sizeof *m);
     if (!m)
@@ -98,7 +106,7 @@ static hcomm_result_t moe_setup(bench_case_t *c) {
         m->offs[q] = q * sizeof(int64_t);
     }
     route(m, c->rank);
-    return HCOMM_OK;
+    return moe_probe(c, m);
 }
 
 static void moe_teardown(bench_case_t *c) {
@@ -230,6 +238,81 @@ static hcomm_result_t moe_baseline(bench_case_t *c) {
     return HCOMM_OK;
 }
 
+/* --- what the table's times do not show (issue figures: the permutation against memcpy, and the
+ * collective calls of one dispatch) --- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The collective calls one dispatch makes on the EP group, and the signature agreements among
+ * them (hcomm's counters; a dropless dispatch: one count and one token exchange, none). */
+static hcomm_result_t count_dispatch(bench_case_t *c, moe_t *m) {
+    hcomm_tensor_t tok;
+    HCOMM__TRY(tensor2(c, c->send, m->T, m->H, &tok));
+    uint64_t calls0, agree0, calls1, agree1;
+    hcomm_moe_handle_t *h = NULL;
+    hcomm__coll_counts(c->w, &calls0, &agree0);
+    HCOMM__TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
+    hcomm__coll_counts(c->w, &calls1, &agree1);
+    hcomm_moe_handle_free(h);
+    m->calls = calls1 - calls0;
+    m->agreements = agree1 - agree0;
+    return HCOMM_OK;
+}
+
+/* GB/s of dispatch's local permutation (the T * k rows gathered into expert order), of its
+ * inverse (combine's scatter back) and of memcpy of the same bytes, every rank at once after a
+ * barrier, interleaved, best of 5: the memcpy rate the table's busbw/memcpy uses. */
+static hcomm_result_t time_permutation(bench_case_t *c, moe_t *m) {
+    int64_t slots = m->T * m->k;
+    size_t row = (size_t)m->H * c->es, bytes = (size_t)slots * row;
+    int64_t *tok = malloc(sizeof *tok * (size_t)(slots + 1));
+    if (!tok)
+        return HCOMM_ERR_NOMEM;
+    sort_by_expert(c, m);
+    for (int64_t i = 0; i < slots; i++)
+        tok[i] = m->perm[i];
+    memset(m->back, 3, bytes); /* the slot rows, one per (token, slot) */
+    double best[3] = {1e30, 1e30, 1e30};
+    hcomm_result_t r = hcomm_barrier(c->w);
+    for (int rep = 0; r == HCOMM_OK && rep < 5; rep++) {
+        double t0 = now_s();
+        hcomm__moe_gather_rows(m->rows, m->back, tok, slots, row);
+        double t1 = now_s();
+        hcomm__moe_scatter_rows(m->back, m->rows, tok, slots, row);
+        double t2 = now_s();
+        memcpy(m->back, m->rows, bytes);
+        double t3 = now_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
+        for (int i = 0; i < 3; i++)
+            best[i] = t[i] < best[i] ? t[i] : best[i];
+    }
+    free(tok);
+    m->perm_gbs = (double)bytes / best[0] / 1e9;
+    m->unperm_gbs = (double)bytes / best[1] / 1e9;
+    m->copy_gbs = (double)bytes / best[2] / 1e9;
+    return r;
+}
+
+static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m) {
+    HCOMM__TRY(count_dispatch(c, m));
+    return time_permutation(c, m);
+}
+
+static void moe_note(const bench_case_t *c, char *line, size_t cap) {
+    const moe_t *m = c->extra;
+    snprintf(line, cap,
+             "permute %.3f GB/s (%.0f%% of memcpy), unpermute %.3f GB/s (%.0f%%), memcpy %.3f "
+             "GB/s: %lld rows of %zu B, every rank at once; one dispatch: %llu collective calls "
+             "on the EP group (count and token exchange), %llu signature agreements",
+             m->perm_gbs, 100 * m->perm_gbs / m->copy_gbs, m->unperm_gbs,
+             100 * m->unperm_gbs / m->copy_gbs, m->copy_gbs, (long long)(m->T * m->k),
+             (size_t)m->H * c->es, (unsigned long long)m->calls,
+             (unsigned long long)m->agreements);
+}
+
 static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
     int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E, nodes = 1;
     if (hcomm_comm_node(c->w, &nodes, NULL, NULL, NULL) != HCOMM_OK)
@@ -269,4 +352,5 @@ const bench_op_t bench_moe_op = {.name = "moe_dispatch_combine",
                                  .setup = moe_setup,
                                  .teardown = moe_teardown,
                                  .describe = moe_describe,
-                                 .received = moe_received};
+                                 .received = moe_received,
+                                 .note = moe_note};
