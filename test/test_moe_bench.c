@@ -179,6 +179,49 @@ static void permute_bandwidth(int64_t rows, size_t rb, double *perm_gbs, double 
     free(idx);
 }
 
+/* ---- the permutation's bytes: cached and streamed paths ---- */
+
+/* gather then scatter of rows rows of rb bytes by a shuffled index, at byte offset off of
+ * malloc'd buffers: the gathered rows are the indexed source rows, and scattering them back
+ * rebuilds the source exactly. Sizes from 64 MiB on take the streamed path where rb is a multiple
+ * of 16 and dst is 16-byte aligned. */
+static void check_permutation(int64_t rows, size_t rb, size_t off) {
+    size_t bytes = (size_t)rows * rb;
+    unsigned char *a = malloc(bytes + off + 1), *b = malloc(bytes + off + 1),
+                  *c = malloc(bytes + off + 1);
+    int64_t *idx = malloc(sizeof *idx * (size_t)(rows + 1));
+    T_CHECK(a && b && c && idx, "out of memory for %zu bytes", bytes);
+    if (!a || !b || !c || !idx)
+        goto done;
+    unsigned char *src = a + off, *dst = b + off, *back = c + off;
+    for (size_t i = 0; i < bytes; i++)
+        src[i] = (unsigned char)mix((uint32_t)i);
+    for (int64_t i = 0; i < rows; i++)
+        idx[i] = i;
+    for (int64_t i = rows - 1; i > 0; i--) {
+        int64_t j = (int64_t)(mix((uint32_t)i * 3u) % (uint32_t)(i + 1)), tmp = idx[i];
+        idx[i] = idx[j];
+        idx[j] = tmp;
+    }
+    hcomm__moe_gather_rows(dst, src, idx, rows, rb);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < rows && bad < 0; i++)
+        if (memcmp(dst + (size_t)i * rb, src + (size_t)idx[i] * rb, rb) != 0)
+            bad = i;
+    T_CHECK(bad < 0, "gather of %lld rows of %zu B (offset %zu): row %lld is not source row %lld",
+            (long long)rows, rb, off, (long long)bad, (long long)(bad < 0 ? 0 : idx[bad]));
+    memset(back, 0, bytes);
+    hcomm__moe_scatter_rows(back, dst, idx, rows, rb);
+    T_CHECK(memcmp(back, src, bytes) == 0,
+            "scatter of %lld rows of %zu B (offset %zu) does not give the source back",
+            (long long)rows, rb, off);
+done:
+    free(a);
+    free(b);
+    free(c);
+    free(idx);
+}
+
 static hcomm_result_t bench_world(hcomm_comm_t *g, void *arg) {
     const shape_t *s = arg;
     int p = t_size(g), rank = t_rank(g);
@@ -235,6 +278,13 @@ int main(void) {
     const char *eps = getenv("HCOMM_MOE_BENCH_EP");
     if (strcmp(t_backend(), "local") != 0)
         return t_finish("test_moe_bench");
+    check_permutation(0, 14336, 0);
+    check_permutation(7, 3, 1);
+    check_permutation(100, 14336, 0);
+    check_permutation(4700, 14336, 0); /* 67 MB: streamed */
+    check_permutation(4700, 14336, 8); /* unaligned: cached */
+    check_permutation(70000, 1000, 0); /* 70 MB, rows not a multiple of 16: cached */
+    check_permutation(1100, 61440, 0); /* 67 MB of 60 KiB rows: streamed */
     for (const char *q = eps && *eps ? eps : "2,4"; *q;) {
         int p = atoi(q);
         if (p >= 1 && s.e % p == 0)

@@ -22,6 +22,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 static int meta_width(const hcomm_moe_handle_t *h) {
     return META_COUNTS + h->size * h->num_local;
 }
@@ -311,12 +315,68 @@ static inline void copy_row(char *restrict dst, const char *restrict src, size_t
     memcpy(dst + i, src + i, rb - i);
 }
 
+/* A permutation larger than this leaves the cache behind it: its rows are streamed (stores
+ * that bypass the cache), as glibc's memcpy does for a copy of that size. With cached stores,
+ * dispatch's 470 MB permutation (T=4096, k=8, H=7168 bf16) measured 49% of memcpy's bandwidth
+ * on the same bytes, which took the streaming path. */
+#define STREAM_MIN_BYTES ((size_t)64 << 20)
+
+#if defined(__SSE2__)
+static bool streams(const void *dst, size_t rb, int64_t n) {
+    return (size_t)n * rb >= STREAM_MIN_BYTES && rb % 16 == 0 && (uintptr_t)dst % 16 == 0;
+}
+
+/* One row with non-temporal 16-byte stores; dst is 16-byte aligned, rb a multiple of 16. */
+static void stream_row(char *dst, const char *src, size_t rb) {
+    size_t i = 0;
+    for (; i + 64 <= rb; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    for (; i < rb; i += 16)
+        _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+}
+
+/* dst row i = src row idx[i] (gather) or dst row idx[i] = src row i (scatter), streamed. */
+static void stream_rows(char *dst, const char *src, const int64_t *idx, int64_t n, size_t rb,
+                        bool gather) {
+    for (int64_t i = 0; i < n; i++)
+        stream_row(dst + (size_t)(gather ? i : idx[i]) * rb,
+                   src + (size_t)(gather ? idx[i] : i) * rb, rb);
+    _mm_sfence(); /* the streamed stores are visible before the rows are sent */
+}
+#else
+static bool streams(const void *dst, size_t rb, int64_t n) {
+    (void)dst, (void)rb, (void)n;
+    return false;
+}
+
+static void stream_rows(char *dst, const char *src, const int64_t *idx, int64_t n, size_t rb,
+                        bool gather) {
+    (void)dst, (void)src, (void)idx, (void)n, (void)rb, (void)gather;
+}
+#endif
+
 void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
+    if (streams(dst, rb, n)) {
+        stream_rows(dst, src, idx, n, rb, true);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         copy_row((char *)dst + (size_t)i * rb, (const char *)src + (size_t)idx[i] * rb, rb);
 }
 
 void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
+    if (streams(dst, rb, n)) {
+        stream_rows(dst, src, idx, n, rb, false);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         copy_row((char *)dst + (size_t)idx[i] * rb, (const char *)src + (size_t)i * rb, rb);
 }
