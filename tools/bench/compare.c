@@ -53,8 +53,8 @@ typedef hcomm_result_t (*step_fn)(hcomm_comm_t *w, void *ctx);
  * of each per iteration with the first rotating, so the machine's drift (this field's timings
  * move by tens of percent between phases of a run) falls on all of them alike and their ratio
  * is fair. A NULL step is skipped and its median left at 0. */
-static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, void *ctx,
-                                 int iters, double *med) {
+static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, void *ctx, int iters,
+                                 double *med) {
     double *t = calloc((size_t)iters * (size_t)n, sizeof *t);
     hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (int i = 0; r == HCOMM_OK && i < (iters / 10 + 1) * n; i++)

@@ -311,8 +311,7 @@ static void moe_note(const bench_case_t *c, char *line, size_t cap) {
              "on the EP group (count and token exchange), %llu signature agreements",
              m->perm_gbs, 100 * m->perm_gbs / m->copy_gbs, m->unperm_gbs,
              100 * m->unperm_gbs / m->copy_gbs, m->copy_gbs, (long long)(m->T * m->k),
-             (size_t)m->H * c->es, (unsigned long long)m->calls,
-             (unsigned long long)m->agreements);
+             (size_t)m->H * c->es, (unsigned long long)m->calls, (unsigned long long)m->agreements);
 }
 
 static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
