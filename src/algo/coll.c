@@ -68,6 +68,13 @@ typedef struct algo {
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
     int last_algo;       /* 1 + the algorithm the last call chose; 0: none since last asked */
+    uint32_t over_gen;   /* bumped by hcomm_comm_set_algo: the selection cache's key */
+    struct {
+        bool valid, deterministic;
+        int coll, algo;
+        size_t bytes;
+        uint32_t over_gen;
+    } last_choice; /* the one-node defaults' last answer (choose) */
     uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
 } algo_t;
 
@@ -461,7 +468,8 @@ static hcomm_result_t rd_all_reduce(call_t *k, const void *sendbuf, void *recvbu
     _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + RD_MAX_BYTES],
         acc[HCOMM__LANE_HDR + RD_MAX_BYTES];
     size_t lane = hcomm__lane_payload(k->c), es = hcomm__dtype_size(dt), done = 0;
-    size_t piece = (lane && lane < RD_MAX_BYTES ? lane : RD_MAX_BYTES) / es;
+    size_t room = lane && lane < RD_MAX_BYTES ? lane : RD_MAX_BYTES;
+    size_t piece = count * es <= room ? count : room / es; /* one piece: no division */
     do {
         size_t n = count - done < piece ? count - done : piece, bytes = n * es;
         rd_t d = {k,
@@ -629,15 +637,39 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
     return algo;
 }
 
+/* The one-node defaults' last choice, where it answers this call: a loop of calls of one size
+ * (the 8-byte all_reduce spent a sixth of hcomm's own instructions selecting). Debug logging
+ * skips it, so that every choice is logged. */
+static bool cached_choice(call_t *k, int coll, size_t bytes, int *algo) {
+    const algo_t *a = k->a;
+    if (!a->last_choice.valid || !k->c->one_node || a->last_choice.coll != coll ||
+        a->last_choice.bytes != bytes || a->last_choice.over_gen != a->over_gen ||
+        a->last_choice.deterministic != k->c->deterministic ||
+        hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
+        return false;
+    *algo = a->last_choice.algo;
+    return true;
+}
+
+static int chosen(call_t *k, int algo) {
+    k->sig.algo = algo;
+    k->f->sig.algo = algo;
+    k->a->last_algo = algo + 1;
+    return algo;
+}
+
 /* The cost model decides where the topology is known (cost.h); elsewhere the defaults. */
 static int choose(call_t *k, int coll, size_t bytes) {
     const char *why = "cost model";
     algo_t *a = k->a;
+    int algo;
+    if (cached_choice(k, coll, bytes, &algo))
+        return chosen(k, algo);
     const hcomm__algo_set_t *over = a->has_over ? &a->over : NULL;
     double est = -1.0;
-    int algo = k->c->one_node ? -1
-                              : hcomm__cost_choose(k->c, over ? over : hcomm__algo_env(), coll,
-                                                   bytes, shm_coll(k->c), &est);
+    algo = k->c->one_node ? -1
+                          : hcomm__cost_choose(k->c, over ? over : hcomm__algo_env(), coll, bytes,
+                                               shm_coll(k->c), &est);
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
@@ -647,14 +679,15 @@ static int choose(call_t *k, int coll, size_t bytes) {
         !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT &&
         !(coll == HCOMM__COLL_REDUCESCATTER && algo == HCOMM__ALGO_DIRECT))
         algo |= HCOMM__ALGO_DET;
-    k->sig.algo = algo;
-    k->f->sig.algo = algo;
-    a->last_algo = algo + 1;
+    if (k->c->one_node)
+        a->last_choice.valid = true, a->last_choice.coll = coll, a->last_choice.bytes = bytes,
+        a->last_choice.algo = algo, a->last_choice.over_gen = a->over_gen,
+        a->last_choice.deterministic = k->c->deterministic;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
                "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, estimate %.4g us)", k->c->call_fn,
                (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size, hcomm__algo_name(algo),
                why, est * 1e6);
-    return algo;
+    return chosen(k, algo);
 }
 
 static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env) {
@@ -728,11 +761,14 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
      * message, so only a skipped agreement could hang, and under first only the ranks that saw
      * a signature before skip it: their peers would wait in the agreement until the timeout
      * instead of failing with the mismatch (off: every rank skips it alike) */
-    int mode = algo == HCOMM__ALGO_NATIVE || hcomm__check_mode() == HCOMM__CHECK_OFF
-                   ? hcomm__check_mode()
-                   : HCOMM__CHECK_ALWAYS;
-    if (!shm_coll(c))
-        return checks_in_messages(k, algo) ? HCOMM_OK : agree_as(k, mode);
+    if (!shm_coll(c)) {
+        if (checks_in_messages(k, algo))
+            return HCOMM_OK;
+        int mode = hcomm__check_mode();
+        return agree_as(k, algo == HCOMM__ALGO_NATIVE || mode == HCOMM__CHECK_OFF
+                               ? mode
+                               : HCOMM__CHECK_ALWAYS);
+    }
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
     hcomm_result_t res = c->tr->posted_only(c);
@@ -1095,12 +1131,14 @@ hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec) {
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
     if (!spec || !spec[0]) {
         a->has_over = false;
+        a->over_gen++;
         return HCOMM_OK;
     }
     hcomm__algo_set_t set;
     HCOMM__TRY(hcomm__algo_parse(c->call_fn, "algorithm spec", spec, &set));
     a->over = set;
     a->has_over = true;
+    a->over_gen++;
     return HCOMM_OK;
 }
 

@@ -1062,11 +1062,11 @@ hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_
     s.to = to;
     s.from = from;
     s.sent = to < 0;
-    s.received = from < 0;
+    s.received = true; /* no receive posted yet, none to cancel */
     s.rbuf = rbuf;
     s.rcap = rcap;
-    if (from >= 0)
-        HCOMM__TRY(lane_post_recv(&s));
+    /* The send goes first: the peer waits for it, and the receive posted right after it is
+     * still there before the peer's message arrives. */
     if (to >= 0) {
         lane_hdr_t h = {seq, (uint32_t)sbytes, *sig};
         memcpy(sbuf, &h, sizeof h);
@@ -1076,6 +1076,14 @@ hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_
             lane_give_up(&s, res);
             return res;
         }
+    }
+    if (from >= 0) {
+        hcomm_result_t res = lane_post_recv(&s);
+        if (res != HCOMM_OK) {
+            lane_give_up(&s, res);
+            return res;
+        }
+        s.received = false;
     }
     hcomm_result_t res = HCOMM_OK;
     hcomm__backoff_t b;

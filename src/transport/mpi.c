@@ -73,6 +73,7 @@ typedef struct mpi_impl {
     MPI_Status held_st;
     int *next_tag; /* [size] the data tag of the next rendezvous to each peer */
     int tag_ub, lane_base;
+    uint32_t lane_mask; /* lane tags: lane_base + (key & lane_mask), a power of two less one */
     /* Small eager frames are sent from a ring of staging slots the transport owns, so the
      * caller's send completes at once (no MPI_Test on its critical path); a slot is reused
      * once its MPI_Isend completed, else the frame takes the per-request path. */
@@ -521,6 +522,12 @@ static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c) {
     MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &flag);
     m->tag_ub = flag && ub ? *(int *)ub : 32767;
     m->lane_base = DATA_TAG_MIN + (m->tag_ub - DATA_TAG_MIN + 1) / 2;
+    /* a mask, not a modulo: a lane step computes two tags, and a division costs more than the
+     * rest of the tag's arithmetic */
+    m->lane_mask = 1;
+    while (m->lane_mask * 2 <= (uint32_t)(m->tag_ub - m->lane_base + 1))
+        m->lane_mask *= 2;
+    m->lane_mask -= 1;
     for (int i = 0; i < RECV_DEPTH; i++) {
         m->rreq[i] = MPI_REQUEST_NULL;
         m->rbuf[i] = malloc(m->rbuf_bytes);
@@ -810,7 +817,7 @@ static bool mpi_cancel(hcomm_comm_t *c, hcomm__treq_t *treq, bool is_tx) {
 /* --- the lane: one MPI message per lane send, on a tag of its own per sequence number --- */
 
 static int lane_tag(const mpi_impl_t *m, uint32_t key) {
-    return m->lane_base + (int)(key % (uint32_t)(m->tag_ub - m->lane_base + 1));
+    return m->lane_base + (int)(key & m->lane_mask);
 }
 
 static hcomm_result_t mpi_lane_post(hcomm_comm_t *c, int peer, uint32_t key, void *buf,
