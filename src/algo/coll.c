@@ -67,14 +67,14 @@ typedef struct algo {
     char extra_desc[200];
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
-    int last_algo;       /* 1 + the algorithm the last call chose; 0: none since last asked */
-    uint32_t over_gen;   /* bumped by hcomm_comm_set_algo: the selection cache's key */
+    int last_algo;     /* 1 + the algorithm the last call chose; 0: none since last asked */
+    uint32_t over_gen; /* bumped by hcomm_comm_set_algo: the selection cache's key */
     struct {
         bool valid, deterministic;
         int coll, algo;
         size_t bytes;
         uint32_t over_gen;
-    } last_choice; /* the one-node defaults' last answer (choose) */
+    } last_choice;       /* the one-node defaults' last answer (choose) */
     uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
 } algo_t;
 
@@ -765,9 +765,8 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
         if (checks_in_messages(k, algo))
             return HCOMM_OK;
         int mode = hcomm__check_mode();
-        return agree_as(k, algo == HCOMM__ALGO_NATIVE || mode == HCOMM__CHECK_OFF
-                               ? mode
-                               : HCOMM__CHECK_ALWAYS);
+        return agree_as(
+            k, algo == HCOMM__ALGO_NATIVE || mode == HCOMM__CHECK_OFF ? mode : HCOMM__CHECK_ALWAYS);
     }
     hcomm__posted_sig_t ps = posted_of(&k->sig);
     c->posted = &ps;
