@@ -22,7 +22,7 @@
 #include <mpi.h>
 #endif
 
-enum { LAT_ITERS = 2000, BW_ITERS = 10 };
+enum { LAT_ITERS = 20000, BW_ITERS = 10 };
 #define BW_BYTES ((size_t)16 << 20)
 #define COPY_BYTES (BW_BYTES * 4) /* room for the 64 MiB pp_send_recv row */
 
