@@ -269,19 +269,25 @@ static int pair_default(int coll, size_t bytes) {
 #define MANY_ALLGATHER_DIRECT_BYTES ((size_t)32 << 10)
 
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
- * broadcast runs unchecked, and its root only sends: 12.4-13.9 us against rd's 20.2-20.5 up to
- * 1 KiB (raw 11.4-13.5; 4 processes). */
+ * collectives run unchecked. Its broadcast's root only sends: 12.4-13.9 us against rd's
+ * 20.2-20.5 up to 1 KiB (raw 11.4-13.5; 4 processes). Its all_gather stays ahead of direct up
+ * to 256 KiB (2 interleaved runs, 4 processes: 32 KiB 44-48 us against 50-54, 128 KiB 67-70
+ * against 70-76, 256 KiB 100-104 against 99-106; raw 40-43, 63-68, 98-104), behind from 512 KiB
+ * (1 MiB: 325-401 against 308-394). */
+#define MANY_ALLGATHER_DIRECT_BYTES_OFF ((size_t)512 << 10)
+
 static int many_default(int coll, size_t bytes) {
+    bool off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     if (coll == HCOMM__COLL_ALLGATHER && bytes <= MANY_ALLGATHER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
-    if (coll == HCOMM__COLL_ALLGATHER && bytes >= MANY_ALLGATHER_DIRECT_BYTES)
+    if (coll == HCOMM__COLL_ALLGATHER &&
+        bytes >= (off ? MANY_ALLGATHER_DIRECT_BYTES_OFF : MANY_ALLGATHER_DIRECT_BYTES))
         return HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes <= MANY_REDUCESCATTER_RD_MAX_BYTES)
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER && bytes >= MANY_REDUCESCATTER_DIRECT_BYTES)
         return HCOMM__ALGO_DIRECT;
-    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES &&
-        hcomm__check_mode() != HCOMM__CHECK_OFF)
+    if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES && !off)
         return HCOMM__ALGO_RD;
     return -1;
 }
