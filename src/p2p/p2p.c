@@ -1065,8 +1065,9 @@ hcomm_result_t hcomm__lane_step(hcomm_comm_t *c, uint32_t seq, const hcomm__sig_
     s.received = true; /* no receive posted yet, none to cancel */
     s.rbuf = rbuf;
     s.rcap = rcap;
-    /* The send goes first: the peer waits for it, and the receive posted right after it is
-     * still there before the peer's message arrives. */
+    /* The send goes first: the peer waits for it. The receive posted right after it usually
+     * precedes the peer's message; when it does not, MPI holds the message as unexpected and
+     * matches it in order (messages of one peer and key stay in order either way). */
     if (to >= 0) {
         lane_hdr_t h = {seq, (uint32_t)sbytes, *sig};
         memcpy(sbuf, &h, sizeof h);

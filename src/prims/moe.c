@@ -322,8 +322,11 @@ static inline void copy_row(char *restrict dst, const char *restrict src, size_t
 #define STREAM_MIN_BYTES ((size_t)64 << 20)
 
 #if defined(__SSE2__)
+/* Rows of 1 KiB and more: a scatter writes rows in random order, and a row that does not fill
+ * its cache lines leaves partial write-combining flushes at its ends, costly on short rows. */
 static bool streams(const void *dst, size_t rb, int64_t n) {
-    return (size_t)n * rb >= STREAM_MIN_BYTES && rb % 16 == 0 && (uintptr_t)dst % 16 == 0;
+    return (size_t)n * rb >= STREAM_MIN_BYTES && rb >= 1024 && rb % 16 == 0 &&
+           (uintptr_t)dst % 16 == 0;
 }
 
 /* One row with non-temporal 16-byte stores; dst is 16-byte aligned, rb a multiple of 16. */

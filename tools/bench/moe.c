@@ -158,11 +158,11 @@ static hcomm_result_t moe_run(bench_case_t *c) {
 /* --- the plain baseline --- */
 
 /* Counting sort of the (token, slot) rows by expert, stable; counts rows per rank. */
-static void sort_by_expert(const bench_case_t *c, moe_t *m) {
+static hcomm_result_t sort_by_expert(const bench_case_t *c, moe_t *m) {
     int per_rank = m->E / c->size;
     int64_t slots = m->T * m->k, *start = calloc((size_t)m->E + 1, sizeof(int64_t));
     if (!start)
-        return;
+        return HCOMM_ERR_NOMEM;
     for (int64_t s = 0; s < slots; s++)
         start[m->ids[s] + 1]++;
     for (int e = 0; e < m->E; e++)
@@ -172,6 +172,7 @@ static void sort_by_expert(const bench_case_t *c, moe_t *m) {
     for (int64_t s = 0; s < slots; s++)
         m->perm[start[m->ids[s]]++] = s;
     free(start);
+    return HCOMM_OK;
 }
 
 static float to_f32(hcomm_dtype_t dt, const void *row, int j) {
@@ -226,7 +227,7 @@ static hcomm_result_t exchange_counts(bench_case_t *c, moe_t *m, size_t *recv_ro
 static hcomm_result_t moe_baseline(bench_case_t *c) {
     moe_t *m = c->extra;
     size_t row = (size_t)m->H * c->es, recv_rows = 0;
-    sort_by_expert(c, m);
+    HCOMM__TRY(sort_by_expert(c, m));
     for (int64_t i = 0; i < m->T * m->k; i++)
         memcpy(m->rows + (size_t)i * row, (const char *)c->send + (size_t)(m->perm[i] / m->k) * row,
                row);
@@ -271,16 +272,20 @@ static hcomm_result_t time_permutation(bench_case_t *c, moe_t *m) {
     int64_t slots = m->T * m->k;
     size_t row = (size_t)m->H * c->es, bytes = (size_t)slots * row;
     int64_t *tok = malloc(sizeof *tok * (size_t)(slots + 1));
-    if (!tok)
-        return HCOMM_ERR_NOMEM;
-    sort_by_expert(c, m);
+    /* every rank joins the barrier, so a rank out of memory fails alone instead of leaving
+     * its peers waiting */
+    hcomm_result_t mine = tok ? sort_by_expert(c, m) : HCOMM_ERR_NOMEM;
+    hcomm_result_t r = hcomm_barrier(c->w);
+    if (mine != HCOMM_OK || r != HCOMM_OK) {
+        free(tok);
+        return mine != HCOMM_OK ? mine : r;
+    }
     for (int64_t i = 0; i < slots; i++)
         tok[i] = m->perm[i];
     memset(m->back, 3, bytes); /* the slot rows, one per (token, slot) */
     double best[3] = {1e30, 1e30, 1e30};
-    hcomm_result_t r = hcomm_barrier(c->w);
     int reps = bytes >= ((size_t)64 << 20) ? 5 : 15;
-    for (int rep = 0; r == HCOMM_OK && rep < reps; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
         double t0 = now_s();
         hcomm__moe_gather_rows(m->rows, m->back, tok, slots, row);
         double t1 = now_s();
@@ -295,7 +300,7 @@ static hcomm_result_t time_permutation(bench_case_t *c, moe_t *m) {
     m->perm_gbs = (double)bytes / best[0] / 1e9;
     m->unperm_gbs = (double)bytes / best[1] / 1e9;
     m->copy_gbs = (double)bytes / best[2] / 1e9;
-    return r;
+    return HCOMM_OK;
 }
 
 static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m) {
