@@ -55,6 +55,14 @@ typedef struct flight {
     bool timed_out;    /* its wait ended by HCOMM_TIMEOUT (no clock is read per call: latency) */
 } flight_t;
 
+/* One answer of the one-node defaults and what it depended on that can change per call. */
+typedef struct choice {
+    bool valid, deterministic;
+    int coll, algo;
+    size_t bytes;
+    uint32_t over_gen;
+} choice_t;
+
 typedef struct algo {
     uint32_t seq;
     int depth;
@@ -67,15 +75,10 @@ typedef struct algo {
     char extra_desc[200];
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
-    int last_algo;     /* 1 + the algorithm the last call chose; 0: none since last asked */
-    uint32_t over_gen; /* bumped by hcomm_comm_set_algo: the selection cache's key */
-    struct {
-        bool valid, deterministic;
-        int coll, algo;
-        size_t bytes;
-        uint32_t over_gen;
-    } last_choice;       /* the one-node defaults' last answer (choose) */
-    uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
+    int last_algo;        /* 1 + the algorithm the last call chose; 0: none since last asked */
+    uint32_t over_gen;    /* bumped by hcomm_comm_set_algo: the selection cache's key */
+    choice_t last_choice; /* the one-node defaults' last answer (choose) */
+    uint64_t agreements;  /* signature agreements run before native calls (hcomm__coll_counts) */
 } algo_t;
 
 static algo_t *algo_of(hcomm_comm_t *c) {
@@ -680,9 +683,12 @@ static int choose(call_t *k, int coll, size_t bytes) {
         !(coll == HCOMM__COLL_REDUCESCATTER && algo == HCOMM__ALGO_DIRECT))
         algo |= HCOMM__ALGO_DET;
     if (k->c->one_node)
-        a->last_choice.valid = true, a->last_choice.coll = coll, a->last_choice.bytes = bytes,
-        a->last_choice.algo = algo, a->last_choice.over_gen = a->over_gen,
-        a->last_choice.deterministic = k->c->deterministic;
+        a->last_choice = (choice_t){.valid = true,
+                                    .deterministic = k->c->deterministic,
+                                    .coll = coll,
+                                    .algo = algo,
+                                    .bytes = bytes,
+                                    .over_gen = a->over_gen};
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
                "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, estimate %.4g us)", k->c->call_fn,
                (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size, hcomm__algo_name(algo),

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_BYTES ((size_t)8 << 20)
@@ -41,12 +40,6 @@ typedef struct link_fit {
     double t[NSIZES];          /* one-way seconds per size */
     double alpha, beta, worst; /* worst: largest relative residual of the fit */
 } link_fit_t;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -80,10 +73,10 @@ static hcomm_result_t ping_pong(hcomm_comm_t *w, int me, link_fit_t *f, char *bu
     for (int s = 0; r == HCOMM_OK && s < NSIZES; s++) {
         int reps = reps_for(sizes[s]);
         for (int i = -3; r == HCOMM_OK && i < reps; i++) {
-            double t0 = now_s();
+            double t0 = hcomm__now();
             r = round_trip(w, peer, me == f->a, buf, sizes[s]);
             if (i >= 0)
-                t[i] = (now_s() - t0) / 2.0;
+                t[i] = (hcomm__now() - t0) / 2.0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         f->t[s] = t[reps / 2] > 1e-9 ? t[reps / 2] : 1e-9; /* the file takes positive values */
@@ -129,9 +122,9 @@ static double time_reduce(void) {
             a[i] = 1.0f, b[i] = (float)(i & 1023);
         hcomm__reduce(a, b, n, HCOMM_F32, HCOMM_SUM); /* warm */
         for (int i = 0; i < 10; i++) {
-            double t0 = now_s();
+            double t0 = hcomm__now();
             hcomm__reduce(a, b, n, HCOMM_F32, HCOMM_SUM);
-            t[i] = now_s() - t0;
+            t[i] = hcomm__now() - t0;
         }
         qsort(t, 10, sizeof *t, cmp_double);
         g = t[5] / (double)MAX_BYTES;

@@ -17,7 +17,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct moe {
     int64_t T;
@@ -242,12 +241,6 @@ static hcomm_result_t moe_baseline(bench_case_t *c) {
 /* --- what the table's times do not show (issue figures: the permutation against memcpy, and the
  * collective calls of one dispatch) --- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The collective calls one dispatch makes on the EP group, and the signature agreements among
  * them (hcomm's counters; a dropless dispatch: one count and one token exchange, none). */
 static hcomm_result_t count_dispatch(bench_case_t *c, moe_t *m) {
@@ -286,13 +279,13 @@ static hcomm_result_t time_permutation(bench_case_t *c, moe_t *m) {
     double best[3] = {1e30, 1e30, 1e30};
     int reps = bytes >= ((size_t)64 << 20) ? 5 : 15;
     for (int rep = 0; rep < reps; rep++) {
-        double t0 = now_s();
+        double t0 = hcomm__now();
         hcomm__moe_gather_rows(m->rows, m->back, tok, slots, row);
-        double t1 = now_s();
+        double t1 = hcomm__now();
         hcomm__moe_scatter_rows(m->back, m->rows, tok, slots, row);
-        double t2 = now_s();
+        double t2 = hcomm__now();
         memcpy(m->back, m->rows, bytes);
-        double t3 = now_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
+        double t3 = hcomm__now(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
         for (int i = 0; i < 3; i++)
             best[i] = t[i] < best[i] ? t[i] : best[i];
     }
