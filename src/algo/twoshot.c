@@ -15,6 +15,13 @@
 /* Elements reduced per piece: the accumulator and the piece being read stay in cache. */
 #define PIECE_BYTES ((size_t)256 << 10)
 
+/* From this many bytes per rank's vector, results are written with non-temporal stores
+ * (hcomm__copy_stream): a piece is reduced (or read) in cache and then streamed to its place,
+ * so no line of the output is read from memory before it is written. Measured on 2 mpi
+ * processes (hcomm-bench --algo twoshot, 3 alternating runs): busbw 2.45-2.80 GB/s against
+ * 2.03-2.58 cached at 256 MiB, 2.25-2.77 against 2.23-2.69 at 64 MiB. */
+#define STREAM_MIN_BYTES ((size_t)64 << 20)
+
 typedef struct addrs {
     uint64_t send, recv;
 } addrs_t;
@@ -93,26 +100,31 @@ static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, s
 }
 
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
- * element off); send is this rank's whole input. */
+ * element off); send is this rank's whole input. Streamed, each piece is reduced in a third
+ * scratch piece and then streamed to out. */
 static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
                                    void *out, size_t off, size_t len, hcomm_dtype_t dt,
-                                   hcomm_op_t op) {
+                                   hcomm_op_t op, bool stream) {
     size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es;
-    unsigned char *tmp = malloc(2 * PIECE_BYTES);
+    unsigned char *tmp = malloc(3 * PIECE_BYTES);
     if (!tmp)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
-                          2 * PIECE_BYTES);
+                          3 * PIECE_BYTES);
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
-        void *acc = (char *)out + done * es;
+        void *dst = (char *)out + done * es, *acc = stream ? tmp + 2 * PIECE_BYTES : dst;
         const void *mine = (const char *)send + at;
         if (acc == mine && x->c->rank != 0) { /* rank 0's piece lands on this rank's own */
             memcpy(tmp + PIECE_BYTES, mine, n * es);
             mine = tmp + PIECE_BYTES;
         }
         res = reduce_piece(x, all, at, acc, mine, tmp, n, dt, op);
+        if (res == HCOMM_OK && stream)
+            hcomm__copy_stream(dst, acc, n * es);
     }
+    if (stream)
+        hcomm__stream_fence(); /* before the barrier tells the peers to read it */
     free(tmp);
     return res;
 }
@@ -122,20 +134,40 @@ static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, c
                                    void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     size_t off, len;
     hcomm__block(count, x->c->size, x->c->rank, &off, &len);
-    return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op);
+    return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op,
+                        count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES);
+}
+
+/* bytes at byte offset off of peer q's buffer at remote, into dst: read straight there, or
+ * streamed, a piece at a time through scratch that stays in cache. */
+static hcomm_result_t read_streamed(const hcomm__xfer_t *x, int q, uint64_t remote, size_t off,
+                                    void *dst, size_t bytes, unsigned char *tmp) {
+    if (!tmp)
+        return read_from(x, q, remote, off, dst, bytes);
+    for (size_t done = 0; done < bytes; done += PIECE_BYTES) {
+        size_t n = bytes - done < PIECE_BYTES ? bytes - done : PIECE_BYTES;
+        HCOMM__TRY(read_from(x, q, remote, off + done, tmp, n));
+        hcomm__copy_stream((char *)dst + done, tmp, n);
+    }
+    return HCOMM_OK;
 }
 
 /* Every other rank's reduced block, read from its recv into this rank's. */
 static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, void *recv,
                                     size_t count, hcomm_dtype_t dt) {
     size_t es = hcomm__dtype_size(dt), off, len;
-    for (int q = 0; q < x->c->size; q++) {
+    unsigned char *tmp = count * es >= STREAM_MIN_BYTES ? malloc(PIECE_BYTES) : NULL;
+    hcomm_result_t res = HCOMM_OK;
+    for (int q = 0; res == HCOMM_OK && q < x->c->size; q++) {
         if (q == x->c->rank)
             continue;
         hcomm__block(count, x->c->size, q, &off, &len);
-        HCOMM__TRY(read_from(x, q, all[q].recv, off * es, (char *)recv + off * es, len * es));
+        res = read_streamed(x, q, all[q].recv, off * es, (char *)recv + off * es, len * es, tmp);
     }
-    return HCOMM_OK;
+    if (tmp)
+        hcomm__stream_fence();
+    free(tmp);
+    return res;
 }
 
 hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
@@ -176,7 +208,7 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
         res = exchange_addrs(x, send, recv, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(
-            x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op));
+            x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op, false));
     if (res == HCOMM_OK)
         res = barrier(x);
     if (res == HCOMM_OK && staged)

@@ -69,6 +69,14 @@ uint16_t hcomm__f32_to_f16(float f);
 float hcomm__bf16_to_f32(uint16_t h);
 uint16_t hcomm__f32_to_bf16(float f);
 
+/* memcpy with non-temporal stores (SSE2; plain memcpy elsewhere): for copies far larger than
+ * the cache, whose destination is not read again soon, it saves the read of every destination
+ * line before its write, as glibc's memcpy does from about 3/4 of the last-level cache. src and
+ * dst must not overlap. The stores become visible to other cores and processes only after
+ * hcomm__stream_fence(), which must come before anything that tells them the data is there. */
+void hcomm__copy_stream(void *dst, const void *src, size_t bytes);
+void hcomm__stream_fence(void);
+
 /* Monotonic clock in seconds. */
 double hcomm__now(void);
 

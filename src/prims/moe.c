@@ -22,10 +22,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 static int meta_width(const hcomm_moe_handle_t *h) {
     return META_COUNTS + h->size * h->num_local;
 }
@@ -321,7 +317,6 @@ static inline void copy_row(char *restrict dst, const char *restrict src, size_t
  * on the same bytes, which took the streaming path. */
 #define STREAM_MIN_BYTES ((size_t)64 << 20)
 
-#if defined(__SSE2__)
 /* Rows of 1 KiB and more: a scatter writes rows in random order, and a row that does not fill
  * its cache lines leaves partial write-combining flushes at its ends, costly on short rows. */
 static bool streams(const void *dst, size_t rb, int64_t n) {
@@ -329,42 +324,14 @@ static bool streams(const void *dst, size_t rb, int64_t n) {
            (uintptr_t)dst % 16 == 0;
 }
 
-/* One row with non-temporal 16-byte stores; dst is 16-byte aligned, rb a multiple of 16. */
-static void stream_row(char *dst, const char *src, size_t rb) {
-    size_t i = 0;
-    for (; i + 64 <= rb; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
-        _mm_stream_si128((__m128i *)(dst + i), a);
-        _mm_stream_si128((__m128i *)(dst + i + 16), b);
-        _mm_stream_si128((__m128i *)(dst + i + 32), c);
-        _mm_stream_si128((__m128i *)(dst + i + 48), d);
-    }
-    for (; i < rb; i += 16)
-        _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
-}
-
 /* dst row i = src row idx[i] (gather) or dst row idx[i] = src row i (scatter), streamed. */
 static void stream_rows(char *dst, const char *src, const int64_t *idx, int64_t n, size_t rb,
                         bool gather) {
     for (int64_t i = 0; i < n; i++)
-        stream_row(dst + (size_t)(gather ? i : idx[i]) * rb,
-                   src + (size_t)(gather ? idx[i] : i) * rb, rb);
-    _mm_sfence(); /* the streamed stores are visible before the rows are sent */
+        hcomm__copy_stream(dst + (size_t)(gather ? i : idx[i]) * rb,
+                           src + (size_t)(gather ? idx[i] : i) * rb, rb);
+    hcomm__stream_fence(); /* the streamed stores are visible before the rows are sent */
 }
-#else
-static bool streams(const void *dst, size_t rb, int64_t n) {
-    (void)dst, (void)rb, (void)n;
-    return false;
-}
-
-static void stream_rows(char *dst, const char *src, const int64_t *idx, int64_t n, size_t rb,
-                        bool gather) {
-    (void)dst, (void)src, (void)idx, (void)n, (void)rb, (void)gather;
-}
-#endif
 
 void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb) {
     if (streams(dst, rb, n)) {
