@@ -10,9 +10,10 @@
 #   --rate RATE    cap each node's link with tc tbf, e.g. 1gbit (this kernel has no netem
 #                  delay, so latency cannot be added)
 #   --mpirun-arg A passed to mpirun as it is (repeatable), e.g. --mpirun-arg=--mca
-# Environment variables named HCOMM_* are forwarded to every rank (mpirun -x), as are PATH and
-# LD_LIBRARY_PATH. Needs root (namespaces, host names, veth/bridge). Exit status: the
-# command's; 77 when namespaces cannot be made here (the message says why).
+# Environment variables named HCOMM_* are forwarded to every rank (mpirun -x), as are PATH,
+# LD_LIBRARY_PATH and the sanitizers' ASAN_OPTIONS, LSAN_OPTIONS, TSAN_OPTIONS and
+# UBSAN_OPTIONS. Needs root (namespaces, host names, veth/bridge). Exit status: the command's;
+# 77 when namespaces cannot be made here (the message says why).
 # Notes and figures: docs/architecture.md (topo) and the pitfalls in this script's comments.
 set -euo pipefail
 
@@ -109,7 +110,7 @@ EOF
 chmod +x "$work/agent"
 
 fwd=(-x PATH -x LD_LIBRARY_PATH -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
-for v in $(env | awk -F= '/^HCOMM_/ {print $1}'); do
+for v in $(env | awk -F= '/^(HCOMM_|(A|L|T|UB)SAN_OPTIONS=)/ {print $1}'); do
     fwd+=(-x "$v")
 done
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
