@@ -9,9 +9,7 @@
 # - under mpirun -np 2: raw MPI rows and hcomm/raw;
 # - bad options exit 2 with a message that names the problem.
 set -euo pipefail
-# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
-# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
-grep_all() { grep "$@" >/dev/null; }
+. "$(dirname "$0")/common.sh" # grep_all
 bench=$1/hcomm-bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -13,9 +13,7 @@
 # - under mpirun -np 2 every rank writes the same file and a run reading it succeeds; nodes
 #   that HCOMM_TOPO declares on one host get no inter class (mpi does not simulate them).
 set -euo pipefail
-# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
-# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
-grep_all() { grep "$@" >/dev/null; }
+. "$(dirname "$0")/common.sh" # grep_all
 bench=$1/hcomm-bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

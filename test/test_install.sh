@@ -3,9 +3,7 @@
 # find_package(hcomm) and with pkg-config, and checks that nothing installed can clash with
 # Huawei CANN's own hcomm (lib64/libhcomm.so, include/hcomm/hcomm_res.h, HcommResult, ...).
 set -euo pipefail
-# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
-# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
-grep_all() { grep "$@" >/dev/null; }
+. "$(dirname "$0")/common.sh" # grep_all
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)

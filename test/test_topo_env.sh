@@ -8,9 +8,7 @@
 # - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO, tuning files or HCOMM_CHECK modes fail at
 #   launch on every rank, naming the variable.
 set -euo pipefail
-# grep -q exits at the first match and may close the pipe before the writer is done; pipefail
-# would then fail the test on the writer's SIGPIPE. grep_all reads everything.
-grep_all() { grep "$@" >/dev/null; }
+. "$(dirname "$0")/common.sh" # grep_all
 build=$1
 prog=$build/test/test_hier
 fail() { echo "FAIL: $*"; exit 1; }
