@@ -10,13 +10,13 @@
  * Each figure is the median over iterations of the slowest rank's time. */
 #include "compare.h"
 
+#include "core/internal.h"
 #include "p2p/p2p.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #if defined(HCOMM_BENCH_MPI)
 #include <mpi.h>
@@ -25,12 +25,6 @@
 enum { LAT_ITERS = 20000, BW_ITERS = 10 };
 #define BW_BYTES ((size_t)16 << 20)
 #define COPY_BYTES (BW_BYTES * 4) /* room for the 64 MiB pp_send_recv row */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -66,9 +60,9 @@ static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, v
             int s = (i + k) % n;
             if (!steps[s])
                 continue;
-            double t0 = now_s();
+            double t0 = hcomm__now();
             r = steps[s](w, ctx);
-            t[(size_t)s * (size_t)iters + (size_t)i] = now_s() - t0;
+            t[(size_t)s * (size_t)iters + (size_t)i] = hcomm__now() - t0;
         }
     if (r == HCOMM_OK)
         r = slowest(w, t, iters * n);

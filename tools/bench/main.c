@@ -14,11 +14,11 @@
 
 #include "algo/coll.h"
 #include "algo/select.h"
+#include "core/internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { KIND_AUTO, KIND_NAMED, KIND_RAW, KIND_VARIANT };
@@ -45,12 +45,6 @@ typedef struct run {
     double busbw_sum[BENCH_MAX_ALGOS];
     int busbw_n[BENCH_MAX_ALGOS];
 } run_t;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -288,9 +282,9 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             HCOMM__TRY(hcomm_barrier(R->w));
             if (a->kind == KIND_AUTO)
                 hcomm__coll_take_algo(R->w);
-            double t0 = now_s();
+            double t0 = hcomm__now();
             HCOMM__TRY(call(R, a, c));
-            double dt = now_s() - t0;
+            double dt = hcomm__now() - t0;
             if (i >= 0)
                 a->t[i] = dt;
             const char *got = a->kind == KIND_AUTO ? hcomm__coll_take_algo(R->w) : NULL;
@@ -506,7 +500,7 @@ static void print_average(run_t *R) {
 }
 
 static void progress(run_t *R, size_t bytes, int done, int total) {
-    double t = now_s();
+    double t = hcomm__now();
     if (R->rank != 0 || t - R->start < 3.0 || t - R->last_progress < 2.0)
         return;
     R->last_progress = t;
@@ -582,10 +576,10 @@ static hcomm_result_t time_memcpy(run_t *R, char *dst, char *src, size_t bytes, 
     double *t = calloc((size_t)iters, sizeof *t);
     hcomm_result_t r = t ? hcomm_barrier(R->w) : HCOMM_ERR_NOMEM;
     for (int i = -1; r == HCOMM_OK && i < iters; i++) {
-        double t0 = now_s();
+        double t0 = hcomm__now();
         memcpy(dst, src, bytes);
         if (i >= 0)
-            t[i] = now_s() - t0;
+            t[i] = hcomm__now() - t0;
         if (bytes)
             src[(size_t)i % bytes] = (char)i; /* the copy is not dead code */
     }
@@ -686,7 +680,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
         return hcomm_bench_compare(w, false);
     if (o->calibrate)
         return bench_calibrate(w, o);
-    run_t R = {.w = w, .o = o, .start = now_s()};
+    run_t R = {.w = w, .o = o, .start = hcomm__now()};
     hcomm_comm_rank(w, &R.rank);
     hcomm_comm_size(w, &R.size);
     const char *backend = "";
