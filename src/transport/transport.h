@@ -164,9 +164,9 @@ struct hcomm_comm {
      * set again). Kept here, next to the fields every call reads, because the per-call lookup
      * through the topology layer's state cost about 5% of an 8-byte all_reduce on mpi. */
     bool one_node;
-    bool counts_agreed;  /* the running all_to_allv's counts were proved by an earlier exchange
-                            (MoE's count exchange): the transport skips its own count check */
-    bool deterministic;  /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
+    bool counts_agreed; /* the running all_to_allv's counts were proved by an earlier exchange
+                           (MoE's count exchange): the transport skips its own count check */
+    bool deterministic; /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);
 };
