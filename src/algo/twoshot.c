@@ -99,23 +99,56 @@ static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, s
     return HCOMM_OK;
 }
 
+/* a op b has the bits of b op a: integers, and IEEE sums and products (NaN payloads aside);
+ * not float MAX/MIN, whose signed zeros would come out in the other operand's sign. */
+static bool commutes(hcomm_dtype_t dt, hcomm_op_t op) {
+    bool fp = dt == HCOMM_F16 || dt == HCOMM_BF16 || dt == HCOMM_F32 || dt == HCOMM_F64;
+    return !fp || op == HCOMM_SUM || op == HCOMM_PROD;
+}
+
+/* reduce_piece in place on a rank other than 0, where acc is this rank's own input: ranks
+ * 0..me-1 are reduced in scratch and folded in as acc op partial (the bits of partial op acc,
+ * as commutes() says), then ranks me+1.. reduce into acc; no copy of the piece is kept. */
+static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, size_t off, void *acc,
+                                 unsigned char *tmp, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+    int p = x->c->size, me = x->c->rank;
+    size_t bytes = n * hcomm__dtype_size(dt);
+    unsigned char *partial = tmp, *in = tmp + PIECE_BYTES;
+    HCOMM__TRY(read_from(x, 0, all[0].send, off, partial, bytes));
+    for (int q = 1; q < me; q++) {
+        HCOMM__TRY(read_from(x, q, all[q].send, off, in, bytes));
+        hcomm__reduce(partial, in, n, dt, op);
+    }
+    hcomm__reduce(acc, partial, n, dt, op);
+    for (int q = me + 1; q < p; q++) {
+        HCOMM__TRY(read_from(x, q, all[q].send, off, in, bytes));
+        hcomm__reduce(acc, in, n, dt, op);
+    }
+    return HCOMM_OK;
+}
+
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
  * element off); send is this rank's whole input. Streamed, each piece is reduced in a third
  * scratch piece and then streamed to out. */
 static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
                                    void *out, size_t off, size_t len, hcomm_dtype_t dt,
                                    hcomm_op_t op, bool stream) {
-    size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es;
-    unsigned char *tmp = malloc(3 * PIECE_BYTES);
+    size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es,
+           scratch = (stream ? 3 : 2) * PIECE_BYTES;
+    unsigned char *tmp = malloc(scratch);
     if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
-                          3 * PIECE_BYTES);
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", scratch);
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
         void *dst = (char *)out + done * es, *acc = stream ? tmp + 2 * PIECE_BYTES : dst;
         const void *mine = (const char *)send + at;
-        if (acc == mine && x->c->rank != 0) { /* rank 0's piece lands on this rank's own */
+        bool own = acc == mine && x->c->rank != 0; /* rank 0's piece would land on this one's */
+        if (own && commutes(dt, op)) {
+            res = fold_piece(x, all, at, acc, tmp, n, dt, op);
+            continue;
+        }
+        if (own) {
             memcpy(tmp + PIECE_BYTES, mine, n * es);
             mine = tmp + PIECE_BYTES;
         }
