@@ -344,6 +344,15 @@ static bool shm_coll(const hcomm_comm_t *c) {
     return c->tr->posted_only != NULL;
 }
 
+bool hcomm__coll_bypasses_links(hcomm_comm_t *c, int algo) {
+    hcomm__topo_t *t;
+    if (hcomm__topo_get(c, &t) != HCOMM_OK || !t->simulated || t->nnodes < 2)
+        return false;
+    algo &= ~HCOMM__ALGO_DET;
+    return (algo == HCOMM__ALGO_NATIVE && shm_coll(c)) || algo == HCOMM__ALGO_TWOSHOT ||
+           algo == HCOMM__ALGO_DIRECT;
+}
+
 /* --- recursive doubling over p2p (Thakur, Rabenseifner & Gropp 2005, section 4), with the
  * extra ranks of a non-power-of-two group folded into their neighbours first. Each message
  * carries the call's signature, so the check is part of the data exchange: a rank that sees a
