@@ -17,6 +17,7 @@
 #include "core/internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -75,7 +76,7 @@ static const char *dtype_name(hcomm_dtype_t dt) {
 }
 
 /* Set when a rank stops on a bad option (its message printed): exit status 2. */
-static volatile int usage_error;
+static atomic_int usage_error; /* rank threads of the local backend set it together */
 
 /* --- which algorithms run --- */
 
@@ -633,7 +634,7 @@ static hcomm_result_t bench_size(run_t *R, bench_case_t *c, size_t req) {
 
 static hcomm_result_t bench_op(run_t *R) {
     if (choose_algos(R)) {
-        usage_error = 1;
+        atomic_store(&usage_error, 1);
         return HCOMM_ERR_INVALID_ARG;
     }
     bench_case_t c;
@@ -719,7 +720,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
             if (R.rank == 0)
                 fprintf(stderr, "hcomm-bench: -r %d: out of range 0..%d for %d ranks\n", oo.root,
                         R.size - 1, R.size);
-            usage_error = 1;
+            atomic_store(&usage_error, 1);
             r = HCOMM_ERR_INVALID_ARG;
             break;
         }
@@ -799,7 +800,7 @@ int main(int argc, char **argv) {
     int n = mpi ? 0 : o.nranks > 0 ? o.nranks : 8;
     if (r == HCOMM_OK)
         r = hcomm_launch(b, n, rank_main, &o);
-    if (usage_error)
+    if (atomic_load(&usage_error))
         return 2;
     if (r != HCOMM_OK) {
         fprintf(stderr, "hcomm-bench: %s (%s)\n", hcomm_strerror(r), hcomm_last_error());
