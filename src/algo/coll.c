@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "topo/topo.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,13 +345,13 @@ static bool shm_coll(const hcomm_comm_t *c) {
     return c->tr->posted_only != NULL;
 }
 
-bool hcomm__coll_bypasses_links(hcomm_comm_t *c, int algo) {
+bool hcomm__coll_bypasses_links(hcomm_comm_t *c, const char *coll, int algo) {
     hcomm__topo_t *t;
-    if (hcomm__topo_get(c, &t) != HCOMM_OK || !t->simulated || t->nnodes < 2)
+    int k = hcomm__coll_find(coll);
+    if (k < 0 || hcomm__topo_get(c, &t) != HCOMM_OK || !t->simulated || t->nnodes < 2)
         return false;
-    algo &= ~HCOMM__ALGO_DET;
-    return (algo == HCOMM__ALGO_NATIVE && shm_coll(c)) || algo == HCOMM__ALGO_TWOSHOT ||
-           algo == HCOMM__ALGO_DIRECT;
+    /* on a simulated machine only those algorithms lack an estimate, whatever the size */
+    return !isfinite(hcomm__cost_estimate(c, k, algo & ~HCOMM__ALGO_DET, 0, shm_coll(c)));
 }
 
 /* --- recursive doubling over p2p (Thakur, Rabenseifner & Gropp 2005, section 4), with the

@@ -81,10 +81,11 @@ const char *hcomm__coll_take_algo(hcomm_comm_t *c);
 
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
-/* True when algo on c moves data by direct loads outside the links of a simulated multi-node
- * machine (HCOMM_TOPO nodes= on the local backend): native on a shared-memory transport,
- * twoshot, direct. The cost model gives them no estimate there, so auto never picks them, and
- * their times say nothing of the simulated machine (hcomm-bench leaves them out of regret). */
-bool hcomm__coll_bypasses_links(hcomm_comm_t *c, int algo);
+/* True when algo, running coll (as HCOMM_ALGO names it) on c, moves data outside the links of a
+ * simulated multi-node machine (HCOMM_TOPO nodes= on the local backend): the algorithms the
+ * cost model gives no estimate there (cost.c: the shared-memory native collectives, twoshot,
+ * direct reads). Auto never picks them, and their times say nothing of the simulated machine
+ * (hcomm-bench leaves them out of regret). */
+bool hcomm__coll_bypasses_links(hcomm_comm_t *c, const char *coll, int algo);
 
 #endif /* HCOMM_C_ALGO_COLL_H_ */

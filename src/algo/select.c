@@ -88,6 +88,10 @@ static int find_coll(const char *s, size_t len) {
     return find(coll_names, HCOMM__COLL_COUNT, s, len);
 }
 
+int hcomm__coll_find(const char *name) {
+    return find_coll(name, strlen(name));
+}
+
 static void join(char *out, size_t cap, const char *const *names, int n, uint32_t mask) {
     out[0] = '\0';
     for (int i = 0; i < n; i++)

@@ -54,6 +54,8 @@ typedef struct hcomm__algo_set {
 /* The algorithm's name; with HCOMM__ALGO_DET, "<name>+deterministic". */
 const char *hcomm__algo_name(int algo);
 const char *hcomm__coll_name(int coll);
+/* The collective HCOMM_ALGO calls name ("allreduce", "alltoall" or "alltoallv", ...); -1: none. */
+int hcomm__coll_find(const char *name);
 /* Parses spec (named var in messages) into *out; an unknown name is HCOMM_ERR_INVALID_ARG
  * listing the valid ones. */
 hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *spec,

@@ -121,7 +121,7 @@ static void add_algo(run_t *R, int kind, const char *name) {
         snprintf(a->spec, sizeof a->spec, "%s:%s", coll_of(R->op, coll, sizeof coll), name);
     for (int k = 0; kind == KIND_NAMED && k < HCOMM__ALGO_COUNT; k++)
         if (!strcmp(hcomm__algo_name(k), name))
-            a->bypass = hcomm__coll_bypasses_links(R->w, k);
+            a->bypass = hcomm__coll_bypasses_links(R->w, coll, k);
 }
 
 static void list_valid(const bench_op_t *op) {
