@@ -88,6 +88,8 @@ int bench_op_find(const char *name);
 /* Element access in any dtype (values are small integers, exact in every dtype). */
 double bench_get(hcomm_dtype_t dt, const void *buf, size_t i);
 void bench_put(hcomm_dtype_t dt, void *buf, size_t i, double v);
+/* A well-mixed integer in [0, range) for rank r's element g, with no period in g or r. */
+unsigned bench_pattern(int r, size_t g, unsigned range);
 bool bench_raw_supported(hcomm_dtype_t dt, hcomm_op_t op, bool reduces);
 
 extern const char *const bench_op_names[HCOMM_OP_COUNT];

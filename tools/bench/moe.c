@@ -47,7 +47,7 @@ static size_t moe_capacity(const bench_case_t *c) {
 }
 
 static double moe_in(int r, size_t g) {
-    return (double)(((size_t)r * 37 + g * 5) % 61);
+    return bench_pattern(r, g, 61);
 }
 
 static int experts_of(const bench_case_t *c) {

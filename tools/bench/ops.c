@@ -93,15 +93,33 @@ static size_t blk_off(size_t n, int p, int i) {
 
 /* --- inputs and the serial reference --- */
 
-/* Rank r's input element g. Reductions: 0..4 (a sum over p ranks is at most 4p); PROD: 2 on
- * one rank, 1 elsewhere (the product is 2, never overflows); data movement: 0..60, varied so
- * a block from the wrong rank or offset shows. */
+unsigned bench_pattern(int r, size_t g, unsigned range) {
+    uint64_t x = (uint64_t)g * 0x9E3779B97F4A7C15u ^ (uint64_t)(unsigned)r << 40;
+    x ^= x >> 33; /* MurmurHash3's 64-bit finalizer */
+    x *= 0xFF51AFD7ED558CCDu;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53u;
+    x ^= x >> 33;
+    return (unsigned)(x % range);
+}
+
+/* Rank r's input element g, hashed from (r, g) so that a block from the wrong rank or offset
+ * shows whatever the group size and block length (a periodic pattern hid a shifted block when
+ * the block was a multiple of the period). SUM and AVG: 0..4 (a sum over p ranks is at most
+ * 4p); PROD: 2 or 1 on ranks 0..5, 1 elsewhere (the product is at most 64, exact in int8);
+ * MAX, MIN and data movement: 0..60. */
 static double in(const bench_case_t *c, int r, size_t g) {
     if (!c->op->reduces)
-        return (double)(((size_t)r * 37 + g * 5) % 61);
-    if (c->o->redop == HCOMM_PROD)
-        return g % (size_t)c->size == (size_t)r ? 2.0 : 1.0;
-    return (double)(((size_t)r * 3 + g) % 5);
+        return bench_pattern(r, g, 61);
+    switch (c->o->redop) {
+    case HCOMM_PROD:
+        return r < 6 ? 1.0 + bench_pattern(r, g, 2) : 1.0;
+    case HCOMM_MAX:
+    case HCOMM_MIN:
+        return bench_pattern(r, g, 61);
+    default:
+        return bench_pattern(r, g, 5);
+    }
 }
 
 /* The reduction over ranks of element g, rounded to the dtype as hcomm rounds it. */
