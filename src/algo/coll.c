@@ -42,8 +42,8 @@ static const char *const call_names[CALL_KINDS] = {
     "all_to_allv",   "barrier",     "split",          "reduce",     "gather",
     "scatter",       "all_gatherv", "reduce_scatterv"};
 static const char *const count_names[CALL_KINDS] = {
-    "count", "count", "recvcount", "bytes", "bytes", "count",      "count",
-    "count", "count", "bytes",     "bytes", "bytes", "total count"};
+    "count", "count", "recvcount", "bytes", "bytes",       "count",      "count",
+    "count", "count", "bytes",     "bytes", "total bytes", "total count"};
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
 enum { FLIGHT = 16, SEEN = 64 };
@@ -198,10 +198,10 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
         break;
     case 5:
         snprintf(buf, n, "%s",
-                 s->call == CALL_ALL_GATHERV || s->call == CALL_REDUCE_SCATTERV
-                     ? "different per-rank counts"
-                 : extra && extra[0] ? extra
-                                     : "a different tensor list");
+                 extra && extra[0]                 ? extra
+                 : s->call == CALL_ALL_GATHERV     ? "other per-rank bytes with the same total"
+                 : s->call == CALL_REDUCE_SCATTERV ? "other per-rank counts with the same total"
+                                                   : "a different tensor list");
         break;
     default:
         snprintf(buf, n, "algo=%s", hcomm__algo_name(s->algo));
@@ -233,6 +233,12 @@ static hcomm_result_t mismatch(hcomm_comm_t *c, const hcomm__sig_t *mine, int me
                                const hcomm__sig_t *theirs, int peer, const char *mine_desc) {
     int f = first_difference(mine, theirs);
     char a[256], b[256];
+    if (f == 5 && !(mine_desc && mine_desc[0])) /* neither side's values known here */
+        return hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn, "%s differ between rank %d and rank %d",
+                          mine->call == CALL_ALL_GATHERV       ? "per-rank bytes (same total)"
+                          : mine->call == CALL_REDUCE_SCATTERV ? "per-rank counts (same total)"
+                                                               : "the tensor lists",
+                          me < peer ? me : peer, me < peer ? peer : me);
     field_text(mine, f, a, sizeof a, mine_desc);
     field_text(theirs, f, b, sizeof b, NULL);
     if (f == 0)
@@ -255,6 +261,7 @@ typedef struct call {
     hcomm__sig_t sig;
     flight_t *f;
     uint32_t seq;
+    const size_t *vcounts; /* the v-calls' per-rank counts, for a mismatch message */
 } call_t;
 
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
@@ -306,6 +313,20 @@ static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
                           .algo = (int32_t)(p->words[0] >> 32)};
 }
 
+/* This rank's side of a differing extra field: a v-call's per-rank counts (formatted only on
+ * this error path), else what the primitive described. */
+static const char *extra_text(call_t *k) {
+    char *buf = k->a->extra_desc;
+    size_t n = sizeof k->a->extra_desc, len = 0;
+    if (!k->vcounts)
+        return buf;
+    len += (size_t)snprintf(buf, n, "%s=[", k->sig.call == CALL_ALL_GATHERV ? "bytes" : "counts");
+    for (int r = 0; r < k->c->size && len < n - 24; r++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%zu", r ? ", " : "", k->vcounts[r]);
+    snprintf(buf + len, n - len, "%s]", len >= n - 24 ? ", ..." : "");
+    return buf;
+}
+
 /* After a posted check failed on every rank: the same verdict, worded from the slots. */
 static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine) {
     hcomm_comm_t *c = k->c;
@@ -321,7 +342,8 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
                                             r, p->failed_text ? p->failed_text : "");
         else if (memcmp(p->words, first->words, sizeof p->words) != 0) {
             hcomm__sig_t a = sig_of_posted(first), b = sig_of_posted(p);
-            res = mismatch(c, &a, 0, &b, r, c->rank == 0 ? k->a->extra_desc : NULL);
+            res = c->rank == r ? mismatch(c, &b, r, &a, 0, extra_text(k))
+                               : mismatch(c, &a, 0, &b, r, c->rank == 0 ? extra_text(k) : NULL);
         }
     }
     hcomm_result_t rel = c->tr->posted_release(c);
@@ -394,7 +416,7 @@ static hcomm_result_t check_sig(rd_t *d, int peer, const hcomm__sig_t *sig) {
     call_t *k = d->k;
     if (first_difference(&k->sig, sig) < 0)
         return HCOMM_OK;
-    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, sig, peer, k->a->extra_desc);
+    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, sig, peer, extra_text(k));
     char text[512];
     snprintf(text, sizeof text, "%s", hcomm__err_detail(k->c->call_fn));
     hcomm__notify_error(k->c, k->seq, res, text);
@@ -1107,6 +1129,7 @@ static void counts_sig(call_t *k, const size_t *counts, int n) {
     k->sig.count = total;
     k->sig.extra = h;
     k->f->sig = k->sig;
+    k->vcounts = counts;
 }
 
 hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
