@@ -43,7 +43,8 @@ typedef struct run {
     algo_row_t algos[BENCH_MAX_ALGOS];
     int nalgos;
     double start, last_progress;
-    double memcpy_gbs; /* at the size being measured */
+    double memcpy_gbs;             /* at the size being measured */
+    size_t last_bytes, last_count; /* the previous row's shape: sizes that round alike run once */
     double busbw_sum[BENCH_MAX_ALGOS];
     int busbw_n[BENCH_MAX_ALGOS];
 } run_t;
@@ -611,6 +612,10 @@ static hcomm_result_t time_memcpy(run_t *R, char *dst, char *src, size_t bytes, 
 
 static hcomm_result_t bench_size(run_t *R, bench_case_t *c, size_t req) {
     R->op->shape(c, req);
+    if (c->bytes == R->last_bytes && c->count == R->last_count)
+        return HCOMM_OK;
+    R->last_bytes = c->bytes;
+    R->last_count = c->count;
     double sec = 0;
     hcomm_result_t r = time_memcpy(R, c->recv, c->send, c->bytes, &sec);
     R->memcpy_gbs = sec > 0 ? (double)c->bytes / sec / 1e9 : 0;
@@ -643,6 +648,7 @@ static hcomm_result_t bench_op(run_t *R) {
         print_header(R, &c);
     memset(R->busbw_sum, 0, sizeof R->busbw_sum);
     memset(R->busbw_n, 0, sizeof R->busbw_n);
+    R->last_bytes = R->last_count = SIZE_MAX;
     int total = count_sizes(R->o), done = 0;
     for (size_t b = R->o->min_bytes; r == HCOMM_OK && b <= R->o->max_bytes;
          b = next_size(R->o, b)) {
@@ -692,6 +698,21 @@ static hcomm_result_t bench_memcpy(run_t *R) {
     return r;
 }
 
+/* -r against the group, before anything runs; ops without a root ignore it, as in nccl-tests. */
+static hcomm_result_t check_root(const run_t *R) {
+    int n;
+    const bench_op_t *ops = bench_ops(&n);
+    for (int i = 0; i < R->o->nops; i++)
+        if (ops[R->o->ops[i]].rooted && R->o->root >= R->size) {
+            if (R->rank == 0)
+                fprintf(stderr, "hcomm-bench: -r %d: out of range 0..%d for %d ranks\n", R->o->root,
+                        R->size - 1, R->size);
+            atomic_store(&usage_error, 1);
+            return HCOMM_ERR_INVALID_ARG;
+        }
+    return HCOMM_OK;
+}
+
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     const bench_opts_t *o = arg;
     if (o->legacy)
@@ -708,7 +729,9 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     if (R.rank == 0 && R.mpi && o->nranks > 0 && o->nranks != R.size)
         printf("# -t %d left aside: the %d processes of the MPI job are the ranks\n", o->nranks,
                R.size);
-    hcomm_result_t r = R.rep || R.rank != 0 ? bench_memcpy(&R) : HCOMM_ERR_NOMEM;
+    hcomm_result_t r = R.rep || R.rank != 0 ? check_root(&R) : HCOMM_ERR_NOMEM;
+    if (r == HCOMM_OK)
+        r = bench_memcpy(&R);
     int n;
     const bench_op_t *ops = bench_ops(&n);
     for (int i = 0; r == HCOMM_OK && i < o->nops; i++) {
@@ -716,14 +739,6 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
         R.op = &ops[o->ops[i]];
         if (!strcmp(R.op->name, "moe_dispatch_combine") && !o->dtype_given)
             oo.dtype = HCOMM_BF16;
-        if (oo.root >= R.size) {
-            if (R.rank == 0)
-                fprintf(stderr, "hcomm-bench: -r %d: out of range 0..%d for %d ranks\n", oo.root,
-                        R.size - 1, R.size);
-            atomic_store(&usage_error, 1);
-            r = HCOMM_ERR_INVALID_ARG;
-            break;
-        }
         R.o = &oo;
         r = bench_op(&R);
         R.o = o;
