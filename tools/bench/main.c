@@ -368,6 +368,9 @@ static void print_header(run_t *R, const bench_case_t *c) {
         printf("# %s\n", line);
     }
     print_bypass_note(R);
+    if (R->mpi && R->op->raw && !bench_raw_supported(R->o->dtype, R->o->redop, R->op->reduces))
+        printf("# no raw row: MPI has no %s of %s with %s\n", R->op->name, dtype_name(R->o->dtype),
+               bench_op_names[R->o->redop]);
     printf("#%99s\n", "out-of-place                         in-place          ");
     printf("#%11s %12s %6s %6s %5s %-16s %10s %8s %8s %6s %10s %8s %8s %6s\n", "size(B)", "count",
            "type", "redop", "root", "algo", "time(us)", "algbw", "busbw", "#wrong", "time(us)",
@@ -744,7 +747,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
         R.o = o;
     }
     if (R.rep && bench_report_close(R.rep, r == HCOMM_OK) != 0 && r == HCOMM_OK)
-        r = HCOMM_ERR_IO;
+        r = hcomm__err(HCOMM_ERR_IO, "hcomm-bench", "an output file could not be written (above)");
     return r;
 }
 

@@ -89,21 +89,32 @@ static int write_csv(const bench_report_t *r, const char *path) {
     return fclose(f);
 }
 
+typedef struct plot_line {
+    char title[104];
+    char key[88]; /* op and algo: in-place and out-of-place share a colour */
+    bool inplace;
+    int colour;
+} plot_line_t;
+
 /* One gnuplot data block per (op, algo, placement), sizes in order. */
-static int write_plot_data(const bench_report_t *r, FILE *f, char titles[][96], int max) {
-    int blocks = 0;
-    for (int i = 0; i < r->n && blocks < max; i++) {
+static int write_plot_data(const bench_report_t *r, FILE *f, plot_line_t *lines) {
+    int blocks = 0, colours = 0;
+    for (int i = 0; i < r->n; i++) {
         const bench_record_t *x = &r->recs[i];
         if (!strcmp(x->op, "memcpy"))
             continue;
-        char title[96];
-        snprintf(title, sizeof title, "%s %s%s", x->op, x->algo, x->inplace ? " (in-place)" : "");
+        plot_line_t l = {.inplace = x->inplace};
+        snprintf(l.key, sizeof l.key, "%s %s", x->op, x->algo);
+        snprintf(l.title, sizeof l.title, "%s%s", l.key, x->inplace ? " (in-place)" : "");
         int seen = 0;
-        for (int b = 0; b < blocks; b++)
-            seen |= !strcmp(titles[b], title);
+        for (int b = 0; b < blocks; b++) {
+            seen |= !strcmp(lines[b].title, l.title);
+            l.colour = !strcmp(lines[b].key, l.key) ? lines[b].colour : l.colour;
+        }
         if (seen)
             continue;
-        snprintf(titles[blocks++], 96, "%s", title);
+        l.colour = l.colour ? l.colour : ++colours;
+        lines[blocks++] = l;
         for (int j = i; j < r->n; j++) {
             const bench_record_t *y = &r->recs[j];
             if (!strcmp(y->op, x->op) && !strcmp(y->algo, x->algo) && y->inplace == x->inplace)
@@ -114,31 +125,56 @@ static int write_plot_data(const bench_report_t *r, FILE *f, char titles[][96], 
     return blocks;
 }
 
+/* s inside gnuplot's single quotes, where a quote is written twice. */
+static void put_quoted(FILE *g, const char *s) {
+    fputc('\'', g);
+    for (; *s; s++)
+        fputs(*s == '\'' ? "''" : (char[]){*s, 0}, g);
+    fputc('\'', g);
+}
+
+static void plot_lines(FILE *g, const char *data, const plot_line_t *lines, int blocks) {
+    fprintf(g, "plot ");
+    for (int b = 0; b < blocks; b++) {
+        fprintf(g, "%s", b ? ", " : "");
+        put_quoted(g, data);
+        fprintf(g,
+                " index %d using 1:2 with linespoints linecolor %d dashtype %d pointtype %d "
+                "title ",
+                b, lines[b].colour, lines[b].inplace ? 2 : 1, lines[b].inplace ? 6 : 7);
+        put_quoted(g, lines[b].title);
+    }
+    fprintf(g, "%s\n", blocks ? "" : "0 notitle");
+}
+
+/* pngcairo draws dashes (libgd's png terminal ignores them); open points mark in-place too. */
 static int draw_plot(const bench_report_t *r, const char *png) {
     char data[] = "/tmp/hcomm-bench-plot-XXXXXX";
     int fd = mkstemp(data);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f)
-        return -1;
-    char titles[64][96];
-    int blocks = write_plot_data(r, f, titles, 64);
-    fclose(f);
-    FILE *g = popen("gnuplot", "w");
-    if (!g) {
-        unlink(data);
+    plot_line_t *lines = f ? calloc((size_t)r->n + 1, sizeof *lines) : NULL;
+    if (!lines) {
+        if (f)
+            fclose(f), unlink(data);
         return -1;
     }
-    fprintf(g, "set terminal png size 1000,640 noenhanced\nset output '%s'\n", png);
-    fprintf(g, "set title 'hcomm-bench: busbw per algorithm (dashed: in-place)'\n");
-    fprintf(g, "set logscale x 2\nset format x '%%.0b%%B'\nset xlabel 'size (bytes)'\n"
-               "set ylabel 'busbw (GB/s)'\nset key outside right\nset grid\n");
-    fprintf(g, "plot ");
-    for (int b = 0; b < blocks; b++)
-        fprintf(g, "%s'%s' index %d using 1:2 with linespoints dashtype %d title '%s'",
-                b ? ", " : "", data, b, strstr(titles[b], "in-place") ? 2 : 1, titles[b]);
-    fprintf(g, "%s\n", blocks ? "" : "0 notitle");
-    int rc = pclose(g);
+    int blocks = write_plot_data(r, f, lines);
+    fclose(f);
+    FILE *g = popen("gnuplot", "w");
+    if (g) {
+        fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size "
+                   "1000,640 noenhanced } else { set terminal png size 1000,640 noenhanced }\n");
+        fprintf(g, "set output ");
+        put_quoted(g, png);
+        fprintf(g, "\nset title 'hcomm-bench: busbw per algorithm (in-place: dashed, open "
+                   "points)'\n");
+        fprintf(g, "set logscale x 2\nset format x '%%.0b%%B'\nset xlabel 'size (bytes)'\n"
+                   "set ylabel 'busbw (GB/s)'\nset key outside right\nset grid\n");
+        plot_lines(g, data, lines, blocks);
+    }
+    int rc = g ? pclose(g) : -1;
     unlink(data);
+    free(lines);
     return rc == 0 ? 0 : -1;
 }
 
