@@ -363,7 +363,7 @@ static void print_header(run_t *R, const bench_case_t *c) {
     hcomm_comm_backend(R->w, &backend);
     printf("#\n# %s, %d rank%s on %s\n", R->op->name, R->size, R->size == 1 ? "" : "s", backend);
     if (R->op->describe) {
-        char line[256];
+        char line[512];
         R->op->describe(c, line, sizeof line);
         printf("# %s\n", line);
     }

@@ -316,11 +316,19 @@ static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
     int E = experts_of(c), k = c->o->moe_topk < E ? c->o->moe_topk : E, nodes = 1;
     if (hcomm_comm_node(c->w, &nodes, NULL, NULL, NULL) != HCOMM_OK)
         nodes = 1;
+    char ek[160];
+    int n = snprintf(ek, sizeof ek, "top-%d of %d experts", k, E);
+    if (E != c->o->moe_experts) /* said, not silent: dispatch needs E a multiple of the group */
+        n += snprintf(ek + n, sizeof ek - (size_t)n,
+                      " (--moe-experts %d rounded to a multiple of %d ranks)", c->o->moe_experts,
+                      c->size);
+    if (k != c->o->moe_topk)
+        snprintf(ek + n, sizeof ek - (size_t)n, " (--moe-topk %d capped at the experts)",
+                 c->o->moe_topk);
     snprintf(line, cap,
-             "tokens [T, %d] per rank, T = size / %zu B; top-%d of %d experts (a multiple of the "
-             "ranks), weights 1/%d, identity experts; dispatch + combine per iteration; %s "
-             "token exchange (%d node%s)",
-             c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, k, E, k,
+             "tokens [T, %d] per rank, T = size / %zu B; %s, weights 1/%d, identity experts; "
+             "dispatch + combine per iteration; %s token exchange (%d node%s)",
+             c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, ek, k,
              nodes > 1 ? "hierarchical" : "flat", nodes, nodes > 1 ? "s" : "");
 }
 
