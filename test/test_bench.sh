@@ -3,7 +3,8 @@
 # - every op on 3 ranks (a non-power of two) gives rows with #wrong 0 in each column it measures,
 #   N/A exactly where the op has no such form, and busbw = algbw * the nccl-tests factor;
 # - counts are rounded only where the collective needs it, -c 0 prints N/A, and a spoiled
-#   output (HCOMM_BENCH_CORRUPT=1) is counted as wrong (the check can fail);
+#   output (HCOMM_BENCH_CORRUPT=1) and a reversed block (=2) are counted as wrong (the check can
+#   fail); -b 0 gives a row of empty calls, and sizes that round alike run once;
 # - --algo all: a row per valid algorithm plus auto naming its choice, the regret line, and a
 #   --json array / -F CSV whose records agree with the table (python3 reads them); --plot;
 # - under mpirun -np 2: raw MPI rows and hcomm/raw;
@@ -99,6 +100,20 @@ timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -c 0 -n 1 | rows | awk '$10 != "N
     fail "-c 0 must print N/A for #wrong"
 HCOMM_BENCH_CORRUPT=1 timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -n 1 | rows |
     awk '$10 == 0 || $14 == 0 {exit 1}' || fail "a spoiled output was not counted as wrong"
+# Misplaced data shows too: on 5 ranks a periodic input made every element of a reduce_scatter
+# block alike, so a reversed block (HCOMM_BENCH_CORRUPT=2) passed as 0 wrong.
+for o in sum max prod; do
+    HCOMM_BENCH_CORRUPT=2 timeout 60 "$bench" reduce_scatter -t 5 -b 1K -e 1K -n 1 -o $o | rows |
+        awk '$10 == 0 || $14 == 0 {exit 1}' || fail "a reversed block was not counted as wrong ($o)"
+done
+
+# -b 0: one row of empty calls, then 1 element; sizes that round alike run once.
+out=$(timeout 60 "$bench" all_reduce -t 3 -b 0 -e 16 -f 4 -n 1 -w 0 | rows)
+[ "$(echo "$out" | awk '{printf "%s:%s ", $1, $2}')" = "0:0 4:1 16:4 " ] || fail "-b 0: $out"
+out=$(timeout 60 "$bench" all_gather -t 7 -b 1 -e 1000 -f 5 -n 1 -w 0 | rows | awk '{print $1}')
+[ "$(echo "$out" | sort | uniq -d)" = "" ] || fail "repeated sizes: $out"
+# -r is for rooted ops only.
+timeout 60 "$bench" all_reduce -t 3 -r 99 -b 8 -e 8 -n 1 | rows | grep -q . || fail "all_reduce -r 99"
 
 # 3. --algo all, --json, -F and --plot (K/M suffixes and --flag=value forms).
 out=$(timeout 120 "$bench" all_reduce --ranks=3 -b 8 -e 64K -f 64 --iters=2 -w 1 --algo all \

@@ -86,7 +86,8 @@ static void usage(FILE *f) {
         "                    moe_dispatch_combine, dp_all_reduce, all (every collective; the\n"
         "                    default), or compare (hcomm against raw MPI and memcpy as ratios)\n"
         "  --op OP           the same as OP\n"
-        "  -b, --minbytes N  smallest size in bytes, K/M/G suffixes (default 1K)\n"
+        "  -b, --minbytes N  smallest size in bytes, K/M/G suffixes; 0 for empty calls (default "
+        "1K)\n"
         "  -e, --maxbytes N  largest size (default 4M)\n"
         "  -f, --stepfactor F  size multiplier between rows (default 4)\n"
         "  -i, --stepbytes N   size increment between rows instead of -f\n"
@@ -128,7 +129,8 @@ static int bad(const char *flag, const char *v, const char *why) {
     return -1;
 }
 
-/* Bytes with an optional K, M or G suffix (powers of 1024), 1 byte to 64 GiB. */
+/* Bytes with an optional K, M or G suffix (powers of 1024), 0 to 64 GiB (0: a row of empty
+ * calls, which every rank must still enter and leave). */
 static int parse_size(const char *flag, const char *v, size_t *out) {
     char *end;
     unsigned long long x = (*v >= '0' && *v <= '9') ? strtoull(v, &end, 10) : 0;
@@ -139,8 +141,8 @@ static int parse_size(const char *flag, const char *v, size_t *out) {
         shift = 20, end++;
     else if (x > 0 && strchr("gG", *end) && *end)
         shift = 30, end++;
-    if (x == 0 || *end != '\0' || x > (1ull << 36) >> shift)
-        return bad(flag, v, "is not a size from 1 to 64G bytes (e.g. 4096, 64K, 8M, 1G)");
+    if ((x == 0 && strcmp(v, "0")) || *end != '\0' || x > (1ull << 36) >> shift)
+        return bad(flag, v, "is not a size from 0 to 64G bytes (e.g. 0, 4096, 64K, 8M, 1G)");
     *out = (size_t)(x << shift);
     return 0;
 }

@@ -220,10 +220,20 @@ static hcomm_result_t select_algo(run_t *R, algo_row_t *a) {
     return hcomm_comm_set_algo(R->w, a->kind == KIND_NAMED ? a->spec : NULL);
 }
 
-/* HCOMM_BENCH_CORRUPT=1 spoils one element of rank 0's output before each check. */
-static bool corrupt(void) {
+/* HCOMM_BENCH_CORRUPT=1 spoils one element of rank 0's output before each check; =2 reverses
+ * its first block (count / ranks elements), values all in place but in the wrong order: the
+ * test's proof that #wrong sees misplaced data, which a periodic input pattern hid. */
+static void corrupt(const run_t *R, bench_case_t *c) {
     const char *v = getenv("HCOMM_BENCH_CORRUPT");
-    return v && !strcmp(v, "1");
+    if (!v || R->rank != 0)
+        return;
+    if (!strcmp(v, "1"))
+        bench_put(c->dt, c->recv, 0, -7.0);
+    for (size_t i = 0, n = c->count / (size_t)c->size; !strcmp(v, "2") && i < n / 2; i++) {
+        double x = bench_get(c->dt, c->recv, i);
+        bench_put(c->dt, c->recv, i, bench_get(c->dt, c->recv, n - 1 - i));
+        bench_put(c->dt, c->recv, n - 1 - i, x);
+    }
 }
 
 /* The -c checked iterations of one algorithm: #wrong summed over ranks and iterations. With
@@ -234,8 +244,7 @@ static hcomm_result_t check_algo(run_t *R, algo_row_t *a, bench_case_t *c, long 
         R->op->fill(c);
         HCOMM__TRY(select_algo(R, a));
         HCOMM__TRY(call(R, a, c));
-        if (corrupt() && R->rank == 0)
-            bench_put(c->dt, c->recv, 0, -7.0); /* the test's proof that #wrong sees errors */
+        corrupt(R, c);
         mine += R->o->check > 0 ? R->op->wrong(c) : 0;
     }
     *wrong = 0;

@@ -37,7 +37,7 @@ typedef struct moe {
 
 static void moe_shape(bench_case_t *c, size_t req) {
     size_t row = (size_t)c->o->moe_hidden * c->es;
-    size_t T = req / row > 0 ? req / row : 1;
+    size_t T = req / row > 0 || req == 0 ? req / row : 1;
     c->count = T * (size_t)c->o->moe_hidden;
     c->bytes = c->count * c->es;
 }

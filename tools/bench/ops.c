@@ -171,15 +171,16 @@ static char *at(const bench_case_t *c, void *buf, size_t elems) {
 
 /* --- shapes --- */
 
+/* At least one element, except for a requested size of 0: a row of empty calls. */
 static void shape_any(bench_case_t *c, size_t req) {
-    c->count = req / c->es > 0 ? req / c->es : 1;
+    c->count = req / c->es > 0 || req == 0 ? req / c->es : 1;
     c->bytes = c->count * c->es;
 }
 
 /* A multiple of p elements: blocks of equal size (the collective needs it). */
 static void shape_multiple(bench_case_t *c, size_t req) {
     size_t p = (size_t)c->size, n = req / c->es / p * p;
-    c->count = n > 0 ? n : p;
+    c->count = n > 0 || req == 0 ? n : p;
     c->bytes = c->count * c->es;
 }
 
