@@ -520,6 +520,14 @@ static void test_parse(void) {
     parse_bad("allgather:rhd",
               "leaves no algorithm for allgather; valid: native, rd, ring, direct, hier, bruck");
     parse_bad("allreduce:", "names no algorithm");
+    parse_ok(" allreduce : ring , rd ; allgather:native ", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RD,
+             true);
+    parse_ok(" allreduce : ring , rd ; allgather:native ", HCOMM__COLL_ALLREDUCE,
+             HCOMM__ALGO_NATIVE, false);
+    parse_ok("ring;allreduce:rd", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RD, true); /* general first */
+    parse_ok("ring;allreduce:rd", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RING, false);
+    parse_bad("allreduce:ring;allreduce:rd", "HCOMM_ALGO: allreduce is named by two entries");
+    parse_bad("alltoall:direct;alltoall:pairwise", "alltoall");
     int algo;
     const char *why;
     hcomm__algo_set_t set;

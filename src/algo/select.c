@@ -4,6 +4,7 @@
 #include "core/env.h"
 #include "core/log.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,22 +102,33 @@ static void join(char *out, size_t cap, const char *const *names, int n, uint32_
         }
 }
 
+/* Drops blanks around a token of len bytes, so "allreduce: ring, rd" reads as written. */
+static void trim(const char **s, size_t *len) {
+    while (*len > 0 && isspace((unsigned char)**s))
+        (*s)++, (*len)--;
+    while (*len > 0 && isspace((unsigned char)(*s)[*len - 1]))
+        (*len)--;
+}
+
 /* Parses "[^]name[,name...]" (len bytes) into a mask of algorithms. */
 static hcomm_result_t parse_names(const char *fn, const char *var, const char *s, size_t len,
                                   uint32_t *mask, bool *exclude) {
+    trim(&s, &len);
     *exclude = len > 0 && s[0] == '^';
     if (*exclude)
         s++, len--;
     *mask = 0;
     while (len > 0) {
-        const char *comma = memchr(s, ',', len);
-        size_t n = comma ? (size_t)(comma - s) : len;
-        int a = find(algo_names, HCOMM__ALGO_COUNT, s, n);
+        const char *comma = memchr(s, ',', len), *name = s;
+        size_t n = comma ? (size_t)(comma - s) : len, nlen = n;
+        trim(&name, &nlen);
+        int a = find(algo_names, HCOMM__ALGO_COUNT, name, nlen);
         if (a < 0) {
             char list[256];
             join(list, sizeof list, algo_names, HCOMM__ALGO_COUNT, ~0u);
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
-                              "%s: \"%.*s\" is not an algorithm; valid: %s", var, (int)n, s, list);
+                              "%s: \"%.*s\" is not an algorithm; valid: %s", var, (int)nlen, name,
+                              list);
         }
         *mask |= BIT(a);
         s += n + (comma ? 1 : 0);
@@ -146,19 +158,27 @@ static hcomm_result_t apply(const char *fn, const char *var, int coll, uint32_t 
     return HCOMM_OK;
 }
 
+/* One "[coll:]names" entry; a collective named by an earlier entry is an error (which one
+ * would win is a guess), while an entry for every collective may precede per-collective ones. */
 static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s, size_t len,
-                                  hcomm__algo_set_t *out) {
-    const char *colon = memchr(s, ':', len);
+                                  uint32_t *named, hcomm__algo_set_t *out) {
+    const char *colon = memchr(s, ':', len), *cname = s;
     int coll = -1;
     if (colon) {
-        coll = find_coll(s, (size_t)(colon - s));
+        size_t clen = (size_t)(colon - s);
+        trim(&cname, &clen);
+        coll = find_coll(cname, clen);
         if (coll < 0) {
             char list[200];
             join(list, sizeof list, coll_names, HCOMM__COLL_COUNT, ~0u);
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
-                              "%s: \"%.*s\" is not a collective; valid: %s", var, (int)(colon - s),
-                              s, list);
+                              "%s: \"%.*s\" is not a collective; valid: %s", var, (int)clen, cname,
+                              list);
         }
+        if (*named & BIT(coll))
+            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s: %s is named by two entries", var,
+                              coll_names[coll]);
+        *named |= BIT(coll);
         len -= (size_t)(colon + 1 - s);
         s = colon + 1;
     }
@@ -172,13 +192,15 @@ static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s
 
 hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *spec,
                                  hcomm__algo_set_t *out) {
+    uint32_t named = 0;
     for (int k = 0; k < HCOMM__COLL_COUNT; k++)
         out->allowed[k] = valid[k];
     while (spec && *spec) {
-        const char *semi = strchr(spec, ';');
-        size_t len = semi ? (size_t)(semi - spec) : strlen(spec);
-        if (len > 0)
-            HCOMM__TRY(parse_entry(fn, var, spec, len, out));
+        const char *semi = strchr(spec, ';'), *entry = spec;
+        size_t len = semi ? (size_t)(semi - spec) : strlen(spec), elen = len;
+        trim(&entry, &elen);
+        if (elen > 0)
+            HCOMM__TRY(parse_entry(fn, var, entry, elen, &named, out));
         spec += len + (semi ? 1 : 0);
     }
     return HCOMM_OK;
