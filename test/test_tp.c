@@ -307,6 +307,19 @@ static void test_errors(hcomm_comm_t *g) {
     T_ERR(hcomm_tp_split(g, NULL, &b, 0), HCOMM_ERR_NULL);
     T_ERR(hcomm_tp_reduce_from_bwd(g, &a, NULL), HCOMM_ERR_NULL);
     expect_error_text("hcomm_tp_reduce_from_bwd: argument 'grad_in' is NULL");
+    /* all_gather and split have no in-place form: one buffer for in and out is refused (it
+     * returned wrong data) on every rank alike, except in a group of one. */
+    const shape_t s2p7 = {2, {2 * p, 7}};
+    hcomm_tensor_t tall = make(HCOMM_F32, &s2p7), head = make(HCOMM_F32, &s27);
+    free(head.data);
+    head.data = tall.data;
+    T_ERR(hcomm_tp_all_gather(g, &head, &tall, 0), p == 1 ? HCOMM_OK : HCOMM_ERR_INVALID_ARG);
+    if (p > 1)
+        expect_error_text("hcomm_tp_all_gather: in->data and out->data are the same buffer");
+    T_ERR(hcomm_tp_split(g, &tall, &head, 0), p == 1 ? HCOMM_OK : HCOMM_ERR_INVALID_ARG);
+    if (p > 1)
+        expect_error_text("hcomm_tp_split: in->data and out->data are the same buffer");
+    free(tall.data);
     hcomm_tensor_t nodata = a;
     nodata.data = NULL;
     T_ERR(hcomm_tp_all_gather(g, &nodata, &wide, 1), HCOMM_ERR_NULL);

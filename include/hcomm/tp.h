@@ -35,16 +35,19 @@ HCOMM_API hcomm_result_t hcomm_tp_all_reduce(hcomm_comm_t *group, const hcomm_te
                                              hcomm_tensor_t *out, hcomm_op_t op);
 /** all_gather, collective: concatenates every rank's @p in along @p dim in rank order:
  *  out.shape[dim] = size * in.shape[dim], other dims equal (dim = -1 is the column-parallel
- *  concatenation). in and out must not overlap. */
+ *  concatenation). in and out must not share a byte (the same buffer too is
+ *  HCOMM_ERR_INVALID_ARG, except in a group of one). */
 HCOMM_API hcomm_result_t hcomm_tp_all_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                              hcomm_tensor_t *out, int dim);
 /** reduce_scatter, collective: reduces @p in over ranks with @p op and keeps this rank's
  *  slice (rank r: the r-th of size equal slices) along @p dim: in.shape[dim] =
- *  size * out.shape[dim]. out may overlap in. */
+ *  size * out.shape[dim]. out may be in itself (out->data == in->data: the result lands at
+ *  the start of the buffer); any other overlap is HCOMM_ERR_INVALID_ARG. */
 HCOMM_API hcomm_result_t hcomm_tp_reduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                  hcomm_tensor_t *out, int dim, hcomm_op_t op);
 /** Local: copies this rank's slice of @p in along @p dim into @p out: in.shape[dim] =
- *  size * out.shape[dim]. in and out must not overlap. */
+ *  size * out.shape[dim]. in and out must not share a byte (the same buffer too is
+ *  HCOMM_ERR_INVALID_ARG, except in a group of one). */
 HCOMM_API hcomm_result_t hcomm_tp_split(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                         hcomm_tensor_t *out, int dim);
 

@@ -33,6 +33,18 @@ static hcomm_result_t check_pair(const tp_call_t *c, hcomm_comm_t *group, const 
     return hcomm__same_dtype(c->fn, c->in, in, c->out, out);
 }
 
+/* For the calls with no in-place form: out is larger (all_gather) or a slice (split) of in, so
+ * one buffer for both would be read after it was written (a group of one copies nothing). */
+static hcomm_result_t check_distinct(const tp_call_t *c, const hcomm_comm_t *group,
+                                     const hcomm_tensor_t *in, const hcomm_tensor_t *out) {
+    if (in->data != out->data || hcomm__tensor_bytes(in) == 0 || group->size == 1)
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, c->fn,
+                      "%s->data and %s->data are the same buffer (%p); this call has no in-place "
+                      "form, pass separate buffers",
+                      c->in, c->out, in->data);
+}
+
 static hcomm_result_t check_op(const tp_call_t *c, hcomm_op_t op) {
     if (!hcomm__op_valid(op))
         return hcomm__err(HCOMM_ERR_INVALID_ARG, c->fn, "op=%d is not a valid hcomm_op_t", (int)op);
@@ -115,6 +127,7 @@ static hcomm_result_t tp_all_gather_body(const tp_call_t *c, hcomm_comm_t *group
     TP_CHECK(group, check_pair(c, group, in, out, NULL));
     TP_CHECK(group, hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
     TP_CHECK(group, check_shape_but_dim(c, c->out, out, in, d, in->shape[d] * group->size));
+    TP_CHECK(group, check_distinct(c, group, in, out));
     size_t bytes = hcomm__tensor_bytes(in), outer = outer_count(in, d);
     if (outer == 1 || bytes == 0) /* the stack already is the concatenation */
         return hcomm__coll_all_gather(group, in->data, out->data, bytes);
@@ -181,11 +194,12 @@ static hcomm_result_t tp_split(const tp_call_t *c, hcomm_comm_t *group, const hc
     HCOMM__TRY(hcomm__tensor_dim(c->fn, c->in, in, dim, &d));
     HCOMM__TRY(check_divisible(c, c->in, in, d, group->size));
     HCOMM__TRY(check_shape_but_dim(c, c->out, out, in, d, in->shape[d] / group->size));
+    HCOMM__TRY(check_distinct(c, group, in, out));
     size_t outer = outer_count(in, d), bytes = hcomm__tensor_bytes(out);
     if (bytes == 0)
         return HCOMM_OK;
     size_t blk = bytes / outer, size = (size_t)group->size, rank = (size_t)group->rank;
-    for (size_t o = 0; o < outer; o++)
+    for (size_t o = 0; o < outer && in->data != out->data; o++)
         memcpy((char *)out->data + o * blk, (const char *)in->data + (o * size + rank) * blk, blk);
     return HCOMM_OK;
 }
