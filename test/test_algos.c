@@ -527,6 +527,8 @@ static void test_parse(void) {
     parse_ok("ring;allreduce:rd", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RD, true); /* general first */
     parse_ok("ring;allreduce:rd", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RING, false);
     parse_bad("allreduce:ring;allreduce:rd", "HCOMM_ALGO: allreduce is named by two entries");
+    parse_bad("allreduce:rd;ring", "HCOMM_ALGO: \"ring\" names no collective, so it must come "
+                                   "before the entries that do");
     parse_bad("alltoall:direct;alltoall:pairwise", "alltoall");
     int algo;
     const char *why;

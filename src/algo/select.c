@@ -159,7 +159,8 @@ static hcomm_result_t apply(const char *fn, const char *var, int coll, uint32_t 
 }
 
 /* One "[coll:]names" entry; a collective named by an earlier entry is an error (which one
- * would win is a guess), while an entry for every collective may precede per-collective ones. */
+ * would win is a guess), and so is an entry for every collective after per-collective ones,
+ * which it would silently replace. */
 static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s, size_t len,
                                   uint32_t *named, hcomm__algo_set_t *out) {
     const char *colon = memchr(s, ':', len), *cname = s;
@@ -181,6 +182,11 @@ static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s
         *named |= BIT(coll);
         len -= (size_t)(colon + 1 - s);
         s = colon + 1;
+    } else if (*named) {
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "%s: \"%.*s\" names no collective, so it must come before the entries "
+                          "that do",
+                          var, (int)len, s);
     }
     uint32_t mask;
     bool exclude;
