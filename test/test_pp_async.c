@@ -249,6 +249,9 @@ static hcomm_result_t groups(hcomm_comm_t *g) {
         expect_act(&in, 64, 64, 0.0f, "after an empty group", 0);
     }
     T_ERR(hcomm_pp_group_end(g), HCOMM_ERR_STATE);
+    hcomm_tensor_t stale = {.data = &stale}; /* recv_any clears out->data on every failure */
+    T_ERR(hcomm_pp_recv_any(g, 99, 5, &stale), HCOMM_ERR_INVALID_ARG);
+    T_CHECK(stale.data == NULL, "recv_any with a bad peer left out->data=%p", stale.data);
     hcomm_mem_free(s.data);
     hcomm_mem_free(in.data);
     return HCOMM_OK;

@@ -200,6 +200,7 @@ static hcomm_result_t pp_irecv_any(hcomm_comm_t *g, int peer, int tag, hcomm_ten
                                    hcomm_pp_req_t **req) {
     if (out == NULL)
         return hcomm__err(HCOMM_ERR_NULL, g->call_fn, "argument 'out' is NULL");
+    out->data = NULL; /* as documented, also when an argument check below fails */
     HCOMM__TRY(check_peer(g->call_fn, "peer", g, peer));
     HCOMM__TRY(check_tag(g->call_fn, "tag", tag));
     return post_recv_any(g, peer, tag, out, req);
