@@ -242,6 +242,17 @@ int main(void) {
     MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
     T_ERR(hcomm_comm_wrap_mpi(MPI_COMM_WORLD, NULL), HCOMM_ERR_NULL);
     T_ERR(hcomm_comm_wrap_mpi(MPI_COMM_NULL, &c), HCOMM_ERR_INVALID_ARG);
+    const char *env = getenv("HCOMM_TIMEOUT");
+    char saved[64] = "";
+    snprintf(saved, sizeof saved, "%s", env ? env : "");
+    setenv("HCOMM_TIMEOUT", "abc", 1); /* every rank alike: a malformed variable, as at launch */
+    T_ERR(hcomm_comm_wrap_mpi(MPI_COMM_WORLD, &c), HCOMM_ERR_INVALID_ARG);
+    T_CHECK(strstr(hcomm_last_error(), "hcomm_comm_wrap_mpi: HCOMM_TIMEOUT") != NULL,
+            "malformed HCOMM_TIMEOUT: '%s'", hcomm_last_error());
+    if (env)
+        setenv("HCOMM_TIMEOUT", saved, 1);
+    else
+        unsetenv("HCOMM_TIMEOUT");
     wrapped_world();
     mpi_errors_return();
     wrapped_split();

@@ -28,7 +28,8 @@ extern "C" {
 
 /** Makes an hcomm communicator over the MPI communicator @p comm, in @p *out.
  *
- *  hcomm works on its own duplicate of @p comm (MPI_Comm_dup), so its messages never match
+ *  hcomm works on its own duplicate of @p comm (MPI_Comm_idup, polled so that HCOMM_TIMEOUT
+ *  bounds it), so its messages never match
  *  the application's; @p comm itself is not modified and may be freed afterwards. The
  *  result has the same ranks in the same order, reports backend "mpi", lists its members
  *  as ranks of MPI_COMM_WORLD, and is freed with hcomm_comm_destroy() (collective) before
@@ -39,8 +40,9 @@ extern "C" {
  *  initialized (hcomm does not initialize MPI here). Call it from the thread that
  *  initialized MPI.
  *  Errors: HCOMM_ERR_NULL (@p out), HCOMM_ERR_INVALID_ARG (@p comm is MPI_COMM_NULL or an
- *  intercommunicator), HCOMM_ERR_STATE (MPI not initialized, or already finalized),
- *  HCOMM_ERR_NOMEM, HCOMM_ERR_BACKEND (an MPI call failed; the message has MPI's text). */
+ *  intercommunicator, or an HCOMM_* variable is malformed, checked as hcomm_launch does),
+ * HCOMM_ERR_STATE (MPI not initialized, or already finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_BACKEND
+ * (an MPI call failed; the message has MPI's text). */
 HCOMM_API hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out);
 
 #ifdef __cplusplus

@@ -240,6 +240,11 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
     return hcomm__err(env_res, fn, "%s", env_msg);
 }
 
+/* HCOMM_ALGO is checked with the other variables at launch; core cannot include this layer. */
+__attribute__((constructor)) static void register_env_check(void) {
+    hcomm__env_register_check(hcomm__algo_env_validate);
+}
+
 /* Between two processes on a transport without shared-memory collectives (mpi), small calls
  * run hcomm's own single exchange instead of Open MPI's call: rd all_reduce, rd all_gather, rhd
  * reduce_scatter and tree broadcast, one lane message each way per 3968-byte piece with the

@@ -1,11 +1,11 @@
 #include "core/env.h"
-#include "algo/select.h"
 #include "core/log.h"
 #include "core/topo_spec.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +96,8 @@ hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on) {
     return HCOMM_OK;
 }
 
+static _Atomic(hcomm__env_check_fn) upper_check;
+
 hcomm_result_t hcomm__env_validate(const char *fn) {
     double t;
     int mode;
@@ -106,5 +108,10 @@ hcomm_result_t hcomm__env_validate(const char *fn) {
     HCOMM__TRY(hcomm__log_init(fn));
     HCOMM__TRY(hcomm__topo_spec_env_validate(fn));
     HCOMM__TRY(hcomm__tuning_validate(fn));
-    return hcomm__algo_env_validate(fn); /* HCOMM_ALGO: the algorithms layer parses it */
+    hcomm__env_check_fn upper = atomic_load(&upper_check);
+    return upper ? upper(fn) : HCOMM_OK;
+}
+
+void hcomm__env_register_check(hcomm__env_check_fn check) {
+    atomic_store(&upper_check, check);
 }

@@ -23,5 +23,10 @@ int hcomm__check_mode(void);
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on);
 /* Checks every HCOMM_* variable the C library reads, so a typo'd value fails at launch. */
 hcomm_result_t hcomm__env_validate(const char *fn);
+/* A layer above core that parses its own variable (the algorithms layer: HCOMM_ALGO) registers
+ * its check here when the library loads, so hcomm__env_validate runs it without core including
+ * that layer. */
+typedef hcomm_result_t (*hcomm__env_check_fn)(const char *fn);
+void hcomm__env_register_check(hcomm__env_check_fn check);
 
 #endif /* HCOMM_C_ENV_H_ */

@@ -463,6 +463,7 @@ static hcomm_result_t dup_comm(const char *fn, MPI_Comm parent, hcomm_comm_t **o
 hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out) {
     HCOMM__CHECK_NULL(out);
     *out = NULL;
+    HCOMM__TRY(hcomm__env_validate(__func__)); /* as hcomm_launch: no silent defaults */
     HCOMM__TRY(mpi_ready(__func__, false));
     if (comm == MPI_COMM_NULL)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "comm is MPI_COMM_NULL");
