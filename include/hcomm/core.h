@@ -159,10 +159,12 @@ HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (seconds out of range or NaN). */
 HCOMM_API hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double seconds);
 /** Allocates @p bytes of host memory for communication buffers into @p *ptr (page-aligned),
- *  freed with hcomm_mem_free(). The memory is a POSIX shared-memory object, so processes of one
- *  node (mpi backend) can map each other's buffers and move data once; any other buffer still
- *  works with every call. Local, thread-safe.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM (also when /dev/shm is full). */
+ *  freed with hcomm_mem_free(). The memory is a POSIX shared-memory object where /dev/shm can
+ *  hold it (else private memory, silently), so that processes of one node could map each
+ *  other's buffers. Today no path depends on it: the mpi backend's one-copy paths read peers'
+ *  buffers with cross-memory attach whatever their origin, and any buffer works with every
+ *  call. Local, thread-safe.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM. */
 HCOMM_API hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr);
 /** Frees memory from hcomm_mem_alloc() (NULL is a no-op). Local, thread-safe.
  *  Errors: HCOMM_ERR_INVALID_ARG (@p ptr did not come from hcomm_mem_alloc). */
@@ -177,13 +179,16 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * input in rank order, then every rank copies the n reduced chunks: a reduce_scatter +
  * all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done as direct
  * loads), which gives on every rank the bits of a serial left-to-right reduction; on the mpi
- * backend an all_reduce of at most 4 KiB runs hcomm's own recursive doubling over its p2p
- * layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first), and
- * larger or other collectives run Open MPI's non-blocking ones (polled, so they time out) with
- * hcomm's reduction kernels as user ops. HCOMM_ALGO or hcomm_comm_set_algo() may choose
- * hcomm's own algorithms over its p2p layer instead (ring, recursive halving-doubling, naive,
- * binomial tree; see hcomm_comm_set_algo). Every rank gets identical bits; the association may
- * differ between backends and algorithms (the ops are commutative).
+ * backend small calls run hcomm's own recursive doubling, halving or binomial tree over its
+ * p2p layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first),
+ * larger ones on one host twoshot or direct (peers' buffers read with cross-memory attach),
+ * all_to_allv pairwise or Bruck, and the rest Open MPI's non-blocking collectives (polled, so
+ * they time out) with hcomm's reduction kernels as user ops: the table of sizes is in
+ * docs/architecture.md, and the cost model picks on declared multi-node topologies.
+ * HCOMM_ALGO or hcomm_comm_set_algo() may choose other algorithms of hcomm's over its p2p layer
+ * (ring, recursive halving-doubling, naive, binomial tree; see hcomm_comm_set_algo). Every rank
+ * gets identical bits; the association may differ between backends and algorithms (the ops
+ * are commutative).
  *
  * Checks: every rank must make the same call (collective, count, dtype, op with SUM and AVG
  * told apart, root; DP tensor lists too); otherwise every rank fails with HCOMM_ERR_MISMATCH
@@ -298,7 +303,6 @@ HCOMM_API hcomm_result_t hcomm_wait(hcomm_request_t *req);
  *  Errors: HCOMM_ERR_NULL, the collective's. */
 HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 
-/** A rank's body: called once per rank with that rank's world communicator. */
 /* Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on
  * both backends (docs/architecture.md): reduce up a binomial tree (Thakur, Rabenseifner & Gropp
  * 2005, section 4), gather and scatter with the root exchanging with each rank directly,
@@ -387,6 +391,9 @@ HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spe
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (@p on neither 0 nor 1). */
 HCOMM_API hcomm_result_t hcomm_comm_set_deterministic(hcomm_comm_t *comm, int on);
 
+/** A rank's body for hcomm_launch(): called once per rank, on that rank's thread (local) or
+ *  process (mpi), with that rank's world communicator and the launch's @p arg; its result is
+ *  the rank's result. */
 typedef hcomm_result_t (*hcomm_rank_fn_t)(hcomm_comm_t *world, void *arg);
 
 /** The backend hcomm_launch(@p backend, ...) would run, in *@p chosen (a static string), without

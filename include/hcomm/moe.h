@@ -25,9 +25,9 @@
  * id out of range, E not a positive multiple of P), HCOMM_ERR_SHAPE, HCOMM_ERR_DTYPE,
  * HCOMM_ERR_MISMATCH (members disagree on H, H', dtype or E), HCOMM_ERR_NOMEM, HCOMM_ERR_TIMEOUT,
  * HCOMM_ERR_ABORTED, HCOMM_ERR_UNSUPPORTED (mpi: a byte count or offset above INT_MAX),
- * HCOMM_ERR_BACKEND. Outside
- * dispatch, argument checks are rank-local: a rank whose check fails returns without
- * communicating (see core.h).
+ * HCOMM_ERR_BACKEND, HCOMM_ERR_PEER (a peer's own argument check failed), HCOMM_ERR_STATE (a
+ * top-k handle passed to a top-1 pass). A rank whose argument check fails still
+ * joins the call, so its peers return HCOMM_ERR_PEER at once instead of waiting (see core.h).
  */
 #ifndef HCOMM_C_MOE_H_
 #define HCOMM_C_MOE_H_

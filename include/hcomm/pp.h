@@ -96,7 +96,9 @@ HCOMM_API hcomm_result_t hcomm_pp_wait(hcomm_pp_req_t *req);
 /** Makes progress; *done = 1 when @p req completed, in which case it is freed (as MPI_Test)
  *  and its result returned. Errors: the transfer's own, HCOMM_ERR_NULL. */
 HCOMM_API hcomm_result_t hcomm_pp_test(hcomm_pp_req_t *req, int *done);
-/** Completes and frees @p reqs[0..n) (NULL entries skipped); returns the first failure. */
+/** Completes and frees @p reqs[0..n) (NULL entries skipped); returns the first failure.
+ *  Errors: HCOMM_ERR_NULL (@p reqs with n > 0), HCOMM_ERR_INVALID_ARG (n < 0), the
+ *  transfers'. */
 HCOMM_API hcomm_result_t hcomm_pp_wait_all(hcomm_pp_req_t **reqs, int n);
 
 /** Batched posting: between group_start and group_end, isend/irecv/irecv_any only record;
@@ -104,6 +106,8 @@ HCOMM_API hcomm_result_t hcomm_pp_wait_all(hcomm_pp_req_t **reqs, int n);
  *  the peers posted theirs in (a rank may post nothing). One group at a time per @p group.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_STATE (nested, or end without start), and the transfers'. */
 HCOMM_API hcomm_result_t hcomm_pp_group_start(hcomm_comm_t *group);
+/** Ends the batch hcomm_pp_group_start() opened: posts and completes its transfers (see
+ *  there). Errors: HCOMM_ERR_NULL, HCOMM_ERR_STATE (no batch open), and the transfers'. */
 HCOMM_API hcomm_result_t hcomm_pp_group_end(hcomm_comm_t *group);
 
 /** Flags of the pipeline helpers (a one-stage group has no neighbour, ring or not: every helper
@@ -125,9 +129,12 @@ enum {
  *  Errors: as the file comment. */
 HCOMM_API hcomm_result_t hcomm_pp_send_forward(hcomm_comm_t *pp, const hcomm_tensor_t *out,
                                                int flags);
+/** Receives @p in from the previous stage (HCOMM_PP_TAG_FORWARD), as the helpers above say. */
 HCOMM_API hcomm_result_t hcomm_pp_recv_forward(hcomm_comm_t *pp, hcomm_tensor_t *in, int flags);
+/** Sends @p grad_in to the previous stage (HCOMM_PP_TAG_BACKWARD), as the helpers above say. */
 HCOMM_API hcomm_result_t hcomm_pp_send_backward(hcomm_comm_t *pp, const hcomm_tensor_t *grad_in,
                                                 int flags);
+/** Receives @p grad_out from the next stage (HCOMM_PP_TAG_BACKWARD), as the helpers above say. */
 HCOMM_API hcomm_result_t hcomm_pp_recv_backward(hcomm_comm_t *pp, hcomm_tensor_t *grad_out,
                                                 int flags);
 /** Sends @p out forward and receives @p grad_out from the next stage (1F1B steady state). */

@@ -95,8 +95,12 @@ HCOMM_API hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group,
 HCOMM_API hcomm_result_t hcomm_tp_iall_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                               hcomm_tensor_t *out, hcomm_op_t op,
                                               hcomm_request_t **req);
+/** Nonblocking hcomm_tp_all_gather(), as hcomm_tp_iall_reduce() describes (collective over
+ *  @p group in issue order; errors at issue: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM). */
 HCOMM_API hcomm_result_t hcomm_tp_iall_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                               hcomm_tensor_t *out, int dim, hcomm_request_t **req);
+/** Nonblocking hcomm_tp_reduce_scatter(), as hcomm_tp_iall_reduce() describes (collective over
+ *  @p group in issue order; errors at issue: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM). */
 HCOMM_API hcomm_result_t hcomm_tp_ireduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                   hcomm_tensor_t *out, int dim, hcomm_op_t op,
                                                   hcomm_request_t **req);
