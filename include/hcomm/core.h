@@ -300,7 +300,7 @@ HCOMM_API hcomm_result_t hcomm_ireduce_scatter(hcomm_comm_t *comm, const void *s
  *  issued it. Errors: HCOMM_ERR_NULL, the collective's. */
 HCOMM_API hcomm_result_t hcomm_wait(hcomm_request_t *req);
 /** *done = 1 when @p req completed; it is then freed (as MPI_Test) and its result returned.
- *  Errors: HCOMM_ERR_NULL, the collective's. */
+ *  Call from the thread that issued it. Errors: HCOMM_ERR_NULL, the collective's. */
 HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 
 /* Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on

@@ -75,7 +75,7 @@ HCOMM_API hcomm_result_t hcomm_parallel_config_resolve(const hcomm_parallel_conf
 HCOMM_API hcomm_result_t hcomm_plan_groups(const hcomm_parallel_config_t *cfg, int world_size,
                                            hcomm_group_kind_t kind, hcomm_group_list_t *out);
 /** Frees what hcomm_plan_groups() allocated and empties @p list; NULL or an empty list is a
- *  no-op. Local. Always returns HCOMM_OK. */
+ *  no-op. Local; thread-safe for distinct lists. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_group_list_free(hcomm_group_list_t *list);
 /** Lower-case name of @p kind ("tp", "dp_cp", "embedding", ...; a static string). Local,
  *  thread-safe. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (kind). */

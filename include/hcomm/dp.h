@@ -52,7 +52,8 @@ typedef struct hcomm_dp_reducer hcomm_dp_reducer_t;
  *  tensor forms a bucket alone, reduced in place; tensors without elements are skipped).
  *  Collective over @p dp_group: every member registers the same list of dtypes and shapes (a
  *  different list is HCOMM_ERR_MISMATCH on every rank, checked here once) with the same op and
- *  bucket_bytes. Errors: as hcomm_dp_all_reduce_grads(), HCOMM_ERR_NULL (@p out). */
+ *  bucket_bytes. Not thread-safe with other calls on @p dp_group. Errors: as
+ *  hcomm_dp_all_reduce_grads(), HCOMM_ERR_NULL (@p out). */
 HCOMM_API hcomm_result_t hcomm_dp_reducer_create(hcomm_comm_t *dp_group,
                                                  const hcomm_tensor_t *grads, int n, hcomm_op_t op,
                                                  size_t bucket_bytes, hcomm_dp_reducer_t **out);
@@ -60,18 +61,21 @@ HCOMM_API hcomm_result_t hcomm_dp_reducer_create(hcomm_comm_t *dp_group,
  *  bucket, and every earlier bucket has started, the bucket's all_reduce starts without
  *  waiting (buckets start in bucket order on every rank, so ranks that mark gradients in
  *  different orders still reduce the right buffers). The bucket's tensors must not change until
- *  hcomm_dp_reducer_finish(). Local to the calling rank (it may issue a nonblocking collective).
+ *  hcomm_dp_reducer_finish(). Local to the calling rank (it may issue a nonblocking collective);
+ *  one thread at a time per reducer, none with other calls on its group.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (index out of range), HCOMM_ERR_STATE (marked
  *  twice in one step), and those of hcomm_iall_reduce(). */
 HCOMM_API hcomm_result_t hcomm_dp_reducer_mark_ready(hcomm_dp_reducer_t *r, int index);
 /** Ends the step: starts the buckets not started yet (a gradient never marked is reduced as it
  *  is, and reported), waits for every bucket and writes the results back into the gradients;
- *  the reducer is then ready for the next step. Collective over the group. *wait_s (may be
+ *  the reducer is then ready for the next step. Collective over the group; one thread at a time
+ *  per reducer. *wait_s (may be
  *  NULL) gets the seconds spent waiting here: the reduction time the backward pass did not hide.
  *  Errors: those of the all_reduce, HCOMM_ERR_STATE (some gradient was not marked; the message
  *  names the first). */
 HCOMM_API hcomm_result_t hcomm_dp_reducer_finish(hcomm_dp_reducer_t *r, double *wait_s);
-/** Frees the reducer (no step may be in flight). NULL is a no-op. Local. */
+/** Frees the reducer (no step may be in flight). NULL is a no-op. Local; not thread-safe with
+ *  other calls on @p r. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_dp_reducer_destroy(hcomm_dp_reducer_t *r);
 
 #ifdef __cplusplus

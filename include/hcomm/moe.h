@@ -339,11 +339,12 @@ HCOMM_API hcomm_result_t hcomm_moe_plan_dispatch(hcomm_moe_plan_t *plan,
                                                  const int32_t *topk_ids, const float *topk_weights,
                                                  hcomm_moe_handle_t **handle);
 
-/** Frees @p plan, its buffer and its handle (NULL is a no-op). Local. Returns HCOMM_OK. */
+/** Frees @p plan, its buffer and its handle (NULL is a no-op). Local; no call may be using the
+ *  plan or its handle. Returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_moe_plan_free(hcomm_moe_plan_t *plan);
 
-/** Frees @p handle (NULL is a no-op; a plan's handle stays with its plan). Local. Always
- *  returns HCOMM_OK. */
+/** Frees @p handle (NULL is a no-op; a plan's handle stays with its plan). Local; no call may be
+ *  using the handle. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle);
 
 #ifdef __cplusplus
