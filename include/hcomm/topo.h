@@ -30,9 +30,10 @@ extern "C" {
  *  to HCOMM_TOPO or detection. It changes the model that hcomm's algorithm selection and
  *  hierarchical algorithms use, not the local backend's simulated links (HCOMM_TOPO only).
  *  Collective: every rank of @p comm calls it with the same @p spec; not thread-safe with other
- *  calls on @p comm. Errors: HCOMM_ERR_NULL (comm), HCOMM_ERR_INVALID_ARG (unknown syntax, naming
- * the valid forms; a node shape whose ranks differ from the communicator's size),
- * HCOMM_ERR_MISMATCH (ranks passed different specs), and the errors of a collective. */
+ *  calls on @p comm.
+ *  Errors: HCOMM_ERR_NULL (comm), HCOMM_ERR_INVALID_ARG (unknown syntax, naming the valid
+ *  forms; a node shape whose ranks differ from the communicator's size), HCOMM_ERR_MISMATCH
+ *  (ranks passed different specs), and the errors of a collective. */
 HCOMM_API hcomm_result_t hcomm_comm_set_topo(hcomm_comm_t *comm, const char *spec);
 
 /** Where the calling rank sits in @p comm's topology: *@p nnodes nodes (numbered in order of
