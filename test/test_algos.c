@@ -526,6 +526,11 @@ static void test_parse(void) {
              HCOMM__ALGO_NATIVE, false);
     parse_ok("ring;allreduce:rd", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RD, true); /* general first */
     parse_ok("ring;allreduce:rd", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RING, false);
+    parse_ok("all_reduce:ring;reduce_scatter:native", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_RD,
+             false); /* the calls' spelling too */
+    parse_ok("all_reduce:ring;reduce_scatter:native", HCOMM__COLL_REDUCESCATTER, HCOMM__ALGO_NATIVE,
+             true);
+    parse_bad("allreduce:ring;all_reduce:rd", "HCOMM_ALGO: allreduce is named by two entries");
     parse_bad("allreduce:ring;allreduce:rd", "HCOMM_ALGO: allreduce is named by two entries");
     parse_bad("allreduce:rd;ring", "HCOMM_ALGO: \"ring\" names no collective, so it must come "
                                    "before the entries that do");

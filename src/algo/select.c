@@ -82,11 +82,19 @@ static int find(const char *const *names, int n, const char *s, size_t len) {
     return -1;
 }
 
-/* A collective's name; "alltoall" is all_to_allv too (hcomm has one call for both). */
+/* A collective's name, as NCCL_ALGO spells it or as hcomm's calls do ("all_reduce" is
+ * "allreduce"); "alltoall" is all_to_allv too (hcomm has one call for both). */
 static int find_coll(const char *s, size_t len) {
-    if (len == 8 && strncmp(s, "alltoall", 8) == 0)
+    char bare[32];
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < sizeof bare; i++)
+        if (s[i] != '_')
+            bare[n++] = s[i];
+    if (n == sizeof bare)
+        return -1;
+    if (n == 8 && strncmp(bare, "alltoall", 8) == 0)
         return HCOMM__COLL_ALLTOALLV;
-    return find(coll_names, HCOMM__COLL_COUNT, s, len);
+    return find(coll_names, HCOMM__COLL_COUNT, bare, n);
 }
 
 int hcomm__coll_find(const char *name) {
