@@ -412,6 +412,12 @@ static void test_syntax(void) {
     spec_bad("inter=10us", "malformed link class");
     spec_bad("inter=10parsecs,1GB/s", "malformed link class");
     spec_bad("intra=1us,0GB/s", "malformed link class");
+    spec_ok(" nodes = 2 x 4 ; inter = 10 us , 1 GB/s ", HCOMM__TOPO_NODES, 8); /* blanks */
+    spec_bad("inter=0x10us,1GB/s", "malformed link class");
+    spec_bad("inter=10us,1GB/s;inter=20us,1GB/s", "declares a link class twice");
+    spec_bad("nodes=2x4;inter=1e9s,1GB/s", "out of range");
+    spec_bad("nodes=2x4;inter=10us,1e-30B/s", "out of range");
+    spec_bad("nodes=2x4;inter=10us,1GB/s,10B/s", "out of range");
 }
 
 /* A tuning file is read in a child process (the settings are read once per process). */

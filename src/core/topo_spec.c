@@ -13,8 +13,27 @@
 
 #define FORMS                                                                                      \
     "mesh, ring, nodes=NxG, nodes=A,B,... and class tables intra=LAT,BW[,RED] / "                  \
-    "inter=LAT,BW[,RED] (LAT in ns/us/ms/s, BW and RED in B/s/KB/s/MB/s/GB/s), fields "            \
-    "separated by ';', e.g. \"nodes=2x4;inter=10us,1GB/s\""
+    "inter=LAT,BW[,RED] (LAT in ns/us/ms/s up to 1 s, BW and RED in B/s/KB/s/MB/s/GB/s from "      \
+    "1 KB/s), fields separated by ';', e.g. \"nodes=2x4;inter=10us,1GB/s\""
+
+/* A link slower than this is a typo, not a machine: every simulated message would wait on it
+ * until HCOMM_TIMEOUT, whose message would not name the cause. */
+#define MAX_ALPHA_S 1.0
+#define MAX_SECONDS_PER_BYTE 1e-3 /* 1 KB/s */
+
+/* Drops blanks around s[0..*len). */
+static const char *strip(const char *s, size_t *len) {
+    while (*len > 0 && isspace((unsigned char)*s))
+        s++, (*len)--;
+    while (*len > 0 && isspace((unsigned char)s[*len - 1]))
+        (*len)--;
+    return s;
+}
+
+static bool link_plausible(const hcomm__link_t *l) {
+    return l->alpha <= MAX_ALPHA_S && l->beta <= MAX_SECONDS_PER_BYTE &&
+           l->gamma <= MAX_SECONDS_PER_BYTE;
+}
 
 /* Defaults without a tuning file: threads or processes of one host exchange through shared
  * memory at a few GB/s with microseconds of software overhead; between hosts a 10 Gbit/s TCP
@@ -36,19 +55,25 @@ static hcomm_result_t bad(const char *fn, const char *var, const char *text, con
                       what, len, s);
 }
 
-/* A positive number followed by one of units (scale[i] per unit) filling exactly len bytes. */
+/* A positive decimal number followed by one of units (scale[i] per unit) filling exactly len
+ * bytes, blanks allowed around either ("10 us"); hexadecimal is refused ("0x10us"). */
 static bool number_unit(const char *s, size_t len, const char *const *units, const double *scale,
                         double *out) {
     char buf[64];
+    s = strip(s, &len);
     if (len == 0 || len >= sizeof buf)
         return false;
     memcpy(buf, s, len);
     buf[len] = '\0';
+    if (strpbrk(buf, "xX"))
+        return false;
     char *end = NULL;
     errno = 0;
     double v = strtod(buf, &end);
     if (errno != 0 || end == buf || !isfinite(v) || v < 0.0)
         return false;
+    while (isspace((unsigned char)*end))
+        end++;
     for (int i = 0; units[i]; i++)
         if (strcmp(end, units[i]) == 0) {
             *out = v * scale[i];
@@ -89,6 +114,7 @@ static bool link_table(const char *s, size_t len, hcomm__link_t *link) {
 }
 
 static bool positive_int(const char *s, size_t len, int *out) {
+    s = strip(s, &len);
     if (len == 0 || len > 6)
         return false;
     int v = 0;
@@ -129,6 +155,7 @@ static hcomm_result_t parse_field(const char *fn, const char *var, const char *t
     size_t key = eq ? (size_t)(eq - s) : len;
     const char *val = eq ? eq + 1 : s + len;
     size_t vlen = len - key - (eq ? 1 : 0);
+    strip(s, &key); /* s has no leading blank: the caller stripped the field */
     bool shape =
         !eq && (strncmp(s, "mesh", len) == 0 || strncmp(s, "ring", len) == 0) && (len == 4);
     bool nodes = eq && key == 5 && strncmp(s, "nodes", 5) == 0;
@@ -150,8 +177,14 @@ static hcomm_result_t parse_field(const char *fn, const char *var, const char *t
                                                         : -1;
     if (cls < 0)
         return bad(fn, var, text, "has an unknown field", (int)len, s);
+    if (out->has_link[cls])
+        return bad(fn, var, text, "declares a link class twice with", (int)len, s);
     if (!link_table(val, vlen, &out->link[cls]))
         return bad(fn, var, text, "has a malformed link class", (int)len, s);
+    if (!link_plausible(&out->link[cls]))
+        return bad(fn, var, text,
+                   "has a link class out of range (latency over 1 s or a rate below 1 KB/s)",
+                   (int)len, s);
     out->has_link[cls] = true;
     return HCOMM_OK;
 }
@@ -165,9 +198,10 @@ hcomm_result_t hcomm__topo_spec_parse(const char *fn, const char *var, const cha
     out->digest = fnv(text, strlen(text), 0xcbf29ce484222325ull) | 1;
     for (const char *s = text; *s;) {
         const char *semi = strchr(s, ';');
-        size_t len = semi ? (size_t)(semi - s) : strlen(s);
-        if (len > 0)
-            HCOMM__TRY(parse_field(fn, var, text, s, len, out));
+        size_t len = semi ? (size_t)(semi - s) : strlen(s), flen = len;
+        const char *field = strip(s, &flen);
+        if (flen > 0)
+            HCOMM__TRY(parse_field(fn, var, text, field, flen, out));
         s += len + (semi ? 1 : 0);
     }
     return HCOMM_OK;
@@ -249,8 +283,9 @@ static char *trim(char *s) {
     return s;
 }
 
-/* One "key = value" line into tuned[]; false when the key or value is unknown. */
-static bool tuning_line(char *key, const char *val) {
+/* One "key = value" line into tuned[]; false when the key or value is unknown, out of range
+ * (as HCOMM_TOPO's tables) or set by an earlier line (bit per class and field in *seen). */
+static bool tuning_line(char *key, const char *val, unsigned *seen) {
     char *dot = strchr(key, '.');
     if (!dot)
         return false;
@@ -270,6 +305,12 @@ static bool tuning_line(char *key, const char *val) {
     double sec = dst == &tuned[cls].alpha ? v * 1e-6 : 1.0 / (v * 1e9);
     if (dst == NULL || !isfinite(sec) || sec <= 0.0) /* 1e-320 GB/s: no finite time per byte */
         return false;
+    unsigned bit = 1u << (cls * 3 + (dst == &tuned[cls].alpha  ? 0
+                                     : dst == &tuned[cls].beta ? 1
+                                                               : 2));
+    if ((*seen & bit) || sec > (dst == &tuned[cls].alpha ? MAX_ALPHA_S : MAX_SECONDS_PER_BYTE))
+        return false;
+    *seen |= bit;
     *dst = sec;
     return true;
 }
@@ -292,6 +333,7 @@ static void read_tuning(void) {
     size_t cap = 0;
     ssize_t got;
     uint64_t h = 0xcbf29ce484222325ull;
+    unsigned seen = 0;
     for (int no = 1; (got = getline(&line, &cap, f)) >= 0; no++) {
         h = fnv(line, (size_t)got, h);
         char *hash = strchr(line, '#');
@@ -302,14 +344,14 @@ static void read_tuning(void) {
             continue;
         if (eq)
             *eq = '\0';
-        if (eq && tuning_line(trim(s), trim(eq + 1)))
+        if (eq && tuning_line(trim(s), trim(eq + 1), &seen))
             continue;
         if (tuning_res == HCOMM_OK) {
             tuning_res = hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
                                     "HCOMM_TUNING_FILE=\"%s\" line %d is not \"CLASS.KEY = "
                                     "positive number\" with CLASS intra or inter and KEY "
-                                    "alpha_us, bw_GBps or reduce_GBps (its seconds, or seconds "
-                                    "per byte, finite and nonzero)",
+                                    "alpha_us (at most 1e6), bw_GBps or reduce_GBps (at least "
+                                    "1e-6), each key once",
                                     path, no);
             snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
         }
@@ -318,6 +360,13 @@ static void read_tuning(void) {
         tuning_res =
             hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
                        "HCOMM_TUNING_FILE=\"%s\" cannot be read: %s", path, strerror(errno));
+        snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
+    }
+    if (seen == 0 && tuning_res == HCOMM_OK) {
+        tuning_res = hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm",
+                                "HCOMM_TUNING_FILE=\"%s\" sets nothing (expected lines such as "
+                                "\"inter.bw_GBps = 1.25\", as hcomm-bench --calibrate writes)",
+                                path);
         snprintf(tuning_msg, sizeof tuning_msg, "%s", hcomm__err_detail("hcomm"));
     }
     free(line);
