@@ -434,9 +434,9 @@ static void log_choice(hcomm_comm_t *c, const model_t *m, int coll, uint32_t all
             n += snprintf(line + n, sizeof line - (size_t)n, " %s=%.4g us", hcomm__algo_name(a),
                           estimate(m, coll, a, S) * 1e6);
     hcomm__log(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
-               "rank %d: cost model for %s of about %.0f bytes on %d ranks (%d nodes):%s -> %s",
-               c->rank, hcomm__coll_name(coll), S, m->p, m->t->nnodes, line,
-               hcomm__algo_name(best));
+               "rank %d: cost model for %s of about %.0f bytes on %d ranks (%d node%s):%s -> %s",
+               c->rank, hcomm__coll_name(coll), S, m->p, m->t->nnodes, m->t->nnodes == 1 ? "" : "s",
+               line, hcomm__algo_name(best));
 }
 
 int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *set, int coll, size_t bytes,
