@@ -102,8 +102,7 @@ static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, s
 /* a op b has the bits of b op a: integers, and IEEE sums and products (NaN payloads aside);
  * not float MAX/MIN, whose signed zeros would come out in the other operand's sign. */
 static bool commutes(hcomm_dtype_t dt, hcomm_op_t op) {
-    bool fp = dt == HCOMM_F16 || dt == HCOMM_BF16 || dt == HCOMM_F32 || dt == HCOMM_F64;
-    return !fp || op == HCOMM_SUM || op == HCOMM_PROD;
+    return !hcomm__dtype_is_float(dt) || op == HCOMM_SUM || op == HCOMM_PROD;
 }
 
 /* reduce_piece in place on a rank other than 0, where acc is this rank's own input: ranks

@@ -19,6 +19,10 @@ bool hcomm__dtype_valid(hcomm_dtype_t dt) {
     return (unsigned)dt < HCOMM_DTYPE_COUNT;
 }
 
+bool hcomm__dtype_is_float(hcomm_dtype_t dt) {
+    return dt == HCOMM_F16 || dt == HCOMM_BF16 || dt == HCOMM_F32 || dt == HCOMM_F64;
+}
+
 bool hcomm__op_valid(hcomm_op_t op) {
     return (unsigned)op < HCOMM_OP_COUNT;
 }

@@ -49,6 +49,8 @@ const char *hcomm__err_detail(const char *fn);
 /* Element size in bytes, 0 for an invalid dtype. */
 size_t hcomm__dtype_size(hcomm_dtype_t dt);
 bool hcomm__dtype_valid(hcomm_dtype_t dt);
+/* f16, bf16, f32 or f64. */
+bool hcomm__dtype_is_float(hcomm_dtype_t dt);
 bool hcomm__op_valid(hcomm_op_t op);
 
 /* dst[i] = dst[i] op src[i] for i < count (op != AVG; AVG reduces as SUM). MAX/MIN of

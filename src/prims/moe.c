@@ -44,10 +44,6 @@ static int64_t exclusive_scan(const int64_t *counts, int64_t *offsets, int n) {
     return sum;
 }
 
-static bool float_dtype(hcomm_dtype_t dt) {
-    return dt == HCOMM_F32 || dt == HCOMM_F64 || dt == HCOMM_F16 || dt == HCOMM_BF16;
-}
-
 /* ---- layout: counts, stable expert-major permutation, capacity ---- */
 
 /* Counts tokens per rank (a token once per rank) and slots per expert over the slots keep
@@ -1336,7 +1332,7 @@ static hcomm_result_t check_pass(pass_t *ps, const hcomm_moe_handle_t *h, const 
     HCOMM__TRY(check_rows(fn, in_name, ps->in, in_rows, cols));
     HCOMM__TRY(check_rows(fn, out_name, ps->out, out_rows, ps->in->shape[1]));
     HCOMM__TRY(hcomm__same_dtype(fn, in_name, ps->in, out_name, ps->out));
-    if (float_only && !float_dtype(ps->in->dtype))
+    if (float_only && !hcomm__dtype_is_float(ps->in->dtype))
         return hcomm__err(HCOMM_ERR_DTYPE, fn, "%s->dtype=%s, expected f16, bf16, f32 or f64",
                           in_name, hcomm__dtype_str(ps->in->dtype));
     ps->rb = (size_t)ps->in->shape[1] * hcomm__dtype_size(ps->in->dtype);
