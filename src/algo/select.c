@@ -4,7 +4,6 @@
 #include "core/env.h"
 #include "core/log.h"
 
-#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,18 +109,10 @@ static void join(char *out, size_t cap, const char *const *names, int n, uint32_
         }
 }
 
-/* Drops blanks around a token of len bytes, so "allreduce: ring, rd" reads as written. */
-static void trim(const char **s, size_t *len) {
-    while (*len > 0 && isspace((unsigned char)**s))
-        (*s)++, (*len)--;
-    while (*len > 0 && isspace((unsigned char)(*s)[*len - 1]))
-        (*len)--;
-}
-
 /* Parses "[^]name[,name...]" (len bytes) into a mask of algorithms. */
 static hcomm_result_t parse_names(const char *fn, const char *var, const char *s, size_t len,
                                   uint32_t *mask, bool *exclude) {
-    trim(&s, &len);
+    s = hcomm__strip(s, &len);
     *exclude = len > 0 && s[0] == '^';
     if (*exclude)
         s++, len--;
@@ -129,7 +120,7 @@ static hcomm_result_t parse_names(const char *fn, const char *var, const char *s
     while (len > 0) {
         const char *comma = memchr(s, ',', len), *name = s;
         size_t n = comma ? (size_t)(comma - s) : len, nlen = n;
-        trim(&name, &nlen);
+        name = hcomm__strip(name, &nlen);
         int a = find(algo_names, HCOMM__ALGO_COUNT, name, nlen);
         if (a < 0) {
             char list[256];
@@ -175,7 +166,7 @@ static hcomm_result_t parse_entry(const char *fn, const char *var, const char *s
     int coll = -1;
     if (colon) {
         size_t clen = (size_t)(colon - s);
-        trim(&cname, &clen);
+        cname = hcomm__strip(cname, &clen);
         coll = find_coll(cname, clen);
         if (coll < 0) {
             char list[200];
@@ -212,7 +203,7 @@ hcomm_result_t hcomm__algo_parse(const char *fn, const char *var, const char *sp
     while (spec && *spec) {
         const char *semi = strchr(spec, ';'), *entry = spec;
         size_t len = semi ? (size_t)(semi - spec) : strlen(spec), elen = len;
-        trim(&entry, &elen);
+        entry = hcomm__strip(entry, &elen);
         if (elen > 0)
             HCOMM__TRY(parse_entry(fn, var, entry, elen, &named, out));
         spec += len + (semi ? 1 : 0);

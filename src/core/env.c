@@ -2,6 +2,7 @@
 #include "core/log.h"
 #include "core/topo_spec.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <math.h>
@@ -94,6 +95,14 @@ hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on) {
     HCOMM__TRY(hcomm__env_choice(fn, "HCOMM_DETERMINISTIC", names, 2, 0, &v));
     *on = v == 1;
     return HCOMM_OK;
+}
+
+const char *hcomm__strip(const char *s, size_t *len) {
+    while (*len > 0 && isspace((unsigned char)*s))
+        s++, (*len)--;
+    while (*len > 0 && isspace((unsigned char)s[*len - 1]))
+        (*len)--;
+    return s;
 }
 
 static _Atomic(hcomm__env_check_fn) upper_check;

@@ -21,6 +21,9 @@ hcomm_result_t hcomm__env_check(const char *fn, int *mode);
 int hcomm__check_mode(void);
 /* HCOMM_DETERMINISTIC: 0 (the default) or 1, every new world's deterministic mode. */
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on);
+/* s[0..*len) without the blanks around it (its start; *len shrinks): the settings' parsers
+ * (HCOMM_TOPO, HCOMM_ALGO) read "a = b ; c" as "a=b;c". */
+const char *hcomm__strip(const char *s, size_t *len);
 /* Checks every HCOMM_* variable the C library reads, so a typo'd value fails at launch. */
 hcomm_result_t hcomm__env_validate(const char *fn);
 /* A layer above core that parses its own variable (the algorithms layer: HCOMM_ALGO) registers

@@ -21,15 +21,6 @@
 #define MAX_ALPHA_S 1.0
 #define MAX_SECONDS_PER_BYTE 1e-3 /* 1 KB/s */
 
-/* Drops blanks around s[0..*len). */
-static const char *strip(const char *s, size_t *len) {
-    while (*len > 0 && isspace((unsigned char)*s))
-        s++, (*len)--;
-    while (*len > 0 && isspace((unsigned char)s[*len - 1]))
-        (*len)--;
-    return s;
-}
-
 static bool link_plausible(const hcomm__link_t *l) {
     return l->alpha <= MAX_ALPHA_S && l->beta <= MAX_SECONDS_PER_BYTE &&
            l->gamma <= MAX_SECONDS_PER_BYTE;
@@ -60,7 +51,7 @@ static hcomm_result_t bad(const char *fn, const char *var, const char *text, con
 static bool number_unit(const char *s, size_t len, const char *const *units, const double *scale,
                         double *out) {
     char buf[64];
-    s = strip(s, &len);
+    s = hcomm__strip(s, &len);
     if (len == 0 || len >= sizeof buf)
         return false;
     memcpy(buf, s, len);
@@ -114,7 +105,7 @@ static bool link_table(const char *s, size_t len, hcomm__link_t *link) {
 }
 
 static bool positive_int(const char *s, size_t len, int *out) {
-    s = strip(s, &len);
+    s = hcomm__strip(s, &len);
     if (len == 0 || len > 6)
         return false;
     int v = 0;
@@ -155,7 +146,7 @@ static hcomm_result_t parse_field(const char *fn, const char *var, const char *t
     size_t key = eq ? (size_t)(eq - s) : len;
     const char *val = eq ? eq + 1 : s + len;
     size_t vlen = len - key - (eq ? 1 : 0);
-    strip(s, &key); /* s has no leading blank: the caller stripped the field */
+    hcomm__strip(s, &key); /* s has no leading blank: the caller stripped the field */
     bool shape =
         !eq && (strncmp(s, "mesh", len) == 0 || strncmp(s, "ring", len) == 0) && (len == 4);
     bool nodes = eq && key == 5 && strncmp(s, "nodes", 5) == 0;
@@ -199,7 +190,7 @@ hcomm_result_t hcomm__topo_spec_parse(const char *fn, const char *var, const cha
     for (const char *s = text; *s;) {
         const char *semi = strchr(s, ';');
         size_t len = semi ? (size_t)(semi - s) : strlen(s), flen = len;
-        const char *field = strip(s, &flen);
+        const char *field = hcomm__strip(s, &flen);
         if (flen > 0)
             HCOMM__TRY(parse_field(fn, var, text, field, flen, out));
         s += len + (semi ? 1 : 0);
