@@ -176,6 +176,11 @@ static void dump_flight(hcomm_comm_t *c) {
 
 /* --- signatures --- */
 
+/* What a v-call's per-rank array holds ("bytes", "counts"); NULL for other calls. */
+static const char *vcall_unit(uint32_t call) {
+    return call == CALL_ALL_GATHERV ? "bytes" : call == CALL_REDUCE_SCATTERV ? "counts" : NULL;
+}
+
 static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, const char *extra) {
     const char *dname = "?";
     switch (field) {
@@ -197,11 +202,12 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
                  (unsigned long long)s->count);
         break;
     case 5:
-        snprintf(buf, n, "%s",
-                 extra && extra[0]                 ? extra
-                 : s->call == CALL_ALL_GATHERV     ? "other per-rank bytes with the same total"
-                 : s->call == CALL_REDUCE_SCATTERV ? "other per-rank counts with the same total"
-                                                   : "a different tensor list");
+        if (extra && extra[0])
+            snprintf(buf, n, "%s", extra);
+        else if (vcall_unit(s->call))
+            snprintf(buf, n, "other per-rank %s with the same total", vcall_unit(s->call));
+        else
+            snprintf(buf, n, "a different tensor list");
         break;
     default:
         snprintf(buf, n, "algo=%s", hcomm__algo_name(s->algo));
@@ -233,12 +239,13 @@ static hcomm_result_t mismatch(hcomm_comm_t *c, const hcomm__sig_t *mine, int me
                                const hcomm__sig_t *theirs, int peer, const char *mine_desc) {
     int f = first_difference(mine, theirs);
     char a[256], b[256];
-    if (f == 5 && !(mine_desc && mine_desc[0])) /* neither side's values known here */
+    if (f == 5 && !(mine_desc && mine_desc[0])) { /* neither side's values known here */
+        char what[64] = "the tensor lists";
+        if (vcall_unit(mine->call))
+            snprintf(what, sizeof what, "per-rank %s (same total)", vcall_unit(mine->call));
         return hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn, "%s differ between rank %d and rank %d",
-                          mine->call == CALL_ALL_GATHERV       ? "per-rank bytes (same total)"
-                          : mine->call == CALL_REDUCE_SCATTERV ? "per-rank counts (same total)"
-                                                               : "the tensor lists",
-                          me < peer ? me : peer, me < peer ? peer : me);
+                          what, me < peer ? me : peer, me < peer ? peer : me);
+    }
     field_text(mine, f, a, sizeof a, mine_desc);
     field_text(theirs, f, b, sizeof b, NULL);
     if (f == 0)
@@ -313,14 +320,13 @@ static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
                           .algo = (int32_t)(p->words[0] >> 32)};
 }
 
-/* This rank's side of a differing extra field: a v-call's per-rank counts (formatted only on
- * this error path), else what the primitive described. */
-static const char *extra_text(call_t *k) {
-    char *buf = k->a->extra_desc;
-    size_t n = sizeof k->a->extra_desc, len = 0;
+/* This rank's side of a differing extra field: a v-call's per-rank counts, formatted into buf
+ * (n bytes) only on this error path, else what the primitive described. */
+static const char *extra_text(const call_t *k, char *buf, size_t n) {
+    size_t len = 0;
     if (!k->vcounts)
-        return buf;
-    len += (size_t)snprintf(buf, n, "%s=[", k->sig.call == CALL_ALL_GATHERV ? "bytes" : "counts");
+        return k->a->extra_desc;
+    len += (size_t)snprintf(buf, n, "%s=[", vcall_unit(k->sig.call));
     for (int r = 0; r < k->c->size && len < n - 24; r++)
         len += (size_t)snprintf(buf + len, n - len, "%s%zu", r ? ", " : "", k->vcounts[r]);
     snprintf(buf + len, n - len, "%s]", len >= n - 24 ? ", ..." : "");
@@ -342,8 +348,10 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
                                             r, p->failed_text ? p->failed_text : "");
         else if (memcmp(p->words, first->words, sizeof p->words) != 0) {
             hcomm__sig_t a = sig_of_posted(first), b = sig_of_posted(p);
-            res = c->rank == r ? mismatch(c, &b, r, &a, 0, extra_text(k))
-                               : mismatch(c, &a, 0, &b, r, c->rank == 0 ? extra_text(k) : NULL);
+            char desc[200];
+            const char *mine_desc = extra_text(k, desc, sizeof desc);
+            res = c->rank == r ? mismatch(c, &b, r, &a, 0, mine_desc)
+                               : mismatch(c, &a, 0, &b, r, c->rank == 0 ? mine_desc : NULL);
         }
     }
     hcomm_result_t rel = c->tr->posted_release(c);
@@ -416,7 +424,9 @@ static hcomm_result_t check_sig(rd_t *d, int peer, const hcomm__sig_t *sig) {
     call_t *k = d->k;
     if (first_difference(&k->sig, sig) < 0)
         return HCOMM_OK;
-    hcomm_result_t res = mismatch(k->c, &k->sig, k->c->rank, sig, peer, extra_text(k));
+    char desc[200];
+    hcomm_result_t res =
+        mismatch(k->c, &k->sig, k->c->rank, sig, peer, extra_text(k, desc, sizeof desc));
     char text[512];
     snprintf(text, sizeof text, "%s", hcomm__err_detail(k->c->call_fn));
     hcomm__notify_error(k->c, k->seq, res, text);
