@@ -277,6 +277,7 @@ static char *trim(char *s) {
 /* One "key = value" line into tuned[]; false when the key or value is unknown, out of range
  * (as HCOMM_TOPO's tables) or set by an earlier line (bit per class and field in *seen). */
 static bool tuning_line(char *key, const char *val, unsigned *seen) {
+    static const char *const fields[] = {"alpha_us", "bw_GBps", "reduce_GBps"};
     char *dot = strchr(key, '.');
     if (!dot)
         return false;
@@ -284,25 +285,23 @@ static bool tuning_line(char *key, const char *val, unsigned *seen) {
     int cls = strcmp(key, "intra") == 0   ? HCOMM__LINK_INTRA
               : strcmp(key, "inter") == 0 ? HCOMM__LINK_INTER
                                           : -1;
+    int f = 0;
+    while (f < 3 && strcmp(dot + 1, fields[f]) != 0)
+        f++;
     char *end = NULL;
     double v = strtod(val, &end);
-    if (cls < 0 || end == val || *end != '\0' || !isfinite(v) || v <= 0.0)
+    if (cls < 0 || f == 3 || end == val || *end != '\0' || !isfinite(v) || v <= 0.0)
         return false;
-    const char *field = dot + 1;
-    double *dst = strcmp(field, "alpha_us") == 0      ? &tuned[cls].alpha
-                  : strcmp(field, "bw_GBps") == 0     ? &tuned[cls].beta
-                  : strcmp(field, "reduce_GBps") == 0 ? &tuned[cls].gamma
-                                                      : NULL;
-    double sec = dst == &tuned[cls].alpha ? v * 1e-6 : 1.0 / (v * 1e9);
-    if (dst == NULL || !isfinite(sec) || sec <= 0.0) /* 1e-320 GB/s: no finite time per byte */
+    double sec = f == 0 ? v * 1e-6 : 1.0 / (v * 1e9);
+    unsigned bit = 1u << (cls * 3 + f);
+    if (!isfinite(sec) || sec <= 0.0 || (*seen & bit)) /* 1e-320 GB/s: no finite time per byte */
         return false;
-    unsigned bit = 1u << (cls * 3 + (dst == &tuned[cls].alpha  ? 0
-                                     : dst == &tuned[cls].beta ? 1
-                                                               : 2));
-    if ((*seen & bit) || sec > (dst == &tuned[cls].alpha ? MAX_ALPHA_S : MAX_SECONDS_PER_BYTE))
+    hcomm__link_t link = tuned[cls];
+    *(f == 0 ? &link.alpha : f == 1 ? &link.beta : &link.gamma) = sec;
+    if (!link_plausible(&link)) /* the bounds of HCOMM_TOPO's tables */
         return false;
     *seen |= bit;
-    *dst = sec;
+    tuned[cls] = link;
     return true;
 }
 
