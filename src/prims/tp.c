@@ -198,8 +198,10 @@ static hcomm_result_t tp_split(const tp_call_t *c, hcomm_comm_t *group, const hc
     size_t outer = outer_count(in, d), bytes = hcomm__tensor_bytes(out);
     if (bytes == 0)
         return HCOMM_OK;
+    if (in->data == out->data) /* a group of one, where the slice is all of in */
+        return HCOMM_OK;
     size_t blk = bytes / outer, size = (size_t)group->size, rank = (size_t)group->rank;
-    for (size_t o = 0; o < outer && in->data != out->data; o++)
+    for (size_t o = 0; o < outer; o++)
         memcpy((char *)out->data + o * blk, (const char *)in->data + (o * size + rank) * blk, blk);
     return HCOMM_OK;
 }
