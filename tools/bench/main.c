@@ -146,9 +146,7 @@ static int check_algo_option(const bench_opts_t *o, bool mpi) {
                     bench_op_names[o->redop]);
             return -1;
         }
-        bool fl = o->dtype == HCOMM_F32 || o->dtype == HCOMM_F64 || o->dtype == HCOMM_F16 ||
-                  o->dtype == HCOMM_BF16;
-        if (op->float_only && o->dtype_given && !fl) {
+        if (op->float_only && o->dtype_given && !hcomm__dtype_is_float(o->dtype)) {
             fprintf(stderr, "hcomm-bench: %s combines f32, f64, f16 or bf16, not -d %s\n", op->name,
                     dtype_name(o->dtype));
             return -1;

@@ -76,10 +76,6 @@ void bench_put(hcomm_dtype_t dt, void *buf, size_t i, double v) {
     }
 }
 
-static bool is_float(hcomm_dtype_t dt) {
-    return dt == HCOMM_F32 || dt == HCOMM_F64 || dt == HCOMM_F16 || dt == HCOMM_BF16;
-}
-
 /* --- blocks of n elements over p ranks: ceil for the first n mod p, floor for the rest --- */
 
 static size_t blk(size_t n, int p, int i) {
@@ -143,14 +139,14 @@ static double ref(const bench_case_t *c, size_t g) {
         }
     }
     if (c->o->redop == HCOMM_AVG)
-        acc = is_float(c->dt) ? acc / c->size : trunc(acc / c->size);
+        acc = hcomm__dtype_is_float(c->dt) ? acc / c->size : trunc(acc / c->size);
     double tmp[1];
     bench_put(c->dt, tmp, 0, acc);
     return bench_get(c->dt, tmp, 0);
 }
 
 static long differs(const bench_case_t *c, double got, double want) {
-    if (c->op->reduces && c->o->redop == HCOMM_AVG && is_float(c->dt))
+    if (c->op->reduces && c->o->redop == HCOMM_AVG && hcomm__dtype_is_float(c->dt))
         return fabs(got - want) > 1e-2 * fabs(want) + 1e-6; /* rounding of the mean */
     return got != want;
 }
