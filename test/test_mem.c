@@ -1,37 +1,121 @@
-/* hcomm_mem_alloc: buffers that work with every call, shared-memory backed (peers on a node can
- * map them), freed once; a pointer that did not come from it is refused. HCOMM_TEST_MPI */
+/* hcomm_mem_alloc: buffers that work with every call, shared-memory backed (peers on a node map
+ * them and load from them directly), freed once; a pointer that did not come from it is refused.
+ * The one-node algorithms that read peers' buffers (twoshot, direct) must give the same results
+ * whether a peer's buffer is mapped, read with cross-memory attach, or a mix of both across the
+ * ranks. HCOMM_TEST_MPI */
 #include "harness.h"
 #include "transport/transport.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static hcomm_result_t check_registry(void) {
+    double *buf = NULL;
+    size_t n = 1000;
+    T_TRY(hcomm_mem_alloc(n * sizeof *buf, (void **)&buf));
+    T_CHECK(((uintptr_t)buf & 4095) == 0, "hcomm_mem_alloc memory is not page-aligned");
+    uint32_t id = 0;
+    uint64_t off = 0;
+    T_CHECK(hcomm__mem_shared(buf + 10, 8, &id, &off) && off == 10 * sizeof *buf && id != 0,
+            "a buffer from hcomm_mem_alloc is not a shared object");
+    T_CHECK(!hcomm__mem_shared(buf + 10, n * sizeof *buf, &id, &off),
+            "a range past the end of its buffer counts as shared");
+    T_CHECK(!hcomm__mem_shared(&n, 1, &id, &off), "a stack variable counts as shared memory");
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (double)i;
+    hcomm__mem_shared(buf, n * sizeof *buf, &id, &off);
+    const double *view = hcomm__shm_view((int)getpid(), id, 8 * sizeof *buf, 8);
+    T_CHECK(view && view != buf + 8 && *view == 8.0, "a view of the object does not show its data");
+    T_CHECK(!hcomm__shm_view((int)getpid(), id, 0, n * sizeof *buf + 1),
+            "a view past the object's end was granted");
+    T_CHECK(!hcomm__shm_view((int)getpid(), 0, 0, 8), "object id 0 has a view");
+    T_TRY(hcomm_mem_free(buf));
+    return HCOMM_OK;
+}
+
+/* A buffer of bytes: from hcomm_mem_alloc when shared, else malloc. */
+static void *alloc(size_t bytes, bool shared) {
+    void *p = NULL;
+    if (shared)
+        return hcomm_mem_alloc(bytes ? bytes : 1, &p) == HCOMM_OK ? p : NULL;
+    return malloc(bytes ? bytes : 1);
+}
+
+static void release(void *p, bool shared) {
+    if (shared)
+        hcomm_mem_free(p);
+    else
+        free(p);
+}
+
+/* all_reduce, all_gather, reduce_scatter, broadcast and all_to_all on buffers of one kind on
+ * this rank (shared or not), checked element by element. */
+static hcomm_result_t run_ops(hcomm_comm_t *w, bool shared, size_t n) {
+    int p = t_size(w), r = t_rank(w);
+    size_t total = n * (size_t)p;
+    double *in = alloc(total * sizeof *in, shared), *out = alloc(total * sizeof *out, shared);
+    T_CHECK(in && out, "out of memory");
+    long bad = 0;
+    for (size_t i = 0; i < total; i++)
+        in[i] = (double)(r * 7 + (int)(i % 13));
+    T_TRY(hcomm_all_reduce(w, in, out, total, HCOMM_F64, HCOMM_SUM));
+    for (size_t i = 0; i < total; i++)
+        bad += out[i] != (double)(p * (int)(i % 13)) + 7.0 * p * (p - 1) / 2;
+    T_TRY(hcomm_all_gather(w, in, out, n * sizeof *in));
+    for (size_t i = 0; i < total; i++)
+        bad += out[i] != (double)((int)(i / n) * 7 + (int)(i % n % 13));
+    T_TRY(hcomm_reduce_scatter(w, in, out, n, HCOMM_F64, HCOMM_SUM));
+    for (size_t i = 0; i < n; i++)
+        bad += out[i] != (double)(p * (int)(((size_t)r * n + i) % 13)) + 7.0 * p * (p - 1) / 2;
+    memcpy(out, in, total * sizeof *in);
+    T_TRY(hcomm_broadcast(w, out, total * sizeof *out, p - 1));
+    for (size_t i = 0; i < total; i++)
+        bad += out[i] != (double)((p - 1) * 7 + (int)(i % 13));
+    size_t *cnt = malloc(2 * (size_t)p * sizeof *cnt);
+    T_CHECK(cnt, "out of memory");
+    for (int q = 0; q < p; q++) {
+        cnt[q] = n * sizeof *in;
+        cnt[p + q] = (size_t)q * n * sizeof *in;
+    }
+    T_TRY(hcomm_all_to_allv(w, in, cnt, cnt + p, out, cnt, cnt + p));
+    free(cnt);
+    for (size_t i = 0; i < total; i++) /* block q of out: rank q's block r */
+        bad += out[i] != (double)((int)(i / n) * 7 + (int)(((size_t)r * n + i % n) % 13));
+    release(in, shared);
+    release(out, shared);
+    T_CHECK(bad == 0, "%ld wrong elements (%s buffers, n=%zu)", bad, shared ? "shared" : "private",
+            n);
+    return HCOMM_OK;
+}
 
 static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
     (void)arg;
-    int p = t_size(w), r = t_rank(w);
-    size_t n = 100000;
-    double *in = NULL, *out = NULL;
-    T_TRY(hcomm_mem_alloc(n * sizeof *in, (void **)&in));
-    T_TRY(hcomm_mem_alloc(n * sizeof *out, (void **)&out));
-    T_CHECK(((uintptr_t)in & 4095) == 0, "hcomm_mem_alloc memory is not page-aligned");
-    const char *name = NULL;
-    size_t off = 0;
-    T_CHECK(hcomm__mem_shared(in + 10, &name, &off) && off == 10 * sizeof *in && name[0] == '/',
-            "a buffer from hcomm_mem_alloc is not a named shared object");
-    T_CHECK(!hcomm__mem_shared(&n, NULL, NULL), "a stack variable counts as shared memory");
-    for (size_t i = 0; i < n; i++)
-        in[i] = (double)(r + (int)(i % 5));
-    T_TRY(hcomm_all_reduce(w, in, out, n, HCOMM_F64, HCOMM_SUM));
-    long bad = 0;
-    for (size_t i = 0; i < n; i++)
-        bad += out[i] != (double)(p * (int)(i % 5)) + (double)p * (p - 1) / 2;
-    T_CHECK(bad == 0, "%ld wrong elements in hcomm_mem_alloc buffers", bad);
-    T_TRY(hcomm_mem_free(in));
-    T_TRY(hcomm_mem_free(out));
-    T_ERR(hcomm_mem_free(in), HCOMM_ERR_INVALID_ARG);
-    T_ERR(hcomm_mem_free(&n), HCOMM_ERR_INVALID_ARG);
+    int r = t_rank(w);
+    T_TRY(check_registry());
+    T_ERR(hcomm_mem_free(&r), HCOMM_ERR_INVALID_ARG);
     T_OK(hcomm_mem_free(NULL));
     T_ERR(hcomm_mem_alloc(8, NULL), HCOMM_ERR_NULL);
+    double *once = NULL;
+    T_TRY(hcomm_mem_alloc(64, (void **)&once));
+    T_TRY(hcomm_barrier(w)); /* no rank (thread) maps anything new until the second barrier */
+    T_TRY(hcomm_mem_free(once));
+    T_ERR(hcomm_mem_free(once), HCOMM_ERR_INVALID_ARG);
+    T_TRY(hcomm_barrier(w));
+    static const char *const algos[] = {
+        NULL, "allreduce:twoshot;allgather:direct;reducescatter:direct;broadcast:direct;"
+              "alltoallv:direct"};
+    static const size_t sizes[] = {0, 1, 1000, 300000};
+    for (int a = 0; a < 2; a++) {
+        T_TRY(hcomm_comm_set_algo(w, algos[a]));
+        for (int s = 0; s < 4; s++) {
+            T_TRY(run_ops(w, true, sizes[s]));
+            T_TRY(run_ops(w, false, sizes[s]));
+            T_TRY(run_ops(w, r % 2 == 0, sizes[s])); /* mapped from some peers, read from others */
+        }
+    }
+    T_TRY(hcomm_comm_set_algo(w, NULL));
     return hcomm_barrier(w);
 }
 

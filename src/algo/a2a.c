@@ -270,7 +270,8 @@ hcomm_result_t hcomm__a2a_bruck(const hcomm__xfer_t *x, const hcomm__a2a_t *v) {
 /* --- direct: read each block from its sender's buffer --- */
 
 typedef struct desc {
-    uint64_t addr, len, expect; /* the block for the receiver in the sender's memory */
+    hcomm__peer_buf_t block; /* the block for the receiver in the sender's memory */
+    uint64_t len, expect;
 } desc_t;
 
 /* Every peer's descriptor of its block for this rank: all receives posted, then the sends. */
@@ -314,9 +315,10 @@ static hcomm_result_t read_blocks(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
     int p = x->c->size, me = x->c->rank;
     for (int s = 1; s < p; s++) {
         int q = (me + s) % p; /* staggered: the ranks do not all read rank 0 first */
-        if (check_pair(x, v, q, theirs[q].len, theirs[q].expect, b) && theirs[q].len)
-            HCOMM__TRY(x->c->tr->peer_read(x->c, q, (const void *)(uintptr_t)theirs[q].addr,
-                                           rblock(v, q), theirs[q].len));
+        if (check_pair(x, v, q, theirs[q].len, theirs[q].expect, b) && theirs[q].len) {
+            hcomm__remote_t from = hcomm__x_remote(x, q, &theirs[q].block, theirs[q].len);
+            HCOMM__TRY(hcomm__x_peer_copy(x, q, &from, 0, rblock(v, q), theirs[q].len));
+        }
     }
     return HCOMM_OK;
 }
@@ -327,8 +329,10 @@ hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v) 
     hcomm__req_t **reqs = calloc(2 * p, sizeof *reqs);
     hcomm_result_t res = d && reqs ? HCOMM_OK : nomem(x, 2 * p * sizeof *d);
     bad_t b = {0};
-    for (size_t q = 0; res == HCOMM_OK && q < p; q++)
-        d[q] = (desc_t){(uint64_t)(uintptr_t)sblock(v, (int)q), v->scounts[q], v->rcounts[q]};
+    for (size_t q = 0; res == HCOMM_OK && q < p; q++) {
+        d[q] = (desc_t){.len = v->scounts[q], .expect = v->rcounts[q]};
+        hcomm__x_export(x, sblock(v, (int)q), v->scounts[q], &d[q].block);
+    }
     if (res == HCOMM_OK)
         res = exchange_descs(x, d, d + p, reqs);
     if (res == HCOMM_OK) {

@@ -52,6 +52,25 @@ hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res);
  * its payload, at in + HCOMM__LANE_HDR, must be n_in bytes. */
 hcomm_result_t hcomm__x_lane(const hcomm__xfer_t *x, int to, const void *src, size_t n_out,
                              int from, unsigned char *in, size_t n_in);
+/* A peer's buffer for direct reads (one node, transport.peer_read_ok): as the peer exported it
+ * and where this rank loads it itself (at; NULL: copied with transport.peer_read). */
+typedef struct hcomm__remote {
+    hcomm__peer_buf_t buf;
+    const char *at;
+} hcomm__remote_t;
+/* Describes [p, p + bytes) of this rank's memory for its peers' direct reads. */
+void hcomm__x_export(const hcomm__xfer_t *x, const void *p, size_t bytes, hcomm__peer_buf_t *b);
+/* Peer's exported buffer, of which this rank will read up to bytes, with its view. */
+hcomm__remote_t hcomm__x_remote(const hcomm__xfer_t *x, int peer, const hcomm__peer_buf_t *b,
+                                size_t bytes);
+/* Copies bytes at byte offset off of peer's buffer r into dst (which may be r's own place when
+ * peer is this rank). */
+hcomm_result_t hcomm__x_peer_copy(const hcomm__xfer_t *x, int peer, const hcomm__remote_t *r,
+                                  size_t off, void *dst, size_t bytes);
+/* bytes at byte offset off of peer's buffer r, where this rank can load them: in place through
+ * its view, else copied into tmp. */
+hcomm_result_t hcomm__x_peer_load(const hcomm__xfer_t *x, int peer, const hcomm__remote_t *r,
+                                  size_t off, void *tmp, size_t bytes, const void **at);
 /* Sends to one peer and receives from another (or the same) at once. */
 hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
                                  int from, void *rbuf, size_t rbytes);

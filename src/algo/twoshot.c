@@ -22,9 +22,15 @@
  * 2.03-2.58 cached at 256 MiB, 2.25-2.77 against 2.23-2.69 at 64 MiB. */
 #define STREAM_MIN_BYTES ((size_t)64 << 20)
 
+/* A rank's two buffers, as its peers read them. */
 typedef struct addrs {
-    uint64_t send, recv;
+    hcomm__remote_t send, recv;
 } addrs_t;
+
+/* What one rank tells each peer about them. */
+typedef struct exported {
+    hcomm__peer_buf_t send, recv;
+} exported_t;
 
 /* One message to `to` and one from `from` (bytes each, NULL: none), on the transport's lane
  * where it has one, else as p2p frames; the signature is checked. */
@@ -40,16 +46,24 @@ static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, int
     return HCOMM_OK;
 }
 
-/* Every rank's buffer addresses, exchanged with each peer directly: every rank hears from
- * every other, so with the signature in each message a disagreement shows before any read. */
-static hcomm_result_t exchange_addrs(const hcomm__xfer_t *x, const void *send, void *recv,
-                                     addrs_t *all) {
+/* Every rank's buffers (send_bytes and recv_bytes long on every rank), exchanged with each
+ * peer directly: every rank hears from every other, so with the signature in each message a
+ * disagreement shows before any read. */
+static hcomm_result_t exchange_addrs(const hcomm__xfer_t *x, const void *send, size_t send_bytes,
+                                     void *recv, size_t recv_bytes, addrs_t *all) {
     int p = x->c->size, r = x->c->rank;
-    all[r] = (addrs_t){(uint64_t)(uintptr_t)send, (uint64_t)(uintptr_t)recv};
-    _Static_assert(sizeof(addrs_t) == 16, "an address pair fits the lane swap's room");
-    for (int d = 1; d < p; d++)
-        HCOMM__TRY(
-            swap(x, (r + d) % p, &all[r], (r - d + p) % p, &all[(r - d + p) % p], sizeof *all));
+    exported_t mine, theirs;
+    hcomm__x_export(x, send, send_bytes, &mine.send);
+    hcomm__x_export(x, recv, recv_bytes, &mine.recv);
+    _Static_assert(sizeof mine <= HCOMM__LANE_MAX - HCOMM__LANE_HDR, "fits the lane swap's room");
+    all[r] = (addrs_t){hcomm__x_remote(x, r, &mine.send, send_bytes),
+                       hcomm__x_remote(x, r, &mine.recv, recv_bytes)};
+    for (int d = 1; d < p; d++) {
+        int from = (r - d + p) % p;
+        HCOMM__TRY(swap(x, (r + d) % p, &mine, from, &theirs, sizeof theirs));
+        all[from] = (addrs_t){hcomm__x_remote(x, from, &theirs.send, send_bytes),
+                              hcomm__x_remote(x, from, &theirs.recv, recv_bytes)};
+    }
     return HCOMM_OK;
 }
 
@@ -62,40 +76,40 @@ static hcomm_result_t barrier(const hcomm__xfer_t *x) {
     return HCOMM_OK;
 }
 
-static hcomm_result_t read_from(const hcomm__xfer_t *x, int peer, uint64_t remote, size_t off,
-                                void *dst, size_t bytes) {
-    if (bytes == 0)
-        return HCOMM_OK;
-    const void *src = (const char *)(uintptr_t)remote + off;
-    if (peer == x->c->rank) {
-        if (src != dst)
-            memmove(dst, src, bytes);
+/* Where this rank loads rank q's piece at byte offset off: mine (its own), a view of the
+ * peer's, or a copy in tmp. */
+static hcomm_result_t piece_of(const hcomm__xfer_t *x, const addrs_t *all, int q, size_t off,
+                               const void *mine, void *tmp, size_t bytes, const void **at) {
+    if (q == x->c->rank) {
+        *at = mine;
         return HCOMM_OK;
     }
-    return x->c->tr->peer_read(x->c, peer, src, dst, bytes);
+    return hcomm__x_peer_load(x, q, &all[q].send, off, tmp, bytes, at);
 }
 
-/* acc[0..n) = rank 0's input op rank 1's op ... for the piece at byte offset off. mine holds
- * this rank's own piece (a copy when the call is in place: acc overwrites it). */
+/* dst[0..n) = rank 0's input op rank 1's op ... for the piece at byte offset off, each step
+ * one pass over two inputs (hcomm__reduce_to). mine holds this rank's own piece (a copy when
+ * the call is in place and dst would overwrite it too early). Partial results go to acc (dst
+ * itself, or scratch when streamed: the last step then writes dst with non-temporal stores);
+ * tmp takes a piece that has to be copied out of a peer. */
 static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, size_t off,
-                                   void *acc, const void *mine, void *tmp, size_t n,
-                                   hcomm_dtype_t dt, hcomm_op_t op) {
-    int p = x->c->size, me = x->c->rank;
+                                   void *dst, const void *mine, void *acc, void *tmp, size_t n,
+                                   hcomm_dtype_t dt, hcomm_op_t op, bool stream) {
+    int p = x->c->size;
     size_t bytes = n * hcomm__dtype_size(dt);
-    if (me == 0) {
-        if (acc != mine)
-            memcpy(acc, mine, bytes);
-    } else {
-        HCOMM__TRY(read_from(x, 0, all[0].send, off, acc, bytes));
-    }
+    const void *prev, *in;
+    HCOMM__TRY(piece_of(x, all, 0, off, mine, acc, bytes, &prev));
     for (int q = 1; q < p; q++) {
-        const void *in = mine;
-        if (q != me) {
-            HCOMM__TRY(read_from(x, q, all[q].send, off, tmp, bytes));
-            in = tmp;
+        HCOMM__TRY(piece_of(x, all, q, off, mine, tmp, bytes, &in));
+        if (stream && q == p - 1) {
+            hcomm__reduce_stream(dst, prev, in, n, dt, op);
+            return HCOMM_OK;
         }
-        hcomm__reduce(acc, in, n, dt, op);
+        hcomm__reduce_to(acc, prev, in, n, dt, op);
+        prev = acc;
     }
+    if (prev != dst) /* a group of one */
+        memcpy(dst, prev, bytes);
     return HCOMM_OK;
 }
 
@@ -112,23 +126,24 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, siz
                                  unsigned char *tmp, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
     int p = x->c->size, me = x->c->rank;
     size_t bytes = n * hcomm__dtype_size(dt);
-    unsigned char *partial = tmp, *in = tmp + PIECE_BYTES;
-    HCOMM__TRY(read_from(x, 0, all[0].send, off, partial, bytes));
+    unsigned char *partial = tmp;
+    const void *in;
+    HCOMM__TRY(hcomm__x_peer_copy(x, 0, &all[0].send, off, partial, bytes));
     for (int q = 1; q < me; q++) {
-        HCOMM__TRY(read_from(x, q, all[q].send, off, in, bytes));
+        HCOMM__TRY(hcomm__x_peer_load(x, q, &all[q].send, off, tmp + PIECE_BYTES, bytes, &in));
         hcomm__reduce(partial, in, n, dt, op);
     }
     hcomm__reduce(acc, partial, n, dt, op);
     for (int q = me + 1; q < p; q++) {
-        HCOMM__TRY(read_from(x, q, all[q].send, off, in, bytes));
+        HCOMM__TRY(hcomm__x_peer_load(x, q, &all[q].send, off, tmp + PIECE_BYTES, bytes, &in));
         hcomm__reduce(acc, in, n, dt, op);
     }
     return HCOMM_OK;
 }
 
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
- * element off); send is this rank's whole input. Streamed, each piece is reduced in a third
- * scratch piece and then streamed to out. */
+ * element off); send is this rank's whole input. Streamed, partial results of a piece stay in
+ * a third scratch piece and its last step streams to out. */
 static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
                                    void *out, size_t off, size_t len, hcomm_dtype_t dt,
                                    hcomm_op_t op, bool stream) {
@@ -151,9 +166,7 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, c
             memcpy(tmp + PIECE_BYTES, mine, n * es);
             mine = tmp + PIECE_BYTES;
         }
-        res = reduce_piece(x, all, at, acc, mine, tmp, n, dt, op);
-        if (res == HCOMM_OK && stream)
-            hcomm__copy_stream(dst, acc, n * es);
+        res = reduce_piece(x, all, at, dst, mine, acc, tmp, n, dt, op, stream);
     }
     if (stream)
         hcomm__stream_fence(); /* before the barrier tells the peers to read it */
@@ -170,16 +183,17 @@ static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, c
                         count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES);
 }
 
-/* bytes at byte offset off of peer q's buffer at remote, into dst: read straight there, or
- * streamed, a piece at a time through scratch that stays in cache. */
-static hcomm_result_t read_streamed(const hcomm__xfer_t *x, int q, uint64_t remote, size_t off,
-                                    void *dst, size_t bytes, unsigned char *tmp) {
+/* bytes at byte offset off of peer q's buffer r, into dst: read straight there, or streamed
+ * (from r's view, or a piece at a time through scratch that stays in cache). */
+static hcomm_result_t read_streamed(const hcomm__xfer_t *x, int q, const hcomm__remote_t *r,
+                                    size_t off, void *dst, size_t bytes, unsigned char *tmp) {
     if (!tmp)
-        return read_from(x, q, remote, off, dst, bytes);
+        return hcomm__x_peer_copy(x, q, r, off, dst, bytes);
     for (size_t done = 0; done < bytes; done += PIECE_BYTES) {
         size_t n = bytes - done < PIECE_BYTES ? bytes - done : PIECE_BYTES;
-        HCOMM__TRY(read_from(x, q, remote, off + done, tmp, n));
-        hcomm__copy_stream((char *)dst + done, tmp, n);
+        const void *at;
+        HCOMM__TRY(hcomm__x_peer_load(x, q, r, off + done, tmp, n, &at));
+        hcomm__copy_stream((char *)dst + done, at, n);
     }
     return HCOMM_OK;
 }
@@ -194,7 +208,7 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, 
         if (q == x->c->rank)
             continue;
         hcomm__block(count, x->c->size, q, &off, &len);
-        res = read_streamed(x, q, all[q].recv, off * es, (char *)recv + off * es, len * es, tmp);
+        res = read_streamed(x, q, &all[q].recv, off * es, (char *)recv + off * es, len * es, tmp);
     }
     if (tmp)
         hcomm__stream_fence();
@@ -208,7 +222,8 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses",
                           x->c->size);
-    hcomm_result_t res = exchange_addrs(x, send, recv, all);
+    size_t bytes = count * hcomm__dtype_size(dt);
+    hcomm_result_t res = exchange_addrs(x, send, bytes, recv, bytes, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op));
     if (res == HCOMM_OK)
@@ -237,7 +252,7 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     if (!all || !out)
         res = hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", bytes);
     if (res == HCOMM_OK)
-        res = exchange_addrs(x, send, recv, all);
+        res = exchange_addrs(x, send, bytes * (size_t)p, recv, bytes, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(
             x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op, false));
@@ -259,10 +274,11 @@ hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
     char *mine = (char *)recv + (size_t)me * bytes;
-    hcomm_result_t res = exchange_addrs(x, send, recv, all), own = HCOMM_OK;
+    hcomm_result_t res = exchange_addrs(x, send, bytes, recv, bytes * (size_t)p, all),
+                   own = HCOMM_OK;
     for (int d = 1; res == HCOMM_OK && own == HCOMM_OK && d < p; d++) {
         int q = (me + d) % p; /* each rank starts at a different peer */
-        own = read_from(x, q, all[q].send, 0, (char *)recv + (size_t)q * bytes, bytes);
+        own = hcomm__x_peer_copy(x, q, &all[q].send, 0, (char *)recv + (size_t)q * bytes, bytes);
     }
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, own);
@@ -279,15 +295,17 @@ hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *
  * alive until every read is done. */
 hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
     int p = x->c->size, me = x->c->rank;
-    uint64_t at = (uint64_t)(uintptr_t)buf;
+    hcomm__peer_buf_t at;
+    hcomm__x_export(x, buf, bytes, &at);
     hcomm_result_t res = HCOMM_OK;
     if (me == root)
         for (int q = 0; res == HCOMM_OK && q < p; q++)
             res = q == root ? HCOMM_OK : hcomm__x_send(x, q, &at, sizeof at);
     else
         res = hcomm__x_recv(x, root, &at, sizeof at);
+    hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes);
     if (res == HCOMM_OK && me != root)
-        res = hcomm__x_tell_peers(x, read_from(x, root, at, 0, buf, bytes));
+        res = hcomm__x_tell_peers(x, hcomm__x_peer_copy(x, root, &from, 0, buf, bytes));
     if (res == HCOMM_OK)
         res = barrier(x);
     return res;

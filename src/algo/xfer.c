@@ -65,3 +65,38 @@ hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
     hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
     return hcomm__err_text(res, keep);
 }
+
+void hcomm__x_export(const hcomm__xfer_t *x, const void *p, size_t bytes, hcomm__peer_buf_t *b) {
+    if (x->c->tr->buf_export)
+        x->c->tr->buf_export(x->c, p, bytes, b);
+    else
+        *b = (hcomm__peer_buf_t){.addr = (uint64_t)(uintptr_t)p};
+}
+
+hcomm__remote_t hcomm__x_remote(const hcomm__xfer_t *x, int peer, const hcomm__peer_buf_t *b,
+                                size_t bytes) {
+    hcomm__remote_t r = {*b, NULL};
+    if (peer == x->c->rank)
+        r.at = (const char *)(uintptr_t)b->addr;
+    else if (x->c->tr->buf_view && bytes > 0)
+        r.at = x->c->tr->buf_view(x->c, peer, b, bytes);
+    return r;
+}
+
+hcomm_result_t hcomm__x_peer_copy(const hcomm__xfer_t *x, int peer, const hcomm__remote_t *r,
+                                  size_t off, void *dst, size_t bytes) {
+    if (bytes == 0)
+        return HCOMM_OK;
+    if (r->at) {
+        if (r->at + off != dst)
+            memmove(dst, r->at + off, bytes);
+        return HCOMM_OK;
+    }
+    return x->c->tr->peer_read(x->c, peer, (const char *)(uintptr_t)r->buf.addr + off, dst, bytes);
+}
+
+hcomm_result_t hcomm__x_peer_load(const hcomm__xfer_t *x, int peer, const hcomm__remote_t *r,
+                                  size_t off, void *tmp, size_t bytes, const void **at) {
+    *at = r->at ? r->at + off : tmp;
+    return r->at ? HCOMM_OK : hcomm__x_peer_copy(x, peer, r, off, tmp, bytes);
+}

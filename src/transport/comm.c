@@ -161,7 +161,7 @@ typedef struct shm_buf {
     struct shm_buf *next;
     void *base;
     size_t bytes;
-    char name[48];
+    uint32_t id; /* its object is named by hcomm__shm_name(this process, id); 0: private */
 } shm_buf_t;
 
 static pthread_mutex_t shm_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -187,11 +187,12 @@ static void *shm_map(size_t bytes, char *name) {
 /* Falls back to private memory (no name: not shareable) when /dev/shm is small or missing;
  * shared=false asks for private memory at once. */
 static hcomm_result_t shm_create(size_t bytes, shm_buf_t *b, bool shared) {
-    snprintf(b->name, sizeof b->name, "/hcomm-%d-%u", (int)getpid(),
-             atomic_fetch_add(&shm_counter, 1));
-    void *p = shared ? shm_map(bytes, b->name) : NULL;
+    char name[HCOMM__SHM_NAME_MAX];
+    b->id = atomic_fetch_add(&shm_counter, 1) + 1; /* never 0, never reused by this process */
+    hcomm__shm_name(name, getpid(), b->id);
+    void *p = shared ? shm_map(bytes, name) : NULL;
     if (p == NULL) {
-        b->name[0] = '\0';
+        b->id = 0;
         p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     }
     if (p == MAP_FAILED)
@@ -244,23 +245,28 @@ hcomm_result_t hcomm_mem_free(void *ptr) {
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
                           "ptr=%p did not come from hcomm_mem_alloc (or was freed already)", ptr);
     munmap(b->base, b->bytes);
-    if (b->name[0])
-        shm_unlink(b->name);
+    if (b->id) {
+        char name[HCOMM__SHM_NAME_MAX];
+        hcomm__shm_name(name, getpid(), b->id);
+        shm_unlink(name);
+    }
     free(b);
     return HCOMM_OK;
 }
 
-bool hcomm__mem_shared(const void *p, const char **name, size_t *offset) {
+void hcomm__shm_name(char *name, int pid, uint32_t id) {
+    snprintf(name, HCOMM__SHM_NAME_MAX, "/hcomm-%d-%u", pid, (unsigned)id);
+}
+
+bool hcomm__mem_shared(const void *p, size_t bytes, uint32_t *id, uint64_t *offset) {
     bool found = false;
     pthread_mutex_lock(&shm_mu);
     for (shm_buf_t *b = shm_bufs; b && !found; b = b->next) {
         uintptr_t base = (uintptr_t)b->base, q = (uintptr_t)p;
-        if (b->name[0] && q >= base && q < base + b->bytes) {
+        if (b->id && q >= base && q - base <= b->bytes && bytes <= b->bytes - (q - base)) {
             found = true;
-            if (name)
-                *name = b->name;
-            if (offset)
-                *offset = q - base;
+            *id = b->id;
+            *offset = q - base;
         }
     }
     pthread_mutex_unlock(&shm_mu);

@@ -918,6 +918,21 @@ static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remot
     return HCOMM_OK;
 }
 
+static void mpi_buf_export(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b) {
+    (void)c;
+    *b = (hcomm__peer_buf_t){.addr = (uint64_t)(uintptr_t)p};
+    if (!hcomm__mem_shared(p, bytes, &b->obj, &b->off))
+        b->obj = 0;
+}
+
+/* A mapping of the peer's hcomm_mem_alloc object, when the buffer lies in one. */
+static const void *mpi_buf_view(hcomm_comm_t *c, int peer, const hcomm__peer_buf_t *b,
+                                size_t bytes) {
+    if (b->obj == 0 || peer == c->rank || !world_node || !mpi_shares_memory(c, peer))
+        return NULL;
+    return hcomm__shm_view((int)world_node[c->world_ranks[peer]].pid, b->obj, b->off, bytes);
+}
+
 static bool mpi_threads_ok(void) {
     int level = MPI_THREAD_SINGLE;
     return MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
@@ -925,7 +940,9 @@ static bool mpi_threads_ok(void) {
 
 static hcomm__mem_kind_t mpi_mem_kind(hcomm_comm_t *c, const void *p) {
     (void)c;
-    return hcomm__mem_shared(p, NULL, NULL) ? HCOMM__MEM_SHARED : HCOMM__MEM_HOST;
+    uint32_t obj;
+    uint64_t off;
+    return hcomm__mem_shared(p, 1, &obj, &off) ? HCOMM__MEM_SHARED : HCOMM__MEM_HOST;
 }
 
 /* --- collectives --- */
@@ -1177,6 +1194,8 @@ static const hcomm__transport_t mpi_tr = {
     .shares_memory = mpi_shares_memory,
     .peer_read_ok = mpi_peer_read_ok,
     .peer_read = mpi_peer_read,
+    .buf_export = mpi_buf_export,
+    .buf_view = mpi_buf_view,
     .node_of = mpi_node_of,
     .mem_kind = mpi_mem_kind,
     .threads_ok = mpi_threads_ok,
@@ -1345,6 +1364,7 @@ static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int siz
     r = agree(ctrl, r, rank, size);
     MPI_Comm_free(&ctrl);
     hcomm__comm_free(world);
+    hcomm__shm_views_drop(); /* every peer has left: their objects may go now */
     return r;
 }
 

@@ -40,6 +40,16 @@ typedef struct hcomm__rndv {
 
 typedef enum { HCOMM__MEM_HOST = 0, HCOMM__MEM_SHARED, HCOMM__MEM_DEVICE } hcomm__mem_kind_t;
 
+/* A buffer as a peer on this node sees it (transport.buf_export): its address in the owner,
+ * and where it lies in a shared object the peer may map (obj 0: none). 24 bytes, no pointers,
+ * so it travels in messages as it is. */
+typedef struct hcomm__peer_buf {
+    uint64_t addr;
+    uint64_t off;
+    uint32_t obj;
+    uint32_t reserved;
+} hcomm__peer_buf_t;
+
 /* Called by poll for each arrived frame, per source in send order. payload is the eager data
  * (valid during the call) or NULL with rv set for a rendezvous frame. Returns false to leave
  * the frame with the transport (it is offered again on a later poll, before any later frame). */
@@ -101,6 +111,13 @@ typedef struct hcomm__transport {
     bool (*peer_read_ok)(hcomm_comm_t *c);
     hcomm_result_t (*peer_read)(hcomm_comm_t *c, int peer, const void *remote, void *dst,
                                 size_t bytes);
+    /* Optional with peer_read: loads straight from a peer's memory. buf_export describes
+     * [p, p + bytes) of this rank's memory for its peers; buf_view returns where this rank can
+     * load [b->addr, b->addr + bytes) of peer's memory itself, valid while the peer stays in
+     * the call, or NULL (then copy it with peer_read). local: the address itself; mpi: a
+     * mapping of the peer's hcomm_mem_alloc buffer (zero copies), NULL for other memory. */
+    void (*buf_export)(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b);
+    const void *(*buf_view)(hcomm_comm_t *c, int peer, const hcomm__peer_buf_t *b, size_t bytes);
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
     bool (*threads_ok)(void);
@@ -183,9 +200,21 @@ hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *e
 
 /* Private memory that hcomm_mem_free() frees: what hcomm hands users (receive by envelope). */
 hcomm_result_t hcomm__mem_alloc_private(size_t bytes, void **ptr);
-/* True when p lies in a buffer from hcomm_mem_alloc: *name (may be NULL) gets its shared-memory
- * object, which a process on this node can shm_open and map, *offset p's place in it. */
-bool hcomm__mem_shared(const void *p, const char **name, size_t *offset);
+/* True when [p, p + bytes) lies in one buffer from hcomm_mem_alloc: *id then names its
+ * shared-memory object (with this process's id, through hcomm__shm_name) and *offset is p's
+ * place in it. */
+bool hcomm__mem_shared(const void *p, size_t bytes, uint32_t *id, uint64_t *offset);
+/* The POSIX shared-memory name of object id of process pid (HCOMM__SHM_NAME_MAX bytes). */
+#define HCOMM__SHM_NAME_MAX 48
+void hcomm__shm_name(char *name, int pid, uint32_t id);
+/* Where this process can load bytes at byte offset off of object id of process pid on this
+ * node (hcomm_mem_alloc memory of a peer), through a read-only mapping kept for later calls;
+ * NULL when it cannot be mapped (then read it with cross-memory attach). The mapping lives
+ * until its owner frees the object and a later call notices, or until
+ * hcomm__shm_views_drop. Thread-safe. (shm_view.c) */
+const void *hcomm__shm_view(int pid, uint32_t id, uint64_t off, size_t bytes);
+/* Unmaps every view (at the end of the process's last world). */
+void hcomm__shm_views_drop(void);
 
 /* The backend hcomm_launch runs for requested (NULL: none named): requested, else
  * HCOMM_BACKEND, else mpi when an MPI launcher (mpirun, srun) started a job of more than one
