@@ -124,10 +124,11 @@ uint16_t hcomm__f32_to_bf16(float f) {
      : (op) == HCOMM_MIN ? ((a) < (b) || isnan(a) ? (a) : (b))                                     \
                          : (a) + (b))
 
+/* d[i] = a[i] op b[i]; d may be a (hcomm__reduce) or b. */
 #define HCOMM__REDUCE_NATIVE(T, APPLY)                                                             \
-    static void reduce_##T(T *d, const T *s, size_t n, hcomm_op_t op) {                            \
+    static void reduce_##T(T *d, const T *a, const T *b, size_t n, hcomm_op_t op) {                \
         for (size_t i = 0; i < n; i++)                                                             \
-            d[i] = (T)APPLY(d[i], s[i], op);                                                       \
+            d[i] = (T)APPLY(a[i], b[i], op);                                                       \
     }
 HCOMM__REDUCE_NATIVE(float, HCOMM__APPLY_FLT)
 HCOMM__REDUCE_NATIVE(double, HCOMM__APPLY_FLT)
@@ -136,12 +137,12 @@ HCOMM__REDUCE_NATIVE(uint8_t, HCOMM__APPLY_INT)
 
 /* Wide signed integers sum and multiply in unsigned arithmetic: wrap-around, not UB. */
 #define HCOMM__REDUCE_WRAP(T, U)                                                                   \
-    static void reduce_##T(T *d, const T *s, size_t n, hcomm_op_t op) {                            \
+    static void reduce_##T(T *d, const T *a, const T *b, size_t n, hcomm_op_t op) {                \
         for (size_t i = 0; i < n; i++) {                                                           \
             if (op == HCOMM_SUM || op == HCOMM_PROD)                                               \
-                d[i] = (T)(op == HCOMM_SUM ? (U)d[i] + (U)s[i] : (U)d[i] * (U)s[i]);               \
+                d[i] = (T)(op == HCOMM_SUM ? (U)a[i] + (U)b[i] : (U)a[i] * (U)b[i]);               \
             else                                                                                   \
-                d[i] = HCOMM__APPLY_INT(d[i], s[i], op);                                           \
+                d[i] = HCOMM__APPLY_INT(a[i], b[i], op);                                           \
         }                                                                                          \
     }
 HCOMM__REDUCE_WRAP(int32_t, uint32_t)
@@ -155,42 +156,48 @@ static uint16_t f32_to_half(float f, bool bf) {
     return bf ? hcomm__f32_to_bf16(f) : hcomm__f32_to_f16(f);
 }
 
-static void reduce_half(uint16_t *d, const uint16_t *s, size_t n, hcomm_op_t op, bool bf) {
+static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op,
+                        bool bf) {
     for (size_t i = 0; i < n; i++) {
-        float a = half_to_f32(d[i], bf), b = half_to_f32(s[i], bf);
-        d[i] = f32_to_half(HCOMM__APPLY_FLT(a, b, op), bf);
+        float x = half_to_f32(a[i], bf), y = half_to_f32(b[i], bf);
+        d[i] = f32_to_half(HCOMM__APPLY_FLT(x, y, op), bf);
     }
 }
 
-void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+void hcomm__reduce_to(void *dst, const void *a, const void *b, size_t n, hcomm_dtype_t dt,
+                      hcomm_op_t op) {
     switch (dt) {
     case HCOMM_F32:
-        reduce_float(dst, src, n, op);
+        reduce_float(dst, a, b, n, op);
         break;
     case HCOMM_F64:
-        reduce_double(dst, src, n, op);
+        reduce_double(dst, a, b, n, op);
         break;
     case HCOMM_F16:
-        reduce_half(dst, src, n, op, false);
+        reduce_half(dst, a, b, n, op, false);
         break;
     case HCOMM_BF16:
-        reduce_half(dst, src, n, op, true);
+        reduce_half(dst, a, b, n, op, true);
         break;
     case HCOMM_I8:
-        reduce_int8_t(dst, src, n, op);
+        reduce_int8_t(dst, a, b, n, op);
         break;
     case HCOMM_U8:
-        reduce_uint8_t(dst, src, n, op);
+        reduce_uint8_t(dst, a, b, n, op);
         break;
     case HCOMM_I32:
-        reduce_int32_t(dst, src, n, op);
+        reduce_int32_t(dst, a, b, n, op);
         break;
     case HCOMM_I64:
-        reduce_int64_t(dst, src, n, op);
+        reduce_int64_t(dst, a, b, n, op);
         break;
     default:
         break;
     }
+}
+
+void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+    hcomm__reduce_to(dst, dst, src, n, dt, op);
 }
 
 /* Half precision over n inputs: accumulated in f32 in input order, divided (AVG) and rounded

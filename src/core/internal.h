@@ -56,6 +56,10 @@ bool hcomm__op_valid(hcomm_op_t op);
 /* dst[i] = dst[i] op src[i] for i < count (op != AVG; AVG reduces as SUM). MAX/MIN of
  * floats are NaN where either operand is NaN, whichever it is. */
 void hcomm__reduce(void *dst, const void *src, size_t count, hcomm_dtype_t dt, hcomm_op_t op);
+/* dst[i] = a[i] op b[i] for i < count, rounded as hcomm__reduce rounds; dst may be a or b but
+ * must not overlap either otherwise. One pass where a copy and a reduce would make two. */
+void hcomm__reduce_to(void *dst, const void *a, const void *b, size_t count, hcomm_dtype_t dt,
+                      hcomm_op_t op);
 /* dst[i] = srcs[0][off+i] op srcs[1][off+i] op ... op srcs[n-1][off+i], in input order, for
  * i < count (off and count in elements). f16/bf16 accumulate in f32 and round once; AVG sums,
  * then divides by n (f16/bf16 before rounding, so a representable mean never overflows).
@@ -77,6 +81,10 @@ uint16_t hcomm__f32_to_bf16(float f);
  * dst must not overlap. The stores become visible to other cores and processes only after
  * hcomm__stream_fence(), which must come before anything that tells them the data is there. */
 void hcomm__copy_stream(void *dst, const void *src, size_t bytes);
+/* hcomm__reduce_to whose results reach dst with non-temporal stores (through a scratch block
+ * that stays in the first-level cache); the same aliasing rules. Fence as above. */
+void hcomm__reduce_stream(void *dst, const void *a, const void *b, size_t count, hcomm_dtype_t dt,
+                          hcomm_op_t op);
 void hcomm__stream_fence(void);
 
 /* Monotonic clock in seconds. */

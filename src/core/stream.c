@@ -40,3 +40,14 @@ void hcomm__copy_stream(void *dst, const void *src, size_t bytes) {
 
 void hcomm__stream_fence(void) {}
 #endif
+
+void hcomm__reduce_stream(void *dst, const void *a, const void *b, size_t count, hcomm_dtype_t dt,
+                          hcomm_op_t op) {
+    _Alignas(64) unsigned char block[4096];
+    size_t es = hcomm__dtype_size(dt), step = es ? sizeof block / es : 0;
+    for (size_t i = 0; i < count; i += step) {
+        size_t n = count - i < step ? count - i : step, at = i * es;
+        hcomm__reduce_to(block, (const char *)a + at, (const char *)b + at, n, dt, op);
+        hcomm__copy_stream((char *)dst + at, block, n * es);
+    }
+}
