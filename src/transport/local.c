@@ -55,12 +55,21 @@ typedef struct pending {
 
 /* What one rank posts for a native collective; valid from its first barrier to its last. */
 typedef struct local_slot {
-    hcomm__posted_sig_t sig;
     const void *send;
     void *aux;
     const size_t *counts, *displs, *rcounts;
     int color, key;
 } local_slot_t;
+
+/* What a rank posts with every call besides its slot: the call's signature and, for a small
+ * all_reduce, its input itself. Two per rank, picked by the parity of the rank's post count:
+ * a call that ends without a barrier (the small all_reduce) lets its rank post the next call
+ * while slower peers still read this one; the one after can reuse this post only once every
+ * peer posted the next, and so finished reading this one. */
+typedef struct local_post {
+    hcomm__posted_sig_t sig;
+    _Alignas(16) unsigned char data[SMALL_REDUCE_BYTES];
+} local_post_t;
 
 typedef struct local_shared {
     local_world_t *world;
@@ -70,6 +79,7 @@ typedef struct local_shared {
     _Alignas(64) atomic_uint bar_count;
     _Alignas(64) atomic_uint bar_gen;
     local_slot_t *slots;      /* [size] */
+    local_post_t *posts;      /* [2 * size]: rank r's of parity k at 2r + k */
     _Atomic(ring_t *) *rings; /* [size * size], sender-major; NULL until first use */
 } local_shared_t;
 
@@ -83,6 +93,7 @@ typedef struct local_comm {
      * glibc's mmap threshold page-faulted every 4 KiB of it, 1.5-4x the call at 32-128 MiB. */
     void *scratch;
     size_t scratch_cap;
+    unsigned posts; /* calls posted on this comm: the parity picks the local_post_t */
 } local_comm_t;
 
 typedef struct local_tx {
@@ -106,9 +117,11 @@ static local_shared_t *shared_new(local_world_t *world, int size) {
     if (!sh)
         return NULL;
     sh->slots = calloc((size_t)size, sizeof *sh->slots);
+    sh->posts = calloc(2 * (size_t)size, sizeof *sh->posts);
     sh->rings = calloc((size_t)size * (size_t)size, sizeof *sh->rings);
-    if (!sh->slots || !sh->rings) {
+    if (!sh->slots || !sh->posts || !sh->rings) {
         free(sh->slots);
+        free(sh->posts);
         free((void *)sh->rings);
         free(sh);
         return NULL;
@@ -135,6 +148,7 @@ static void shared_release(local_shared_t *sh) {
     for (int i = 0; i < sh->size * sh->size; i++)
         ring_free(atomic_load(&sh->rings[i]));
     free(sh->slots);
+    free(sh->posts);
     free((void *)sh->rings);
     free(sh);
 }
@@ -418,6 +432,17 @@ static hcomm_result_t local_peer_read(hcomm_comm_t *c, int peer, const void *rem
     return HCOMM_OK;
 }
 
+static void local_buf_export(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b) {
+    (void)c, (void)bytes;
+    *b = (hcomm__peer_buf_t){.addr = (uint64_t)(uintptr_t)p};
+}
+
+static const void *local_buf_view(hcomm_comm_t *c, int peer, const hcomm__peer_buf_t *b,
+                                  size_t bytes) {
+    (void)c, (void)peer, (void)bytes;
+    return (const void *)(uintptr_t)b->addr;
+}
+
 static bool local_shares_memory(hcomm_comm_t *c, int peer) {
     (void)c, (void)peer;
     return true;
@@ -438,11 +463,17 @@ static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
     return &shared_of(c)->slots[r];
 }
 
-/* Posts this rank's slot with the signature the algorithms layer set. */
+/* Rank r's post of the current call (every member has posted as many calls). */
+static local_post_t *post_of(hcomm_comm_t *c, int r) {
+    return &shared_of(c)->posts[2 * (size_t)r + lc_of(c)->posts % 2];
+}
+
+/* Posts this rank's slot and the signature the algorithms layer set; both are published to
+ * peers by the barrier that follows. */
 static void post(hcomm_comm_t *c, local_slot_t slot) {
-    if (c->posted)
-        slot.sig = *c->posted;
-    shared_of(c)->slots[c->rank] = slot; /* published to peers by the barrier that follows */
+    lc_of(c)->posts++;
+    post_of(c, c->rank)->sig = c->posted ? *c->posted : (hcomm__posted_sig_t){{0}};
+    shared_of(c)->slots[c->rank] = slot;
 }
 
 static bool same_sig(const hcomm__posted_sig_t *a, const hcomm__posted_sig_t *b) {
@@ -454,9 +485,9 @@ static bool same_sig(const hcomm__posted_sig_t *a, const hcomm__posted_sig_t *b)
  * to read until posted_release. */
 static hcomm_result_t arrive(hcomm_comm_t *c) {
     HCOMM__TRY(barrier(c));
-    const local_slot_t *first = slot_of(c, 0);
+    const local_post_t *first = post_of(c, 0);
     for (int r = 0; r < c->size; r++) {
-        const local_slot_t *p = slot_of(c, r);
+        const local_post_t *p = post_of(c, r);
         if (p->sig.failed != HCOMM_OK || !same_sig(&p->sig, &first->sig)) {
             c->posted_held = true;
             return HCOMM_ERR_MISMATCH;
@@ -471,7 +502,7 @@ static hcomm_result_t local_posted_only(hcomm_comm_t *c) {
 }
 
 static const hcomm__posted_sig_t *local_posted_sig(hcomm_comm_t *c, int rank) {
-    return &slot_of(c, rank)->sig;
+    return &post_of(c, rank)->sig;
 }
 
 static hcomm_result_t local_posted_release(hcomm_comm_t *c) {
@@ -486,10 +517,11 @@ static void chunk(size_t n, int size, int r, size_t *lo, size_t *hi) {
     *hi = *lo + base + (rr < rem ? 1 : 0);
 }
 
-/* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order, in one pass so
- * that f16/bf16 accumulate in f32 and round once (AVG divides before rounding). */
+/* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order (the posts' data
+ * instead when posted_data), in one pass so that f16/bf16 accumulate in f32 and round once
+ * (AVG divides before rounding). */
 static hcomm_result_t reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size_t n,
-                                    hcomm_dtype_t dt, hcomm_op_t op) {
+                                    hcomm_dtype_t dt, hcomm_op_t op, bool posted_data) {
     enum { STACK_RANKS = 64 };
     const void *stack[STACK_RANKS] = {0};
     if (n == 0)
@@ -499,7 +531,7 @@ static hcomm_result_t reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %d input pointers",
                           c->size);
     for (int r = 0; r < c->size; r++)
-        srcs[r] = slot_of(c, r)->send;
+        srcs[r] = posted_data ? post_of(c, r)->data : slot_of(c, r)->send;
     hcomm__reduce_many(dst, srcs, c->size, off, n, dt, op);
     if (srcs != stack)
         free(srcs);
@@ -517,19 +549,16 @@ static void *scratch_of(hcomm_comm_t *c, size_t bytes) {
     return lc->scratch;
 }
 
-/* Small messages: every rank reduces the whole vector itself (no chunk exchange), into a stack
- * buffer, since recvbuf may be a peer's input until everyone has read it. */
+/* Small messages: each rank posts its input itself and reduces the whole vector from the
+ * posts (no chunk exchange), so no rank reads another's buffers and the call needs no closing
+ * barrier: one meeting per call (see local_post_t). */
 static hcomm_result_t small_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    _Alignas(16) unsigned char tmp[SMALL_REDUCE_BYTES];
-    post(c, (local_slot_t){.send = sendbuf});
-    HCOMM__TRY(arrive(c));
-    hcomm_result_t red = reduce_posted(c, tmp, 0, count, dt, op);
-    HCOMM__TRY(barrier(c)); /* even after a failed reduction: peers wait for this rank */
-    HCOMM__TRY(red);
+    post(c, (local_slot_t){0});
     if (count > 0)
-        memcpy(recvbuf, tmp, count * hcomm__dtype_size(dt));
-    return HCOMM_OK;
+        memcpy(post_of(c, c->rank)->data, sendbuf, count * hcomm__dtype_size(dt));
+    HCOMM__TRY(arrive(c));
+    return reduce_posted(c, recvbuf, 0, count, dt, op, true);
 }
 
 static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -544,7 +573,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     post(c, (local_slot_t){.send = sendbuf, .aux = mine});
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
-        red = reduce_posted(c, mine, lo, hi - lo, dt, op);
+        red = reduce_posted(c, mine, lo, hi - lo, dt, op, false);
         res = barrier(c); /* every chunk done; every input read */
     }
     for (int r = 0; res == HCOMM_OK && r < c->size; r++) {
@@ -567,7 +596,7 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
     post(c, (local_slot_t){.send = sendbuf});
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
-        red = reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op);
+        red = reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op, false);
         res = barrier(c); /* inputs read: recvbuf may alias one of them */
         res = res == HCOMM_OK ? red : res;
     }
@@ -744,6 +773,8 @@ static const hcomm__transport_t local_tr = {
     .shares_memory = local_shares_memory,
     .peer_read_ok = local_peer_read_ok,
     .peer_read = local_peer_read,
+    .buf_export = local_buf_export,
+    .buf_view = local_buf_view,
     .mem_kind = local_mem_kind,
     .threads_ok = local_threads_ok,
     .native = &local_native,
