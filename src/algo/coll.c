@@ -848,18 +848,6 @@ static bool widens(hcomm_dtype_t dt, hcomm_op_t op) {
     return (dt == HCOMM_F16 || dt == HCOMM_BF16) && op != HCOMM_MAX && op != HCOMM_MIN;
 }
 
-static void to_f32(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
-    const uint16_t *h = src;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dt == HCOMM_BF16 ? hcomm__bf16_to_f32(h[i]) : hcomm__f16_to_f32(h[i]);
-}
-
-static void from_f32(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
-    uint16_t *h = dst;
-    for (size_t i = 0; i < n; i++)
-        h[i] = dt == HCOMM_BF16 ? hcomm__f32_to_bf16(src[i]) : hcomm__f32_to_f16(src[i]);
-}
-
 /* Widens one reduction: f16/bf16 in -> f32, run, (AVG: divide), round once into recv. */
 static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
     hcomm_dtype_t dt = r->dt;
@@ -870,14 +858,14 @@ static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
         res = hcomm__err(HCOMM_ERR_NOMEM, r->k->c->call_fn, "cannot allocate %zu bytes",
                          (r->in + r->out) * 4);
     if (res == HCOMM_OK) {
-        to_f32(win, r->send, r->in, dt);
+        hcomm__widen(win, r->send, r->in, dt);
         red_t w = {r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32, r->op};
         res = run(&w);
     }
     if (res == HCOMM_OK && op == HCOMM_AVG) /* divide before rounding: the mean fits */
         hcomm__scale_div(wout, r->out, HCOMM_F32, r->k->c->size);
     if (res == HCOMM_OK)
-        from_f32(recv, wout, r->out, dt);
+        hcomm__narrow(recv, wout, r->out, dt);
     free(win);
     free(wout);
     return res;

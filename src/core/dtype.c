@@ -51,62 +51,75 @@ hcomm_result_t hcomm_dtype_name(hcomm_dtype_t dtype, const char **name) {
 
 /* --- half precision: bit-exact conversions, round to nearest even --- */
 
-float hcomm__f16_to_f32(uint16_t h) {
+/* Bit manipulation only (no libm calls): the reductions call these once per element. */
+static inline float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    float f;
-    if (exp == 0)
-        f = ldexpf((float)man, -24); /* zero or subnormal */
-    else if (exp == 31)
-        f = man ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(man | 0x400u), (int)exp - 25);
     uint32_t bits;
-    memcpy(&bits, &f, 4);
-    bits |= sign;
+    float f;
+    if (exp == 31) {
+        bits = sign | (man ? 0x7fc00000u : 0x7f800000u);
+    } else if (exp == 0) {
+        f = (float)man * 0x1p-24f; /* zero or subnormal: exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
     memcpy(&f, &bits, 4);
     return f;
 }
 
-uint16_t hcomm__f32_to_f16(float f) {
+static inline uint16_t f32_to_f16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    float a = fabsf(f);
-    if (isnan(f))
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN */
         return (uint16_t)(sign | 0x7e00u);
-    if (a >= 65520.0f) /* rounds to infinity */
+    if (ax >= 0x477ff000u) /* 65520 and up round to infinity */
         return (uint16_t)(sign | 0x7c00u);
-    if (a < 6.103515625e-05f) { /* subnormal range: quantum 2^-24 */
-        float q = nearbyintf(a * 16777216.0f);
-        return (uint16_t)(sign | (uint16_t)q);
+    if (ax < 0x38800000u) { /* below 2^-14: subnormal, quantum 2^-24 */
+        float a;
+        memcpy(&a, &ax, 4);
+        /* a * 2^24 < 2^10 is exact; adding 2^23 rounds it to an integer, to nearest even */
+        float q = (a * 0x1p24f + 0x1p23f) - 0x1p23f;
+        return (uint16_t)(sign | (uint32_t)q);
     }
-    int e;
-    float m = frexpf(a, &e);           /* a = m * 2^e, m in [0.5, 1) */
-    float q = nearbyintf(m * 2048.0f); /* 11 significant bits */
-    if (q >= 2048.0f) {
-        q /= 2.0f;
-        e++;
-    }
-    uint16_t exp = (uint16_t)(e - 1 + 15);
-    if (exp >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    return (uint16_t)(sign | (uint16_t)(exp << 10) | ((uint16_t)q & 0x3ffu));
+    uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3ffu)), rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++; /* a carry out of the mantissa moves the exponent up, as it should */
+    return (uint16_t)(sign | h);
 }
 
-float hcomm__bf16_to_f32(uint16_t h) {
+float hcomm__f16_to_f32(uint16_t h) {
+    return f16_to_f32(h);
+}
+
+uint16_t hcomm__f32_to_f16(float f) {
+    return f32_to_f16(f);
+}
+
+static inline float bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, 4);
     return f;
 }
 
-uint16_t hcomm__f32_to_bf16(float f) {
+static inline uint16_t f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     if (isnan(f))
         return (uint16_t)((x >> 16) | 0x40u);
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
+}
+
+float hcomm__bf16_to_f32(uint16_t h) {
+    return bf16_to_f32(h);
+}
+
+uint16_t hcomm__f32_to_bf16(float f) {
+    return f32_to_bf16(f);
 }
 
 /* --- reduction kernels --- */
@@ -148,19 +161,66 @@ HCOMM__REDUCE_NATIVE(uint8_t, HCOMM__APPLY_INT)
 HCOMM__REDUCE_WRAP(int32_t, uint32_t)
 HCOMM__REDUCE_WRAP(int64_t, uint64_t)
 
-static float half_to_f32(uint16_t h, bool bf) {
-    return bf ? hcomm__bf16_to_f32(h) : hcomm__f16_to_f32(h);
+void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
+    const uint16_t *h = src;
+    if (dt == HCOMM_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(h[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(h[i]);
 }
 
-static uint16_t f32_to_half(float f, bool bf) {
-    return bf ? hcomm__f32_to_bf16(f) : hcomm__f32_to_f16(f);
+void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
+    uint16_t *h = dst;
+    if (dt == HCOMM_BF16)
+        for (size_t i = 0; i < n; i++)
+            h[i] = f32_to_bf16(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            h[i] = f32_to_f16(src[i]);
 }
 
-static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op,
-                        bool bf) {
+static inline float half_to_f32(uint16_t h, bool bf) {
+    return bf ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+static inline uint16_t f32_to_half(float f, bool bf) {
+    return bf ? f32_to_bf16(f) : f32_to_f16(f);
+}
+
+/* Inlined into one loop per (format, op) below, so no element tests either: the f16/bf16
+ * reductions run several times faster than one loop testing both per element. */
+static inline __attribute__((always_inline)) void
+half_loop(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op, bool bf) {
     for (size_t i = 0; i < n; i++) {
         float x = half_to_f32(a[i], bf), y = half_to_f32(b[i], bf);
         d[i] = f32_to_half(HCOMM__APPLY_FLT(x, y, op), bf);
+    }
+}
+
+#define HCOMM__HALF_OPS(d, a, b, n, op, BF)                                                        \
+    switch (op) {                                                                                  \
+    case HCOMM_PROD:                                                                               \
+        half_loop(d, a, b, n, HCOMM_PROD, BF);                                                     \
+        break;                                                                                     \
+    case HCOMM_MAX:                                                                                \
+        half_loop(d, a, b, n, HCOMM_MAX, BF);                                                      \
+        break;                                                                                     \
+    case HCOMM_MIN:                                                                                \
+        half_loop(d, a, b, n, HCOMM_MIN, BF);                                                      \
+        break;                                                                                     \
+    default:                                                                                       \
+        half_loop(d, a, b, n, HCOMM_SUM, BF);                                                      \
+        break;                                                                                     \
+    }
+
+static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op,
+                        bool bf) {
+    if (bf) {
+        HCOMM__HALF_OPS(d, a, b, n, op, true)
+    } else {
+        HCOMM__HALF_OPS(d, a, b, n, op, false)
     }
 }
 

@@ -74,6 +74,10 @@ float hcomm__f16_to_f32(uint16_t h);
 uint16_t hcomm__f32_to_f16(float f);
 float hcomm__bf16_to_f32(uint16_t h);
 uint16_t hcomm__f32_to_bf16(float f);
+/* n elements of f16 or bf16 (dt) to f32, and back (round to nearest even): the conversions
+ * above, one loop per format. */
+void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt);
+void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt);
 
 /* memcpy with non-temporal stores (SSE2; plain memcpy elsewhere): for copies far larger than
  * the cache, whose destination is not read again soon, it saves the read of every destination
