@@ -186,6 +186,12 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
         -b 8 -e 32K -f 64 -n 2 -w 1 --algo all --json "$tmp/m.json")
     echo "$out"
     echo "$out" | grep_all '^# all_reduce, 2 ranks on mpi$' || fail "mpirun: header"
+    echo "$out" | grep_all '^# buffers from hcomm_mem_alloc$' || fail "mpirun: buffer source"
+    # malloc'd buffers: the same rows, read with cross-memory attach instead of mapped
+    out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
+        -b 8 -e 1M -f 128 -n 2 -w 1 --algo all --mem host)
+    echo "$out" | grep_all '^# buffers from malloc (--mem host)$' || fail "--mem host: buffer source"
+    echo "$out" | check_rows all_reduce 2 both || { echo "$out"; fail "--mem host rows"; }
     echo "$out" | check_rows all_reduce 2 both || fail "mpirun rows"
     echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun: a raw row per size"
     [ "$(echo "$out" | grep -c 'hcomm/raw [0-9.]* busbw/memcpy [0-9.]* in-place: .* hcomm/raw [0-9.]* busbw')" -eq 3 ] ||
@@ -234,6 +240,7 @@ expect_msg "-b 8589934592 is larger than -e 4294967296" -b 8G -e 4G
 expect_msg "-f 2x must be a number above 1" -f 2x
 expect_msg "-f and -i exclude each other" -f 2 -i 8
 expect_msg "-d f12 is not a dtype" -d f12
+expect_msg '--mem="device" is not shared or host' --mem=device
 expect_msg "-o mean is not a reduction" -o mean
 expect_msg "gatherx is not an operation; valid: all_reduce" gatherx
 expect_msg "--op gatherx is not an operation" --op gatherx

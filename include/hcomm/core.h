@@ -160,10 +160,14 @@ HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);
 HCOMM_API hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double seconds);
 /** Allocates @p bytes of host memory for communication buffers into @p *ptr (page-aligned),
  *  freed with hcomm_mem_free(). The memory is a POSIX shared-memory object where /dev/shm can
- *  hold it (else private memory, silently), so that processes of one node could map each
- *  other's buffers. Today no path depends on it: the mpi backend's one-copy paths read peers'
- *  buffers with cross-memory attach whatever their origin, and any buffer works with every
- *  call. Local, thread-safe.
+ *  hold it (else private memory, silently). On the mpi backend, processes on one node then map
+ *  each other's buffers and the one-node algorithms (twoshot, direct) load from them with no
+ *  copy at all; a buffer from anywhere else is read with Linux cross-memory attach
+ *  (process_vm_readv, one copy, about half the speed here). Any buffer works with every call,
+ *  and both kinds may be mixed across ranks. A peer keeps its mapping of this buffer after a
+ *  call, for the next; hcomm_mem_free() unlinks the object and a peer unmaps it at its next
+ *  call that maps a new buffer (or within a second of calls), so the memory goes back then.
+ *  Local, thread-safe.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM. */
 HCOMM_API hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr);
 /** Frees memory from hcomm_mem_alloc() (NULL is a no-op). Local, thread-safe.
@@ -181,7 +185,8 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * loads), which gives on every rank the bits of a serial left-to-right reduction; on the mpi
  * backend small calls run hcomm's own recursive doubling, halving or binomial tree over its
  * p2p layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first),
- * larger ones on one host twoshot or direct (peers' buffers read with cross-memory attach),
+ * larger ones on one host twoshot or direct (peers' buffers loaded directly when they come from
+ * hcomm_mem_alloc, else read with cross-memory attach),
  * all_to_allv pairwise or Bruck, and the rest Open MPI's non-blocking collectives (polled, so
  * they time out) with hcomm's reduction kernels as user ops: the table of sizes is in
  * docs/architecture.md, and the cost model picks on declared multi-node topologies.

@@ -40,6 +40,7 @@ enum {
     F_MOE_K,
     F_MOE_E,
     F_DP_N,
+    F_MEM,
     F_COUNT
 };
 
@@ -66,6 +67,7 @@ static const flag_t flags[F_COUNT] = {
     [F_MOE_K] = {NULL, "--moe-topk", NULL, K_INT, 1, 64},
     [F_MOE_E] = {NULL, "--moe-experts", NULL, K_INT, 1, 1 << 16},
     [F_DP_N] = {NULL, "--dp-buffers", NULL, K_INT, 1, 4096},
+    [F_MEM] = {NULL, "--mem", NULL, K_STR, 0, 0},
 };
 
 static void print_version(void) {
@@ -112,6 +114,9 @@ static void usage(FILE *f) {
         "  --moe-hidden H --moe-topk K --moe-experts E   moe_dispatch_combine shape (7168, 8, "
         "256)\n"
         "  --dp-buffers N    dp_all_reduce: gradient buffers per call (default 16)\n"
+        "  --mem M           where the buffers come from: shared (hcomm_mem_alloc, the default:\n"
+        "                    mpi processes on one node load from each other's) or host (malloc:\n"
+        "                    read with cross-memory attach)\n"
         "  --backend B       local or mpi (default: $HCOMM_BACKEND, else mpi under mpirun with\n"
         "                    2 or more processes; --backend mpi for a 1-process job)\n"
         "  --calibrate [FILE]  instead of tables: measure the link classes of hcomm's cost model\n"
@@ -287,6 +292,13 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
         return 0;
     case F_PLOT:
         o->plot = v;
+        return 0;
+    case F_MEM:
+        if (strcmp(v, "shared") != 0 && strcmp(v, "host") != 0) {
+            fprintf(stderr, "hcomm-bench: %s=\"%s\" is not shared or host\n", a, v);
+            return -1;
+        }
+        o->host_mem = strcmp(v, "host") == 0;
         return 0;
     default:
         break;

@@ -26,6 +26,7 @@ typedef struct bench_opts {
     const char *json, *csv, *plot;
     int moe_hidden, moe_topk, moe_experts;
     int dp_buffers;
+    bool host_mem;              /* --mem host: malloc'd buffers, not hcomm_mem_alloc's */
     bool calibrate;             /* --calibrate [FILE] (calibrate.c) */
     const char *calibrate_file; /* NULL: print only */
 } bench_opts_t;

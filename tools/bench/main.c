@@ -369,6 +369,7 @@ static void print_header(run_t *R, const bench_case_t *c) {
     const char *backend = "?";
     hcomm_comm_backend(R->w, &backend);
     printf("#\n# %s, %d rank%s on %s\n", R->op->name, R->size, R->size == 1 ? "" : "s", backend);
+    printf("# buffers from %s\n", R->o->host_mem ? "malloc (--mem host)" : "hcomm_mem_alloc");
     if (R->op->describe) {
         char line[512];
         R->op->describe(c, line, sizeof line);
@@ -554,11 +555,20 @@ static int count_sizes(const bench_opts_t *o) {
     return n;
 }
 
-static void *alloc_buf(size_t bytes) {
+/* From hcomm_mem_alloc (peers on one node map it: no copy), or page-aligned from malloc's
+ * heap with --mem host (read with cross-memory attach: one copy). */
+static void *alloc_buf(const bench_opts_t *o, size_t bytes) {
     void *p = NULL;
-    if (hcomm_mem_alloc(bytes, &p) == HCOMM_OK) /* one-copy paths on mpi need these */
-        return p;
-    return NULL;
+    if (o->host_mem)
+        return posix_memalign(&p, 4096, bytes) == 0 ? p : NULL;
+    return hcomm_mem_alloc(bytes, &p) == HCOMM_OK ? p : NULL;
+}
+
+static void free_buf(const bench_opts_t *o, void *p) {
+    if (o->host_mem)
+        free(p);
+    else
+        hcomm_mem_free(p);
 }
 
 static hcomm_result_t alloc_case(run_t *R, bench_case_t *c) {
@@ -572,8 +582,8 @@ static hcomm_result_t alloc_case(run_t *R, bench_case_t *c) {
     hcomm_dtype_size(c->dt, &c->es);
     R->op->shape(c, R->o->max_bytes);
     c->cap = R->op->capacity(c) + 64;
-    c->send = alloc_buf(c->cap);
-    c->recv = alloc_buf(c->cap);
+    c->send = alloc_buf(R->o, c->cap);
+    c->recv = alloc_buf(R->o, c->cap);
     size_t n = (size_t)R->size;
     c->counts = calloc(n, sizeof(size_t));
     c->displs = calloc(n, sizeof(size_t));
@@ -588,8 +598,8 @@ static hcomm_result_t alloc_case(run_t *R, bench_case_t *c) {
 }
 
 static void free_case(run_t *R, bench_case_t *c) {
-    hcomm_mem_free(c->send);
-    hcomm_mem_free(c->recv);
+    free_buf(R->o, c->send);
+    free_buf(R->o, c->recv);
     free(c->counts);
     free(c->displs);
     free(c->rcounts);
