@@ -1,5 +1,5 @@
 /* Edges of the mpi lane (recursive doubling in 3968-byte pieces, the signature agreement) and
- * of twoshot all_reduce (default on mpi on one host from 16 KiB with 2 processes, 128 KiB with
+ * of twoshot all_reduce (default on mpi on one host from 8 KiB with 2 processes, 16 KiB with
  * more; forced on local), on the
  * local backend (world sizes 2..5) and under mpirun (HCOMM_TEST_MPI: np 2, 3 and 4):
  *   (a) counts, dtypes and ops that differ across ranks at the rd / native / twoshot size

@@ -634,11 +634,15 @@ static bool is_reduction(int coll) {
  * twoshot by default (one copy per byte and phase; its address exchange and barriers take
  * p - 1 and 2 log p messages). Measured with scripts/regret-sweep.sh (medians of 3 interleaved
  * runs on 2 cores): on mpi faster than Open MPI's native all_reduce from 8 KiB with 2 processes
- * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), but below 16 KiB behind rd on the lane
- * (select.c; 8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, 3 runs), and with 4 (oversubscribed) from
- * 128 KiB, since its addresses and barriers travel on the lane without an agreement (medians of
- * 3 interleaved runs: at 32 KiB twoshot 75-92 us against native 68-91, at 128 KiB 151-161
- * against 176-196, at 512 KiB 406-451 against 517-622; 1.3-2.7x faster at 2-128 MiB). On a
+ * (native: 30-35 us from 6 to 16 KiB, twoshot 7-13), and from 8 KiB ahead of rd on the lane too
+ * since it loads hcomm_mem_alloc buffers in place (select.c: 8 KiB rd 6.0-6.8 us, twoshot
+ * 3.3-4.1, at par on malloc's buffers, which it copies), and with 4 (oversubscribed) from
+ * 16 KiB, since its addresses and barriers travel on the lane without an agreement. There the
+ * buffers' origin decides (every rank must choose alike before it knows its peers' buffers, so
+ * the threshold splits the difference; 4 processes, 2 runs of 40 calls): on hcomm_mem_alloc
+ * buffers twoshot 29 us against native 36 at 8 KiB, 32-35 against 42-52 at 16 KiB, 39-43
+ * against 81-96 at 64 KiB; on malloc's 44-49 against 32-35 at 8 KiB, 46-51 against 37-39 at 16
+ * KiB, at par at 32 KiB, 67-71 against 89 at 64 KiB (1.3-2.7x faster at 2-128 MiB). On a
  * shared-memory transport (local), against the native all_reduce (every rank reduces its chunk
  * of all inputs into its scratch, then copies every chunk out; 2 copies per byte to twoshot's
  * one read and one reduction), twoshot wins from 256 KiB with 2 ranks (native and twoshot
@@ -649,7 +653,7 @@ static bool is_reduction(int coll) {
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
         return p <= 2 ? (size_t)256 << 10 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
-    return p <= 2 ? (size_t)16 << 10 : (size_t)128 << 10;
+    return p <= 2 ? (size_t)8 << 10 : (size_t)16 << 10;
 }
 
 static bool peer_reads(hcomm_comm_t *c) {

@@ -268,9 +268,11 @@ __attribute__((constructor)) static void register_env_check(void) {
 #define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)32 << 10)
 #define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
- * rhd and twoshot up to 8 KiB (8 KiB: rd 5.9-13.6 us, twoshot 10.3-14.4, rhd 13.5-22.9; 3 runs)
- * and behind twoshot at 16 KiB */
-#define PAIR_ALLREDUCE_RD_MAX_BYTES ((size_t)16 << 10) /* twoshot from here (coll.c) */
+ * rhd and twoshot up to 4 KiB (4 KiB: rd 3.2-3.4 us, twoshot 3.2-3.5 on hcomm_mem_alloc buffers,
+ * which it loads in place, 6.0-6.8 on malloc's, which it copies with process_vm_readv) and behind
+ * twoshot from 8 KiB (rd 6.0-6.8, twoshot 3.3-4.1, or 6.3-6.4 on malloc's buffers; medians of
+ * 200 calls, 2 runs each) */
+#define PAIR_ALLREDUCE_RD_MAX_BYTES ((size_t)8 << 10) /* twoshot from here (coll.c) */
 
 static int pair_default(int coll, size_t bytes) {
     if (coll == HCOMM__COLL_ALLREDUCE && bytes < PAIR_ALLREDUCE_RD_MAX_BYTES)
