@@ -265,8 +265,12 @@ __attribute__((constructor)) static void register_env_check(void) {
  * path (btl_vader_max_inline_send), so from 192-byte pieces hcomm's exchange pays that step where
  * the raw call's does from 256. More processes: many_default below. */
 #define PAIR_BROADCAST_MAX_BYTES ((size_t)8 << 10)
-#define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)32 << 10)
-#define PAIR_ALLGATHER_MAX_BYTES ((size_t)16 << 10)
+/* Since direct loads hcomm_mem_alloc buffers in place (no process_vm_readv), it leads from 8
+ * KiB (reduce_scatter: 2.4 us against rhd 3.5 and raw 5.2-5.6; on malloc's buffers 3.8 against
+ * 3.5) and from 16 KiB for all_gather (3.2 against rd 5.9 and raw 4.0; malloc's 4.4 against 6.1;
+ * at 8 KiB 2.8 against 3.4, but 3.7 against 3.2 on malloc's); 200 calls each. */
+#define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)8 << 10)
+#define PAIR_ALLGATHER_MAX_BYTES ((size_t)8 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
  * rhd and twoshot up to 4 KiB (4 KiB: rd 3.2-3.4 us, twoshot 3.2-3.5 on hcomm_mem_alloc buffers,
  * which it loads in place, 6.0-6.8 on malloc's, which it copies with process_vm_readv) and behind
@@ -299,20 +303,25 @@ static int pair_default(int coll, size_t bytes) {
  * agreement): 54-58 against native 68-70 (raw 54-56) at 32 KiB, 90-92 against 143-145 at 128
  * KiB, 3.5 against 6.3 ms at 4 MiB, 13 against 54 (raw 49) at 16 MiB. all_gather direct from 32
  * KiB: 50 against native 60 (raw 39) at 32 KiB, 172 against 199 (175) at 512 KiB, 3.4 against 3.5
- * (4.2) ms at 8 MiB. */
+ * (4.2) ms at 8 MiB. Since direct loads hcomm_mem_alloc buffers in place it leads both from 16
+ * KiB on either kind of buffer (60 calls, 4 processes: all_gather 25 us against native 40 on
+ * shared buffers, 31 against 36 on malloc's; reduce_scatter 21 against 32, 42.5 against 47);
+ * below, only on shared ones. */
 #define MANY_ALLGATHER_RD_MAX_BYTES 2048
 #define MANY_REDUCESCATTER_RD_MAX_BYTES 2048
 #define MANY_BROADCAST_RD_MAX_BYTES 1024
-#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)32 << 10)
-#define MANY_ALLGATHER_DIRECT_BYTES ((size_t)32 << 10)
+#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)16 << 10)
+#define MANY_ALLGATHER_DIRECT_BYTES ((size_t)16 << 10)
 
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
  * collectives run unchecked. Its broadcast's root only sends: 12.4-13.9 us against rd's
  * 20.2-20.5 up to 1 KiB (raw 11.4-13.5; 4 processes). Its all_gather stays ahead of direct up
  * to 256 KiB (2 interleaved runs, 4 processes: 32 KiB 44-48 us against 50-54, 128 KiB 67-70
  * against 70-76, 256 KiB 100-104 against 99-106; raw 40-43, 63-68, 98-104), behind from 512 KiB
- * (1 MiB: 325-401 against 308-394). */
-#define MANY_ALLGATHER_DIRECT_BYTES_OFF ((size_t)512 << 10)
+ * (1 MiB: 325-401 against 308-394). That was with cross-memory attach on every buffer; on
+ * hcomm_mem_alloc buffers, which direct loads in place, it leads from 64 KiB (25 against 27, 256
+ * KiB 51.5 against 64-69), on malloc's it is at par at 256 KiB (79 against 79). */
+#define MANY_ALLGATHER_DIRECT_BYTES_OFF ((size_t)256 << 10)
 
 static int many_default(int coll, size_t bytes) {
     bool off = hcomm__check_mode() == HCOMM__CHECK_OFF;
