@@ -189,8 +189,8 @@ static inline uint16_t f32_to_half(float f, bool bf) {
     return bf ? f32_to_bf16(f) : f32_to_f16(f);
 }
 
-/* Inlined into one loop per (format, op) below, so no element tests either: the f16/bf16
- * reductions run several times faster than one loop testing both per element. */
+/* Inlined into one loop per (format, op) below, so that no loop tests either per element:
+ * several times faster than one loop that does. */
 static inline __attribute__((always_inline)) void
 half_loop(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op, bool bf) {
     for (size_t i = 0; i < n; i++) {
