@@ -649,10 +649,14 @@ static bool is_reduction(int coll) {
  * alternating, 2 runs: 128 KiB 18-21 against 16-18 us, 256 KiB 34-35 against 28-31, 2 MiB
  * 216-233 against 138-176, 8 MiB 2.3-2.8 against 1.1-2.0 ms; the all-algorithm sweep had
  * native ahead at 128 KiB), from 32 MiB with 3-4 (4 ranks: native ahead up to 1 MiB, even at
- * 4 MiB, twoshot 1.1x at 16 MiB), and only at 128 MiB with 8 (native still ahead at 32 MiB). */
+ * 4 MiB, twoshot 1.1x at 16 MiB), and only at 128 MiB with 8 (native still ahead at 32 MiB).
+ * Since twoshot loads peers' inputs in place and reduces in one pass per step (no copy into
+ * scratch first), it leads much earlier (scripts/regret-sweep.sh, medians of 2 runs, native /
+ * twoshot time): 2 ranks 1.10 at 32 KiB, 1.44 at 128 KiB, 1.6-2.3 above; 4 ranks 0.73 at 128
+ * KiB, 1.01 at 512 KiB, 1.19-1.59 from 2 MiB; 8 ranks 0.68 at 512 KiB, 1.11-1.47 from 2 MiB. */
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
-        return p <= 2 ? (size_t)256 << 10 : p <= 4 ? (size_t)32 << 20 : (size_t)128 << 20;
+        return p <= 2 ? (size_t)32 << 10 : p <= 4 ? (size_t)1 << 20 : (size_t)2 << 20;
     return p <= 2 ? (size_t)8 << 10 : (size_t)16 << 10;
 }
 
