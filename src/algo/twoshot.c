@@ -120,18 +120,19 @@ static bool commutes(hcomm_dtype_t dt, hcomm_op_t op) {
 }
 
 /* reduce_piece in place on a rank other than 0, where acc is this rank's own input: ranks
- * 0..me-1 are reduced in scratch and folded in as acc op partial (the bits of partial op acc,
- * as commutes() says), then ranks me+1.. reduce into acc; no copy of the piece is kept. */
+ * 0..me-1 are reduced (in scratch where there are several, else loaded in place) and folded in
+ * as acc op partial (the bits of partial op acc, as commutes() says), then ranks me+1.. reduce
+ * into acc; no copy of the piece is kept. */
 static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, size_t off, void *acc,
                                  unsigned char *tmp, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
     int p = x->c->size, me = x->c->rank;
     size_t bytes = n * hcomm__dtype_size(dt);
-    unsigned char *partial = tmp;
-    const void *in;
-    HCOMM__TRY(hcomm__x_peer_copy(x, 0, &all[0].send, off, partial, bytes));
+    const void *partial, *in;
+    HCOMM__TRY(hcomm__x_peer_load(x, 0, &all[0].send, off, tmp, bytes, &partial));
     for (int q = 1; q < me; q++) {
         HCOMM__TRY(hcomm__x_peer_load(x, q, &all[q].send, off, tmp + PIECE_BYTES, bytes, &in));
-        hcomm__reduce(partial, in, n, dt, op);
+        hcomm__reduce_to(tmp, partial, in, n, dt, op);
+        partial = tmp;
     }
     hcomm__reduce(acc, partial, n, dt, op);
     for (int q = me + 1; q < p; q++) {
