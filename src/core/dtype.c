@@ -105,13 +105,12 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+/* A select, not a branch, so that loops of it vectorise. */
 static inline uint16_t f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if (isnan(f))
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, quiet = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 float hcomm__bf16_to_f32(uint16_t h) {
@@ -161,24 +160,36 @@ HCOMM__REDUCE_NATIVE(uint8_t, HCOMM__APPLY_INT)
 HCOMM__REDUCE_WRAP(int32_t, uint32_t)
 HCOMM__REDUCE_WRAP(int64_t, uint64_t)
 
+/* The 16-bit side is read and written with memcpy: it need not be 2-byte aligned (a row of a
+ * packed MoE buffer), and the compiler still emits plain loads and stores. */
+static inline uint16_t load_u16(const char *p) {
+    uint16_t u;
+    memcpy(&u, p, 2);
+    return u;
+}
+
 void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
-    const uint16_t *h = src;
+    const char *h = src;
     if (dt == HCOMM_BF16)
         for (size_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(h[i]);
+            dst[i] = bf16_to_f32(load_u16(h + 2 * i));
     else
         for (size_t i = 0; i < n; i++)
-            dst[i] = f16_to_f32(h[i]);
+            dst[i] = f16_to_f32(load_u16(h + 2 * i));
+}
+
+static inline void store_u16(char *p, uint16_t u) {
+    memcpy(p, &u, 2);
 }
 
 void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
-    uint16_t *h = dst;
+    char *h = dst;
     if (dt == HCOMM_BF16)
         for (size_t i = 0; i < n; i++)
-            h[i] = f32_to_bf16(src[i]);
+            store_u16(h + 2 * i, f32_to_bf16(src[i]));
     else
         for (size_t i = 0; i < n; i++)
-            h[i] = f32_to_f16(src[i]);
+            store_u16(h + 2 * i, f32_to_f16(src[i]));
 }
 
 static inline float half_to_f32(uint16_t h, bool bf) {

@@ -1142,22 +1142,6 @@ hcomm_result_t hcomm_moe_route_info(const hcomm_moe_handle_t *handle,
 
 /* ---- arithmetic of combine and the backward passes ---- */
 
-/* bf16 <-> f32 inline (the same bits as hcomm__bf16_to_f32 / hcomm__f32_to_bf16: round to
- * nearest even, NaN stays NaN), so the row loops below vectorise. */
-static inline float bf16_to_f32(uint16_t u) {
-    uint32_t bits = (uint32_t)u << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, quiet = (x >> 16) | 0x40u;
-    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
 static double load_f64(const void *row, int64_t c) {
     double d;
     memcpy(&d, (const char *)row + 8 * (size_t)c, 8);
@@ -1166,34 +1150,17 @@ static double load_f64(const void *row, int64_t c) {
 
 /* A row of f16, bf16 or f32 as f32, and back (rounded to nearest even). */
 static void row_to_f32(hcomm_dtype_t dt, const void *row, int64_t cols, float *out) {
-    const char *r = row;
-    if (dt == HCOMM_F32) {
+    if (dt == HCOMM_F32)
         memcpy(out, row, sizeof(float) * (size_t)cols);
-    } else if (dt == HCOMM_BF16) {
-        for (int64_t c = 0; c < cols; c++) {
-            uint16_t u;
-            memcpy(&u, r + 2 * c, 2);
-            out[c] = bf16_to_f32(u);
-        }
-    } else {
-        for (int64_t c = 0; c < cols; c++) {
-            uint16_t u;
-            memcpy(&u, r + 2 * c, 2);
-            out[c] = hcomm__f16_to_f32(u);
-        }
-    }
+    else
+        hcomm__widen(out, row, (size_t)cols, dt);
 }
 
 static void row_from_f32(hcomm_dtype_t dt, const float *in, int64_t cols, void *row) {
-    char *r = row;
-    if (dt == HCOMM_F32) {
+    if (dt == HCOMM_F32)
         memcpy(row, in, sizeof(float) * (size_t)cols);
-        return;
-    }
-    for (int64_t c = 0; c < cols; c++) {
-        uint16_t u = dt == HCOMM_BF16 ? f32_to_bf16(in[c]) : hcomm__f32_to_f16(in[c]);
-        memcpy(r + 2 * c, &u, 2);
-    }
+    else
+        hcomm__narrow(row, in, (size_t)cols, dt);
 }
 
 /* acc (+)= w * y over one row: the first term initialises, so one term is exact (sign of zero
