@@ -304,9 +304,10 @@ hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes,
             res = q == root ? HCOMM_OK : hcomm__x_send(x, q, &at, sizeof at);
     else
         res = hcomm__x_recv(x, root, &at, sizeof at);
-    hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes);
-    if (res == HCOMM_OK && me != root)
+    if (res == HCOMM_OK && me != root) {
+        hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes);
         res = hcomm__x_tell_peers(x, hcomm__x_peer_copy(x, root, &from, 0, buf, bytes));
+    }
     if (res == HCOMM_OK)
         res = barrier(x);
     return res;

@@ -60,7 +60,6 @@ static int find_view(int pid, uint32_t id) {
 
 /* Maps the whole object (later calls may use other parts of it); -1 when it cannot. */
 static int map_view(int pid, uint32_t id) {
-    sweep_unlinked();
     if (nviews == VIEW_SLOTS)
         return -1;
     char name[HCOMM__SHM_NAME_MAX];
@@ -84,9 +83,11 @@ const void *hcomm__shm_view(int pid, uint32_t id, uint64_t off, size_t bytes) {
     if (id == 0)
         return NULL;
     pthread_mutex_lock(&view_mu);
-    if (time(NULL) != last_sweep)
-        sweep_unlinked();
     int i = find_view(pid, id);
+    if (i < 0 || time(NULL) != last_sweep) { /* before a new mapping, else once a second */
+        sweep_unlinked();
+        i = find_view(pid, id); /* the sweep moves views, never one a live call uses */
+    }
     if (i < 0)
         i = map_view(pid, id);
     const char *at = NULL;
