@@ -1,11 +1,13 @@
 /* The reduction kernels under the algorithms: hcomm__reduce_to (dst = a op b in one pass) and
  * hcomm__reduce_stream (the same through non-temporal stores) must give, for every dtype and
  * op and any length or alignment, the bits of hcomm__reduce (dst op= src), also where dst is a
- * or b itself; and hcomm__widen / hcomm__narrow must be the element conversions. */
+ * or b itself; half precision must match an element-wise reference; and hcomm__widen /
+ * hcomm__narrow must be the element conversions. */
 #include "harness.h"
 #include "core/internal.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,25 +68,80 @@ static void check_case(hcomm_dtype_t dt, hcomm_op_t op, size_t n, size_t shift_e
     T_CHECK(memcmp(pg, want, bytes) == 0, "reduce_to into a %s op=%d n=%zu", name, (int)op, n);
 }
 
+static uint16_t to_half(float f, bool bf) {
+    return bf ? hcomm__f32_to_bf16(f) : hcomm__f32_to_f16(f);
+}
+
+static float from_half(uint16_t h, bool bf) {
+    return bf ? hcomm__bf16_to_f32(h) : hcomm__f16_to_f32(h);
+}
+
+/* Every 16-bit pattern widened, and every f32 whose low 16 bits are one of the rounding cases
+ * (ties, either side of them, odd and even kept bits) narrowed, at an odd byte address and with
+ * a length that leaves a tail: the block conversions (vector code where the CPU has it) must
+ * give the element functions' bits, NaNs included. */
 static void check_conversions(void) {
-    static uint16_t h[MAX_ELEMS], back[MAX_ELEMS];
-    static float f[MAX_ELEMS];
+    enum { N = 65536 };
+    static const uint16_t lows[] = {0,      1,      0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000,
+                                    0x3000, 0x7fff, 0x8000, 0x8001, 0x9000, 0xffff};
+    static float f[N];
+    static unsigned char raw[2 * N + 1];
     for (int bf = 0; bf < 2; bf++) {
         hcomm_dtype_t dt = bf ? HCOMM_BF16 : HCOMM_F16;
-        fill((unsigned char *)h, MAX_ELEMS, dt, 3);
-        hcomm__widen(f, h, MAX_ELEMS, dt);
         long bad = 0;
-        for (size_t i = 0; i < MAX_ELEMS; i++) {
-            float e = bf ? hcomm__bf16_to_f32(h[i]) : hcomm__f16_to_f32(h[i]);
-            bad += memcmp(&e, &f[i], 4) != 0;
-            f[i] = f[i] * 1.001f; /* something to round */
+        for (uint32_t i = 0; i < N; i++) {
+            uint16_t u = (uint16_t)i;
+            memcpy(raw + 1 + 2 * i, &u, 2);
         }
-        hcomm__narrow(back, f, MAX_ELEMS, dt);
-        for (size_t i = 0; i < MAX_ELEMS; i++)
-            bad += back[i] != (bf ? hcomm__f32_to_bf16(f[i]) : hcomm__f32_to_f16(f[i]));
-        T_CHECK(bad == 0, "%ld %s conversions differ from the element functions", bad,
+        hcomm__widen(f, raw + 1, N, dt);
+        for (uint32_t i = 0; i < N; i++) {
+            float e = from_half((uint16_t)i, bf);
+            bad += memcmp(&e, &f[i], 4) != 0;
+        }
+        T_CHECK(bad == 0, "%ld of 65536 %s widenings differ from the element function", bad,
+                bf ? "bf16" : "f16");
+        bad = 0;
+        for (size_t l = 0; l < sizeof lows / sizeof lows[0]; l++) {
+            for (uint32_t hi = 0; hi < N; hi++) {
+                uint32_t x = hi << 16 | lows[l];
+                memcpy(&f[hi], &x, 4);
+            }
+            size_t n = N - 3 - l; /* each length leaves a different tail */
+            hcomm__narrow(raw + 1, f, n, dt);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t got;
+                memcpy(&got, raw + 1 + 2 * i, 2);
+                bad += got != to_half(f[i], bf);
+            }
+        }
+        T_CHECK(bad == 0, "%ld %s narrowings differ from the element function", bad,
                 bf ? "bf16" : "f16");
     }
+}
+
+/* Half precision against the element functions, not hcomm__reduce (which shares the block
+ * path): widen both, apply the op in f32 (MAX/MIN keep a NaN), round once. */
+static void check_half_reference(hcomm_dtype_t dt, hcomm_op_t op, size_t n) {
+    static uint16_t a[MAX_ELEMS], b[MAX_ELEMS], got[MAX_ELEMS];
+    bool bf = dt == HCOMM_BF16;
+    fill((unsigned char *)a, n, dt, 4);
+    fill((unsigned char *)b, n, dt, 5);
+    hcomm__reduce_to(got, a, b, n, dt, op);
+    long bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float x = from_half(a[i], bf), y = from_half(b[i], bf), r;
+        if (op == HCOMM_SUM)
+            r = x + y;
+        else if (op == HCOMM_PROD)
+            r = x * y;
+        else if (isnan(x) || isnan(y))
+            r = isnan(x) ? x : y;
+        else
+            r = op == HCOMM_MAX ? (x > y ? x : y) : (x < y ? x : y);
+        bad += got[i] != to_half(r, bf);
+    }
+    T_CHECK(bad == 0, "%ld of %zu %s elements (op=%d) differ from the element-wise reference", bad,
+            n, bf ? "bf16" : "f16", (int)op);
 }
 
 int main(void) {
@@ -97,5 +154,9 @@ int main(void) {
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
                 check_case(dts[d], ops[o], ns[k], k % 3);
     check_conversions();
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+                check_half_reference(bf ? HCOMM_BF16 : HCOMM_F16, ops[o], ns[k]);
     return t_finish("test_kernels");
 }

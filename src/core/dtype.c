@@ -168,70 +168,138 @@ static inline uint16_t load_u16(const char *p) {
     return u;
 }
 
-void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
-    const char *h = src;
-    if (dt == HCOMM_BF16)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(load_u16(h + 2 * i));
-    else
-        for (size_t i = 0; i < n; i++)
-            dst[i] = f16_to_f32(load_u16(h + 2 * i));
-}
-
 static inline void store_u16(char *p, uint16_t u) {
     memcpy(p, &u, 2);
 }
 
+/* x86 with F16C converts 8 f16 values per instruction, exact and round-to-nearest-even like the
+ * scalar code; only NaNs differ (the hardware keeps the payload), so NaN lanes are rewritten to
+ * the scalar code's canonical quiet NaN of the same sign, and both paths give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HCOMM__HAVE_X86_PATHS 1
+
+static bool f16c_usable(void) {
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}
+
+static inline __attribute__((target("avx,f16c"))) __m256 canonical_nan(__m256 v) {
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    __m256 quiet = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)),
+                                _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+    /* masks, not _mm256_blendv_ps: GCC 12 turns that blend into a branch per lane */
+    return _mm256_or_ps(_mm256_andnot_ps(nan, v), _mm256_and_ps(nan, quiet));
+}
+
+static __attribute__((target("avx,f16c"))) void f16c_widen(float *dst, const char *h, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            dst + i, canonical_nan(_mm256_cvtph_ps(_mm_loadu_si128((const void *)(h + 2 * i)))));
+    for (; i < n; i++)
+        dst[i] = f16_to_f32(load_u16(h + 2 * i));
+}
+
+static __attribute__((target("avx,f16c"))) void f16c_narrow(char *h, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((void *)(h + 2 * i),
+                         _mm256_cvtps_ph(canonical_nan(_mm256_loadu_ps(src + i)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        store_u16(h + 2 * i, f32_to_f16(src[i]));
+}
+
+static bool avx2_usable(void) {
+    return __builtin_cpu_supports("avx2");
+}
+
+/* f32_to_bf16 on 8 lanes: the same wrapping integer arithmetic and NaN rule. */
+static inline __attribute__((target("avx2"))) __m256i bf16_lanes(__m256i x) {
+    __m256i top = _mm256_srli_epi32(x, 16);
+    __m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    return _mm256_or_si256(_mm256_andnot_si256(nan, rounded), _mm256_and_si256(nan, quiet));
+}
+
+/* Plain C leaves this loop scalar-speed on the x86-64 baseline (no 32-to-16-bit pack). */
+static __attribute__((target("avx2"))) void avx2_narrow_bf16(char *h, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i lo = bf16_lanes(_mm256_loadu_si256((const void *)(src + i)));
+        __m256i hi = bf16_lanes(_mm256_loadu_si256((const void *)(src + i + 8)));
+        /* packus works per 128-bit half: the permute puts the four quarters back in order */
+        _mm256_storeu_si256((void *)(h + 2 * i),
+                            _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8));
+    }
+    for (; i < n; i++)
+        store_u16(h + 2 * i, f32_to_bf16(src[i]));
+}
+#endif
+
+void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
+    const char *h = src;
+    if (dt == HCOMM_BF16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(load_u16(h + 2 * i));
+        return;
+    }
+#ifdef HCOMM__HAVE_X86_PATHS
+    if (f16c_usable()) {
+        f16c_widen(dst, h, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f16_to_f32(load_u16(h + 2 * i));
+}
+
 void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
     char *h = dst;
-    if (dt == HCOMM_BF16)
+    if (dt == HCOMM_BF16) {
+#ifdef HCOMM__HAVE_X86_PATHS
+        if (avx2_usable()) {
+            avx2_narrow_bf16(h, src, n);
+            return;
+        }
+#endif
         for (size_t i = 0; i < n; i++)
             store_u16(h + 2 * i, f32_to_bf16(src[i]));
-    else
-        for (size_t i = 0; i < n; i++)
-            store_u16(h + 2 * i, f32_to_f16(src[i]));
-}
-
-static inline float half_to_f32(uint16_t h, bool bf) {
-    return bf ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
-static inline uint16_t f32_to_half(float f, bool bf) {
-    return bf ? f32_to_bf16(f) : f32_to_f16(f);
-}
-
-/* Inlined into one loop per (format, op) below, so that no loop tests either per element:
- * several times faster than one loop that does. */
-static inline __attribute__((always_inline)) void
-half_loop(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op, bool bf) {
-    for (size_t i = 0; i < n; i++) {
-        float x = half_to_f32(a[i], bf), y = half_to_f32(b[i], bf);
-        d[i] = f32_to_half(HCOMM__APPLY_FLT(x, y, op), bf);
+        return;
     }
+#ifdef HCOMM__HAVE_X86_PATHS
+    if (f16c_usable()) {
+        f16c_narrow(h, src, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        store_u16(h + 2 * i, f32_to_f16(src[i]));
 }
 
-#define HCOMM__HALF_OPS(d, a, b, n, op, BF)                                                        \
-    switch (op) {                                                                                  \
-    case HCOMM_PROD:                                                                               \
-        half_loop(d, a, b, n, HCOMM_PROD, BF);                                                     \
-        break;                                                                                     \
-    case HCOMM_MAX:                                                                                \
-        half_loop(d, a, b, n, HCOMM_MAX, BF);                                                      \
-        break;                                                                                     \
-    case HCOMM_MIN:                                                                                \
-        half_loop(d, a, b, n, HCOMM_MIN, BF);                                                      \
-        break;                                                                                     \
-    default:                                                                                       \
-        half_loop(d, a, b, n, HCOMM_SUM, BF);                                                      \
-        break;                                                                                     \
-    }
+/* Half precision is reduced through f32 blocks: the conversions run as whole-block loops (8
+ * lanes per instruction for f16 with F16C, plain vector code for bf16) and the op as the f32
+ * kernel, so no loop tests the format or the op per element. */
+enum { HALF_BLOCK = 512 };
+
+static void div_float(float *b, size_t n, int k) {
+    for (size_t i = 0; i < n; i++)
+        b[i] = b[i] / (float)k;
+}
 
 static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, hcomm_op_t op,
-                        bool bf) {
-    if (bf) {
-        HCOMM__HALF_OPS(d, a, b, n, op, true)
-    } else {
-        HCOMM__HALF_OPS(d, a, b, n, op, false)
+                        hcomm_dtype_t dt) {
+    float x[HALF_BLOCK], y[HALF_BLOCK];
+    for (size_t o = 0; o < n; o += HALF_BLOCK) {
+        size_t m = n - o < HALF_BLOCK ? n - o : HALF_BLOCK;
+        hcomm__widen(x, a + o, m, dt);
+        hcomm__widen(y, b + o, m, dt);
+        reduce_float(x, x, y, m, op);
+        hcomm__narrow(d + o, x, m, dt);
     }
 }
 
@@ -245,10 +313,10 @@ void hcomm__reduce_to(void *dst, const void *a, const void *b, size_t n, hcomm_d
         reduce_double(dst, a, b, n, op);
         break;
     case HCOMM_F16:
-        reduce_half(dst, a, b, n, op, false);
+        reduce_half(dst, a, b, n, op, HCOMM_F16);
         break;
     case HCOMM_BF16:
-        reduce_half(dst, a, b, n, op, true);
+        reduce_half(dst, a, b, n, op, HCOMM_BF16);
         break;
     case HCOMM_I8:
         reduce_int8_t(dst, a, b, n, op);
@@ -274,24 +342,19 @@ void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm
 /* Half precision over n inputs: accumulated in f32 in input order, divided (AVG) and rounded
  * once, so the result does not depend on how many partial roundings a layout would cause. */
 static void reduce_many_half(uint16_t *dst, const void *const *srcs, int n, size_t off,
-                             size_t count, hcomm_op_t op, bool bf) {
-    enum { BLOCK = 256 };
-    float acc[BLOCK];
+                             size_t count, hcomm_op_t op, hcomm_dtype_t dt) {
+    float acc[HALF_BLOCK], v[HALF_BLOCK];
     hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
-    for (size_t b = 0; b < count; b += BLOCK) {
-        size_t m = count - b < BLOCK ? count - b : BLOCK;
-        const uint16_t *s0 = (const uint16_t *)srcs[0] + off + b;
-        for (size_t i = 0; i < m; i++)
-            acc[i] = half_to_f32(s0[i], bf);
+    for (size_t b = 0; b < count; b += HALF_BLOCK) {
+        size_t m = count - b < HALF_BLOCK ? count - b : HALF_BLOCK;
+        hcomm__widen(acc, (const uint16_t *)srcs[0] + off + b, m, dt);
         for (int r = 1; r < n; r++) {
-            const uint16_t *s = (const uint16_t *)srcs[r] + off + b;
-            for (size_t i = 0; i < m; i++) {
-                float v = half_to_f32(s[i], bf);
-                acc[i] = HCOMM__APPLY_FLT(acc[i], v, aop);
-            }
+            hcomm__widen(v, (const uint16_t *)srcs[r] + off + b, m, dt);
+            reduce_float(acc, acc, v, m, aop);
         }
-        for (size_t i = 0; i < m; i++)
-            dst[b + i] = f32_to_half(op == HCOMM_AVG ? acc[i] / (float)n : acc[i], bf);
+        if (op == HCOMM_AVG)
+            div_float(acc, m, n);
+        hcomm__narrow(dst + b, acc, m, dt);
     }
 }
 
@@ -301,7 +364,7 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
     if (count == 0 || n <= 0)
         return;
     if (dt == HCOMM_F16 || dt == HCOMM_BF16) {
-        reduce_many_half(dst, srcs, n, off, count, op, dt == HCOMM_BF16);
+        reduce_many_half(dst, srcs, n, off, count, op, dt);
         return;
     }
     hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
@@ -323,19 +386,19 @@ HCOMM__DIV(uint8_t)
 HCOMM__DIV(int32_t)
 HCOMM__DIV(int64_t)
 
-static void div_float(float *b, size_t n, int k) {
-    for (size_t i = 0; i < n; i++)
-        b[i] = b[i] / (float)k;
-}
-
 static void div_double(double *b, size_t n, int k) {
     for (size_t i = 0; i < n; i++)
         b[i] = b[i] / (double)k;
 }
 
-static void div_half(uint16_t *b, size_t n, int k, bool bf) {
-    for (size_t i = 0; i < n; i++)
-        b[i] = f32_to_half(half_to_f32(b[i], bf) / (float)k, bf);
+static void div_half(uint16_t *b, size_t n, int k, hcomm_dtype_t dt) {
+    float x[HALF_BLOCK];
+    for (size_t o = 0; o < n; o += HALF_BLOCK) {
+        size_t m = n - o < HALF_BLOCK ? n - o : HALF_BLOCK;
+        hcomm__widen(x, b + o, m, dt);
+        div_float(x, m, k);
+        hcomm__narrow(b + o, x, m, dt);
+    }
 }
 
 void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
@@ -347,10 +410,10 @@ void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
         div_double(buf, n, k);
         break;
     case HCOMM_F16:
-        div_half(buf, n, k, false);
+        div_half(buf, n, k, HCOMM_F16);
         break;
     case HCOMM_BF16:
-        div_half(buf, n, k, true);
+        div_half(buf, n, k, HCOMM_BF16);
         break;
     case HCOMM_I8:
         div_int8_t(buf, n, k);
