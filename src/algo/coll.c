@@ -677,7 +677,7 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
          coll == HCOMM__COLL_BROADCAST)) {
         bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
         *why = "direct needs every rank on one node with cross-memory reads";
-        return coll == HCOMM__COLL_BROADCAST ? HCOMM__ALGO_TREE
+        return coll == HCOMM__COLL_BROADCAST ? (dflt ? HCOMM__ALGO_NATIVE : HCOMM__ALGO_TREE)
                : !dflt                       ? HCOMM__ALGO_RING
                : coll == HCOMM__COLL_REDUCESCATTER && k->c->size == 2
                    ? HCOMM__ALGO_RHD /* the default below 32 KiB */

@@ -264,13 +264,27 @@ __attribute__((constructor)) static void register_env_check(void) {
  * MPI_Bcast. Messages over 256 bytes (payload plus hcomm's 64-byte header) leave Open MPI's inline
  * path (btl_vader_max_inline_send), so from 192-byte pieces hcomm's exchange pays that step where
  * the raw call's does from 256. More processes: many_default below. */
-#define PAIR_BROADCAST_MAX_BYTES ((size_t)8 << 10)
+/* Since direct loads the root's hcomm_mem_alloc buffer in place, a broadcast runs direct from 8
+ * KiB (below that tree): hcomm-bench --algo all, 2 processes, 100-200 calls, 2 runs, in place.
+ * On shared buffers direct 2.8-3.3 us against tree 5.6-5.8 and native 4.1-4.6 (raw 2.9-3.4) at 8
+ * KiB, 4.1 against native 5.7 at 32 KiB, 7.1 against 11.7 at 128 KiB, 187 against 258 at 2 MiB,
+ * 6.9 against 10.5 ms at 32 MiB; tree still ahead at 2 KiB (1.8 against 2.7). On malloc's
+ * buffers (process_vm_readv) direct is at par with native from 8 KiB (3.3-3.9 against 3.3-4.2;
+ * 10.0 against 10.2 at 128 KiB, 1.04x native from 2 MiB) and tree, at 2.4-5.2, on either side.
+ * With more processes direct leads on shared buffers from 128 KiB and by 1.7-1.8x from 512 KiB
+ * (4 processes: 111 against native 186 us at 512 KiB, 2.0 against 3.6 ms at 8 MiB); on malloc's
+ * it trails native by up to 1.4x to 128 KiB, is at par at 512 KiB (212 against 218) and 1.10-1.14x
+ * behind from 2 MiB: from 512 KiB, where the gain on shared buffers outweighs that. */
+#define PAIR_BROADCAST_DIRECT_BYTES ((size_t)8 << 10)
+#define MANY_BROADCAST_DIRECT_BYTES ((size_t)512 << 10)
 /* Since direct loads hcomm_mem_alloc buffers in place (no process_vm_readv), it leads from 8
  * KiB (reduce_scatter: 2.4 us against rhd 3.5 and raw 5.2-5.6; on malloc's buffers 3.8 against
- * 3.5) and from 16 KiB for all_gather (3.2 against rd 5.9 and raw 4.0; malloc's 4.4 against 6.1;
- * at 8 KiB 2.8 against 3.4, but 3.7 against 3.2 on malloc's); 200 calls each. */
+ * 3.5), and so it does for all_gather, where from 8 KiB rd's 4 KiB blocks no longer fit one lane
+ * message (2.6-2.7 us against rd 3.3 and raw 3.7-3.8 at 8 KiB, at par with rd at 6 KiB; on
+ * malloc's buffers 4.0-4.1 against rd 3.4-3.7 at 8 KiB, 4.4 against 4.3-4.6 at 10 KiB, 3.2
+ * against 4.4 at 16 KiB); 200 calls each, 2 runs. */
 #define PAIR_REDUCESCATTER_DIRECT_BYTES ((size_t)8 << 10)
-#define PAIR_ALLGATHER_MAX_BYTES ((size_t)8 << 10)
+#define PAIR_ALLGATHER_DIRECT_BYTES ((size_t)8 << 10)
 /* rd on the lane: one message per 3968-byte piece each way, no agreement; measured ahead of
  * rhd and twoshot up to 4 KiB (4 KiB: rd 3.2-3.4 us, twoshot 3.2-3.5 on hcomm_mem_alloc buffers,
  * which it loads in place, 6.0-6.8 on malloc's, which it copies with process_vm_readv) and behind
@@ -283,10 +297,10 @@ static int pair_default(int coll, size_t bytes) {
         return HCOMM__ALGO_RD;
     if (coll == HCOMM__COLL_REDUCESCATTER)
         return bytes < PAIR_REDUCESCATTER_DIRECT_BYTES ? HCOMM__ALGO_RHD : HCOMM__ALGO_DIRECT;
-    if (coll == HCOMM__COLL_BROADCAST && bytes <= PAIR_BROADCAST_MAX_BYTES)
-        return HCOMM__ALGO_TREE;
+    if (coll == HCOMM__COLL_BROADCAST)
+        return bytes < PAIR_BROADCAST_DIRECT_BYTES ? HCOMM__ALGO_TREE : HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_ALLGATHER)
-        return bytes <= PAIR_ALLGATHER_MAX_BYTES ? HCOMM__ALGO_RD : HCOMM__ALGO_DIRECT;
+        return bytes < PAIR_ALLGATHER_DIRECT_BYTES ? HCOMM__ALGO_RD : HCOMM__ALGO_DIRECT;
     return -1;
 }
 
@@ -336,6 +350,8 @@ static int many_default(int coll, size_t bytes) {
         return HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES && !off)
         return HCOMM__ALGO_RD;
+    if (coll == HCOMM__COLL_BROADCAST && bytes >= MANY_BROADCAST_DIRECT_BYTES)
+        return HCOMM__ALGO_DIRECT;
     return -1;
 }
 
