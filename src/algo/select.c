@@ -320,11 +320,15 @@ static int pair_default(int coll, size_t bytes) {
  * (4.2) ms at 8 MiB. Since direct loads hcomm_mem_alloc buffers in place it leads both from 16
  * KiB on either kind of buffer (60 calls, 4 processes: all_gather 25 us against native 40 on
  * shared buffers, 31 against 36 on malloc's; reduce_scatter 21 against 32, 42.5 against 47);
- * below, only on shared ones. */
+ * below, only on shared ones: reduce_scatter runs direct from 8 KiB, where the gain there (2
+ * runs of 60 calls: 23 us against native 30-31) outweighs the loss on malloc's buffers (33-40
+ * against 31-35); all_gather stays native at 8 KiB (shared 23 against 25-26, malloc's 30-33
+ * against 24-25), and so does all_reduce (twoshot 30-32 against 34-37; malloc's 45-50 against
+ * 37). */
 #define MANY_ALLGATHER_RD_MAX_BYTES 2048
 #define MANY_REDUCESCATTER_RD_MAX_BYTES 2048
 #define MANY_BROADCAST_RD_MAX_BYTES 1024
-#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)16 << 10)
+#define MANY_REDUCESCATTER_DIRECT_BYTES ((size_t)8 << 10)
 #define MANY_ALLGATHER_DIRECT_BYTES ((size_t)16 << 10)
 
 /* With HCOMM_CHECK=off (the same on every rank: hcomm_launch compares it) Open MPI's own
