@@ -6,7 +6,7 @@
 # - a malformed HCOMM_TOPO, or one declaring other ranks than the world has, fails the launch
 #   with a message naming the variable;
 # - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO, tuning files or HCOMM_CHECK modes fail at
-#   launch on every rank, naming the variable.
+#   launch on every rank, naming the variable; HCOMM_TOPO by what it declares, not its spelling.
 set -euo pipefail
 . "$(dirname "$0")/common.sh" # grep_all
 build=$1
@@ -53,4 +53,10 @@ expect_fail "HCOMM_CHECK differs between rank 0 and rank 1" "${mpi[@]}" \
     -np 1 env HCOMM_CHECK=off "$prog" : -np 1 "$prog"
 # the mode, not the text: unset and "always" are one setting
 HCOMM_BACKEND=mpi timeout 300 "${mpi[@]}" -np 1 env HCOMM_CHECK=always "$prog" : -np 1 "$prog"
+# what HCOMM_TOPO declares, not its text: two spellings of one machine agree, two machines do not
+# (neither text starts with "nodes=2x2", which would make test_hier run its collectives)
+HCOMM_BACKEND=mpi timeout 300 "${mpi[@]}" -np 2 env HCOMM_TOPO="nodes=2,2;inter=10us,1GB/s" \
+    "$prog" : -np 2 env HCOMM_TOPO=" inter = 10us , 1GB/s ; nodes=2x2 ;" "$prog"
+expect_fail "HCOMM_TOPO differs between rank 0 and rank 1" "${mpi[@]}" \
+    -np 1 env HCOMM_TOPO="nodes=1,3" "$prog" : -np 3 env HCOMM_TOPO="nodes=2x2" "$prog"
 echo "test_topo_env: passed"

@@ -180,13 +180,30 @@ static hcomm_result_t parse_field(const char *fn, const char *var, const char *t
     return HCOMM_OK;
 }
 
+/* Of what the text declares, not of the text: "nodes=2x4" and " nodes=4,4 ;" describe one
+ * machine, and ranks compare digests. 0 for the detected topology without tables. */
+static uint64_t spec_digest(const hcomm__topo_spec_t *t) {
+    if (t->kind == HCOMM__TOPO_DETECT && !t->has_link[0] && !t->has_link[1])
+        return 0;
+    uint64_t h = fnv(&t->kind, sizeof t->kind, 0xcbf29ce484222325ull);
+    for (int i = 0; t->kind == HCOMM__TOPO_NODES && i < t->nnodes; i++) {
+        int size = t->per_node > 0 ? t->per_node : t->sizes[i];
+        h = fnv(&size, sizeof size, h);
+    }
+    for (int k = 0; k < HCOMM__LINK_CLASSES; k++)
+        if (t->has_link[k]) {
+            h = fnv(&k, sizeof k, h);
+            h = fnv(&t->link[k], sizeof t->link[k], h);
+        }
+    return h | 1;
+}
+
 hcomm_result_t hcomm__topo_spec_parse(const char *fn, const char *var, const char *text,
                                       hcomm__topo_spec_t *out) {
     memset(out, 0, sizeof *out);
     hcomm__link_default(out->link);
     if (!text || !text[0])
         return HCOMM_OK;
-    out->digest = fnv(text, strlen(text), 0xcbf29ce484222325ull) | 1;
     for (const char *s = text; *s;) {
         const char *semi = strchr(s, ';');
         size_t len = semi ? (size_t)(semi - s) : strlen(s), flen = len;
@@ -195,6 +212,7 @@ hcomm_result_t hcomm__topo_spec_parse(const char *fn, const char *var, const cha
             HCOMM__TRY(parse_field(fn, var, text, field, flen, out));
         s += len + (semi ? 1 : 0);
     }
+    out->digest = spec_digest(out);
     return HCOMM_OK;
 }
 
@@ -386,10 +404,9 @@ const char *hcomm__selection_var(int i) {
 }
 
 void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
-    for (int i = 0; i < 2; i++) {
-        const char *s = getenv(sel_vars[i]);
-        out[i] = s && s[0] ? fnv(s, strlen(s), 0xcbf29ce484222325ull) | 1 : 0;
-    }
+    const char *algo = getenv(sel_vars[HCOMM__SEL_ALGO]);
+    out[HCOMM__SEL_ALGO] = algo && algo[0] ? fnv(algo, strlen(algo), 0xcbf29ce484222325ull) | 1 : 0;
+    out[HCOMM__SEL_TOPO] = hcomm__topo_spec_env()->digest; /* what it declares, not its text */
     pthread_once(&tuning_once, read_tuning);
     out[HCOMM__SEL_TUNING] = tuning_digest; /* the contents: paths may differ per node */
     /* the mode, not the text: unset and "always" are the same */

@@ -42,7 +42,7 @@ typedef struct hcomm__topo_spec {
     int sizes[HCOMM__TOPO_MAX_LIST];    /* NODES as a list */
     bool has_link[HCOMM__LINK_CLASSES]; /* a class table was given */
     hcomm__link_t link[HCOMM__LINK_CLASSES];
-    uint64_t digest; /* of the text, 0 when empty */
+    uint64_t digest; /* of what it declares (equal texts or not), 0 for the detected one */
 } hcomm__topo_spec_t;
 
 /* Parses text (var names it in messages: "HCOMM_TOPO" or "spec") into *out; NULL or "" is
