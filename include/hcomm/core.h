@@ -178,7 +178,8 @@ HCOMM_API hcomm_result_t hcomm_mem_free(void *ptr);
  *  HCOMM_ERR_ABORTED, HCOMM_ERR_BACKEND. */
 HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
 
-/* Raw collectives. Algorithms (docs/architecture.md): on the local backend a one-copy direct
+/** @name Raw collectives
+ * Raw collectives. Algorithms (docs/architecture.md): on the local backend a one-copy direct
  * (mesh) scheme over shared memory (each rank reduces 1/n of the buffer reading every peer's
  * input in rank order, then every rank copies the n reduced chunks: a reduce_scatter +
  * all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done as direct
@@ -216,7 +217,8 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * HCOMM_ERR_TIMEOUT (the message names the call, the peer awaited, channel, tag and sequence
  * number; each rank prints its last calls, see HCOMM_TRACE_FILE), HCOMM_ERR_ABORTED,
  * HCOMM_ERR_UNSUPPORTED, HCOMM_ERR_BACKEND; more are listed per function.
- * Thread-safe for distinct comms. */
+ * Thread-safe for distinct comms.
+ * @{ */
 
 /** all_reduce: @p recvbuf[0..count) = @p op over ranks of @p sendbuf[0..count), on every rank;
  *  @p count is in elements (not bytes) of @p dtype. sendbuf == recvbuf is in place.
@@ -276,8 +278,10 @@ HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendb
 
 /** A pending nonblocking collective. Opaque. */
 typedef struct hcomm_request hcomm_request_t;
+/** @} */
 
-/* Nonblocking collectives: the same contract, checks and results as the blocking calls above,
+/** @name Nonblocking collectives
+ * Nonblocking collectives: the same contract, checks and results as the blocking calls above,
  * issued without waiting. Every rank issues the same sequence on a communicator; operations
  * run in issue order (several may be in flight) on a worker thread that hcomm starts for the
  * communicator at its first nonblocking call and owns, so the caller's thread keeps computing
@@ -288,7 +292,8 @@ typedef struct hcomm_request hcomm_request_t;
  * with hcomm_wait() or hcomm_test(). A rank whose argument check fails still issues its part
  * (its peers' request then fails with HCOMM_ERR_PEER) and gets its own error from the request.
  * Errors at issue: HCOMM_ERR_NULL (comm, req), HCOMM_ERR_NOMEM, HCOMM_ERR_BACKEND (no worker);
- * at completion: those of the blocking call. */
+ * at completion: those of the blocking call.
+ * @{ */
 
 /** Nonblocking hcomm_all_reduce(). */
 HCOMM_API hcomm_result_t hcomm_iall_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -307,15 +312,18 @@ HCOMM_API hcomm_result_t hcomm_wait(hcomm_request_t *req);
 /** *done = 1 when @p req completed; it is then freed (as MPI_Test) and its result returned.
  *  Call from the thread that issued it. Errors: HCOMM_ERR_NULL, the collective's. */
 HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
+/** @} */
 
-/* Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on
+/** @name Rooted and variable-size collectives
+ * Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on
  * both backends (docs/architecture.md): reduce up a binomial tree (Thakur, Rabenseifner & Gropp
  * 2005, section 4), gather and scatter with the root exchanging with each rank directly,
  * all_gatherv and reduce_scatterv around a ring (Patarasuk & Yuan 2009). The common rules and
  * errors above apply (every rank calls, same order; a rank whose check fails makes its peers
  * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
  * Operands associate differently in different algorithms (the ops are commutative); every rank
- * that gets a result gets the same bits. */
+ * that gets a result gets the same bits.
+ * @{ */
 
 /** reduce: @p recvbuf[0..count) on rank @p root = @p op over ranks of @p sendbuf[0..count);
  *  @p count in elements of @p dtype. recvbuf is used on the root only (may be NULL elsewhere);
@@ -433,6 +441,7 @@ HCOMM_API hcomm_result_t hcomm_launch_backend(const char *backend, const char **
  * (built without MPI), HCOMM_ERR_BACKEND, or a rank's result as above. */
 HCOMM_API hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
                                       void *arg);
+/** @} */
 
 #ifdef __cplusplus
 }

@@ -73,14 +73,16 @@ HCOMM_API hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle,
 HCOMM_API hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle,
                                                 const hcomm_tensor_t *grad_recv,
                                                 hcomm_tensor_t *grad_tokens);
-/* ---- Top-k routing with weights (GShard; Megatron-Core MoEAlltoAllTokenDispatcher; DeepEP) ----
+/** @name Top-k routing with weights
+ * As GShard, Megatron-Core's MoEAlltoAllTokenDispatcher and DeepEP route tokens:
  * topk_ids [T, k] (int32, row-major) names k experts per token, -1 an empty slot;
  * topk_weights [T, k] (f32) weights them. A token with several experts on one rank travels to
  * that rank once; the rank expands it into one received row per (token, slot), so R counts
  * slots. Received rows are expert-major: local expert, then source rank, then token, then slot.
  * Combine sends every (token, slot) output back to the token's rank and sums there in slot
  * order j = 0..k-1 (accumulating in f32 for f16/bf16/f32, f64 for f64), so out is bitwise the
- * same for any EP size and does not depend on other ranks' batches (dropless mode). */
+ * same for any EP size and does not depend on other ranks' batches (dropless mode).
+ * @{ */
 
 /** How dispatch treats more slots for one expert than its capacity. */
 typedef enum hcomm_moe_drop {
@@ -114,9 +116,10 @@ typedef struct hcomm_moe_options {
     hcomm_comm_t *etp_group;
     hcomm_moe_path_t path; /**< token exchange: automatic (default), flat or hierarchical */
 } hcomm_moe_options_t;
+/** @} */
 
-/* ---- Multi-node: the hierarchical path (DeepEP's internode dispatch; Tutel's 2D
- * hierarchical all_to_all) ----
+/** @page moe_multinode Multi-node: the hierarchical MoE path
+ * As DeepEP's internode dispatch and Tutel's 2D hierarchical all_to_all do it.
  * When the EP group's ranks sit on more than one node (the topology layer: host names on mpi,
  * HCOMM_TOPO="nodes=..." or hcomm_comm_set_topo; see topo.h), dispatch sends each token once
  * per destination node instead of once per destination rank: to a relay on that node (the
@@ -135,7 +138,7 @@ typedef struct hcomm_moe_options {
  * their fixed blocks directly. hcomm_moe_route_info tells which path ran and how many rows
  * this rank sent across nodes. */
 
-/* ---- Expert-TP (Megatron-Core's two cases) ----
+/** @name Expert-TP (Megatron-Core's two cases)
  * Replicated tokens (options NULL or options->etp_group NULL; hcomm-train's case): every
  * member of an expert-TP group passes the same tokens [T, H] and dispatches them over its own
  * EP group; each row moves once, nothing is gathered. The members run their slices of the
@@ -168,7 +171,8 @@ typedef struct hcomm_moe_options {
  * ep_group is HCOMM_ERR_INVALID_ARG; so is, on every member, an etp_group whose members are not
  * the same rank of EP groups of one size (they would hold different experts). EP ranks whose
  * expert-TP groups differ in size (1: none) all fail with HCOMM_ERR_MISMATCH; a member whose
- * etp peers pass an etp_group but which passes none leaves them waiting until HCOMM_TIMEOUT. */
+ * etp peers pass an etp_group but which passes none leaves them waiting until HCOMM_TIMEOUT.
+ * @{ */
 
 /** The layout step of dispatch, rank-local (no communication), thread-safe.
  *  @p topk_ids [num_tokens, k] int32 in -1..num_experts-1 (NULL allowed when num_tokens = 0).
@@ -282,13 +286,15 @@ HCOMM_API hcomm_result_t hcomm_moe_combine_topk_bwd(hcomm_moe_handle_t *handle,
 HCOMM_API hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
                                                      const hcomm_tensor_t *grad_recv,
                                                      hcomm_tensor_t *grad_tokens);
+/** @} */
 
-/* ---- Preallocated worst-case mode ----
+/** @name Preallocated worst-case mode
  * A plan fixes max_tokens_per_rank, H, k, E, the dtype and the capacity options once, checked
  * collectively at creation, and sizes one receive buffer for the worst case (every slot of
  * every rank to this rank's experts, or each rank's capacity for each local expert), so a
  * training step allocates nothing for the received rows and capacity needs no all_reduce of
- * the largest T (it comes from max_tokens_per_rank). */
+ * the largest T (it comes from max_tokens_per_rank).
+ * @{ */
 
 /** What a plan is made for; every rank of the group passes the same values. */
 typedef struct hcomm_moe_plan_desc {
@@ -346,6 +352,7 @@ HCOMM_API hcomm_result_t hcomm_moe_plan_free(hcomm_moe_plan_t *plan);
 /** Frees @p handle (NULL is a no-op; a plan's handle stays with its plan). Local; no call may be
  *  using the handle. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle);
+/** @} */
 
 #ifdef __cplusplus
 }

@@ -51,11 +51,13 @@ HCOMM_API hcomm_result_t hcomm_tp_reduce_scatter(hcomm_comm_t *group, const hcom
 HCOMM_API hcomm_result_t hcomm_tp_split(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                         hcomm_tensor_t *out, int dim);
 
-/* The four TP region mappings of Megatron-LM (megatron/core/tensor_parallel/mappings.py),
+/** @name TP region mappings
+ * The four TP region mappings of Megatron-LM (megatron/core/tensor_parallel/mappings.py),
  * forward and backward side by side, so a layer's backward is one call. Each is one of the
  * calls above: identity (local; out = in, same shape, may alias), all_reduce(sum), split
  * (local) or all_gather (collective), with the same shapes, rules and errors. @p dim is used by
- * scatter/gather only (Megatron-LM uses the last dim, -1). */
+ * scatter/gather only (Megatron-LM uses the last dim, -1).
+ * @{ */
 
 /** copy_to region forward: identity (out = in). Local. */
 HCOMM_API hcomm_result_t hcomm_tp_copy_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
@@ -104,6 +106,7 @@ HCOMM_API hcomm_result_t hcomm_tp_iall_gather(hcomm_comm_t *group, const hcomm_t
 HCOMM_API hcomm_result_t hcomm_tp_ireduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                   hcomm_tensor_t *out, int dim, hcomm_op_t op,
                                                   hcomm_request_t **req);
+/** @} */
 
 #ifdef __cplusplus
 }
