@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A job in which hcomm handled a timeout must end cleanly under mpirun: rank 0 skips one
 # all_reduce of three (HCOMM_TIMEOUT=2), every process's hcomm_launch returns the failure, the
-# program exits 3 on every rank, and mpirun neither crashes nor hangs. Repeated REPS times.
+# program exits 3 on every rank, and mpirun neither crashes nor hangs. Repeated REPS times. Then
+# after_timeout: a communicator whose Open MPI collective timed out returns that error later.
 # Usage: test_mpi_exit.sh BUILD_DIR   (CTest sets MPIEXEC and HCOMM_WITH_MPI)
 set -u
 BUILD=${1:?usage: test_mpi_exit.sh BUILD_DIR}
@@ -28,5 +29,18 @@ for i in $(seq 1 "$REPS"); do
         bad=$((bad + 1))
     fi
 done
-echo "$((REPS - bad)) passed, $bad failed"
+# After an Open MPI collective timed out (rank 0 skips a native broadcast), the peers' next call
+# returns the communicator's error, and no process dies of a signal.
+for i in 1 2 3; do
+    out=$(HCOMM_CHECK=off timeout 60 "$MPIEXEC" --oversubscribe -np 3 "$BUILD/test/after_timeout" 2>&1)
+    rc=$?
+    peers=$(printf '%s\n' "$out" | grep -c 'rank [12] broadcast HCOMM_ERR_[A-Z]* all_reduce HCOMM_ERR_[A-Z]* (hcomm_all_reduce: communicator unusable')
+    if [ "$rc" -eq 124 ] || [ "$rc" -ge 128 ] || [ "$peers" -ne 2 ] ||
+        printf '%s\n' "$out" | grep -q 'Signal\|Segmentation'; then
+        echo "FAIL after_timeout run $i: mpirun exit $rc, $peers of 2 peers returned the communicator's error"
+        printf '%s\n' "$out" | tail -20
+        bad=$((bad + 1))
+    fi
+done
+echo "$((REPS + 3 - bad)) passed, $bad failed"
 [ "$bad" -eq 0 ]

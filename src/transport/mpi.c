@@ -618,12 +618,12 @@ static hcomm_result_t mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     mpi_impl_t *m = impl_of(c);
     mpi_tx_t *tx = (mpi_tx_t *)treq;
     int n = 0;
+    tx->frame = tx->data = MPI_REQUEST_NULL; /* empty before any early return, as lane_post */
+    tx->heap = NULL;
+    tx->awaiting = false;
     HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes + WIRE_HDR, &n));
     size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
-    tx->frame = tx->data = MPI_REQUEST_NULL;
-    tx->heap = NULL;
-    tx->awaiting = false;
     if (!rndv && wire_bytes <= STAGE_BYTES) {
         bool sent = false;
         HCOMM__TRY(send_staged(c, peer, hdr, payload, bytes, &sent));
@@ -825,10 +825,11 @@ static hcomm_result_t mpi_lane_post(hcomm_comm_t *c, int peer, uint32_t key, voi
                                     size_t bytes, bool is_send, hcomm__treq_t *treq) {
     mpi_impl_t *m = impl_of(c);
     mpi_tx_t *r = (mpi_tx_t *)treq;
-    HCOMM__TRY(check_usable(c->call_fn, c));
+    /* an empty request before any early return: the caller's cleanup cancels and tests it */
     r->frame = r->data = MPI_REQUEST_NULL;
     r->heap = NULL;
     r->awaiting = false;
+    HCOMM__TRY(check_usable(c->call_fn, c));
     int rc = is_send
                  ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm, &r->frame)
                  : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, lane_tag(m, key), m->comm, &r->data);
