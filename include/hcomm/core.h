@@ -167,6 +167,9 @@ HCOMM_API hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double secon
  *  and both kinds may be mixed across ranks. A peer keeps its mapping of this buffer after a
  *  call, for the next; hcomm_mem_free() unlinks the object and a peer unmaps it at its next
  *  call that maps a new buffer (or within a second of calls), so the memory goes back then.
+ *  The object does not outlive the process: what is still allocated at exit (or when hcomm
+ *  aborts an MPI job) is unlinked then, and the objects of a process killed by a signal are
+ *  unlinked by the next hcomm process on the node at its first hcomm_mem_alloc.
  *  Local, thread-safe.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_NOMEM. */
 HCOMM_API hcomm_result_t hcomm_mem_alloc(size_t bytes, void **ptr);

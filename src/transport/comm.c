@@ -7,14 +7,17 @@
 #include "core/env.h"
 #include "core/topo_spec.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *eager,
@@ -156,7 +159,13 @@ hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
 /* Communication buffers live in POSIX shared-memory objects (/dev/shm), so a peer process on
  * the same node can map a buffer by name and move data once (the one-node fast path of the
  * algorithms layer); within one process (local backend) any buffer is shared already. The
- * registry maps each buffer to its object; any other buffer still works with every call. */
+ * registry maps each buffer to its object; any other buffer still works with every call.
+ *
+ * A named object outlives its process unless unlinked: hcomm_mem_free unlinks it, the library's
+ * destructor unlinks what is left at a normal exit (and the mpi backend before it aborts the
+ * job), and the first allocation of a process unlinks the objects of processes of its pid
+ * namespace that died without either (a crash, a signal). The name carries that namespace, so
+ * a process never judges another namespace's pids. */
 typedef struct shm_buf {
     struct shm_buf *next;
     void *base;
@@ -167,6 +176,53 @@ typedef struct shm_buf {
 static pthread_mutex_t shm_mu = PTHREAD_MUTEX_INITIALIZER;
 static shm_buf_t *shm_bufs;
 static atomic_uint shm_counter;
+static pthread_once_t shm_once = PTHREAD_ONCE_INIT;
+static unsigned long shm_pidns; /* this process's pid namespace (its inode), 0 if unknown */
+
+/* Unlinks the objects left in /dev/shm by dead processes of this pid namespace. */
+static void sweep_dead_owners(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        unsigned long ns = 0;
+        int pid = 0, end = 0;
+        unsigned id = 0;
+        if (sscanf(e->d_name, "hcomm-%lu-%d-%u%n", &ns, &pid, &id, &end) != 3 ||
+            e->d_name[end] != '\0' || ns != shm_pidns || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH) /* alive, or not ours to judge */
+            continue;
+        char name[HCOMM__SHM_NAME_MAX];
+        /* not hcomm__shm_name: that waits for this setup to finish */
+        snprintf(name, sizeof name, "/hcomm-%lu-%d-%u", ns, pid, id);
+        shm_unlink(name);
+    }
+    closedir(d);
+}
+
+static void shm_setup(void) {
+    struct stat st;
+    shm_pidns = stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long)st.st_ino : 0;
+    sweep_dead_owners();
+}
+
+void hcomm__shm_unlink_all(void) {
+    char name[HCOMM__SHM_NAME_MAX];
+    pthread_mutex_lock(&shm_mu);
+    for (shm_buf_t *b = shm_bufs; b; b = b->next)
+        if (b->id) {
+            hcomm__shm_name(name, getpid(), b->id);
+            shm_unlink(name);
+        }
+    pthread_mutex_unlock(&shm_mu);
+}
+
+/* At exit (or when the library is unloaded) the objects still allocated go: their mappings,
+ * this process's and its peers', stay valid until they are unmapped. */
+__attribute__((destructor)) static void unlink_at_exit(void) {
+    hcomm__shm_unlink_all();
+}
 
 /* A named shared object; NULL when /dev/shm cannot hold it. posix_fallocate reserves the pages
  * now: a sparse object on a full tmpfs would raise SIGBUS at first touch instead. */
@@ -188,6 +244,7 @@ static void *shm_map(size_t bytes, char *name) {
  * shared=false asks for private memory at once. */
 static hcomm_result_t shm_create(size_t bytes, shm_buf_t *b, bool shared) {
     char name[HCOMM__SHM_NAME_MAX];
+    pthread_once(&shm_once, shm_setup);
     b->id = atomic_fetch_add(&shm_counter, 1) + 1; /* never 0, never reused by this process */
     hcomm__shm_name(name, getpid(), b->id);
     void *p = shared ? shm_map(bytes, name) : NULL;
@@ -255,7 +312,8 @@ hcomm_result_t hcomm_mem_free(void *ptr) {
 }
 
 void hcomm__shm_name(char *name, int pid, uint32_t id) {
-    snprintf(name, HCOMM__SHM_NAME_MAX, "/hcomm-%d-%u", pid, (unsigned)id);
+    pthread_once(&shm_once, shm_setup); /* a peer's view names the object too */
+    snprintf(name, HCOMM__SHM_NAME_MAX, "/hcomm-%lu-%d-%u", shm_pidns, pid, (unsigned)id);
 }
 
 bool hcomm__mem_shared(const void *p, size_t bytes, uint32_t *id, uint64_t *offset) {

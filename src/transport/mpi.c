@@ -361,6 +361,7 @@ static void finalize_at_exit(void) {
     if (mpi_poisoned) {
         fprintf(stderr, "hcomm: an MPI operation was abandoned after a timeout or abort; "
                         "aborting the job instead of a possibly hanging MPI_Finalize\n");
+        hcomm__shm_unlink_all(); /* MPI_Abort kills the process: no destructors run */
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Finalize();

@@ -204,9 +204,12 @@ hcomm_result_t hcomm__mem_alloc_private(size_t bytes, void **ptr);
  * shared-memory object (with this process's id, through hcomm__shm_name) and *offset is p's
  * place in it. */
 bool hcomm__mem_shared(const void *p, size_t bytes, uint32_t *id, uint64_t *offset);
-/* The POSIX shared-memory name of object id of process pid (HCOMM__SHM_NAME_MAX bytes). */
-#define HCOMM__SHM_NAME_MAX 48
+/* The POSIX shared-memory name of object id of process pid of this pid namespace
+ * (HCOMM__SHM_NAME_MAX bytes). */
+#define HCOMM__SHM_NAME_MAX 64
 void hcomm__shm_name(char *name, int pid, uint32_t id);
+/* Unlinks every object this process still has (before the process ends without exit()). */
+void hcomm__shm_unlink_all(void);
 /* Where this process can load bytes at byte offset off of object id of process pid on this
  * node (hcomm_mem_alloc memory of a peer), through a read-only mapping kept for later calls;
  * NULL when it cannot be mapped (then read it with cross-memory attach). The mapping lives
