@@ -324,6 +324,8 @@ static const algo_case_t cases[] = {
     {"reducescatter:rd", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:direct", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
+    {"reduce:rhd", HCOMM__COLL_REDUCE},
+    {"reduce:direct", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
     {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
     {"allgather:native", HCOMM__COLL_ALLGATHER},
@@ -341,7 +343,9 @@ static const algo_case_t cases[] = {
     {"broadcast:rd", HCOMM__COLL_BROADCAST},
     {"broadcast:direct", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
+    {"gather:tree", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
+    {"scatter:tree", HCOMM__COLL_SCATTER},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -547,6 +551,30 @@ static void test_parse(void) {
     algo = hcomm__algo_choose(NULL, HCOMM__COLL_ALLREDUCE, 8, 4, true, &why);
     T_CHECK(getenv("HCOMM_ALGO") || algo == HCOMM__ALGO_NATIVE, "default local allreduce: %s",
             hcomm__algo_name(algo));
+    /* reduce: tree for small vectors, the root's direct reads above (mpi 4 KiB, local 256 KiB);
+     * gather and scatter direct; each overridable */
+    static const struct {
+        int coll;
+        size_t bytes;
+        bool shm;
+        int want;
+    } rooted[] = {{HCOMM__COLL_REDUCE, 4095, false, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 4096, false, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_REDUCE, (256 << 10) - 1, true, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 256 << 10, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_GATHER, 1 << 20, false, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_SCATTER, 8, true, HCOMM__ALGO_DIRECT}};
+    for (size_t i = 0; i < sizeof rooted / sizeof rooted[0] && !getenv("HCOMM_ALGO"); i++) {
+        algo = hcomm__algo_choose(NULL, rooted[i].coll, rooted[i].bytes, 4, rooted[i].shm, &why);
+        T_CHECK(algo == rooted[i].want, "default %s of %zu bytes (shm %d): %s",
+                hcomm__coll_name(rooted[i].coll), rooted[i].bytes, (int)rooted[i].shm,
+                hcomm__algo_name(algo));
+    }
+    T_OK(hcomm__algo_parse("test", "HCOMM_ALGO", "reduce:rhd;gather:tree", &set));
+    algo = hcomm__algo_choose(&set, HCOMM__COLL_REDUCE, 1 << 20, 4, true, &why);
+    T_CHECK(algo == HCOMM__ALGO_RHD, "reduce:rhd chose %s", hcomm__algo_name(algo));
+    algo = hcomm__algo_choose(&set, HCOMM__COLL_GATHER, 8, 4, true, &why);
+    T_CHECK(algo == HCOMM__ALGO_TREE, "gather:tree chose %s", hcomm__algo_name(algo));
 }
 
 /* Block arithmetic in size_t past INT_MAX and UINT32_MAX, without allocating: blocks tile the

@@ -320,7 +320,10 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 /** @name Rooted and variable-size collectives
  * Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on
  * both backends (docs/architecture.md): reduce up a binomial tree (Thakur, Rabenseifner & Gropp
- * 2005, section 4), gather and scatter with the root exchanging with each rank directly,
+ * 2005, section 4) or, where ranks can read each other's memory, by the root's direct reads of
+ * every input in rank order (by default from 4 KiB on mpi, 256 KiB on local), or as
+ * Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo "reduce:rhd"); gather and
+ * scatter with the root exchanging with each rank directly (or down a binomial tree: "tree"),
  * all_gatherv and reduce_scatterv around a ring (Patarasuk & Yuan 2009). The common rules and
  * errors above apply (every rank calls, same order; a rank whose check fails makes its peers
  * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
@@ -369,10 +372,11 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  alltoall; see hcomm_all_to_allv). Algorithms: native (the backend's own), rd (recursive
  *  doubling; all_gather(v) on a group that is not a power of two runs Bruck; broadcast merges what
  *  partners hold; reduce_scatter is an all_reduce of the whole vector, for small vectors), ring,
- *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving), naive (reduce to rank
- *  0 in rank order, then broadcast: the deterministic reference), tree (binomial), direct (gather,
- *  scatter; on one node also all_gather, reduce_scatter and broadcast by reads of the peers'
- *  buffers), hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
+ *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving; reduce as that
+ *  halving then a gather to the root), naive (reduce to rank 0 in rank order, then broadcast:
+ *  the deterministic reference), tree (binomial: broadcast, reduce, gather, scatter), direct
+ *  (gather, scatter; on one node also all_gather, reduce_scatter, broadcast and reduce by reads
+ *  of the peers' buffers), hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
  *  reducescatter, alltoallv),
  *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
  *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),

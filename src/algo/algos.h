@@ -110,6 +110,19 @@ hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, i
 /* reduce to root up a binomial tree, in place on buf (significant on root after the call). */
 hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
                                   hcomm_op_t op, int root);
+/* reduce to root by Rabenseifner's reduce_scatter + gather, and by the root's direct reads of
+ * every input in rank order (one node, transport.peer_read_ok); recv is significant on root
+ * only and may alias send there. */
+hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op, int root);
+hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                    size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root);
+/* gather / scatter of bytes per rank down (up) a binomial tree; the root's own block is
+ * copied by the caller, or by these. */
+hcomm_result_t hcomm__gather_tree(const hcomm__xfer_t *x, const void *send, void *recv,
+                                  size_t bytes, int root);
+hcomm_result_t hcomm__scatter_tree(const hcomm__xfer_t *x, const void *send, void *recv,
+                                   size_t bytes, int root);
 /* gather / scatter of bytes per rank, the root exchanging with each rank directly; the root's
  * own block is copied by the caller. */
 hcomm_result_t hcomm__gather_direct(const hcomm__xfer_t *x, const void *send, void *recv,

@@ -674,11 +674,12 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
     }
     if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) &&
         (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_REDUCESCATTER ||
-         coll == HCOMM__COLL_BROADCAST)) {
+         coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_REDUCE)) {
         bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
         *why = "direct needs every rank on one node with cross-memory reads";
-        return coll == HCOMM__COLL_BROADCAST ? (dflt ? HCOMM__ALGO_NATIVE : HCOMM__ALGO_TREE)
-               : !dflt                       ? HCOMM__ALGO_RING
+        return coll == HCOMM__COLL_REDUCE      ? HCOMM__ALGO_TREE
+               : coll == HCOMM__COLL_BROADCAST ? (dflt ? HCOMM__ALGO_NATIVE : HCOMM__ALGO_TREE)
+               : !dflt                         ? HCOMM__ALGO_RING
                : coll == HCOMM__COLL_REDUCESCATTER && k->c->size == 2
                    ? HCOMM__ALGO_RHD /* the default below 32 KiB */
                    : HCOMM__ALGO_NATIVE;
@@ -794,6 +795,8 @@ static bool checks_in_messages(const call_t *k, int algo) {
                on_pair_lane(k, algo);
     case CALL_BROADCAST:
         return (lane && algo == HCOMM__ALGO_RD) || on_pair_lane(k, algo);
+    case CALL_REDUCE: /* direct: addresses from every rank to every rank first, as twoshot */
+        return lane && algo == HCOMM__ALGO_DIRECT;
     case CALL_ALL_GATHER:
         return on_pair_lane(k, algo) || ag_rd_whole(k, algo) ||
                (lane && algo == HCOMM__ALGO_DIRECT);
@@ -979,16 +982,18 @@ static hcomm_result_t run_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
     bool root = c->rank == r->root;
-    if (r->algo & HCOMM__ALGO_DET) {
-        hcomm__xfer_t x = xfer_of(r->k);
+    hcomm__xfer_t x = xfer_of(r->k);
+    if (r->algo & HCOMM__ALGO_DET)
         return hcomm__reduce_det(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
-    }
+    if (r->algo == HCOMM__ALGO_RHD)
+        return hcomm__reduce_rhd(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
+    if (r->algo == HCOMM__ALGO_DIRECT)
+        return hcomm__reduce_direct(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
     void *buf = root ? r->recv : malloc(bytes + 1);
     if (!buf && bytes) /* the root's recvbuf may be NULL with count 0 */
         return nomem(r->k);
     if (buf != r->send && bytes)
         memcpy(buf, r->send, bytes);
-    hcomm__xfer_t x = xfer_of(r->k);
     hcomm_result_t res = hcomm__reduce_tree(&x, buf, r->in, r->dt, r->op, r->root);
     if (!root)
         free(buf);
@@ -1110,8 +1115,12 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
             memcpy(dst, src, bytes);
     }
     hcomm__xfer_t x = xfer_of(&k);
-    res = gather ? hcomm__gather_direct(&x, sendbuf, recvbuf, bytes, root)
-                 : hcomm__scatter_direct(&x, sendbuf, recvbuf, bytes, root);
+    if (algo == HCOMM__ALGO_TREE)
+        res = gather ? hcomm__gather_tree(&x, sendbuf, recvbuf, bytes, root)
+                     : hcomm__scatter_tree(&x, sendbuf, recvbuf, bytes, root);
+    else
+        res = gather ? hcomm__gather_direct(&x, sendbuf, recvbuf, bytes, root)
+                     : hcomm__scatter_direct(&x, sendbuf, recvbuf, bytes, root);
     return call_end(&k, res);
 }
 

@@ -45,9 +45,9 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
                               BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER) |
                               BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT),
-    [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE),
-    [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT),
-    [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT),
+    [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_DIRECT),
+    [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_TREE),
+    [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_ALLGATHERV] = BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK),
     [HCOMM__COLL_REDUCESCATTERV] = BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD),
     [HCOMM__COLL_ALLTOALLV] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_PAIRWISE) |
@@ -359,6 +359,18 @@ static int many_default(int coll, size_t bytes) {
     return -1;
 }
 
+/* reduce: the root's direct reads of every input (coll.c falls back to tree where peers cannot
+ * be read) against the binomial tree, hcomm-bench reduce --algo all, 10 calls, f32 sum. On mpi
+ * ahead from 4 KiB on either kind of buffer: 2 processes 2.6 us against tree 5.1 (raw
+ * MPI_Reduce 2.8) at 4 KiB, 17.5 against 63 (raw 25) at 256 KiB, 11 against 35 ms at 16 MiB
+ * (malloc's: 4.1 against 5.8, 47 against 70, 13.6 against 32.6 ms); 4 processes 22.6 against 44
+ * at 16 KiB, 1.4 against 3.8 ms at 4 MiB. On local threads (4 ranks) tree leads to 16 KiB (21
+ * against 34 us) and direct from 256 KiB (94 against 103; 1.25 against 2.2 ms at 4 MiB).
+ * Rabenseifner's reduce (rhd) trails both here. Gather and scatter stay direct: tree is behind
+ * it at every size measured (4 local ranks, 1 KiB to 4 MiB). */
+#define REDUCE_DIRECT_BYTES ((size_t)4 << 10)
+#define REDUCE_DIRECT_BYTES_SHM ((size_t)256 << 10)
+
 /* all_to_allv by its largest per-peer block (bytes), as measured with hcomm-bench all_to_all
  * --algo all on this 2-core machine: shared-memory transports' native one-copy exchange wins
  * at every size (local, 2 to 8 ranks: pairwise 2x, direct 3x slower at 8 B). Under mpi the
@@ -389,6 +401,11 @@ static int default_algo(int coll, size_t bytes, int p, bool shm) {
     int pair = shm ? -1 : p == 2 ? pair_default(coll, bytes) : many_default(coll, bytes);
     if (pair >= 0)
         return pair;
+    if (coll == HCOMM__COLL_REDUCE)
+        return bytes >= (shm ? REDUCE_DIRECT_BYTES_SHM : REDUCE_DIRECT_BYTES) ? HCOMM__ALGO_DIRECT
+                                                                              : HCOMM__ALGO_TREE;
+    if (coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER) /* ahead of tree here */
+        return HCOMM__ALGO_DIRECT;
     if (valid[coll] & BIT(HCOMM__ALGO_NATIVE))
         return HCOMM__ALGO_NATIVE;
     for (int i = 0; i < HCOMM__ALGO_COUNT; i++)

@@ -291,6 +291,27 @@ hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *
     return res;
 }
 
+/* reduce to root by reads: the root reduces every rank's input in rank order straight from
+ * the peers' buffers (the serial reduction's bits, one read per byte and input), in place too
+ * (reduce_range keeps the root's own piece until it is used), and a barrier keeps the inputs
+ * alive until it is done. */
+hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                    size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    int p = x->c->size;
+    size_t bytes = count * hcomm__dtype_size(dt);
+    addrs_t *all = calloc((size_t)p, sizeof *all);
+    if (!all)
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
+    hcomm_result_t res = exchange_addrs(x, send, bytes, NULL, 0, all);
+    if (res == HCOMM_OK && x->c->rank == root)
+        res = hcomm__x_tell_peers(
+            x, reduce_range(x, all, send, recv, 0, count, dt, op, bytes >= STREAM_MIN_BYTES));
+    if (res == HCOMM_OK)
+        res = barrier(x);
+    free(all);
+    return res;
+}
+
 /* broadcast by reads of the root's buffer: the root tells every rank its address, each reads
  * the whole buffer (one copy per byte, no staging), and a barrier keeps the root's buffer
  * alive until every read is done. */
