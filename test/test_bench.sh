@@ -238,6 +238,7 @@ expect_msg "-e 65G is not a size" -e 65G
 expect_msg "-b 1073741824 is larger than -e 1024" -b 1G -e 1K
 expect_msg "-b 8589934592 is larger than -e 4294967296" -b 8G -e 4G
 expect_msg "-f 2x must be a number above 1" -f 2x
+expect_msg "-i 0: the step must be at least 1 byte" -i 0
 expect_msg "-f and -i exclude each other" -f 2 -i 8
 expect_msg "-d f12 is not a dtype" -d f12
 expect_msg '--mem="device" is not shared or host' --mem=device

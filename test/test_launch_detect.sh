@@ -43,6 +43,8 @@ HCOMM_LOG_LEVEL=info check qs-local-log 0 "\[launch\] info: backend local: no MP
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 check qs-torchrun 1 "started by torchrun .*Launch with mpirun -np 2" 1 "$QS"
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 check train-torchrun 1 "started by torchrun" 1 "$BUILD/hcomm-train" --steps 1
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 check bench-torchrun 1 "started by torchrun" 1 "$BUILD/hcomm-bench" -b 1K -e 1K
+# An unknown backend from the environment is named as the variable.
+HCOMM_BACKEND=nccl check qs-backend-env 1 'HCOMM_BACKEND="nccl" is unknown' 1 "$QS"
 # ... unless the user names the local backend.
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 HCOMM_BACKEND=local check qs-torchrun-local 0 "gathered" 1 "$QS"
 

@@ -136,6 +136,7 @@ hcomm_result_t hcomm_comm_set_deterministic(hcomm_comm_t *comm, int on) {
 
 hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn, void *arg) {
     HCOMM__CHECK_NULL(fn);
+    const char *named = backend; /* NULL: HCOMM_BACKEND or detection chooses */
     double t;
     size_t e, u;
     HCOMM__TRY(hcomm__comm_settings(__func__, &t, &e, &u));
@@ -153,7 +154,8 @@ hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
         return hcomm__mpi_launch(nranks, fn, arg);
     }
     return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
-                      "backend=\"%s\" is unknown (expected \"local\" or \"mpi\")", backend);
+                      "%s=\"%s\" is unknown (expected \"local\" or \"mpi\")",
+                      named ? "backend" : "HCOMM_BACKEND", backend);
 }
 
 /* Communication buffers live in POSIX shared-memory objects (/dev/shm), so a peer process on

@@ -274,7 +274,13 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     case F_MAX:
         return parse_size(a, v, &o->max_bytes);
     case F_STEP:
-        return parse_size(a, v, &o->step_bytes);
+        if (parse_size(a, v, &o->step_bytes) != 0)
+            return -1;
+        if (o->step_bytes == 0) { /* a step of nothing would repeat -b forever */
+            fprintf(stderr, "hcomm-bench: %s %s: the step must be at least 1 byte\n", a, v);
+            return -1;
+        }
+        return 0;
     case F_FACTOR:
         return parse_factor(a, v, &o->factor);
     case F_REDOP:
