@@ -338,8 +338,13 @@ static int pair_default(int coll, size_t bytes) {
  * against 70-76, 256 KiB 100-104 against 99-106; raw 40-43, 63-68, 98-104), behind from 512 KiB
  * (1 MiB: 325-401 against 308-394). That was with cross-memory attach on every buffer; on
  * hcomm_mem_alloc buffers, which direct loads in place, it leads from 64 KiB (25 against 27, 256
- * KiB 51.5 against 64-69), on malloc's it is at par at 256 KiB (79 against 79). */
-#define MANY_ALLGATHER_DIRECT_BYTES_OFF ((size_t)256 << 10)
+ * KiB 51.5 against 64-69), on malloc's it is at par at 256 KiB (79 against 79). A later run (30
+ * calls each) put direct at 36 us against native 50.6 at 128 KiB on shared buffers and 62 against
+ * 55 on malloc's, so direct runs from 128 KiB. Unchecked, direct broadcast (no agreement either)
+ * leads on shared buffers from 128 KiB too (37 against 48; 50 against 79 at 256 KiB), on
+ * malloc's it is 1.06x behind at 128 KiB and ahead at 256 KiB (63 against 76). */
+#define MANY_ALLGATHER_DIRECT_BYTES_OFF ((size_t)128 << 10)
+#define MANY_BROADCAST_DIRECT_BYTES_OFF ((size_t)128 << 10)
 
 static int many_default(int coll, size_t bytes) {
     bool off = hcomm__check_mode() == HCOMM__CHECK_OFF;
@@ -354,7 +359,8 @@ static int many_default(int coll, size_t bytes) {
         return HCOMM__ALGO_DIRECT;
     if (coll == HCOMM__COLL_BROADCAST && bytes <= MANY_BROADCAST_RD_MAX_BYTES && !off)
         return HCOMM__ALGO_RD;
-    if (coll == HCOMM__COLL_BROADCAST && bytes >= MANY_BROADCAST_DIRECT_BYTES)
+    if (coll == HCOMM__COLL_BROADCAST &&
+        bytes >= (off ? MANY_BROADCAST_DIRECT_BYTES_OFF : MANY_BROADCAST_DIRECT_BYTES))
         return HCOMM__ALGO_DIRECT;
     return -1;
 }
