@@ -112,17 +112,26 @@ static int subtree_blocks(int vr, int p) {
     return low < p - vr ? low : p - vr;
 }
 
+/* Scratch for those blocks, bytes each; NULL when out of memory (the error is set). */
+static unsigned char *subtree_scratch(const hcomm__xfer_t *x, int vr, size_t bytes, int *held) {
+    *held = subtree_blocks(vr, x->c->size);
+    unsigned char *tmp = malloc((size_t)*held * bytes + 1);
+    if (!tmp)
+        hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
+                   (size_t)*held * bytes);
+    return tmp;
+}
+
 /* Binomial gather (Thakur et al. 2005, section 4.5): a rank collects its children's subtrees
  * (relative ranks vr+1, vr+2, vr+4, ...) behind its own block and sends the lot to its parent;
  * clg rounds, each block crossing at most clg links. The root then has every block in
  * relative order and puts block j at rank (j + root) mod p. */
 hcomm_result_t hcomm__gather_tree(const hcomm__xfer_t *x, const void *send, void *recv,
                                   size_t bytes, int root) {
-    int p = x->c->size, vr = (x->c->rank - root + p) % p, held = subtree_blocks(vr, p);
-    unsigned char *tmp = malloc((size_t)held * bytes + 1);
+    int p = x->c->size, vr = (x->c->rank - root + p) % p, held = 0;
+    unsigned char *tmp = subtree_scratch(x, vr, bytes, &held);
     if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
-                          (size_t)held * bytes);
+        return HCOMM_ERR_NOMEM;
     if (bytes)
         memcpy(tmp, send, bytes);
     hcomm_result_t res = HCOMM_OK;
@@ -145,11 +154,10 @@ hcomm_result_t hcomm__gather_tree(const hcomm__xfer_t *x, const void *send, void
  * each rank receives its subtree's blocks from its parent and hands each child its part. */
 hcomm_result_t hcomm__scatter_tree(const hcomm__xfer_t *x, const void *send, void *recv,
                                    size_t bytes, int root) {
-    int p = x->c->size, vr = (x->c->rank - root + p) % p, held = subtree_blocks(vr, p);
-    unsigned char *tmp = malloc((size_t)held * bytes + 1);
+    int p = x->c->size, vr = (x->c->rank - root + p) % p, held = 0;
+    unsigned char *tmp = subtree_scratch(x, vr, bytes, &held);
     if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
-                          (size_t)held * bytes);
+        return HCOMM_ERR_NOMEM;
     hcomm_result_t res = HCOMM_OK;
     int mask = 1;
     for (; mask < p; mask <<= 1)
