@@ -6,7 +6,8 @@
 # - a malformed HCOMM_TOPO, or one declaring other ranks than the world has, fails the launch
 #   with a message naming the variable;
 # - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO, tuning files or HCOMM_CHECK modes fail at
-#   launch on every rank, naming the variable; HCOMM_TOPO by what it declares, not its spelling.
+#   launch on every rank, naming the variable; HCOMM_TOPO and HCOMM_ALGO by what they say, not
+#   their spelling.
 set -euo pipefail
 . "$(dirname "$0")/common.sh" # grep_all
 build=$1
@@ -45,6 +46,9 @@ expect_fail 'HCOMM_TOPO="nodes=2x2" declares 4 ranks but the world has 2' "${mpi
     -x HCOMM_TOPO=nodes=2x2 "$prog"
 expect_fail "HCOMM_ALGO differs between rank 0 and rank 1" "${mpi[@]}" \
     -np 1 env HCOMM_ALGO=allreduce:ring "$prog" : -np 1 env HCOMM_ALGO=allreduce:rhd "$prog"
+# what HCOMM_ALGO allows, not its spelling
+HCOMM_BACKEND=mpi timeout 300 "${mpi[@]}" -np 1 env HCOMM_ALGO="allreduce:ring" "$prog" : \
+    -np 1 env HCOMM_ALGO=" all_reduce : ring ;" "$prog"
 expect_fail "HCOMM_TOPO differs between rank 0 and rank 1" "${mpi[@]}" \
     -np 1 env HCOMM_TOPO=mesh "$prog" : -np 1 "$prog"
 expect_fail "HCOMM_TUNING_FILE differs between rank 0 and rank 1 (the files' contents)" \

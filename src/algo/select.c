@@ -3,6 +3,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "core/topo_spec.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -239,9 +240,27 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn) {
     return hcomm__err(env_res, fn, "%s", env_msg);
 }
 
-/* HCOMM_ALGO is checked with the other variables at launch; core cannot include this layer. */
+/* What HCOMM_ALGO allows, so that ranks compare meaning, not spelling ("allreduce:ring" and
+ * " all_reduce : ring ;" agree); 0 when unset, the text's digest when it does not parse (the
+ * launch then fails on its own check anyway). */
+static uint64_t algo_env_digest(void) {
+    pthread_once(&env_once, read_env);
+    if (!env_given)
+        return 0;
+    const void *p =
+        env_res == HCOMM_OK ? (const void *)&env_set : (const void *)getenv("HCOMM_ALGO");
+    size_t n = env_res == HCOMM_OK ? sizeof env_set : strlen(getenv("HCOMM_ALGO"));
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h | 1;
+}
+
+/* HCOMM_ALGO is checked with the other variables at launch, and compared across ranks by its
+ * digest; core cannot include this layer. */
 __attribute__((constructor)) static void register_env_check(void) {
     hcomm__env_register_check(hcomm__algo_env_validate);
+    hcomm__selection_register_algo_digest(algo_env_digest);
 }
 
 /* Between two processes on a transport without shared-memory collectives (mpi), small calls

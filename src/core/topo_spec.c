@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define FORMS                                                                                      \
@@ -399,13 +400,22 @@ hcomm_result_t hcomm__tuning_validate(const char *fn) {
 static const char *const sel_vars[HCOMM__SEL_COUNT] = {"HCOMM_ALGO", "HCOMM_TOPO",
                                                        "HCOMM_TUNING_FILE", "HCOMM_CHECK"};
 
+static _Atomic(hcomm__algo_digest_fn) algo_digest;
+
+void hcomm__selection_register_algo_digest(hcomm__algo_digest_fn fn) {
+    atomic_store(&algo_digest, fn);
+}
+
 const char *hcomm__selection_var(int i) {
     return i >= 0 && i < HCOMM__SEL_COUNT ? sel_vars[i] : "?";
 }
 
 void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
     const char *algo = getenv(sel_vars[HCOMM__SEL_ALGO]);
-    out[HCOMM__SEL_ALGO] = algo && algo[0] ? fnv(algo, strlen(algo), 0xcbf29ce484222325ull) | 1 : 0;
+    hcomm__algo_digest_fn parsed = atomic_load(&algo_digest);
+    out[HCOMM__SEL_ALGO] = parsed            ? parsed()
+                           : algo && algo[0] ? fnv(algo, strlen(algo), 0xcbf29ce484222325ull) | 1
+                                             : 0;
     out[HCOMM__SEL_TOPO] = hcomm__topo_spec_env()->digest; /* what it declares, not its text */
     pthread_once(&tuning_once, read_tuning);
     out[HCOMM__SEL_TUNING] = tuning_digest; /* the contents: paths may differ per node */

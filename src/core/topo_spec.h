@@ -65,11 +65,16 @@ int hcomm__topo_spec_node(const hcomm__topo_spec_t *s, int r);
 void hcomm__link_default(hcomm__link_t link[HCOMM__LINK_CLASSES]);
 hcomm_result_t hcomm__tuning_validate(const char *fn);
 
-/* Digests of the selection inputs every rank must share: HCOMM_ALGO's text, HCOMM_TOPO's
- * text (0 when unset), the tuning file's contents and HCOMM_CHECK's mode (the defaults differ
- * with checking off), in that order. */
+/* Digests of the selection inputs every rank must share: what HCOMM_ALGO allows (0 when unset;
+ * its text where the algorithms layer registered no digest), what HCOMM_TOPO declares, the
+ * tuning file's contents and HCOMM_CHECK's mode (the defaults differ with checking off), in that
+ * order. */
 enum { HCOMM__SEL_ALGO, HCOMM__SEL_TOPO, HCOMM__SEL_TUNING, HCOMM__SEL_CHECK, HCOMM__SEL_COUNT };
 void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]);
+/* The algorithms layer parses HCOMM_ALGO; it registers the digest of the parsed value here when
+ * the library loads (core cannot include that layer). */
+typedef uint64_t (*hcomm__algo_digest_fn)(void);
+void hcomm__selection_register_algo_digest(hcomm__algo_digest_fn fn);
 /* The variable each digest comes from. */
 const char *hcomm__selection_var(int i);
 
