@@ -247,12 +247,9 @@ static uint64_t algo_env_digest(void) {
     pthread_once(&env_once, read_env);
     if (!env_given)
         return 0;
-    const void *p =
-        env_res == HCOMM_OK ? (const void *)&env_set : (const void *)getenv("HCOMM_ALGO");
-    size_t n = env_res == HCOMM_OK ? sizeof env_set : strlen(getenv("HCOMM_ALGO"));
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    const char *text = getenv("HCOMM_ALGO");
+    uint64_t h = env_res == HCOMM_OK ? hcomm__fnv(&env_set, sizeof env_set, HCOMM__FNV_SEED)
+                                     : hcomm__fnv(text, strlen(text), HCOMM__FNV_SEED);
     return h | 1;
 }
 

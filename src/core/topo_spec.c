@@ -35,7 +35,7 @@ static const hcomm__link_t link_defaults[HCOMM__LINK_CLASSES] = {
     [HCOMM__LINK_INTER] = {20e-6, 1.0 / 1.25e9, 1.0 / 8e9},
 };
 
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+uint64_t hcomm__fnv(const void *p, size_t n, uint64_t h) {
     for (size_t i = 0; i < n; i++)
         h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
     return h;
@@ -186,15 +186,15 @@ static hcomm_result_t parse_field(const char *fn, const char *var, const char *t
 static uint64_t spec_digest(const hcomm__topo_spec_t *t) {
     if (t->kind == HCOMM__TOPO_DETECT && !t->has_link[0] && !t->has_link[1])
         return 0;
-    uint64_t h = fnv(&t->kind, sizeof t->kind, 0xcbf29ce484222325ull);
+    uint64_t h = hcomm__fnv(&t->kind, sizeof t->kind, HCOMM__FNV_SEED);
     for (int i = 0; t->kind == HCOMM__TOPO_NODES && i < t->nnodes; i++) {
         int size = t->per_node > 0 ? t->per_node : t->sizes[i];
-        h = fnv(&size, sizeof size, h);
+        h = hcomm__fnv(&size, sizeof size, h);
     }
     for (int k = 0; k < HCOMM__LINK_CLASSES; k++)
         if (t->has_link[k]) {
-            h = fnv(&k, sizeof k, h);
-            h = fnv(&t->link[k], sizeof t->link[k], h);
+            h = hcomm__fnv(&k, sizeof k, h);
+            h = hcomm__fnv(&t->link[k], sizeof t->link[k], h);
         }
     return h | 1;
 }
@@ -341,10 +341,10 @@ static void read_tuning(void) {
     char *line = NULL; /* getline: a long comment line stays one line */
     size_t cap = 0;
     ssize_t got;
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = HCOMM__FNV_SEED;
     unsigned seen = 0;
     for (int no = 1; (got = getline(&line, &cap, f)) >= 0; no++) {
-        h = fnv(line, (size_t)got, h);
+        h = hcomm__fnv(line, (size_t)got, h);
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
@@ -414,7 +414,7 @@ void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
     const char *algo = getenv(sel_vars[HCOMM__SEL_ALGO]);
     hcomm__algo_digest_fn parsed = atomic_load(&algo_digest);
     out[HCOMM__SEL_ALGO] = parsed            ? parsed()
-                           : algo && algo[0] ? fnv(algo, strlen(algo), 0xcbf29ce484222325ull) | 1
+                           : algo && algo[0] ? hcomm__fnv(algo, strlen(algo), HCOMM__FNV_SEED) | 1
                                              : 0;
     out[HCOMM__SEL_TOPO] = hcomm__topo_spec_env()->digest; /* what it declares, not its text */
     pthread_once(&tuning_once, read_tuning);

@@ -65,6 +65,10 @@ int hcomm__topo_spec_node(const hcomm__topo_spec_t *s, int r);
 void hcomm__link_default(hcomm__link_t link[HCOMM__LINK_CLASSES]);
 hcomm_result_t hcomm__tuning_validate(const char *fn);
 
+/* FNV-1a over n bytes from h (HCOMM__FNV_SEED to start): the selection digests' hash. */
+#define HCOMM__FNV_SEED 0xcbf29ce484222325ull
+uint64_t hcomm__fnv(const void *p, size_t n, uint64_t h);
+
 /* Digests of the selection inputs every rank must share: what HCOMM_ALGO allows (0 when unset;
  * its text where the algorithms layer registered no digest), what HCOMM_TOPO declares, the
  * tuning file's contents and HCOMM_CHECK's mode (the defaults differ with checking off), in that

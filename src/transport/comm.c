@@ -181,6 +181,10 @@ static atomic_uint shm_counter;
 static pthread_once_t shm_once = PTHREAD_ONCE_INIT;
 static unsigned long shm_pidns; /* this process's pid namespace (its inode), 0 if unknown */
 
+static void format_name(char *name, unsigned long ns, int pid, uint32_t id) {
+    snprintf(name, HCOMM__SHM_NAME_MAX, "/hcomm-%lu-%d-%u", ns, pid, (unsigned)id);
+}
+
 /* Unlinks the objects left in /dev/shm by dead processes of this pid namespace. */
 static void sweep_dead_owners(void) {
     DIR *d = opendir("/dev/shm");
@@ -196,8 +200,7 @@ static void sweep_dead_owners(void) {
         if (kill(pid, 0) == 0 || errno != ESRCH) /* alive, or not ours to judge */
             continue;
         char name[HCOMM__SHM_NAME_MAX];
-        /* not hcomm__shm_name: that waits for this setup to finish */
-        snprintf(name, sizeof name, "/hcomm-%lu-%d-%u", ns, pid, id);
+        format_name(name, ns, pid, id); /* not hcomm__shm_name: it waits for this setup */
         shm_unlink(name);
     }
     closedir(d);
@@ -315,7 +318,7 @@ hcomm_result_t hcomm_mem_free(void *ptr) {
 
 void hcomm__shm_name(char *name, int pid, uint32_t id) {
     pthread_once(&shm_once, shm_setup); /* a peer's view names the object too */
-    snprintf(name, HCOMM__SHM_NAME_MAX, "/hcomm-%lu-%d-%u", shm_pidns, pid, (unsigned)id);
+    format_name(name, shm_pidns, pid, id);
 }
 
 bool hcomm__mem_shared(const void *p, size_t bytes, uint32_t *id, uint64_t *offset) {
