@@ -75,7 +75,8 @@ uint16_t hcomm__f32_to_f16(float f);
 float hcomm__bf16_to_f32(uint16_t h);
 uint16_t hcomm__f32_to_bf16(float f);
 /* n elements of f16 or bf16 (dt) to f32, and back (round to nearest even): the conversions
- * above, one loop per format; the 16-bit side need not be 2-byte aligned. */
+ * above, bit for bit, as whole-block loops (F16C / AVX2 vector code on x86-64 where the CPU has
+ * it); the 16-bit side need not be 2-byte aligned. */
 void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt);
 void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt);
 
