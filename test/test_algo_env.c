@@ -103,7 +103,7 @@ int main(void) {
     if (local) { /* before this process reads HCOMM_ALGO itself */
         bad_at_launch("allreduce:rings", "valid: native, rd, ring, rhd, naive");
         bad_at_launch("allreduse:ring", "is not a collective");
-        bad_at_launch("broadcast:^native,tree,chain,scatter_allgather,rd,direct",
+        bad_at_launch("broadcast:^native,tree,chain,scatter_allgather,rd,direct,shm",
                       "leaves no algorithm");
         bad_at_launch("allgather:", "names no algorithm");
     }

@@ -318,11 +318,13 @@ static const algo_case_t cases[] = {
     {"allreduce:rhd", HCOMM__COLL_ALLREDUCE},
     {"allreduce:naive", HCOMM__COLL_ALLREDUCE},
     {"allreduce:twoshot", HCOMM__COLL_ALLREDUCE},
+    {"allreduce:shm", HCOMM__COLL_ALLREDUCE},
     {"reducescatter:native", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:ring", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:rhd", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:rd", HCOMM__COLL_REDUCESCATTER},
     {"reducescatter:direct", HCOMM__COLL_REDUCESCATTER},
+    {"reducescatter:shm", HCOMM__COLL_REDUCESCATTER},
     {"reduce:tree", HCOMM__COLL_REDUCE},
     {"reduce:rhd", HCOMM__COLL_REDUCE},
     {"reduce:direct", HCOMM__COLL_REDUCE},
@@ -333,6 +335,7 @@ static const algo_case_t cases[] = {
     {"allgather:rd", HCOMM__COLL_ALLGATHER},
     {"allgather:bruck", HCOMM__COLL_ALLGATHER},
     {"allgather:direct", HCOMM__COLL_ALLGATHER},
+    {"allgather:shm", HCOMM__COLL_ALLGATHER},
     {"allgatherv:ring", HCOMM__COLL_ALLGATHERV},
     {"allgatherv:rd", HCOMM__COLL_ALLGATHERV},
     {"allgatherv:bruck", HCOMM__COLL_ALLGATHERV},
@@ -342,6 +345,7 @@ static const algo_case_t cases[] = {
     {"broadcast:scatter_allgather", HCOMM__COLL_BROADCAST},
     {"broadcast:rd", HCOMM__COLL_BROADCAST},
     {"broadcast:direct", HCOMM__COLL_BROADCAST},
+    {"broadcast:shm", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
     {"gather:tree", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
@@ -519,7 +523,7 @@ static void test_parse(void) {
     parse_ok("", HCOMM__COLL_ALLREDUCE, HCOMM__ALGO_NATIVE, true);
     parse_bad("allreduce:rings",
               "valid: native, rd, ring, rhd, naive, tree, direct, hier, twoshot, "
-              "bruck, chain, scatter_allgather");
+              "bruck, chain, scatter_allgather, pairwise, shm");
     parse_bad("allreduse:ring", "is not a collective; valid: allreduce");
     parse_bad("allgather:rhd",
               "leaves no algorithm for allgather; valid: native, rd, ring, direct, hier, bruck");

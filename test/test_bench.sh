@@ -159,13 +159,13 @@ fi
 msg=$(PATH=/nonexistent "$bench" --plot "$tmp/x.png" 2>&1 >/dev/null) && fail "--plot without gnuplot ran"
 echo "$msg" | grep_all "needs gnuplot" || fail "--plot without gnuplot: '$msg'"
 
-# A simulated 2 x 2 machine: native and twoshot load peers' memory outside the simulated links,
+# A simulated 2 x 2 machine: native, twoshot and shm load peers' memory outside the simulated links,
 # so they are named as such and never taken as regret's best (hier is the fastest that pays them).
 out=$(HCOMM_TOPO='nodes=2x2;intra=1us,10GB/s;inter=10us,0.1GB/s' timeout 120 "$bench" all_reduce \
     -t 4 -b 256K -e 256K -n 2 -w 1 --algo all)
-echo "$out" | grep_all '^# native, twoshot: direct loads outside the simulated links' ||
+echo "$out" | grep_all '^# native, twoshot, shm: direct loads outside the simulated links' ||
     fail "simulated topology: no note naming the algorithms that bypass its links"
-echo "$out" | grep_all 'regret [0-9.]* (best \(native\|twoshot\))' &&
+echo "$out" | grep_all 'regret [0-9.]* (best \(native\|twoshot\|shm\))' &&
     fail "simulated topology: regret against an algorithm that bypasses its links"
 echo "$out" | grep_all 'out-of-place: regret [0-9.]* (best [a-z]*)' || fail "simulated topology: regret"
 

@@ -28,7 +28,7 @@ static const size_t sizes[] = {
 
 static bool can_run(int coll, int algo, const char *topo) {
     bool nodes = strncmp(topo, "nodes=", 6) == 0; /* peer reads cannot cross nodes */
-    return !(nodes && (algo == HCOMM__ALGO_TWOSHOT ||
+    return !(nodes && (algo == HCOMM__ALGO_TWOSHOT || algo == HCOMM__ALGO_SHM ||
                        (algo == HCOMM__ALGO_DIRECT &&
                         (coll == HCOMM__COLL_ALLTOALLV || coll == HCOMM__COLL_ALLGATHER ||
                          coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_BROADCAST))));

@@ -187,10 +187,13 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * input in rank order, then every rank copies the n reduced chunks: a reduce_scatter +
  * all_gather as in Thakur, Rabenseifner & Gropp 2005, with the transfers done as direct
  * loads), which gives on every rank the bits of a serial left-to-right reduction; on the mpi
- * backend small calls run hcomm's own recursive doubling, halving or binomial tree over its
- * p2p layer (Thakur et al. 2005; the extra ranks of a non-power-of-two group folded in first),
- * larger ones on one host twoshot or direct (peers' buffers loaded directly when they come from
- * hcomm_mem_alloc, else read with cross-memory attach),
+ * backend with every rank on one host small calls run shm (each rank copies its part into its
+ * region of a shared-memory board the communicator made at creation, meets its peers there and
+ * reads theirs, as Open MPI's coll/sm does; reductions in rank order, so the serial bits too),
+ * larger ones twoshot or direct (peers' buffers loaded directly when they come from
+ * hcomm_mem_alloc, else read with cross-memory attach); across hosts small calls run hcomm's
+ * own recursive doubling, halving or binomial tree over its p2p layer (Thakur et al. 2005; the
+ * extra ranks of a non-power-of-two group folded in first),
  * all_to_allv pairwise or Bruck, and the rest Open MPI's non-blocking collectives (polled, so
  * they time out) with hcomm's reduction kernels as user ops: the table of sizes is in
  * docs/architecture.md, and the cost model picks on declared multi-node topologies.
@@ -202,10 +205,14 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * Checks: every rank must make the same call (collective, count, dtype, op with SUM and AVG
  * told apart, root; DP tensor lists too); otherwise every rank fails with HCOMM_ERR_MISMATCH
  * and one wording, e.g. "hcomm_all_reduce: count=8 on rank 0 but count=5 on rank 1". The check
- * rides in the call's own messages (mpi all_reduce <= 4 KiB) or shared-memory slots (local);
- * before an Open MPI collective it is a small signature exchange, which the environment
- * variable HCOMM_CHECK controls: always (default), first (the first call of each signature per
- * communicator), off (none: a mismatch then shows as MPI's error, wrong data or a timeout).
+ * rides in shared memory where the ranks share a host (the local backend's slots; on mpi the
+ * board, where every checked call meets first: a few hundred ns with 2 processes, about 5 us
+ * with 4 sharing 2 cores, and part of the data exchange itself for shm) or in the call's own
+ * messages (mpi across hosts: recursive doubling and the two-rank exchanges); before an Open
+ * MPI collective across hosts it is a small signature exchange. The environment variable
+ * HCOMM_CHECK controls the check before Open MPI collectives: always (default), first (the
+ * first call of each signature per communicator), off (none: a mismatch then shows as MPI's
+ * error, wrong data or a timeout; shm's meetings still compare signatures).
  *
  * Each collective below is called by every rank of the communicator, in the same order, even
  * with a zero size (buffers may then be NULL). Buffers are host memory. A rank whose argument
@@ -380,7 +387,9 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  reducescatter, alltoallv),
  *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
  *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),
- *  pairwise (alltoallv). Where a communicator spans several nodes the allowed algorithm with the
+ *  pairwise (alltoallv), shm (allreduce, allgather, reducescatter, broadcast through the mpi
+ *  backend's shared-memory board on one host; elsewhere the local backend's native, which
+ *  works alike, or recursive doubling, ring or tree). Where a communicator spans several nodes the allowed algorithm with the
  *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the measured
  *  defaults. NULL or "" restores the default choice. Every rank must choose the same (the
  *  algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not thread-safe
@@ -405,7 +414,7 @@ HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spe
  *  sends (p-1)/p of the vector in the reduce phase) but p-1 messages at once instead of p-1 or
  *  log2 p steps, scratch of one segment per peer, and the reduction of a block serialised on its
  *  owner; rd moves p times the data (small messages only). The local backend's native
- *  collectives and twoshot already reduce in rank order and run unchanged. Every rank of a
+ *  collectives, shm and twoshot already reduce in rank order and run unchanged. Every rank of a
  *  call must use the same mode (it is part of the call's signature: else HCOMM_ERR_MISMATCH
  *  naming "+deterministic"). Local; not thread-safe with calls on @p comm.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (@p on neither 0 nor 1). */

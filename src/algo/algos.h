@@ -34,6 +34,10 @@ struct hcomm__xfer {
     hcomm__env_t desc; /* desc.sig: the call's signature */
     /* Compares a received envelope with the call; reports a difference to every peer. */
     hcomm_result_t (*check)(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env);
+    /* Meeting `step` of the call on the board (p2p.h), the payload written first at
+     * hcomm__board_space; step 0 checks every rank's signature. On HCOMM_OK the caller reads
+     * and then leaves (hcomm__board_leave). */
+    hcomm_result_t (*meet)(const hcomm__xfer_t *x, uint32_t step);
     void *call;
 };
 
@@ -95,6 +99,17 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+/* shm (shm.c): through the board (hcomm__board_on), in meetings of up to HCOMM__BOARD_ROOM
+ * bytes per rank that check the call themselves; every rank reduces every input in rank order
+ * (the serial reduction's bits; any op, AVG and f16/bf16 included, in one pass). At most
+ * hcomm__shm_fits ranks. */
+hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op);
+hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op);
+hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
+bool hcomm__shm_fits(const hcomm_comm_t *c);
 /* broadcast of bytes from root, every other rank reading the root's buffer (one node,
  * transport.peer_read_ok). */
 hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);

@@ -333,13 +333,41 @@ static const char *extra_text(const call_t *k, char *buf, size_t n) {
     return buf;
 }
 
-/* After a posted check failed on every rank: the same verdict, worded from the slots. */
-static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine) {
+static bool on_one_node(hcomm_comm_t *c) {
+    hcomm__topo_t *t;
+    return c->one_node || (hcomm__topo_get(c, &t) == HCOMM_OK && c->one_node);
+}
+
+/* Calls on c meet on its board where it has one, unless a declared topology simulates several
+ * nodes (whose links the board would bypass); the same answer on every rank. */
+static bool board_on(hcomm_comm_t *c) {
+    hcomm__topo_t *t;
+    return hcomm__board_on(c) &&
+           (c->one_node || (hcomm__topo_get(c, &t) == HCOMM_OK && t->nnodes < 2));
+}
+
+/* Every rank's posted signature, from the shared-memory transport's slots or the board. */
+typedef const hcomm__posted_sig_t *(*posts_t)(hcomm_comm_t *c, int r, hcomm__posted_sig_t *tmp);
+
+static const hcomm__posted_sig_t *slot_post(hcomm_comm_t *c, int r, hcomm__posted_sig_t *tmp) {
+    (void)tmp;
+    return c->tr->posted_sig(c, r);
+}
+
+static const hcomm__posted_sig_t *board_post(hcomm_comm_t *c, int r, hcomm__posted_sig_t *tmp) {
+    hcomm__board_peer(c, r, tmp, NULL);
+    return tmp;
+}
+
+/* The verdict on a meeting every rank reads alike: the first rank that failed its own checks
+ * or posted another signature than rank 0's. */
+static hcomm_result_t verdict_of(call_t *k, const hcomm__posted_sig_t *mine, posts_t get) {
     hcomm_comm_t *c = k->c;
-    const hcomm__posted_sig_t *first = c->tr->posted_sig(c, 0);
+    hcomm__posted_sig_t t0, tr;
+    const hcomm__posted_sig_t *first = get(c, 0, &t0);
     hcomm_result_t res = HCOMM_OK;
     for (int r = 0; r < c->size && res == HCOMM_OK; r++) {
-        const hcomm__posted_sig_t *p = c->tr->posted_sig(c, r);
+        const hcomm__posted_sig_t *p = get(c, r, &tr);
         if (p->failed != HCOMM_OK)
             res = r == c->rank ? mine->failed
                                : hcomm__err(HCOMM_ERR_PEER, c->call_fn,
@@ -354,8 +382,50 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
                                : mismatch(c, &a, 0, &b, r, c->rank == 0 ? mine_desc : NULL);
         }
     }
-    hcomm_result_t rel = c->tr->posted_release(c);
+    return res;
+}
+
+/* After a posted check failed on every rank: the same verdict, worded from the slots. */
+static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine) {
+    hcomm_result_t res = verdict_of(k, mine, slot_post);
+    hcomm_result_t rel = k->c->tr->posted_release(k->c);
     return res != HCOMM_OK ? res : rel;
+}
+
+/* Meeting `step` of the call on the board (payload written at hcomm__board_space before),
+ * checked on every rank; on HCOMM_OK the caller reads its peers' payloads, then leaves. */
+static hcomm_result_t board_checked(call_t *k, uint32_t step) {
+    hcomm__posted_sig_t ps = posted_of(&k->sig);
+    HCOMM__TRY(hcomm__board_meet(k->c, k->seq, step, &ps, true));
+    hcomm_result_t res = verdict_of(k, &ps, board_post);
+    if (res != HCOMM_OK)
+        hcomm__board_leave(k->c);
+    return res;
+}
+
+/* all[0..n) = the sum over ranks of mine[0..n), with the signature agreement: one meeting. */
+static hcomm_result_t board_sum(call_t *k, const int64_t *mine, int64_t *all, int n) {
+    hcomm_comm_t *c = k->c;
+    void *space;
+    HCOMM__TRY(hcomm__board_space(c, k->seq, &space));
+    memcpy(space, mine, sizeof *mine * (size_t)n);
+    HCOMM__TRY(board_checked(k, 0));
+    memset(all, 0, sizeof *all * (size_t)n);
+    for (int r = 0; r < c->size; r++) {
+        const void *theirs;
+        hcomm__board_peer(c, r, NULL, &theirs);
+        for (int i = 0; i < n; i++)
+            all[i] = (int64_t)((uint64_t)all[i] + (uint64_t)((const int64_t *)theirs)[i]);
+    }
+    hcomm__board_leave(c);
+    return HCOMM_OK;
+}
+
+/* The signature agreement on the board: one meeting without payload. */
+static hcomm_result_t board_agree(call_t *k) {
+    HCOMM__TRY(board_checked(k, 0));
+    hcomm__board_leave(k->c);
+    return HCOMM_OK;
 }
 
 /* Runs a native collective of a shared-memory transport with the signature posted. The
@@ -613,7 +683,8 @@ static hcomm_result_t agree_as(call_t *k, int mode) {
             if (k->a->seen[i] == h)
                 return HCOMM_OK;
     k->a->agreements++;
-    HCOMM__TRY(rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
+    HCOMM__TRY(board_on(k->c) ? board_agree(k)
+                              : rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
     if (mode == HCOMM__CHECK_FIRST)
         k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
     return HCOMM_OK;
@@ -691,6 +762,57 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
     return algo;
 }
 
+/* Up to this many bytes (the collective's total) shm runs by default where the comm has a
+ * board. Measured with hcomm-bench --algo all on mpi (median of 100-300 calls, f32, buffers
+ * from hcomm_mem_alloc; 2 processes on their own cores, 4 sharing 2): shm leads everything
+ * below these sizes, and the backend's own collectives (raw MPI) at every size measured up to
+ * them but 8 B broadcasts (0.84 against 0.74 us with 2 processes, 7.3 against 6.8 with 4: raw
+ * MPI_Bcast does not wait for the receivers). 2 processes, shm against the next best: all_reduce
+ * 16 KiB 5.2 us against twoshot 5.3, 32 KiB 9.6 against 6.5; broadcast 8 KiB 2.1 against
+ * direct 2.9, 16 KiB 3.5 against 3.2; all_gather 16 KiB 2.5 against direct 3.3, 32 KiB 4.7
+ * against 4.6; reduce_scatter 16 KiB 3.1 against 3.6, 32 KiB 5.2 against 4.1. 4 processes:
+ * all_reduce 32 KiB 35 against twoshot 43, 64 KiB 59 against 50; broadcast 128 KiB 26 against
+ * direct 31, 256 KiB 46 against 43; all_gather 256 KiB 51 against direct 55, 1 MiB 219
+ * against 198; reduce_scatter 64 KiB 23 against direct 30, 128 KiB 54 against 41. */
+static size_t shm_max_bytes(int coll, int p) {
+    bool two = p == 2;
+    switch (coll) {
+    case HCOMM__COLL_ALLREDUCE:
+        return (size_t)(two ? 16 : 32) << 10;
+    case HCOMM__COLL_BROADCAST:
+        return (size_t)(two ? 8 : 128) << 10;
+    case HCOMM__COLL_ALLGATHER:
+        return (size_t)(two ? 16 : 256) << 10;
+    case HCOMM__COLL_REDUCESCATTER:
+        return (size_t)(two ? 16 : 64) << 10;
+    default:
+        return 0;
+    }
+}
+
+static bool shm_runs(hcomm_comm_t *c) {
+    return board_on(c) && hcomm__shm_fits(c);
+}
+
+/* shm where the comm has a board and the call is small (every rank decides alike); a forced
+ * shm elsewhere runs what the transport does best without one. */
+static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **why) {
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    if (algo == HCOMM__ALGO_SHM && !shm_runs(k->c)) {
+        *why = "shm needs a board: every rank of the mpi backend on one node";
+        return shm_coll(k->c)                                   ? HCOMM__ALGO_NATIVE
+               : coll == HCOMM__COLL_BROADCAST                  ? HCOMM__ALGO_TREE
+               : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
+                                                                : HCOMM__ALGO_RING;
+    }
+    if (strcmp(*why, "default") == 0 && bytes <= shm_max_bytes(coll, k->c->size) &&
+        shm_runs(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_SHM)) {
+        *why = "default: small, on a board";
+        return HCOMM__ALGO_SHM;
+    }
+    return algo;
+}
+
 /* The one-node defaults' last choice, where it answers this call: a loop of calls of one size
  * (the 8-byte all_reduce spent a sixth of hcomm's own instructions selecting). Debug logging
  * skips it, so that every choice is logged. */
@@ -727,10 +849,12 @@ static int choose(call_t *k, int coll, size_t bytes) {
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
+    algo = with_board(k, coll, bytes, algo, &why);
     /* The shared-memory native collectives, twoshot and direct reduce_scatter reduce in rank
      * order already. */
     if (k->c->deterministic && is_reduction(coll) &&
         !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT &&
+        algo != HCOMM__ALGO_SHM &&
         !(coll == HCOMM__COLL_REDUCESCATTER && algo == HCOMM__ALGO_DIRECT))
         algo |= HCOMM__ALGO_DET;
     if (k->c->one_node)
@@ -752,9 +876,17 @@ static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__
     return check_sig(&d, peer, &env->sig);
 }
 
+static hcomm_result_t xfer_meet(const hcomm__xfer_t *x, uint32_t step) {
+    return board_checked(x->call, step);
+}
+
 static hcomm__xfer_t xfer_of(call_t *k) {
-    return (hcomm__xfer_t){
-        .c = k->c, .tag = (int)k->seq, .desc = {.sig = k->sig}, .check = xfer_check, .call = k};
+    return (hcomm__xfer_t){.c = k->c,
+                           .tag = (int)k->seq,
+                           .desc = {.sig = k->sig},
+                           .check = xfer_check,
+                           .meet = xfer_meet,
+                           .call = k};
 }
 
 /* Messages of this call may take the transport's lane (and the shared-memory transport's
@@ -821,7 +953,9 @@ static hcomm_result_t p2p_agree(call_t *k, int algo) {
      * a signature before skip it: their peers would wait in the agreement until the timeout
      * instead of failing with the mismatch (off: every rank skips it alike) */
     if (!shm_coll(c)) {
-        if (checks_in_messages(k, algo))
+        /* on a board every checked call meets there: a rank waiting on the board would never
+         * see a message that a peer in another call checks its signature with */
+        if (checks_in_messages(k, algo) && !board_on(c))
             return HCOMM_OK;
         int mode = hcomm__check_mode();
         return agree_as(
@@ -1009,6 +1143,10 @@ hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void
     int algo = choose(&k, HCOMM__COLL_ALLREDUCE, count * hcomm__dtype_size(dt));
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE) /* reduces AVG and halves in one pass */
         RUN_POSTED(&k, c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, op));
+    if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__ar_shm(&x, sendbuf, recvbuf, count, dt, op));
+    }
     hcomm_result_t res = p2p_agree(&k, algo);
     red_t r = {&k, algo, 0, sendbuf, recvbuf, count, count, NULL, dt, op};
     if (res == HCOMM_OK)
@@ -1023,13 +1161,17 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
     int algo = choose(&k, HCOMM__COLL_ALLGATHER, bytes_per_rank * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank));
-    if (on_pair_lane(&k, algo)) {
+    if (algo == HCOMM__ALGO_SHM) {
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__ag_shm(&x, sendbuf, recvbuf, bytes_per_rank));
+    }
+    hcomm_result_t res = p2p_agree(&k, algo); /* native: as before; no-op where checked below */
+    if (res == HCOMM_OK && on_pair_lane(&k, algo)) {
         hcomm__xfer_t x = xfer_of(&k);
         return call_end(&k, hcomm__pair_all_gather(&x, sendbuf, recvbuf, bytes_per_rank));
     }
-    if (ag_rd_whole(&k, algo))
+    if (res == HCOMM_OK && ag_rd_whole(&k, algo))
         return call_end(&k, rd_union(&k, sendbuf, bytes_per_rank, c->size, c->rank, recvbuf));
-    hcomm_result_t res = p2p_agree(&k, algo); /* native: as before */
     if (res != HCOMM_OK || algo == HCOMM__ALGO_NATIVE)
         return call_end(&k, res == HCOMM_OK
                                 ? c->tr->native->all_gather(c, sendbuf, recvbuf, bytes_per_rank)
@@ -1056,6 +1198,10 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
         choose(&k, HCOMM__COLL_REDUCESCATTER, count * hcomm__dtype_size(dt) * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, op));
+    if (algo == HCOMM__ALGO_SHM) {
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__rs_shm(&x, sendbuf, recvbuf, count, dt, op));
+    }
     hcomm_result_t res = p2p_agree(&k, algo);
     red_t r = {&k, algo, 0, sendbuf, recvbuf, count * (size_t)c->size, count, NULL, dt, op};
     if (res == HCOMM_OK)
@@ -1069,15 +1215,19 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     int algo = choose(&k, HCOMM__COLL_BROADCAST, bytes);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->broadcast(c, buf, bytes, root));
+    if (algo == HCOMM__ALGO_SHM) {
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__bc_shm(&x, buf, bytes, root));
+    }
     if (algo == HCOMM__ALGO_NATIVE) {
         hcomm_result_t res = agree(&k);
         return call_end(&k, res == HCOMM_OK ? c->tr->native->broadcast(c, buf, bytes, root) : res);
     }
     hcomm__xfer_t x = xfer_of(&k);
-    if (on_pair_lane(&k, algo))
+    hcomm_result_t res = p2p_agree(&k, algo); /* no-op where the pair checks */
+    if (res == HCOMM_OK && on_pair_lane(&k, algo))
         return call_end(&k, hcomm__pair_broadcast(&x, buf, bytes, root,
                                                   hcomm__check_mode() != HCOMM__CHECK_OFF));
-    hcomm_result_t res = p2p_agree(&k, algo);
     if (res == HCOMM_OK)
         res = algo == HCOMM__ALGO_RD ? rd_broadcast(&k, buf, bytes, root)
                                      : hcomm__bc_run(&x, algo, buf, bytes, root);
@@ -1208,11 +1358,6 @@ static int a2a_set(call_t *k, int algo, const char *why, size_t bytes) {
     return algo;
 }
 
-static bool on_one_node(hcomm_comm_t *c) {
-    hcomm__topo_t *t;
-    return c->one_node || (hcomm__topo_get(c, &t) == HCOMM_OK && c->one_node);
-}
-
 /* The algorithm when the choice cannot depend on the block sizes, else -1: the only one
  * allowed, or native where no agreement runs to share the sizes (HCOMM_CHECK=off; but two
  * ranks on a lane agree in the message that carries small blocks, a2a_pair, which also spares
@@ -1306,7 +1451,9 @@ static hcomm_result_t a2a_agree(call_t *k, hcomm__a2a_t *v, int *algo) {
     if (shm_coll(k->c))
         HCOMM__TRY(p2p_agree(k, *algo < 0 ? HCOMM__ALGO_COUNT : *algo));
     k->a->agreements++;
-    HCOMM__TRY(rd_all_reduce(k, mine, all, HCOMM__A2A_AGREE, HCOMM_I64, HCOMM_SUM));
+    HCOMM__TRY(board_on(k->c)
+                   ? board_sum(k, mine, all, HCOMM__A2A_AGREE)
+                   : rd_all_reduce(k, mine, all, HCOMM__A2A_AGREE, HCOMM_I64, HCOMM_SUM));
     if (all[0] != 0)
         return a2a_diagnose(k, v);
     size_t most = hcomm__a2a_largest(all); /* every block is below 2 * most */
@@ -1360,7 +1507,7 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
         res = agreed ? HCOMM_OK : agree(&k);
     else if (algo >= 0 && hcomm__check_mode() == HCOMM__CHECK_OFF)
         res = p2p_agree(&k, algo); /* the counts are checked with the data only */
-    else if (c->size == 2 && hcomm__lane_payload(c) > 0 &&
+    else if (c->size == 2 && hcomm__lane_payload(c) > 0 && !board_on(c) &&
              (algo < 0 || algo == HCOMM__ALGO_PAIRWISE)) {
         bool done = false;
         res = a2a_pair(&k, v, &algo, &done), agreed = true;
@@ -1406,8 +1553,11 @@ hcomm_result_t hcomm__coll_all_to_all_checked(hcomm_comm_t *c, const void *sendb
                                               size_t bytes) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, bytes));
-    if (!shm_coll(c))
-        return call_end(&k, pairwise_all_to_all(&k, sendbuf, recvbuf, bytes));
+    if (!shm_coll(c)) {
+        hcomm_result_t res = board_on(c) ? board_agree(&k) : HCOMM_OK;
+        return call_end(&k,
+                        res == HCOMM_OK ? pairwise_all_to_all(&k, sendbuf, recvbuf, bytes) : res);
+    }
     size_t p = (size_t)c->size, *v = malloc(2 * p * sizeof *v);
     if (v == NULL)
         return call_end(&k, nomem(&k));
@@ -1449,7 +1599,8 @@ hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c) {
     HCOMM__TRY(call_begin(c, &k, CALL_BARRIER, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (shm_coll(c))
         RUN_POSTED(&k, posted_barrier(c));
-    return call_end(&k, rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
+    return call_end(&k, board_on(c) ? board_agree(&k)
+                                    : rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
 }
 
 hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
@@ -1457,7 +1608,8 @@ hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm
     HCOMM__TRY(call_begin(c, &k, CALL_SPLIT, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (shm_coll(c))
         RUN_POSTED(&k, c->tr->split(c, color, key, out));
-    hcomm_result_t res = rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM);
+    hcomm_result_t res =
+        board_on(c) ? board_agree(&k) : rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM);
     if (res == HCOMM_OK) /* every rank has arrived: the backend's blocking split cannot hang */
         res = c->tr->split(c, color, key, out);
     return call_end(&k, res);
@@ -1478,6 +1630,12 @@ hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res) {
             c->tr->posted_release(c);
         c->posted = NULL;
     } else if (c->size > 1) {
+        if (board_on(c)) { /* peers that meet there see it at once */
+            hcomm__posted_sig_t ps = posted_of(&k.sig);
+            ps.failed = res;
+            ps.failed_text = text;
+            hcomm__board_meet(c, k.seq, 0, &ps, false);
+        }
         char note[600];
         snprintf(note, sizeof note, "rank %d failed its own checks in this call, nothing moved: %s",
                  c->rank, text);

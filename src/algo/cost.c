@@ -284,9 +284,31 @@ static double hier_or_ring(const model_t *m, int coll, double S) {
     return transfer(m, coll, HCOMM__ALGO_RING, S) + m->in.alpha;
 }
 
+/* shm (shm.c), one node only: a meeting per HCOMM__BOARD_ROOM bytes a rank posts, its part
+ * copied in, what it needs copied (or reduced) out. */
+static double shm_coll(const model_t *m, int coll, double S) {
+    double p = m->p, f = (p - 1.0) / p, room = HCOMM__BOARD_ROOM;
+    if (m->t->nnodes > 1)
+        return INFINITY;
+    switch (coll) {
+    case HCOMM__COLL_ALLREDUCE:
+        return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + p * S * m->gamma;
+    case HCOMM__COLL_REDUCESCATTER:
+        return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + S * m->gamma;
+    case HCOMM__COLL_ALLGATHER:
+        return fmax(1.0, ceil(S / p / room)) * m->in.alpha + (1.0 / p + f) * S * m->in.beta;
+    case HCOMM__COLL_BROADCAST:
+        return fmax(1.0, ceil(S / room)) * m->in.alpha + 2.0 * S * m->in.beta;
+    default:
+        return INFINITY;
+    }
+}
+
 static double transfer(const model_t *m, int coll, int algo, double S) {
     if (coll == HCOMM__COLL_ALLTOALLV)
         return a2a(m, algo, S);
+    if (algo == HCOMM__ALGO_SHM)
+        return shm_coll(m, coll, S);
     if (algo == HCOMM__ALGO_NATIVE)
         return native(m, coll, S);
     if (algo == HCOMM__ALGO_HIER && coll <= HCOMM__COLL_REDUCESCATTER)

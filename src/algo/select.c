@@ -18,15 +18,15 @@
 #define BIT(a) (1u << (a))
 
 static const char *const algo_names[HCOMM__ALGO_COUNT] = {
-    "native",  "rd",   "ring",    "rhd",   "naive", "tree",
-    "direct",  "hier", "twoshot", "bruck", "chain", "scatter_allgather",
-    "pairwise"};
+    "native",   "rd",   "ring",    "rhd",   "naive", "tree",
+    "direct",   "hier", "twoshot", "bruck", "chain", "scatter_allgather",
+    "pairwise", "shm"};
 static const char *const det_names[HCOMM__ALGO_COUNT] = {
-    "native+deterministic",  "rd+deterministic",    "ring+deterministic",
-    "rhd+deterministic",     "naive+deterministic", "tree+deterministic",
-    "direct+deterministic",  "hier+deterministic",  "twoshot+deterministic",
-    "bruck+deterministic",   "chain+deterministic", "scatter_allgather+deterministic",
-    "pairwise+deterministic"};
+    "native+deterministic",   "rd+deterministic",    "ring+deterministic",
+    "rhd+deterministic",      "naive+deterministic", "tree+deterministic",
+    "direct+deterministic",   "hier+deterministic",  "twoshot+deterministic",
+    "bruck+deterministic",    "chain+deterministic", "scatter_allgather+deterministic",
+    "pairwise+deterministic", "shm+deterministic"};
 static const char *const coll_names[HCOMM__COLL_COUNT] = {
     "allreduce", "allgather", "reducescatter", "broadcast",      "reduce",
     "gather",    "scatter",   "allgatherv",    "reducescatterv", "alltoallv"};
@@ -36,16 +36,16 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
     [HCOMM__COLL_ALLREDUCE] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RD) |
                               BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) |
                               BIT(HCOMM__ALGO_NAIVE) | BIT(HCOMM__ALGO_HIER) |
-                              BIT(HCOMM__ALGO_TWOSHOT),
+                              BIT(HCOMM__ALGO_TWOSHOT) | BIT(HCOMM__ALGO_SHM),
     [HCOMM__COLL_ALLGATHER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
                               BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_BRUCK) |
-                              BIT(HCOMM__ALGO_DIRECT),
-    [HCOMM__COLL_REDUCESCATTER] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) |
-                                  BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_RHD) |
-                                  BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT),
+                              BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_SHM),
+    [HCOMM__COLL_REDUCESCATTER] =
+        BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_HIER) |
+        BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_SHM),
     [HCOMM__COLL_BROADCAST] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_TREE) |
                               BIT(HCOMM__ALGO_CHAIN) | BIT(HCOMM__ALGO_SCATTER_ALLGATHER) |
-                              BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT),
+                              BIT(HCOMM__ALGO_RD) | BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_SHM),
     [HCOMM__COLL_REDUCE] = BIT(HCOMM__ALGO_TREE) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_DIRECT),
     [HCOMM__COLL_GATHER] = BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_TREE),
     [HCOMM__COLL_SCATTER] = BIT(HCOMM__ALGO_DIRECT) | BIT(HCOMM__ALGO_TREE),
@@ -63,7 +63,7 @@ static const int preference[HCOMM__ALGO_COUNT] = {HCOMM__ALGO_RING,  HCOMM__ALGO
                                                   HCOMM__ALGO_HIER,  HCOMM__ALGO_TWOSHOT,
                                                   HCOMM__ALGO_BRUCK, HCOMM__ALGO_SCATTER_ALLGATHER,
                                                   HCOMM__ALGO_CHAIN, HCOMM__ALGO_NAIVE,
-                                                  HCOMM__ALGO_NATIVE};
+                                                  HCOMM__ALGO_SHM,   HCOMM__ALGO_NATIVE};
 
 const char *hcomm__algo_name(int algo) {
     const char *const *names = algo & HCOMM__ALGO_DET ? det_names : algo_names;

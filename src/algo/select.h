@@ -24,6 +24,7 @@ typedef enum {
     HCOMM__ALGO_CHAIN,             /* pipelined chain broadcast */
     HCOMM__ALGO_SCATTER_ALLGATHER, /* broadcast as scatter + all_gather (van de Geijn) */
     HCOMM__ALGO_PAIRWISE,          /* all_to_allv: step s to rank + s, from rank - s */
+    HCOMM__ALGO_SHM,               /* one node: through the board (shm.c) */
     HCOMM__ALGO_COUNT
 } hcomm__algo_t;
 

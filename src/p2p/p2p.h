@@ -132,4 +132,25 @@ hcomm_result_t hcomm__progress(hcomm_comm_t *c);
 /* Unexpected-message bytes held now (for tests and the leak check). */
 size_t hcomm__unexpected_bytes(hcomm_comm_t *c);
 
+/* Meetings on the transport's board (transport.board: one node; board.c). In a meeting every
+ * member posts a signature (and a payload of up to HCOMM__BOARD_ROOM bytes) in its own region,
+ * waits until every member posted the same meeting, reads what it needs of theirs and leaves.
+ * A region has two halves used in turn, so a rank may post its next meeting while peers still
+ * read its last; before it reuses a half it waits until no peer can still read it. Meetings
+ * are numbered by the call's sequence number seq and a step within the call, which every rank
+ * takes in the same increasing order; a rank may post without waiting (a rank whose own
+ * checks failed) and need not join calls its peers do not meet in. Waits end as hcomm__wait's
+ * do: a peer's failure notice for seq, an abort, or HCOMM_TIMEOUT. */
+bool hcomm__board_on(hcomm_comm_t *c);
+/* Where this rank writes the payload of its next meeting (before hcomm__board_meet). */
+hcomm_result_t hcomm__board_space(hcomm_comm_t *c, uint32_t seq, void **data);
+/* Posts sig (failed and failed_text too) for meeting (seq, step); with wait, waits for every
+ * member's post of it and fails with HCOMM_ERR_MISMATCH naming a rank that went past it. The
+ * meeting is left already on return unless wait and HCOMM_OK. */
+hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
+                                 const hcomm__posted_sig_t *sig, bool wait);
+/* After a meeting: rank r's signature and payload (either may be NULL), valid until leave. */
+void hcomm__board_peer(hcomm_comm_t *c, int r, hcomm__posted_sig_t *sig, const void **data);
+void hcomm__board_leave(hcomm_comm_t *c);
+
 #endif /* HCOMM_C_P2P_H_ */

@@ -44,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -81,6 +83,7 @@ typedef struct mpi_impl {
     MPI_Request sreq[STAGE_SLOTS];
     int snext;
     struct mpi_tx *waiting; /* rendezvous sends awaiting clear-to-send */
+    void **board;           /* [size] every member's board region (transport.board), or NULL */
 } mpi_impl_t;
 
 /* MPI objects created once per MPI session; freed when MPI is finalized. Launch and wrap
@@ -422,6 +425,7 @@ static hcomm_result_t fill_world_ranks(const char *fn, hcomm_comm_t *c) {
 }
 
 static hcomm_result_t frames_init(const char *fn, hcomm_comm_t *c);
+static hcomm_result_t board_init(const char *fn, hcomm_comm_t *c);
 
 /* Wraps mc (owned from here on: freed on failure) into a new hcomm comm; parent (may be NULL)
  * passes on its settings. */
@@ -444,6 +448,8 @@ static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *par
     hcomm_result_t r = fill_world_ranks(fn, c);
     if (r == HCOMM_OK)
         r = frames_init(fn, c);
+    if (r == HCOMM_OK)
+        r = board_init(fn, c);
     if (r != HCOMM_OK) {
         hcomm__comm_free(c);
         return r;
@@ -902,6 +908,91 @@ static bool mpi_peer_read_ok(hcomm_comm_t *c) {
     return true;
 }
 
+/* --- the board (transport.board) --- */
+
+/* Maps peer's board object read-only; NULL when it cannot. */
+static void *map_board(hcomm_comm_t *c, int peer, uint32_t id) {
+    char name[HCOMM__SHM_NAME_MAX];
+    hcomm__shm_name(name, (int)world_node[c->world_ranks[peer]].pid, id);
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0)
+        return NULL;
+    void *p = mmap(NULL, HCOMM__BOARD_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void board_free(hcomm_comm_t *c) {
+    mpi_impl_t *m = c->impl;
+    if (!m->board)
+        return;
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank && m->board[r])
+            munmap(m->board[r], HCOMM__BOARD_BYTES);
+    hcomm_mem_free(m->board[c->rank]);
+    free(m->board);
+    m->board = NULL;
+}
+
+/* Every rank's answer to "can all members use the board", as a MIN over the comm. */
+static hcomm_result_t board_agree(const char *fn, hcomm_comm_t *c, int *ok) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, ok, 1, MPI_INT, MPI_MIN, mcomm(c), &req);
+    return rc == MPI_SUCCESS ? wait_setup(fn, "MPI_Iallreduce of the board's state", &req)
+                             : mpi_fail(fn, "MPI_Iallreduce", rc);
+}
+
+/* A comm whose members share one node gets a board: each rank makes its region in /dev/shm,
+ * the ids travel in one all_gather, and each rank maps its peers'. Where any rank cannot, no
+ * rank has one (the algorithms then exchange messages instead). */
+static hcomm_result_t board_init(const char *fn, hcomm_comm_t *c) {
+    mpi_impl_t *m = c->impl;
+    bool one_node = c->size > 1 && world_node;
+    for (int r = 0; r < c->size && one_node; r++)
+        one_node = c->world_ranks[r] < world_node_size && mpi_shares_memory(c, r);
+    if (!one_node)
+        return HCOMM_OK; /* every member reads the same launch table */
+    uint32_t *ids = calloc((size_t)c->size, sizeof *ids);
+    m->board = calloc((size_t)c->size, sizeof *m->board);
+    if (!ids || !m->board) {
+        free(ids);
+        free(m->board);
+        m->board = NULL;
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for a board of %d ranks", c->size);
+    }
+    uint64_t off = 0;
+    /* HCOMM_NO_BOARD=1 on any rank turns it off for the comm (to compare; not documented) */
+    const char *no = getenv("HCOMM_NO_BOARD");
+    if (!(no && no[0] == '1') &&
+        hcomm_mem_alloc(HCOMM__BOARD_BYTES, &m->board[c->rank]) == HCOMM_OK)
+        hcomm__mem_shared(m->board[c->rank], HCOMM__BOARD_BYTES, &ids[c->rank], &off);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc =
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ids, 1, MPI_UINT32_T, mcomm(c), &req);
+    hcomm_result_t res = rc == MPI_SUCCESS
+                             ? wait_setup(fn, "MPI_Iallgather of the board's objects", &req)
+                             : mpi_fail(fn, "MPI_Iallgather", rc);
+    int ok = ids[c->rank] != 0;
+    for (int r = 0; res == HCOMM_OK && ok && r < c->size; r++)
+        if (r != c->rank)
+            ok = ids[r] != 0 && (m->board[r] = map_board(c, r, ids[r])) != NULL;
+    free(ids);
+    if (res == HCOMM_OK)
+        res = board_agree(fn, c, &ok);
+    if (res != HCOMM_OK || !ok)
+        board_free(c);
+    return res;
+}
+
+static hcomm_result_t mpi_usable(hcomm_comm_t *c) {
+    return check_usable(c->call_fn, c);
+}
+
+static void *mpi_board(hcomm_comm_t *c, int rank) {
+    mpi_impl_t *m = c->impl;
+    return m->board ? m->board[rank] : NULL;
+}
+
 /* One copy straight out of the peer process (Linux cross-memory attach). */
 static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remote, void *dst,
                                     size_t bytes) {
@@ -1165,6 +1256,8 @@ static void mpi_destroy(hcomm_comm_t *c) {
     mpi_impl_t *impl = c->impl;
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (impl)
+        board_free(c);
     if (impl && !finalized) {
         frames_free(impl);
         if (impl->comm != MPI_COMM_NULL)
@@ -1202,6 +1295,8 @@ static const hcomm__transport_t mpi_tr = {
     .mem_kind = mpi_mem_kind,
     .threads_ok = mpi_threads_ok,
     .native = &mpi_native,
+    .board = mpi_board,
+    .usable = mpi_usable,
     .split = mpi_split,
     .destroy = mpi_destroy,
 };

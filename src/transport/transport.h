@@ -27,6 +27,12 @@
  * header inside), so a lane send completes without its receive. */
 #define HCOMM__LANE_MAX 4032
 
+/* A board (transport.board): each member's region of shared memory, where the p2p layer's
+ * meetings post signatures and small payloads (p2p.h). HCOMM__BOARD_ROOM payload bytes per
+ * half; the region holds two halves and their headers. */
+#define HCOMM__BOARD_ROOM (64u << 10)
+#define HCOMM__BOARD_BYTES (2 * HCOMM__BOARD_ROOM + 4096)
+
 /* Opaque per-operation state a transport keeps inside the caller's request. */
 typedef union hcomm__treq {
     uint64_t u[48];
@@ -134,6 +140,14 @@ typedef struct hcomm__transport {
     bool (*lane_test)(hcomm_comm_t *c, hcomm__treq_t *r, hcomm_result_t *res, size_t *got);
     /* Native collectives; NULL entries are not offered. */
     const hcomm__native_ops_t *native;
+    /* Optional (NULL when absent): rank's region of c's board, HCOMM__BOARD_BYTES of shared
+     * memory each member mapped when c was created (zeroed then), writable for c->rank and
+     * read-only for the others; NULL on every member when c has none. mpi: every member on
+     * one node, each region an object in /dev/shm that its owner made and the peers map. */
+    void *(*board)(hcomm_comm_t *c, int rank);
+    /* Optional: HCOMM_OK, or the error every later call on c returns (a comm the backend
+     * cannot use any more); checked where a call would not reach the backend otherwise. */
+    hcomm_result_t (*usable)(hcomm_comm_t *c);
     /* Shared-memory call check (NULL entries when the transport has none). Before a native
      * collective the algorithms layer sets c->posted; the collective posts it with its buffers
      * and, after its first barrier, returns HCOMM_ERR_MISMATCH without moving data when any
@@ -157,6 +171,7 @@ typedef enum {
     HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
     HCOMM__LAYER_MOE,   /* MoE scratch (src/prims/moe_pool.c) */
+    HCOMM__LAYER_BOARD, /* meetings on the transport's board (src/p2p/board.c) */
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;

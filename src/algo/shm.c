@@ -1,0 +1,117 @@
+/* shm: collectives through the board (p2p.h), for ranks on one node. Each step every rank
+ * copies its part into its own region, meets its peers there (the meeting checks the call's
+ * signature, so no agreement runs first), and reads what it needs of theirs: two copies per
+ * byte and one meeting per HCOMM__BOARD_ROOM bytes, where the backend's small collectives take
+ * log2 p message round trips. Reductions combine every rank's input in rank order in one pass
+ * (hcomm__reduce_many: f16/bf16 accumulate in f32 and round once, AVG divides before rounding),
+ * so every rank gets the serial reduction's bits. The scheme is Open MPI's coll/sm and the
+ * local transport's posted slots, with the payload copied in since processes cannot load each
+ * other's private buffers. */
+#include "algo/algos.h"
+
+#include <string.h>
+
+enum { MAX_SRCS = 256 };
+
+/* Every rank's payload of the current meeting. */
+static void payloads(hcomm_comm_t *c, const void **srcs) {
+    for (int r = 0; r < c->size; r++)
+        hcomm__board_peer(c, r, NULL, &srcs[r]);
+}
+
+/* One step: this rank's n bytes at src (may be NULL with n 0) go to the board, and every
+ * rank meets; read the payloads, then leave. */
+static hcomm_result_t post_step(const hcomm__xfer_t *x, uint32_t step, const void *src, size_t n) {
+    void *space;
+    HCOMM__TRY(hcomm__board_space(x->c, (uint32_t)x->tag, &space));
+    if (n)
+        memcpy(space, src, n);
+    return x->meet(x, step);
+}
+
+hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op) {
+    hcomm_comm_t *c = x->c;
+    const void *srcs[MAX_SRCS];
+    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
+    uint32_t step = 0;
+    do {
+        size_t n = count - done < piece ? count - done : piece;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
+        payloads(c, srcs);
+        if (n)
+            hcomm__reduce_many((char *)recv + done * es, srcs, c->size, 0, n, dt, op);
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < count);
+    return HCOMM_OK;
+}
+
+/* reduce_scatter: every rank posts its whole input a piece at a time, and reduces the part of
+ * its own block that the piece holds. */
+hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op) {
+    hcomm_comm_t *c = x->c;
+    const void *srcs[MAX_SRCS];
+    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
+    size_t total = count * (size_t)c->size, lo = count * (size_t)c->rank, hi = lo + count;
+    uint32_t step = 0;
+    do {
+        size_t n = total - done < piece ? total - done : piece;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
+        size_t a = lo > done ? lo : done, b = hi < done + n ? hi : done + n;
+        if (a < b) {
+            payloads(c, srcs);
+            hcomm__reduce_many((char *)recv + (a - lo) * es, srcs, c->size, a - done, b - a, dt,
+                               op);
+        }
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < total);
+    return HCOMM_OK;
+}
+
+/* all_gather of bytes per rank; in place when send is this rank's block of recv. */
+hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes) {
+    hcomm_comm_t *c = x->c;
+    const void *srcs[MAX_SRCS];
+    size_t done = 0;
+    uint32_t step = 0;
+    char *mine = (char *)recv + (size_t)c->rank * bytes;
+    do {
+        size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done, n));
+        payloads(c, srcs);
+        for (int r = 0; r < c->size && n; r++)
+            if (r != c->rank)
+                memcpy((char *)recv + (size_t)r * bytes + done, srcs[r], n);
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < bytes);
+    if (mine != send && bytes)
+        memcpy(mine, send, bytes);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
+    hcomm_comm_t *c = x->c;
+    bool mine = c->rank == root;
+    size_t done = 0;
+    uint32_t step = 0;
+    do {
+        size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
+        HCOMM__TRY(post_step(x, step++, (char *)buf + done, mine ? n : 0));
+        if (!mine && n) {
+            const void *theirs;
+            hcomm__board_peer(c, root, NULL, &theirs);
+            memcpy((char *)buf + done, theirs, n);
+        }
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < bytes);
+    return HCOMM_OK;
+}
+
+bool hcomm__shm_fits(const hcomm_comm_t *c) {
+    return c->size <= MAX_SRCS;
+}

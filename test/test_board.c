@@ -1,0 +1,150 @@
+/* The mpi backend's board (HCOMM_TEST_MPI: np 2, 3 and 4 on one host; on the local backend,
+ * which has none, world sizes 2..5 run the same calls through its own shared memory):
+ *   (a) every communicator of ranks on one host has one (the world and a split of it);
+ *   (b) a long mixed sequence (broadcast from every root, all_reduce, all_gather and
+ *       reduce_scatter of sizes from 0 to several 64 KiB board pieces, by shm and by the
+ *       default choice) keeps every value right: the two halves of each rank's region are
+ *       reused only once no peer reads them;
+ *   (c) ranks in different calls, one on shm and one meeting before another algorithm (twoshot,
+ *       native), fail with HCOMM_ERR_MISMATCH on every rank, not a timeout, and the
+ *       communicator works afterwards;
+ *   (d) a rank whose own checks fail (a NULL buffer) makes its peers in an shm call fail with
+ *       HCOMM_ERR_PEER naming it, and the next call works. */
+#include "harness.h"
+
+#include "p2p/p2p.h"
+
+enum { BIG = 3 * 16384 + 77 }; /* floats: three 64 KiB pieces and a tail */
+
+static hcomm_result_t has_board(hcomm_comm_t *w) {
+    bool mpi = strcmp(t_backend(), "mpi") == 0;
+    T_CHECK(hcomm__board_on(w) == (mpi && t_size(w) > 1), "world of %d: board %d on %s", t_size(w),
+            (int)hcomm__board_on(w), t_backend());
+    hcomm_comm_t *half = NULL;
+    T_TRY(hcomm_comm_split(w, t_rank(w) % 2, t_rank(w), &half));
+    int n = 0;
+    T_TRY(hcomm_comm_size(half, &n));
+    T_CHECK(hcomm__board_on(half) == (mpi && n > 1), "split of %d: board %d", n,
+            (int)hcomm__board_on(half));
+    float one = 1.0f, sum = 0.0f;
+    T_TRY(hcomm_all_reduce(half, &one, &sum, 1, HCOMM_F32, HCOMM_SUM));
+    T_CHECK(sum == (float)n, "split all_reduce: %g, expected %d", (double)sum, n);
+    return hcomm_comm_destroy(half);
+}
+
+static float val(int rank, size_t i) {
+    return (float)((rank * 131 + (int)(i % 1009)) % 61) - 30.0f;
+}
+
+/* One round of step s: every collective at a size that changes with s. */
+static hcomm_result_t round_of(hcomm_comm_t *w, int s, float *a, float *b) {
+    int p = t_size(w), me = t_rank(w), root = s % p;
+    size_t n = (size_t)(s * 7919) % BIG;
+    for (size_t i = 0; i < n; i++)
+        a[i] = val(me == root ? root : -1, i);
+    T_TRY(hcomm_broadcast(w, a, n * sizeof(float), root));
+    for (size_t i = 0; i < n; i++)
+        T_CHECK(a[i] == val(root, i), "step %d: broadcast of %zu floats from %d: [%zu]=%g", s, n,
+                root, i, (double)a[i]);
+    size_t m = n / (size_t)p;
+    for (size_t i = 0; i < m * (size_t)p; i++)
+        a[i] = val(me, i);
+    T_TRY(hcomm_all_reduce(w, a, b, m * (size_t)p, HCOMM_F32, HCOMM_SUM));
+    for (size_t i = 0; i < m * (size_t)p; i += 7) {
+        float want = 0.0f;
+        for (int r = 0; r < p; r++)
+            want += val(r, i);
+        T_CHECK(b[i] == want, "step %d: all_reduce of %zu: [%zu]=%g, expected %g", s, m * (size_t)p,
+                i, (double)b[i], (double)want);
+    }
+    T_TRY(hcomm_reduce_scatter(w, a, b, m, HCOMM_F32, HCOMM_MAX));
+    for (size_t i = 0; i < m; i++) {
+        float want = val(0, (size_t)me * m + i);
+        for (int r = 1; r < p; r++)
+            if (val(r, (size_t)me * m + i) > want)
+                want = val(r, (size_t)me * m + i);
+        T_CHECK(b[i] == want, "step %d: reduce_scatter of %zu: [%zu]=%g", s, m, i, (double)b[i]);
+    }
+    T_TRY(hcomm_all_gather(w, a, b, m * sizeof(float)));
+    for (size_t i = 0; i < m * (size_t)p; i++)
+        T_CHECK(b[i] == val((int)(i / m), i % m), "step %d: all_gather of %zu: [%zu]=%g", s, m, i,
+                (double)b[i]);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t mixed_sequence(hcomm_comm_t *w) {
+    float *a = calloc(BIG, sizeof(float)), *b = calloc(BIG, sizeof(float));
+    if (!a || !b)
+        return HCOMM_ERR_NOMEM;
+    for (int pass = 0; pass < 2; pass++) {
+        T_TRY(hcomm_comm_set_algo(
+            w, pass ? "" : "allreduce:shm;broadcast:shm;allgather:shm;reducescatter:shm"));
+        for (int s = 0; s < 40; s++)
+            T_TRY(round_of(w, s, a, b));
+    }
+    free(a);
+    free(b);
+    return HCOMM_OK;
+}
+
+/* Rank 0 broadcasts 8 bytes (shm) while its peers all_reduce count floats by algo. */
+static hcomm_result_t differ(hcomm_comm_t *w, const char *algo, size_t count) {
+    int me = t_rank(w);
+    float *a = calloc(count, sizeof(float)), *b = calloc(count, sizeof(float));
+    if (!a || !b)
+        return HCOMM_ERR_NOMEM;
+    T_TRY(hcomm_comm_set_algo(w, algo));
+    hcomm_result_t r = me == 0 ? hcomm_broadcast(w, a, 8, 0)
+                               : hcomm_all_reduce(w, a, b, count, HCOMM_F32, HCOMM_SUM);
+    T_CHECK(r == HCOMM_ERR_MISMATCH && strstr(hcomm_last_error(), "called"),
+            "%s: broadcast on rank 0, all_reduce of %zu elsewhere: rank %d got %s '%s'", algo,
+            count, me, hcomm_result_name(r), hcomm_last_error());
+    T_TRY(hcomm_comm_set_algo(w, ""));
+    a[0] = 1.0f;
+    T_TRY(hcomm_all_reduce(w, a, b, 1, HCOMM_F32, HCOMM_SUM));
+    T_CHECK(b[0] == (float)t_size(w), "after the mismatch: %g", (double)b[0]);
+    free(a);
+    free(b);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t own_check_fails(hcomm_comm_t *w) {
+    int me = t_rank(w), p = t_size(w);
+    float x[4] = {1, 2, 3, 4}, y[4];
+    hcomm_result_t r = hcomm_all_reduce(w, me == p - 1 ? NULL : x, y, 4, HCOMM_F32, HCOMM_SUM);
+    if (me == p - 1)
+        T_CHECK(r == HCOMM_ERR_NULL, "rank %d with a NULL sendbuf: %s", me, hcomm_result_name(r));
+    else {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d failed its own checks", p - 1);
+        T_CHECK(r == HCOMM_ERR_PEER && strstr(hcomm_last_error(), want),
+                "rank %d beside a failed rank: %s '%s'", me, hcomm_result_name(r),
+                hcomm_last_error());
+    }
+    T_TRY(hcomm_all_reduce(w, x, y, 4, HCOMM_F32, HCOMM_SUM));
+    T_CHECK(y[3] == 4.0f * (float)p, "after the failed call: %g", (double)y[3]);
+    return HCOMM_OK;
+}
+
+static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    T_TRY(has_board(w));
+    T_TRY(mixed_sequence(w));
+    if (t_size(w) > 1) {
+        T_TRY(differ(w, "", 4));
+        T_TRY(differ(w, "allreduce:twoshot", 1 << 18));
+        T_TRY(differ(w, "allreduce:native", 1 << 12));
+        T_TRY(own_check_fails(w));
+    }
+    return hcomm_barrier(w);
+}
+
+int main(void) {
+    setenv("HCOMM_TIMEOUT", "30", 1); /* a hang fails by far, but ends */
+    if (strcmp(t_backend(), "mpi") == 0)
+        T_OK(hcomm_launch("mpi", 0, rank_main, NULL));
+    else
+        for (int n = 2; n <= 5; n++)
+            T_OK(hcomm_launch("local", n, rank_main, NULL));
+    return t_finish("test_board");
+}
