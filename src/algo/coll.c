@@ -941,9 +941,9 @@ static bool checks_in_messages(const call_t *k, int algo) {
  * the envelopes alone would not tell a rank that only sends (a broadcast root, a gather leaf)
  * that its peers disagree, and a mismatch found midway would leave recvbuf half written. On a
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
- * failed its own checks or runs the native path shows); elsewhere as HCOMM_CHECK says. rd
- * all_reduce needs neither: it checks in its first exchange (on the lane, where every rank of
- * the call meets, barriers included). Its deterministic form (Bruck over p2p) agrees first, like
+ * failed its own checks or runs the native path shows), on a board in a meeting; elsewhere as
+ * HCOMM_CHECK says. Off a board rd all_reduce needs neither: it checks in its first exchange
+ * (on the lane, where every rank of the call meets, barriers included). Its deterministic form (Bruck over p2p) agrees first, like
  * the others, and so does the rd of all_gather: it runs over p2p, where a peer in a barrier (on
  * the lane) would never see its message and both would wait until the timeout. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
