@@ -328,6 +328,7 @@ static const algo_case_t cases[] = {
     {"reduce:tree", HCOMM__COLL_REDUCE},
     {"reduce:rhd", HCOMM__COLL_REDUCE},
     {"reduce:direct", HCOMM__COLL_REDUCE},
+    {"reduce:shm", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
     {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
     {"allgather:native", HCOMM__COLL_ALLGATHER},
@@ -348,8 +349,10 @@ static const algo_case_t cases[] = {
     {"broadcast:shm", HCOMM__COLL_BROADCAST},
     {"gather:direct", HCOMM__COLL_GATHER},
     {"gather:tree", HCOMM__COLL_GATHER},
+    {"gather:shm", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
     {"scatter:tree", HCOMM__COLL_SCATTER},
+    {"scatter:shm", HCOMM__COLL_SCATTER},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -9,9 +9,11 @@
  *       native), fail with HCOMM_ERR_MISMATCH on every rank, not a timeout, and the
  *       communicator works afterwards;
  *   (d) a rank whose own checks fail (a NULL buffer) makes its peers in an shm call fail with
- *       HCOMM_ERR_PEER naming it, and the next call works. */
+ *       HCOMM_ERR_PEER naming it, and the next call works;
+ *   (e) on mpi the defaults run shm up to their measured sizes and other algorithms above. */
 #include "harness.h"
 
+#include "algo/coll.h"
 #include "p2p/p2p.h"
 
 enum { BIG = 3 * 16384 + 77 }; /* floats: three 64 KiB pieces and a tail */
@@ -126,9 +128,36 @@ static hcomm_result_t own_check_fails(hcomm_comm_t *w) {
     return HCOMM_OK;
 }
 
+/* The algorithm the default picks for an all_reduce / broadcast of bytes. */
+static const char *picked(hcomm_comm_t *w, int bcast, size_t bytes, void *buf) {
+    hcomm__coll_take_algo(w);
+    hcomm_result_t r = bcast ? hcomm_broadcast(w, buf, bytes, 0)
+                             : hcomm_all_reduce(w, buf, buf, bytes / 4, HCOMM_F32, HCOMM_SUM);
+    const char *a = hcomm__coll_take_algo(w);
+    return r == HCOMM_OK && a ? a : "(failed)";
+}
+
+static hcomm_result_t defaults(hcomm_comm_t *w) {
+    bool two = t_size(w) == 2;
+    size_t ar = two ? 16 << 10 : 32 << 10, bc = two ? 8 << 10 : 128 << 10;
+    float *buf = calloc((ar > bc ? ar : bc) + 4, 1);
+    if (!buf)
+        return HCOMM_ERR_NOMEM;
+    const char *a = picked(w, 0, ar, buf), *b = picked(w, 0, ar + 4, buf);
+    T_CHECK(!strcmp(a, "shm") && strcmp(b, "shm"), "all_reduce of %zu / %zu bytes on %d: %s / %s",
+            ar, ar + 4, t_size(w), a, b);
+    a = picked(w, 1, bc, buf), b = picked(w, 1, bc + 4, buf);
+    T_CHECK(!strcmp(a, "shm") && strcmp(b, "shm"), "broadcast of %zu / %zu bytes on %d: %s / %s",
+            bc, bc + 4, t_size(w), a, b);
+    free(buf);
+    return HCOMM_OK;
+}
+
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     (void)arg;
     T_TRY(has_board(w));
+    if (strcmp(t_backend(), "mpi") == 0 && t_size(w) > 1 && !getenv("HCOMM_ALGO"))
+        T_TRY(defaults(w));
     T_TRY(mixed_sequence(w));
     if (t_size(w) > 1) {
         T_TRY(differ(w, "", 4));

@@ -109,6 +109,13 @@ hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *rec
                              hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
 hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
+hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op, int root);
+/* gather and scatter leave the root's own block to the caller */
+hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
+                                 int root);
+hcomm_result_t hcomm__scatter_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                                  size_t bytes, int root);
 bool hcomm__shm_fits(const hcomm_comm_t *c);
 /* broadcast of bytes from root, every other rank reading the root's buffer (one node,
  * transport.peer_read_ok). */

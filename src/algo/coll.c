@@ -773,7 +773,12 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * against 4.6; reduce_scatter 16 KiB 3.1 against 3.6, 32 KiB 5.2 against 4.1. 4 processes:
  * all_reduce 32 KiB 35 against twoshot 43, 64 KiB 59 against 50; broadcast 128 KiB 26 against
  * direct 31, 256 KiB 46 against 43; all_gather 256 KiB 51 against direct 55, 1 MiB 219
- * against 198; reduce_scatter 64 KiB 23 against direct 30, 128 KiB 54 against 41. */
+ * against 198; reduce_scatter 64 KiB 23 against direct 30, 128 KiB 54 against 41. The rooted
+ * calls (4 processes / 2): reduce 32 KiB 17 against direct 30, 128 KiB 58 against 49 / 8 KiB 2.4
+ * against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB 44 against direct 66 / 32 KiB 3.3 against
+ * 4.1, 128 KiB 9.1 against 6.5; scatter 128 KiB 20 against 28, 512 KiB 68 against 49 / 32 KiB 3.6
+ * against 5.2, 128 KiB 11.2 against 6.9 (up to 8 KiB 8 against 13-25 us, and 0.7-1.5 against
+ * 1.3-5.5 with 2). */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
@@ -785,6 +790,12 @@ static size_t shm_max_bytes(int coll, int p) {
         return (size_t)(two ? 16 : 256) << 10;
     case HCOMM__COLL_REDUCESCATTER:
         return (size_t)(two ? 16 : 64) << 10;
+    case HCOMM__COLL_REDUCE:
+        return (size_t)(two ? 8 : 32) << 10;
+    case HCOMM__COLL_GATHER:
+        return (size_t)(two ? 32 : 512) << 10;
+    case HCOMM__COLL_SCATTER:
+        return (size_t)(two ? 32 : 128) << 10;
     default:
         return 0;
     }
@@ -800,6 +811,10 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
     const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
     if (algo == HCOMM__ALGO_SHM && !shm_runs(k->c)) {
         *why = "shm needs a board: every rank of the mpi backend on one node";
+        if (coll == HCOMM__COLL_REDUCE)
+            return HCOMM__ALGO_TREE;
+        if (coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER)
+            return HCOMM__ALGO_DIRECT;
         return shm_coll(k->c)                                   ? HCOMM__ALGO_NATIVE
                : coll == HCOMM__COLL_BROADCAST                  ? HCOMM__ALGO_TREE
                : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
@@ -943,9 +958,10 @@ static bool checks_in_messages(const call_t *k, int algo) {
  * shared-memory transport they meet in the posted slots (free there, and where a rank that
  * failed its own checks or runs the native path shows), on a board in a meeting; elsewhere as
  * HCOMM_CHECK says. Off a board rd all_reduce needs neither: it checks in its first exchange
- * (on the lane, where every rank of the call meets, barriers included). Its deterministic form (Bruck over p2p) agrees first, like
- * the others, and so does the rd of all_gather: it runs over p2p, where a peer in a barrier (on
- * the lane) would never see its message and both would wait until the timeout. */
+ * (on the lane, where every rank of the call meets, barriers included). Its deterministic form
+ * (Bruck over p2p) agrees first, like the others, and so does the rd of all_gather: it runs over
+ * p2p, where a peer in a barrier (on the lane) would never see its message and both would wait
+ * until the timeout. */
 static hcomm_result_t p2p_agree(call_t *k, int algo) {
     hcomm_comm_t *c = k->c;
     /* HCOMM_CHECK=first is always for hcomm's own algorithms: their envelopes check every
@@ -1239,6 +1255,10 @@ hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *re
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE, dt, op, root, count));
     int algo = choose(&k, HCOMM__COLL_REDUCE, count * hcomm__dtype_size(dt));
+    if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__reduce_shm(&x, sendbuf, recvbuf, count, dt, op, root));
+    }
     hcomm_result_t res = p2p_agree(&k, algo);
     size_t out = c->rank == root ? count : 0;
     red_t r = {&k, algo, root, sendbuf, recvbuf, count, out, NULL, dt, op};
@@ -1255,7 +1275,14 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
     HCOMM__TRY(call_begin(c, &k, kind, HCOMM_U8, HCOMM_SUM, root, bytes));
     int algo =
         choose(&k, gather ? HCOMM__COLL_GATHER : HCOMM__COLL_SCATTER, bytes * (size_t)c->size);
-    hcomm_result_t res = p2p_agree(&k, algo);
+    hcomm__xfer_t x = xfer_of(&k);
+    bool shm = algo == HCOMM__ALGO_SHM; /* checks in its meetings, before anything moves */
+    hcomm_result_t res = HCOMM_OK;
+    if (shm)
+        res = gather ? hcomm__gather_shm(&x, sendbuf, recvbuf, bytes, root)
+                     : hcomm__scatter_shm(&x, sendbuf, recvbuf, bytes, root);
+    else
+        res = p2p_agree(&k, algo);
     if (res != HCOMM_OK)
         return call_end(&k, res);
     if (c->rank == root && bytes) {
@@ -1264,8 +1291,9 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
         if (dst != src)
             memcpy(dst, src, bytes);
     }
-    hcomm__xfer_t x = xfer_of(&k);
-    if (algo == HCOMM__ALGO_TREE)
+    if (shm)
+        res = HCOMM_OK;
+    else if (algo == HCOMM__ALGO_TREE)
         res = gather ? hcomm__gather_tree(&x, sendbuf, recvbuf, bytes, root)
                      : hcomm__scatter_tree(&x, sendbuf, recvbuf, bytes, root);
     else

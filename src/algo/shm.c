@@ -115,3 +115,69 @@ hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, in
 bool hcomm__shm_fits(const hcomm_comm_t *c) {
     return c->size <= MAX_SRCS;
 }
+
+/* reduce to root: every rank posts its input a piece at a time, the root reduces them. */
+hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    hcomm_comm_t *c = x->c;
+    const void *srcs[MAX_SRCS];
+    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
+    uint32_t step = 0;
+    do {
+        size_t n = count - done < piece ? count - done : piece;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
+        if (c->rank == root && n) {
+            payloads(c, srcs);
+            hcomm__reduce_many((char *)recv + done * es, srcs, c->size, 0, n, dt, op);
+        }
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < count);
+    return HCOMM_OK;
+}
+
+/* gather of bytes per rank to root (its own block is the caller's copy). */
+hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
+                                 int root) {
+    hcomm_comm_t *c = x->c;
+    const void *srcs[MAX_SRCS];
+    size_t done = 0;
+    uint32_t step = 0;
+    do {
+        size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n));
+        if (c->rank == root && n) {
+            payloads(c, srcs);
+            for (int r = 0; r < c->size; r++)
+                if (r != root)
+                    memcpy((char *)recv + (size_t)r * bytes + done, srcs[r], n);
+        }
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < bytes);
+    return HCOMM_OK;
+}
+
+/* scatter of bytes per rank from root: the root posts its whole buffer a piece at a time, each
+ * rank copies the part of its block the piece holds (the root's own block is the caller's). */
+hcomm_result_t hcomm__scatter_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                                  size_t bytes, int root) {
+    hcomm_comm_t *c = x->c;
+    size_t total = bytes * (size_t)c->size, lo = bytes * (size_t)c->rank, hi = lo + bytes;
+    size_t done = 0;
+    uint32_t step = 0;
+    bool mine = c->rank == root;
+    do {
+        size_t n = total - done < HCOMM__BOARD_ROOM ? total - done : HCOMM__BOARD_ROOM;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done, mine ? n : 0));
+        size_t a = lo > done ? lo : done, b = hi < done + n ? hi : done + n;
+        if (!mine && a < b) {
+            const void *theirs;
+            hcomm__board_peer(c, root, NULL, &theirs);
+            memcpy((char *)recv + (a - lo), (const char *)theirs + (a - done), b - a);
+        }
+        hcomm__board_leave(c);
+        done += n;
+    } while (done < total);
+    return HCOMM_OK;
+}
