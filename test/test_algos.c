@@ -329,6 +329,7 @@ static const algo_case_t cases[] = {
     {"reduce:rhd", HCOMM__COLL_REDUCE},
     {"reduce:direct", HCOMM__COLL_REDUCE},
     {"reduce:shm", HCOMM__COLL_REDUCE},
+    {"reduce:native", HCOMM__COLL_REDUCE},
     {"reducescatterv:ring", HCOMM__COLL_REDUCESCATTERV},
     {"reducescatterv:rhd", HCOMM__COLL_REDUCESCATTERV},
     {"allgather:native", HCOMM__COLL_ALLGATHER},
@@ -350,9 +351,11 @@ static const algo_case_t cases[] = {
     {"gather:direct", HCOMM__COLL_GATHER},
     {"gather:tree", HCOMM__COLL_GATHER},
     {"gather:shm", HCOMM__COLL_GATHER},
+    {"gather:native", HCOMM__COLL_GATHER},
     {"scatter:direct", HCOMM__COLL_SCATTER},
     {"scatter:tree", HCOMM__COLL_SCATTER},
     {"scatter:shm", HCOMM__COLL_SCATTER},
+    {"scatter:native", HCOMM__COLL_SCATTER},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -559,7 +562,7 @@ static void test_parse(void) {
     T_CHECK(getenv("HCOMM_ALGO") || algo == HCOMM__ALGO_NATIVE, "default local allreduce: %s",
             hcomm__algo_name(algo));
     /* reduce: tree for small vectors, the root's direct reads above (mpi 4 KiB, local 256 KiB);
-     * gather and scatter direct; each overridable */
+     * gather and scatter direct (local) or native (mpi); each overridable */
     static const struct {
         int coll;
         size_t bytes;
@@ -569,7 +572,9 @@ static void test_parse(void) {
                   {HCOMM__COLL_REDUCE, 4096, false, HCOMM__ALGO_DIRECT},
                   {HCOMM__COLL_REDUCE, (256 << 10) - 1, true, HCOMM__ALGO_TREE},
                   {HCOMM__COLL_REDUCE, 256 << 10, true, HCOMM__ALGO_DIRECT},
-                  {HCOMM__COLL_GATHER, 1 << 20, false, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_GATHER, 1 << 20, false, HCOMM__ALGO_NATIVE},
+                  {HCOMM__COLL_GATHER, 1 << 20, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_SCATTER, 8, false, HCOMM__ALGO_NATIVE},
                   {HCOMM__COLL_SCATTER, 8, true, HCOMM__ALGO_DIRECT}};
     for (size_t i = 0; i < sizeof rooted / sizeof rooted[0] && !getenv("HCOMM_ALGO"); i++) {
         algo = hcomm__algo_choose(NULL, rooted[i].coll, rooted[i].bytes, 4, rooted[i].shm, &why);

@@ -16,10 +16,22 @@
 #include "algo/coll.h"
 #include "p2p/p2p.h"
 
+#include <sys/statvfs.h>
+
 enum { BIG = 3 * 16384 + 77 }; /* floats: three 64 KiB pieces and a tail */
+
+/* A board needs /dev/shm room (it falls back to messages without): 16 MiB free is plenty. */
+static bool shm_room(void) {
+    struct statvfs v;
+    return statvfs("/dev/shm", &v) == 0 && (double)v.f_bavail * (double)v.f_frsize > 16e6;
+}
 
 static hcomm_result_t has_board(hcomm_comm_t *w) {
     bool mpi = strcmp(t_backend(), "mpi") == 0;
+    if (mpi && !shm_room()) {
+        printf("test_board: /dev/shm is (nearly) full, the board checks are skipped\n");
+        return HCOMM_OK;
+    }
     T_CHECK(hcomm__board_on(w) == (mpi && t_size(w) > 1), "world of %d: board %d on %s", t_size(w),
             (int)hcomm__board_on(w), t_backend());
     hcomm_comm_t *half = NULL;
@@ -156,7 +168,7 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     (void)arg;
     T_TRY(has_board(w));
-    if (strcmp(t_backend(), "mpi") == 0 && t_size(w) > 1 && !getenv("HCOMM_ALGO"))
+    if (hcomm__board_on(w) && !getenv("HCOMM_ALGO"))
         T_TRY(defaults(w));
     T_TRY(mixed_sequence(w));
     if (t_size(w) > 1) {

@@ -325,13 +325,16 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 /** @} */
 
 /** @name Rooted and variable-size collectives
- * Rooted and variable-size collectives. They run hcomm's own algorithms over its p2p layer on
- * both backends (docs/architecture.md): reduce up a binomial tree (Thakur, Rabenseifner & Gropp
- * 2005, section 4) or, where ranks can read each other's memory, by the root's direct reads of
- * every input in rank order (by default from 4 KiB on mpi, 256 KiB on local), or as
- * Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo "reduce:rhd"); gather and
- * scatter with the root exchanging with each rank directly (or down a binomial tree: "tree"),
- * all_gatherv and reduce_scatterv around a ring (Patarasuk & Yuan 2009). The common rules and
+ * Rooted and variable-size collectives (docs/architecture.md). reduce runs up a binomial tree
+ * (Thakur, Rabenseifner & Gropp 2005, section 4) or, where ranks can read each other's memory,
+ * by the root's direct reads of every input in rank order (by default from 4 KiB on mpi, 256
+ * KiB on local), or as Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo
+ * "reduce:rhd"); gather and scatter with the root exchanging with each rank directly on local
+ * (or down a binomial tree: "tree") and as Open MPI's own on mpi; on mpi on one host the small
+ * ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 16 KiB and from 2
+ * MiB with 2, at every size with more; scatter up to 32 KiB or 128 KiB) run shm through the
+ * communicator's board. all_gatherv and reduce_scatterv run around a ring (Patarasuk & Yuan
+ * 2009). The common rules and
  * errors above apply (every rank calls, same order; a rank whose check fails makes its peers
  * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
  * Operands associate differently in different algorithms (the ops are commutative); every rank
@@ -387,9 +390,10 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  reducescatter, alltoallv),
  *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
  *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),
- *  pairwise (alltoallv), shm (allreduce, allgather, reducescatter, broadcast through the mpi
- *  backend's shared-memory board on one host; elsewhere the local backend's native, which
- *  works alike, or recursive doubling, ring or tree). Where a communicator spans several nodes the allowed algorithm with the
+ *  pairwise (alltoallv), shm (allreduce, allgather, reducescatter, broadcast, reduce, gather,
+ *  scatter through the mpi backend's shared-memory board on one host; elsewhere the local
+ *  backend's native, which works alike, or recursive doubling, ring, tree or direct). native
+ *  of reduce, gather and scatter is Open MPI's (on local: tree and direct). Where a communicator spans several nodes the allowed algorithm with the
  *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the measured
  *  defaults. NULL or "" restores the default choice. Every rank must choose the same (the
  *  algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not thread-safe

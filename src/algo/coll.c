@@ -778,7 +778,12 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB 44 against direct 66 / 32 KiB 3.3 against
  * 4.1, 128 KiB 9.1 against 6.5; scatter 128 KiB 20 against 28, 512 KiB 68 against 49 / 32 KiB 3.6
  * against 5.2, 128 KiB 11.2 against 6.9 (up to 8 KiB 8 against 13-25 us, and 0.7-1.5 against
- * 1.3-5.5 with 2). */
+ * 1.3-5.5 with 2). Against Open MPI's gather and scatter (native, the default above): 4
+ * processes' gather leads at every size (256 KiB 14 against 29 us, 2 MiB 196 against 228, 16
+ * MiB 1.74 against 1.94 ms; unchecked at par to 256 KiB, then 224 against 242 us and 1.56
+ * against 1.63 ms), 2 processes' to 16 KiB and again from 2 MiB (32 KiB 4.0 against 3.6, 256
+ * KiB 18 against 12.6, 2 MiB 160 against 181, 16 MiB 1.50 against 1.74 ms); scatter (4 / 2)
+ * 32 KiB 9.8 against 20 / 3.1 against 4.1, 256 KiB 43 against 30 / 19 against 14. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
@@ -793,12 +798,18 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_GATHER:
-        return (size_t)(two ? 32 : 512) << 10;
+        return two ? (size_t)16 << 10 : SIZE_MAX;
     case HCOMM__COLL_SCATTER:
         return (size_t)(two ? 32 : 128) << 10;
     default:
         return 0;
     }
+}
+
+/* shm by default: up to shm_max_bytes, and a 2-process gather again from 2 MiB. */
+static bool shm_default(int coll, size_t bytes, int p) {
+    return bytes <= shm_max_bytes(coll, p) ||
+           (coll == HCOMM__COLL_GATHER && p == 2 && bytes >= ((size_t)2 << 20));
 }
 
 static bool shm_runs(hcomm_comm_t *c) {
@@ -820,12 +831,25 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
                : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
                                                                 : HCOMM__ALGO_RING;
     }
-    if (strcmp(*why, "default") == 0 && bytes <= shm_max_bytes(coll, k->c->size) &&
+    if (strcmp(*why, "default") == 0 && shm_default(coll, bytes, k->c->size) &&
         shm_runs(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_SHM)) {
         *why = "default: small, on a board";
         return HCOMM__ALGO_SHM;
     }
     return algo;
+}
+
+/* The rooted calls' native algorithm where the transport offers it; elsewhere what its default
+ * would be there (local: tree for reduce, direct for gather and scatter). */
+static int with_native(call_t *k, int coll, int algo, const char **why) {
+    const hcomm__native_ops_t *n = k->c->tr->native;
+    bool missing = (coll == HCOMM__COLL_REDUCE && !n->reduce) ||
+                   (coll == HCOMM__COLL_GATHER && !n->gather) ||
+                   (coll == HCOMM__COLL_SCATTER && !n->scatter);
+    if (algo != HCOMM__ALGO_NATIVE || !missing)
+        return algo;
+    *why = "the transport has no native call for it";
+    return coll == HCOMM__COLL_REDUCE ? HCOMM__ALGO_TREE : HCOMM__ALGO_DIRECT;
 }
 
 /* The one-node defaults' last choice, where it answers this call: a loop of calls of one size
@@ -865,6 +889,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
     algo = with_board(k, coll, bytes, algo, &why);
+    algo = with_native(k, coll, algo, &why);
     /* The shared-memory native collectives, twoshot and direct reduce_scatter reduce in rank
      * order already. */
     if (k->c->deterministic && is_reduction(coll) &&
@@ -1135,6 +1160,8 @@ static hcomm_result_t run_reduce(red_t *r) {
     hcomm__xfer_t x = xfer_of(r->k);
     if (r->algo & HCOMM__ALGO_DET)
         return hcomm__reduce_det(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
+    if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
+        return c->tr->native->reduce(c, r->send, r->recv, r->in, r->dt, r->op, r->root);
     if (r->algo == HCOMM__ALGO_RHD)
         return hcomm__reduce_rhd(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
     if (r->algo == HCOMM__ALGO_DIRECT)
@@ -1285,6 +1312,9 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
         res = p2p_agree(&k, algo);
     if (res != HCOMM_OK)
         return call_end(&k, res);
+    if (algo == HCOMM__ALGO_NATIVE) /* agreed already; moves the root's block too */
+        return call_end(&k, gather ? c->tr->native->gather(c, sendbuf, recvbuf, bytes, root)
+                                   : c->tr->native->scatter(c, sendbuf, recvbuf, bytes, root));
     if (c->rank == root && bytes) {
         char *dst = gather ? (char *)recvbuf + (size_t)root * bytes : recvbuf;
         const char *src = gather ? sendbuf : (const char *)sendbuf + (size_t)root * bytes;

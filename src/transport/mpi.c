@@ -1139,6 +1139,54 @@ static hcomm_result_t mpi_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, in
     return await_posted(c, c->call_fn, "MPI_Ibcast", rc, &req);
 }
 
+/* The rooted calls: the root's input in place where the public call says so. */
+static hcomm_result_t mpi_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    int n = 0;
+    HCOMM__TRY(check_reduction(c->call_fn, c, dt, op));
+    HCOMM__TRY(to_int(c->call_fn, "count", count, &n));
+    bool at_root = c->rank == root;
+    size_t bytes = count * hcomm__dtype_size(dt);
+    void *tmp = NULL;
+    const void *src = at_root && sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
+    if (at_root && src != MPI_IN_PLACE)
+        HCOMM__TRY(detach_send(c->call_fn, &src, bytes, recvbuf, bytes, &tmp));
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Ireduce(src, recvbuf, n, mpi_dtype(dt), mpi_objs.ops[op], root, mcomm(c), &req);
+    hcomm_result_t r = await_posted(c, c->call_fn, "MPI_Ireduce", rc, &req);
+    if (r == HCOMM_OK || req == MPI_REQUEST_NULL)
+        free(tmp);
+    return r;
+}
+
+static hcomm_result_t mpi_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                 size_t bytes, int root) {
+    int n = 0;
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
+    HCOMM__TRY(to_int(c->call_fn, "size*bytes", bytes * (size_t)c->size, &(int){0}));
+    const void *src = sendbuf;
+    if (c->rank == root && sendbuf == (const char *)recvbuf + bytes * (size_t)root)
+        src = MPI_IN_PLACE;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Igather(src, n, MPI_BYTE, recvbuf, n, MPI_BYTE, root, mcomm(c), &req);
+    return await_posted(c, c->call_fn, "MPI_Igather", rc, &req);
+}
+
+static hcomm_result_t mpi_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                  size_t bytes, int root) {
+    int n = 0;
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
+    HCOMM__TRY(to_int(c->call_fn, "size*bytes", bytes * (size_t)c->size, &(int){0}));
+    void *dst = recvbuf;
+    if (c->rank == root && recvbuf == (const char *)sendbuf + bytes * (size_t)root)
+        dst = MPI_IN_PLACE;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iscatter(sendbuf, n, MPI_BYTE, dst, n, MPI_BYTE, root, mcomm(c), &req);
+    return await_posted(c, c->call_fn, "MPI_Iscatter", rc, &req);
+}
+
 /* Converts size_t counts and displacements to MPI's ints; *extent gets the bytes spanned. */
 static hcomm_result_t counts_to_int(const char *fn, const char *what, int size,
                                     const size_t *counts, const size_t *displs, int *icounts,
@@ -1273,6 +1321,9 @@ static const hcomm__native_ops_t mpi_native = {
     .reduce_scatter = mpi_reduce_scatter,
     .broadcast = mpi_broadcast,
     .all_to_allv = mpi_all_to_allv,
+    .reduce = mpi_reduce,
+    .gather = mpi_gather,
+    .scatter = mpi_scatter,
 };
 
 static const hcomm__transport_t mpi_tr = {

@@ -75,6 +75,14 @@ typedef struct hcomm__native_ops {
     hcomm_result_t (*all_to_allv)(hcomm_comm_t *c, const void *sendbuf, const size_t *sendcounts,
                                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                   const size_t *rdispls);
+    /* The rooted calls as hcomm_reduce, hcomm_gather and hcomm_scatter define them (op never
+     * AVG; f16/bf16 sums arrive widened to f32). */
+    hcomm_result_t (*reduce)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op, int root);
+    hcomm_result_t (*gather)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                             int root);
+    hcomm_result_t (*scatter)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                              int root);
 } hcomm__native_ops_t;
 
 /* A shared-memory transport checks calls itself: each rank posts its call's signature next to
