@@ -331,7 +331,7 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
  * KiB on local), or as Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo
  * "reduce:rhd"); gather and scatter with the root exchanging with each rank directly on local
  * (or down a binomial tree: "tree") and as Open MPI's own on mpi; on mpi on one host the small
- * ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 16 KiB and from 2
+ * ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 128 KiB and from 2
  * MiB with 2, at every size with more; scatter up to 32 KiB or 128 KiB) run shm through the
  * communicator's board. all_gatherv and reduce_scatterv run around a ring (Patarasuk & Yuan
  * 2009). The common rules and

@@ -781,9 +781,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * 1.3-5.5 with 2). Against Open MPI's gather and scatter (native, the default above): 4
  * processes' gather leads at every size (256 KiB 14 against 29 us, 2 MiB 196 against 228, 16
  * MiB 1.74 against 1.94 ms; unchecked at par to 256 KiB, then 224 against 242 us and 1.56
- * against 1.63 ms), 2 processes' to 16 KiB and again from 2 MiB (32 KiB 4.0 against 3.6, 256
- * KiB 18 against 12.6, 2 MiB 160 against 181, 16 MiB 1.50 against 1.74 ms); scatter (4 / 2)
- * 32 KiB 9.8 against 20 / 3.1 against 4.1, 256 KiB 43 against 30 / 19 against 14. */
+ * against 1.63 ms), 2 processes' to 128 KiB and again from 2 MiB (scripts/regret-sweep.sh, 2
+ * repetitions: 32 KiB 2.0-2.4 against 3.8-4.2, 128 KiB 5.8-7.7 against 6.5-8.3, 512 KiB at
+ * par; 2 MiB 160 against 181, 16 MiB 1.50 against 1.74 ms); scatter (4 / 2) 32 KiB 9.8
+ * against 20 / 3.1 against 4.1, 256 KiB 43 against 30 / 19 against 14. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
@@ -798,7 +799,7 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_GATHER:
-        return two ? (size_t)16 << 10 : SIZE_MAX;
+        return two ? (size_t)128 << 10 : SIZE_MAX;
     case HCOMM__COLL_SCATTER:
         return (size_t)(two ? 32 : 128) << 10;
     default:
