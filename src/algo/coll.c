@@ -832,8 +832,8 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
                : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
                                                                 : HCOMM__ALGO_RING;
     }
-    if (strcmp(*why, "default") == 0 && shm_default(coll, bytes, k->c->size) &&
-        shm_runs(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_SHM)) {
+    if (strcmp(*why, "default") == 0 && shm_default(coll, bytes, k->c->size) && shm_runs(k->c) &&
+        hcomm__algo_allowed(over, coll, HCOMM__ALGO_SHM)) {
         *why = "default: small, on a board";
         return HCOMM__ALGO_SHM;
     }
