@@ -29,8 +29,9 @@ static hcomm_result_t post_step(const hcomm__xfer_t *x, uint32_t step, const voi
     return x->meet(x, step);
 }
 
-hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
-                             hcomm_dtype_t dt, hcomm_op_t op) {
+/* Every rank posts its input a piece at a time; `root` reduces them (-1: every rank does). */
+static hcomm_result_t reduce_pieces(const hcomm__xfer_t *x, const void *send, void *recv,
+                                    size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
     hcomm_comm_t *c = x->c;
     const void *srcs[MAX_SRCS];
     size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
@@ -38,13 +39,19 @@ hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *rec
     do {
         size_t n = count - done < piece ? count - done : piece;
         HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
-        payloads(c, srcs);
-        if (n)
+        if ((root < 0 || c->rank == root) && n) {
+            payloads(c, srcs);
             hcomm__reduce_many((char *)recv + done * es, srcs, c->size, 0, n, dt, op);
+        }
         hcomm__board_leave(c);
         done += n;
     } while (done < count);
     return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op) {
+    return reduce_pieces(x, send, recv, count, dt, op, -1);
 }
 
 /* reduce_scatter: every rank posts its whole input a piece at a time, and reduces the part of
@@ -116,24 +123,9 @@ bool hcomm__shm_fits(const hcomm_comm_t *c) {
     return c->size <= MAX_SRCS;
 }
 
-/* reduce to root: every rank posts its input a piece at a time, the root reduces them. */
 hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    hcomm_comm_t *c = x->c;
-    const void *srcs[MAX_SRCS];
-    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
-    uint32_t step = 0;
-    do {
-        size_t n = count - done < piece ? count - done : piece;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
-        if (c->rank == root && n) {
-            payloads(c, srcs);
-            hcomm__reduce_many((char *)recv + done * es, srcs, c->size, 0, n, dt, op);
-        }
-        hcomm__board_leave(c);
-        done += n;
-    } while (done < count);
-    return HCOMM_OK;
+    return reduce_pieces(x, send, recv, count, dt, op, root);
 }
 
 /* gather of bytes per rank to root (its own block is the caller's copy). */
