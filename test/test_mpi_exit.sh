@@ -16,7 +16,7 @@ unset HCOMM_BACKEND
 bad=0
 for i in $(seq 1 "$REPS"); do
     start=$(date +%s%N)
-    out=$(timeout 40 "$MPIEXEC" --oversubscribe -np 3 "$BUILD/test/skip_call" 2>&1)
+    out=$(timeout -k 5 40 "$MPIEXEC" --oversubscribe -np 3 "$BUILD/test/skip_call" 2>&1)
     rc=$?
     took_ms=$((($(date +%s%N) - start) / 1000000))
     lines=$(printf '%s\n' "$out" | grep -c 'launch returned HCOMM_ERR_TIMEOUT\|launch returned HCOMM_ERR_ABORTED')
@@ -32,7 +32,7 @@ done
 # After an Open MPI collective timed out (rank 0 skips a native broadcast), the peers' next call
 # returns the communicator's error, and no process dies of a signal.
 for i in 1 2; do
-    out=$(HCOMM_CHECK=off timeout 30 "$MPIEXEC" --oversubscribe -np 3 "$BUILD/test/after_timeout" 2>&1)
+    out=$(HCOMM_CHECK=off timeout -k 5 30 "$MPIEXEC" --oversubscribe -np 3 "$BUILD/test/after_timeout" 2>&1)
     rc=$?
     peers=$(printf '%s\n' "$out" | grep -c 'rank [12] broadcast HCOMM_ERR_[A-Z]* all_reduce HCOMM_ERR_[A-Z]* (hcomm_all_reduce: communicator unusable')
     # (After the MPI_Abort that ends such a job, mpirun itself sometimes crashes in its teardown,

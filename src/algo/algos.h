@@ -109,6 +109,10 @@ hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *rec
                              hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
 hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
+/* broadcast's direct on a board (peers can read each other's memory): one copy through the
+ * views where the root's buffer comes from hcomm_mem_alloc, else shm's two; meetings instead of
+ * the lane's address exchange and barrier, checking the call. */
+hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
 /* gather and scatter leave the root's own block to the caller */

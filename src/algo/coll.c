@@ -768,30 +768,32 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * below these sizes, and the backend's own collectives (raw MPI) at every size measured up to
  * them but 8 B broadcasts (0.84 against 0.74 us with 2 processes, 7.3 against 6.8 with 4: raw
  * MPI_Bcast does not wait for the receivers). 2 processes, shm against the next best: all_reduce
- * 16 KiB 5.2 us against twoshot 5.3, 32 KiB 9.6 against 6.5; broadcast 8 KiB 2.1 against
- * direct 2.9, 16 KiB 3.5 against 3.2; all_gather 16 KiB 2.5 against direct 3.3, 32 KiB 4.7
- * against 4.6; reduce_scatter 16 KiB 3.1 against 3.6, 32 KiB 5.2 against 4.1. 4 processes:
- * all_reduce 32 KiB 35 against twoshot 43, 64 KiB 59 against 50; broadcast 128 KiB 26 against
- * direct 31, 256 KiB 46 against 43; all_gather 256 KiB 51 against direct 55, 1 MiB 219
- * against 198; reduce_scatter 64 KiB 23 against direct 30, 128 KiB 54 against 41. The rooted
- * calls (4 processes / 2): reduce 32 KiB 17 against direct 30, 128 KiB 58 against 49 / 8 KiB 2.4
- * against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB 44 against direct 66 / 32 KiB 3.3 against
- * 4.1, 128 KiB 9.1 against 6.5; scatter 128 KiB 20 against 28, 512 KiB 68 against 49 / 32 KiB 3.6
- * against 5.2, 128 KiB 11.2 against 6.9 (up to 8 KiB 8 against 13-25 us, and 0.7-1.5 against
- * 1.3-5.5 with 2). Against Open MPI's gather and scatter (native, the default above): 4
- * processes' gather leads at every size (256 KiB 14 against 29 us, 2 MiB 196 against 228, 16
- * MiB 1.74 against 1.94 ms; unchecked at par to 256 KiB, then 224 against 242 us and 1.56
- * against 1.63 ms), 2 processes' to 128 KiB and again from 2 MiB (scripts/regret-sweep.sh, 2
- * repetitions: 32 KiB 2.0-2.4 against 3.8-4.2, 128 KiB 5.8-7.7 against 6.5-8.3, 512 KiB at
- * par; 2 MiB 160 against 181, 16 MiB 1.50 against 1.74 ms); scatter (4 / 2) 32 KiB 9.8
- * against 20 / 3.1 against 4.1, 256 KiB 43 against 30 / 19 against 14. */
+ * 16 KiB 5.2 us against twoshot 5.3, 32 KiB 9.6 against 6.5; broadcast (against direct on the
+ * board, which reads an hcomm_mem_alloc root buffer once; on malloc's buffers shm's copies
+ * lead a little longer: 8 KiB 2.3 against 2.8) 4 KiB 1.45 against 1.37, 8 KiB 2.2 against 1.5;
+ * with 4 processes 32 KiB 11.9 against 13.4, 64 KiB at par, 128 KiB 29 against 23 (on malloc's
+ * buffers, where direct runs shm's pieces after its address meeting, 29 against 33); all_gather 16
+ * KiB 2.5 against direct 3.3, 32 KiB 4.7 against 4.6; reduce_scatter 16 KiB 3.1 against 3.6, 32
+ * KiB 5.2 against 4.1. 4 processes: all_reduce 32 KiB 35 against twoshot 43, 64 KiB 59 against 50;
+ * all_gather 256 KiB 51 against direct 55, 1 MiB 219 against 198; reduce_scatter 64 KiB 23 against
+ * direct 30, 128 KiB 54 against 41. The rooted calls (4 processes / 2): reduce 32 KiB 17 against
+ * direct 30, 128 KiB 58 against 49 / 8 KiB 2.4 against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB
+ * 44 against direct 66 / 32 KiB 3.3 against 4.1, 128 KiB 9.1 against 6.5; scatter 128 KiB 20
+ * against 28, 512 KiB 68 against 49 / 32 KiB 3.6 against 5.2, 128 KiB 11.2 against 6.9 (up to 8 KiB
+ * 8 against 13-25 us, and 0.7-1.5 against 1.3-5.5 with 2). Against Open MPI's gather and scatter
+ * (native, the default above): 4 processes' gather leads at every size (256 KiB 14 against 29 us, 2
+ * MiB 196 against 228, 16 MiB 1.74 against 1.94 ms; unchecked at par to 256 KiB, then 224 against
+ * 242 us and 1.56 against 1.63 ms), 2 processes' to 128 KiB and again from 2 MiB
+ * (scripts/regret-sweep.sh, 2 repetitions: 32 KiB 2.0-2.4 against 3.8-4.2, 128 KiB 5.8-7.7
+ * against 6.5-8.3, 512 KiB at par; 2 MiB 160 against 181, 16 MiB 1.50 against 1.74 ms); scatter (4
+ * / 2) 32 KiB 9.8 against 20 / 3.1 against 4.1, 256 KiB 43 against 30 / 19 against 14. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
         return (size_t)(two ? 16 : 32) << 10;
-    case HCOMM__COLL_BROADCAST:
-        return (size_t)(two ? 8 : 128) << 10;
+    case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
+        return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
         return (size_t)(two ? 16 : 256) << 10;
     case HCOMM__COLL_REDUCESCATTER:
@@ -836,6 +838,11 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
         hcomm__algo_allowed(over, coll, HCOMM__ALGO_SHM)) {
         *why = "default: small, on a board";
         return HCOMM__ALGO_SHM;
+    }
+    if (strcmp(*why, "default") == 0 && coll == HCOMM__COLL_BROADCAST && peer_reads(k->c) &&
+        board_on(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_DIRECT)) {
+        *why = "default: on a board, above shm's sizes";
+        return HCOMM__ALGO_DIRECT;
     }
     return algo;
 }
@@ -1259,9 +1266,10 @@ hcomm_result_t hcomm__coll_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, i
     int algo = choose(&k, HCOMM__COLL_BROADCAST, bytes);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->broadcast(c, buf, bytes, root));
-    if (algo == HCOMM__ALGO_SHM) {
-        hcomm__xfer_t x = xfer_of(&k);
-        return call_end(&k, hcomm__bc_shm(&x, buf, bytes, root));
+    if (algo == HCOMM__ALGO_SHM || (algo == HCOMM__ALGO_DIRECT && board_on(c))) {
+        hcomm__xfer_t x = xfer_of(&k); /* both check in their meetings */
+        return call_end(&k, algo == HCOMM__ALGO_SHM ? hcomm__bc_shm(&x, buf, bytes, root)
+                                                    : hcomm__bc_board_direct(&x, buf, bytes, root));
     }
     if (algo == HCOMM__ALGO_NATIVE) {
         hcomm_result_t res = agree(&k);

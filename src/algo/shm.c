@@ -100,11 +100,11 @@ hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *rec
     return HCOMM_OK;
 }
 
-hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
+static hcomm_result_t bc_pieces(const hcomm__xfer_t *x, void *buf, size_t bytes, int root,
+                                uint32_t step) {
     hcomm_comm_t *c = x->c;
     bool mine = c->rank == root;
     size_t done = 0;
-    uint32_t step = 0;
     do {
         size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
         HCOMM__TRY(post_step(x, step++, (char *)buf + done, mine ? n : 0));
@@ -116,6 +116,43 @@ hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, in
         hcomm__board_leave(c);
         done += n;
     } while (done < bytes);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
+    return bc_pieces(x, buf, bytes, root, 0);
+}
+
+/* broadcast direct on a board: the first meeting carries where the root's buffer lies. Where
+ * that is shared memory (hcomm_mem_alloc) every rank copies it once through its view and a
+ * second meeting lets the root return; a private buffer is read with cross-memory attach by
+ * one peer, while several peers' reads of it (serialised on the root's pages at a third of
+ * memcpy's speed) lose to the board's two copies, so it goes through the board as shm does.
+ * Every rank decides from the root's post, so alike. */
+hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
+    hcomm_comm_t *c = x->c;
+    void *space;
+    const void *theirs;
+    HCOMM__TRY(hcomm__board_space(c, (uint32_t)x->tag, &space));
+    hcomm__peer_buf_t at = {0};
+    if (c->rank == root)
+        hcomm__x_export(x, buf, bytes, &at);
+    memcpy(space, &at, sizeof at);
+    HCOMM__TRY(x->meet(x, 0));
+    hcomm__board_peer(c, root, NULL, &theirs);
+    memcpy(&at, theirs, sizeof at);
+    hcomm__board_leave(c);
+    if (at.obj == 0 && c->size > 2)
+        return bc_pieces(x, buf, bytes, root, 1);
+    hcomm_result_t res = HCOMM_OK;
+    if (c->rank != root && bytes) {
+        hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes);
+        res = hcomm__x_peer_copy(x, root, &from, 0, buf, bytes);
+    }
+    if (res != HCOMM_OK) /* the peers must not wait for this rank's second post */
+        return hcomm__x_tell_peers(x, res);
+    HCOMM__TRY(x->meet(x, 1));
+    hcomm__board_leave(c);
     return HCOMM_OK;
 }
 
