@@ -393,11 +393,11 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  pairwise (alltoallv), shm (allreduce, allgather, reducescatter, broadcast, reduce, gather,
  *  scatter through the mpi backend's shared-memory board on one host; elsewhere the local
  *  backend's native, which works alike, or recursive doubling, ring, tree or direct). native
- *  of reduce, gather and scatter is Open MPI's (on local: tree and direct). Where a communicator spans several nodes the allowed algorithm with the
- *  smallest cost-model estimate runs (docs/architecture.md, "Cost model"); elsewhere the measured
- *  defaults. NULL or "" restores the default choice. Every rank must choose the same (the
- *  algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not thread-safe
- *  with calls on @p comm. Errors: HCOMM_ERR_NULL,
+ *  of reduce, gather and scatter is Open MPI's (on local: tree and direct). Where a communicator
+ * spans several nodes the allowed algorithm with the smallest cost-model estimate runs
+ * (docs/architecture.md, "Cost model"); elsewhere the measured defaults. NULL or "" restores the
+ * default choice. Every rank must choose the same (the algorithm is part of each call's signature:
+ * else HCOMM_ERR_MISMATCH). Local; not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL,
  *  HCOMM_ERR_INVALID_ARG (an unknown name, listing the valid ones; a collective left without
  *  an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);

@@ -1159,8 +1159,8 @@ static hcomm_result_t mpi_reduce(hcomm_comm_t *c, const void *sendbuf, void *rec
     return r;
 }
 
-static hcomm_result_t mpi_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                 size_t bytes, int root) {
+static hcomm_result_t mpi_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                 int root) {
     int n = 0;
     HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
@@ -1173,8 +1173,8 @@ static hcomm_result_t mpi_gather(hcomm_comm_t *c, const void *sendbuf, void *rec
     return await_posted(c, c->call_fn, "MPI_Igather", rc, &req);
 }
 
-static hcomm_result_t mpi_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                  size_t bytes, int root) {
+static hcomm_result_t mpi_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  int root) {
     int n = 0;
     HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
