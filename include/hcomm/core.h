@@ -191,7 +191,8 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * region of a shared-memory board the communicator made at creation, meets its peers there and
  * reads theirs, as Open MPI's coll/sm does; reductions in rank order, so the serial bits too),
  * larger ones twoshot or direct (peers' buffers loaded directly when they come from
- * hcomm_mem_alloc, else read with cross-memory attach); across hosts small calls run hcomm's
+ * hcomm_mem_alloc, else read with cross-memory attach; a broadcast's private root buffer goes
+ * through the board instead when more than two ranks would read it); across hosts small calls run hcomm's
  * own recursive doubling, halving or binomial tree over its p2p layer (Thakur et al. 2005; the
  * extra ranks of a non-power-of-two group folded in first),
  * all_to_allv pairwise or Bruck, and the rest Open MPI's non-blocking collectives (polled, so

@@ -293,12 +293,11 @@ __attribute__((constructor)) static void register_env_check(void) {
  * With more processes direct leads on shared buffers from 128 KiB and by 1.7-1.8x from 512 KiB
  * (4 processes: 111 against native 186 us at 512 KiB, 2.0 against 3.6 ms at 8 MiB); on malloc's
  * it trails native by up to 1.4x to 128 KiB, is at par at 512 KiB (212 against 218) and 1.10-1.14x
- * behind from 2 MiB. Since the signature check became a board meeting (session 10) native no
- * longer leads anywhere above the board's shm (128 KiB): at 256 KiB direct 44 us against native
- * 86 on shared buffers, 83 against 72 on malloc's (shm 56 and 54), at 384 KiB 59 against 124
- * and 131 against 121: from 256 KiB. */
+ * behind from 2 MiB: from 512 KiB, where the gain on shared buffers outweighs that. These are
+ * the sizes without a board; on one (every rank on one host, the usual case) coll.c runs shm
+ * below 4 KiB / 64 KiB and direct above. */
 #define PAIR_BROADCAST_DIRECT_BYTES ((size_t)8 << 10)
-#define MANY_BROADCAST_DIRECT_BYTES ((size_t)256 << 10)
+#define MANY_BROADCAST_DIRECT_BYTES ((size_t)512 << 10)
 /* Since direct loads hcomm_mem_alloc buffers in place (no process_vm_readv), it leads from 8
  * KiB (reduce_scatter: 2.4 us against rhd 3.5 and raw 5.2-5.6; on malloc's buffers 3.8 against
  * 3.5), and so it does for all_gather, where from 8 KiB rd's 4 KiB blocks no longer fit one lane
