@@ -4,17 +4,14 @@
  * the backend (on 4 processes sharing 2 cores, 5 us against 10 measured; raw MPI_Bcast of
  * 8 KiB 10 us). The same scheme as the local transport's posted slots and Open MPI's coll/sm:
  * flags with release/acquire ordering, the owner the only writer of its region. */
-#define _GNU_SOURCE
 
 #include "p2p/p2p.h"
 
 #include "core/internal.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A member's post of one meeting. */
 typedef struct post {
@@ -81,41 +78,6 @@ static uint64_t meeting_id(board_t *b, uint32_t seq, uint32_t step) {
     return ((uint64_t)b->wraps << 32 | seq) << STEP_BITS | (step & ((1u << STEP_BITS) - 1));
 }
 
-static void relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Why a wait for rank r in call seq must end now (HCOMM_OK: keep waiting). */
-static hcomm_result_t verdict(hcomm_comm_t *c, uint32_t seq, int r, double waited) {
-    int src;
-    hcomm_result_t why;
-    char text[256];
-    HCOMM__TRY(hcomm__progress(c)); /* notices of failed peers arrive as frames */
-    if (hcomm__peer_error(c, seq, &src, &why, text, sizeof text))
-        return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s", text);
-    if (c->tr->world_aborted(c))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "another rank failed while this rank waited for rank %d (seq %u)", r,
-                          (unsigned)seq);
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this communicator");
-    if (waited > c->timeout_s)
-        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
-                          "waited %g s for rank %d in shared memory (seq %u, HCOMM_TIMEOUT); a "
-                          "rank did not make the matching call",
-                          c->timeout_s, r, (unsigned)seq);
-    return HCOMM_OK;
-}
-
 /* Rank r has arrived at id (arrive) or finished reading `id` (leave: it left it, or went on
  * past it without reading). */
 static bool reached(const region_t *g, uint64_t id, bool arrive) {
@@ -125,21 +87,19 @@ static bool reached(const region_t *g, uint64_t id, bool arrive) {
            atomic_load_explicit(&g->arrive, memory_order_acquire) > id;
 }
 
-/* Spins, then yields the core (peers may share it), checking verdict now and then. */
+/* Waits as p2p's waits do (hcomm__backoff: spin, yield the core to peers, nap), checking the
+ * verdict every 256 rounds: a meeting's waits are short, and the check polls the backend. */
 static hcomm_result_t await(hcomm_comm_t *c, uint32_t seq, int r, uint64_t id, bool arrive) {
     const region_t *g = region(c, r);
-    double start = 0.0;
-    for (unsigned i = 0; !reached(g, id, arrive); i++) {
-        if (i < 64) {
-            relax();
-            continue;
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    while (!reached(g, id, arrive)) {
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 255) == 0) {
+            char what[64];
+            snprintf(what, sizeof what, "rank %d in shared memory", r);
+            HCOMM__TRY(hcomm__coll_wait_verdict(c, seq, what, waited));
         }
-        sched_yield();
-        if ((i & 255) != 255)
-            continue;
-        if (start == 0.0)
-            start = now_s();
-        HCOMM__TRY(verdict(c, seq, r, now_s() - start));
     }
     return HCOMM_OK;
 }

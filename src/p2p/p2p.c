@@ -1008,25 +1008,28 @@ static bool lane_advance(lane_step_t *s, hcomm_result_t *res) {
     return *res != HCOMM_OK || (s->sent && s->received);
 }
 
-/* Why a lane wait must end now (HCOMM_OK: keep waiting); as wait_verdict. */
-static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
-    hcomm_comm_t *c = s->c;
-    int peer = s->received ? s->to : s->from;
+hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const char *what,
+                                        double waited) {
     HCOMM__TRY(hcomm__progress(c)); /* notices arrive as frames */
-    HCOMM__TRY(peer_verdict(c, s->seq));
+    HCOMM__TRY(peer_verdict(c, seq));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "another rank failed while this rank waited for rank %d (collective "
-                          "channel, tag %u)",
-                          peer, (unsigned)s->seq);
+                          "another rank failed while this rank waited for %s", what);
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return aborted_in(c, true, s->seq);
+        return aborted_in(c, true, seq);
     if (waited > c->timeout_s)
         return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
-                          "waited %g s for a message from rank %d (collective channel, tag %u) "
-                          "(seq %u, HCOMM_TIMEOUT)",
-                          c->timeout_s, peer, (unsigned)s->seq, (unsigned)c->call_seq);
+                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT)", c->timeout_s, what,
+                          (unsigned)c->call_seq);
     return HCOMM_OK;
+}
+
+/* Why a lane wait must end now (HCOMM_OK: keep waiting). */
+static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
+    char what[96];
+    snprintf(what, sizeof what, "a message from rank %d (collective channel, tag %u)",
+             s->received ? s->to : s->from, (unsigned)s->seq);
+    return hcomm__coll_wait_verdict(s->c, s->seq, what, waited);
 }
 
 /* How long a lane send may take to complete after a peer's notice ended its step. */

@@ -127,6 +127,12 @@ hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t
 bool hcomm__peer_error(hcomm_comm_t *c, uint32_t seq, int *src, hcomm_result_t *why, char *text,
                        size_t cap);
 void hcomm__coll_done(hcomm_comm_t *c, uint32_t seq);
+/* Why a wait inside collective call seq must end now (HCOMM_OK: keep waiting), for waits
+ * outside p2p requests (the lane, the board): a peer's failure notice for seq, a failed world,
+ * hcomm_comm_abort (its peers are told), or waited > HCOMM_TIMEOUT; what names the awaited
+ * event in the message ("a message from rank 1 (collective channel, tag 5)"). Polls. */
+hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const char *what,
+                                        double waited);
 /* One progress round (poll the transport, advance pulls): for waits outside p2p requests. */
 hcomm_result_t hcomm__progress(hcomm_comm_t *c);
 /* Unexpected-message bytes held now (for tests and the leak check). */
