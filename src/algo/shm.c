@@ -29,45 +29,26 @@ static hcomm_result_t post_step(const hcomm__xfer_t *x, uint32_t step, const voi
     return x->meet(x, step);
 }
 
-/* Every rank posts its input a piece at a time; `root` reduces them (-1: every rank does). */
-static hcomm_result_t reduce_pieces(const hcomm__xfer_t *x, const void *send, void *recv,
-                                    size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    hcomm_comm_t *c = x->c;
-    const void *srcs[MAX_SRCS];
-    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
-    uint32_t step = 0;
-    do {
-        size_t n = count - done < piece ? count - done : piece;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
-        if ((root < 0 || c->rank == root) && n) {
-            payloads(c, srcs);
-            hcomm__reduce_many((char *)recv + done * es, srcs, c->size, 0, n, dt, op);
-        }
-        hcomm__board_leave(c);
-        done += n;
-    } while (done < count);
-    return HCOMM_OK;
+/* [lo, hi) of the whole vector meets the piece [done, done + n) in [*a, *b) (empty: a >= b). */
+static void overlap(size_t lo, size_t hi, size_t done, size_t n, size_t *a, size_t *b) {
+    *a = lo > done ? lo : done;
+    *b = hi < done + n ? hi : done + n;
 }
 
-hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
-                             hcomm_dtype_t dt, hcomm_op_t op) {
-    return reduce_pieces(x, send, recv, count, dt, op, -1);
-}
-
-/* reduce_scatter: every rank posts its whole input a piece at a time, and reduces the part of
- * its own block that the piece holds. */
-hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
-                             hcomm_dtype_t dt, hcomm_op_t op) {
+/* Every rank posts its input of total elements a piece at a time; a rank that reads (reads)
+ * reduces the part of [lo, hi) each piece holds into recv, which starts at element lo. */
+static hcomm_result_t reduce_window(const hcomm__xfer_t *x, const void *send, size_t total,
+                                    void *recv, size_t lo, size_t hi, hcomm_dtype_t dt,
+                                    hcomm_op_t op, bool reads) {
     hcomm_comm_t *c = x->c;
     const void *srcs[MAX_SRCS];
-    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0;
-    size_t total = count * (size_t)c->size, lo = count * (size_t)c->rank, hi = lo + count;
+    size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0, a, b;
     uint32_t step = 0;
     do {
         size_t n = total - done < piece ? total - done : piece;
         HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
-        size_t a = lo > done ? lo : done, b = hi < done + n ? hi : done + n;
-        if (a < b) {
+        overlap(lo, hi, done, n, &a, &b);
+        if (reads && a < b) {
             payloads(c, srcs);
             hcomm__reduce_many((char *)recv + (a - lo) * es, srcs, c->size, a - done, b - a, dt,
                                op);
@@ -78,40 +59,45 @@ hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *rec
     return HCOMM_OK;
 }
 
-/* all_gather of bytes per rank; in place when send is this rank's block of recv. */
-hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes) {
+/* The root posts total bytes at src a piece at a time; every other rank copies the part of
+ * [lo, hi) each piece holds to dst, which starts at byte lo. Meetings from `step` on. */
+static hcomm_result_t from_root(const hcomm__xfer_t *x, const void *src, size_t total, void *dst,
+                                size_t lo, size_t hi, int root, uint32_t step) {
     hcomm_comm_t *c = x->c;
-    const void *srcs[MAX_SRCS];
-    size_t done = 0;
-    uint32_t step = 0;
-    char *mine = (char *)recv + (size_t)c->rank * bytes;
+    bool mine = c->rank == root;
+    size_t done = 0, a, b;
     do {
-        size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done, n));
-        payloads(c, srcs);
-        for (int r = 0; r < c->size && n; r++)
-            if (r != c->rank)
-                memcpy((char *)recv + (size_t)r * bytes + done, srcs[r], n);
+        size_t n = total - done < HCOMM__BOARD_ROOM ? total - done : HCOMM__BOARD_ROOM;
+        HCOMM__TRY(post_step(x, step++, (const char *)src + done, mine ? n : 0));
+        overlap(lo, hi, done, n, &a, &b);
+        if (!mine && a < b) {
+            const void *theirs;
+            hcomm__board_peer(c, root, NULL, &theirs);
+            memcpy((char *)dst + (a - lo), (const char *)theirs + (a - done), b - a);
+        }
         hcomm__board_leave(c);
         done += n;
-    } while (done < bytes);
-    if (mine != send && bytes)
-        memcpy(mine, send, bytes);
+    } while (done < total);
     return HCOMM_OK;
 }
 
-static hcomm_result_t bc_pieces(const hcomm__xfer_t *x, void *buf, size_t bytes, int root,
-                                uint32_t step) {
+/* Every rank posts its block of bytes a piece at a time; root copies every other rank's into
+ * recv (-1: every rank does; a root posts nothing). */
+static hcomm_result_t to_readers(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
+                                 int root) {
     hcomm_comm_t *c = x->c;
-    bool mine = c->rank == root;
+    const void *srcs[MAX_SRCS];
+    bool reads = root < 0 || c->rank == root;
     size_t done = 0;
+    uint32_t step = 0;
     do {
         size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (char *)buf + done, mine ? n : 0));
-        if (!mine && n) {
-            const void *theirs;
-            hcomm__board_peer(c, root, NULL, &theirs);
-            memcpy((char *)buf + done, theirs, n);
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n));
+        if (reads && n) {
+            payloads(c, srcs);
+            for (int r = 0; r < c->size; r++)
+                if (r != c->rank)
+                    memcpy((char *)recv + (size_t)r * bytes + done, srcs[r], n);
         }
         hcomm__board_leave(c);
         done += n;
@@ -119,8 +105,48 @@ static hcomm_result_t bc_pieces(const hcomm__xfer_t *x, void *buf, size_t bytes,
     return HCOMM_OK;
 }
 
+hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op) {
+    return reduce_window(x, send, count, recv, 0, count, dt, op, true);
+}
+
+/* reduce_scatter: every rank posts its whole input, and reduces its own block. */
+hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                             hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t lo = count * (size_t)x->c->rank;
+    return reduce_window(x, send, count * (size_t)x->c->size, recv, lo, lo + count, dt, op, true);
+}
+
+hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    return reduce_window(x, send, count, recv, 0, count, dt, op, x->c->rank == root);
+}
+
+/* all_gather of bytes per rank; in place when send is this rank's block of recv. */
+hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes) {
+    char *mine = (char *)recv + (size_t)x->c->rank * bytes;
+    HCOMM__TRY(to_readers(x, send, recv, bytes, -1));
+    if (mine != send && bytes)
+        memcpy(mine, send, bytes);
+    return HCOMM_OK;
+}
+
+/* gather of bytes per rank to root (its own block is the caller's copy). */
+hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
+                                 int root) {
+    return to_readers(x, send, recv, bytes, root);
+}
+
+/* scatter of bytes per rank from root: each rank copies its block of the root's buffer (the
+ * root's own block is the caller's copy). */
+hcomm_result_t hcomm__scatter_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                                  size_t bytes, int root) {
+    size_t lo = bytes * (size_t)x->c->rank;
+    return from_root(x, send, bytes * (size_t)x->c->size, recv, lo, lo + bytes, root, 0);
+}
+
 hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
-    return bc_pieces(x, buf, bytes, root, 0);
+    return from_root(x, buf, bytes, buf, 0, bytes, root, 0);
 }
 
 /* broadcast direct on a board: the first meeting carries where the root's buffer lies. Where
@@ -143,7 +169,7 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
     memcpy(&at, theirs, sizeof at);
     hcomm__board_leave(c);
     if (at.obj == 0 && c->size > 2)
-        return bc_pieces(x, buf, bytes, root, 1);
+        return from_root(x, buf, bytes, buf, 0, bytes, root, 1);
     hcomm_result_t res = HCOMM_OK;
     if (c->rank != root && bytes) {
         hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes);
@@ -158,55 +184,4 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
 
 bool hcomm__shm_fits(const hcomm_comm_t *c) {
     return c->size <= MAX_SRCS;
-}
-
-hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
-                                 hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    return reduce_pieces(x, send, recv, count, dt, op, root);
-}
-
-/* gather of bytes per rank to root (its own block is the caller's copy). */
-hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
-                                 int root) {
-    hcomm_comm_t *c = x->c;
-    const void *srcs[MAX_SRCS];
-    size_t done = 0;
-    uint32_t step = 0;
-    do {
-        size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n));
-        if (c->rank == root && n) {
-            payloads(c, srcs);
-            for (int r = 0; r < c->size; r++)
-                if (r != root)
-                    memcpy((char *)recv + (size_t)r * bytes + done, srcs[r], n);
-        }
-        hcomm__board_leave(c);
-        done += n;
-    } while (done < bytes);
-    return HCOMM_OK;
-}
-
-/* scatter of bytes per rank from root: the root posts its whole buffer a piece at a time, each
- * rank copies the part of its block the piece holds (the root's own block is the caller's). */
-hcomm_result_t hcomm__scatter_shm(const hcomm__xfer_t *x, const void *send, void *recv,
-                                  size_t bytes, int root) {
-    hcomm_comm_t *c = x->c;
-    size_t total = bytes * (size_t)c->size, lo = bytes * (size_t)c->rank, hi = lo + bytes;
-    size_t done = 0;
-    uint32_t step = 0;
-    bool mine = c->rank == root;
-    do {
-        size_t n = total - done < HCOMM__BOARD_ROOM ? total - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done, mine ? n : 0));
-        size_t a = lo > done ? lo : done, b = hi < done + n ? hi : done + n;
-        if (!mine && a < b) {
-            const void *theirs;
-            hcomm__board_peer(c, root, NULL, &theirs);
-            memcpy((char *)recv + (a - lo), (const char *)theirs + (a - done), b - a);
-        }
-        hcomm__board_leave(c);
-        done += n;
-    } while (done < total);
-    return HCOMM_OK;
 }
