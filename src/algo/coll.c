@@ -669,6 +669,12 @@ static hcomm_result_t rd_reduce_scatter(call_t *k, const void *send, void *recv,
     return res;
 }
 
+/* Every rank of the call meets and compares signatures (a barrier): in a board meeting, else in
+ * an empty recursive doubling over p2p. */
+static hcomm_result_t meet_all(call_t *k) {
+    return board_on(k->c) ? board_agree(k) : rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM);
+}
+
 /* Before a collective on a transport without posted checks: every rank agrees on the
  * signature; before a native one as HCOMM_CHECK says (mode: always, first use per comm, off). */
 static hcomm_result_t agree_as(call_t *k, int mode) {
@@ -683,8 +689,7 @@ static hcomm_result_t agree_as(call_t *k, int mode) {
             if (k->a->seen[i] == h)
                 return HCOMM_OK;
     k->a->agreements++;
-    HCOMM__TRY(board_on(k->c) ? board_agree(k)
-                              : rd_all_reduce(k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
+    HCOMM__TRY(meet_all(k));
     if (mode == HCOMM__CHECK_FIRST)
         k->a->seen[k->a->nseen < SEEN ? k->a->nseen++ : SEEN - 1] = h;
     return HCOMM_OK;
@@ -1331,8 +1336,8 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
             memcpy(dst, src, bytes);
     }
     if (shm)
-        res = HCOMM_OK;
-    else if (algo == HCOMM__ALGO_TREE)
+        return call_end(&k, HCOMM_OK);
+    if (algo == HCOMM__ALGO_TREE)
         res = gather ? hcomm__gather_tree(&x, sendbuf, recvbuf, bytes, root)
                      : hcomm__scatter_tree(&x, sendbuf, recvbuf, bytes, root);
     else
@@ -1666,8 +1671,7 @@ hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c) {
     HCOMM__TRY(call_begin(c, &k, CALL_BARRIER, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (shm_coll(c))
         RUN_POSTED(&k, posted_barrier(c));
-    return call_end(&k, board_on(c) ? board_agree(&k)
-                                    : rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM));
+    return call_end(&k, meet_all(&k));
 }
 
 hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
@@ -1675,8 +1679,7 @@ hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm
     HCOMM__TRY(call_begin(c, &k, CALL_SPLIT, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (shm_coll(c))
         RUN_POSTED(&k, c->tr->split(c, color, key, out));
-    hcomm_result_t res =
-        board_on(c) ? board_agree(&k) : rd_all_reduce(&k, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM);
+    hcomm_result_t res = meet_all(&k);
     if (res == HCOMM_OK) /* every rank has arrived: the backend's blocking split cannot hang */
         res = c->tr->split(c, color, key, out);
     return call_end(&k, res);
