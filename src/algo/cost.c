@@ -292,18 +292,16 @@ static double shm_coll(const model_t *m, int coll, double S) {
         return INFINITY;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
+    case HCOMM__COLL_REDUCE:
         return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + p * S * m->gamma;
     case HCOMM__COLL_REDUCESCATTER:
         return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + S * m->gamma;
     case HCOMM__COLL_ALLGATHER:
+    case HCOMM__COLL_GATHER:
         return fmax(1.0, ceil(S / p / room)) * m->in.alpha + (1.0 / p + f) * S * m->in.beta;
     case HCOMM__COLL_BROADCAST:
     case HCOMM__COLL_SCATTER:
         return fmax(1.0, ceil(S / room)) * m->in.alpha + 2.0 * S * m->in.beta;
-    case HCOMM__COLL_REDUCE:
-        return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + p * S * m->gamma;
-    case HCOMM__COLL_GATHER:
-        return fmax(1.0, ceil(S / p / room)) * m->in.alpha + (1.0 / p + f) * S * m->in.beta;
     default:
         return INFINITY;
     }

@@ -961,7 +961,7 @@ static hcomm_result_t board_init(const char *fn, hcomm_comm_t *c) {
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for a board of %d ranks", c->size);
     }
     uint64_t off = 0;
-    /* HCOMM_NO_BOARD=1 on any rank turns it off for the comm (to compare; not documented) */
+    /* HCOMM_NO_BOARD=1 on any rank turns it off for the comm (to compare: architecture.md) */
     const char *no = getenv("HCOMM_NO_BOARD");
     if (!(no && no[0] == '1') &&
         hcomm_mem_alloc(HCOMM__BOARD_BYTES, &m->board[c->rank]) == HCOMM_OK)
@@ -1159,32 +1159,32 @@ static hcomm_result_t mpi_reduce(hcomm_comm_t *c, const void *sendbuf, void *rec
     return r;
 }
 
-static hcomm_result_t mpi_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
-                                 int root) {
+/* gather (to the root) or scatter of bytes per rank; the root's own block in place when the
+ * public call says so. */
+static hcomm_result_t rooted_move(hcomm_comm_t *c, bool gather, const void *sendbuf, void *recvbuf,
+                                  size_t bytes, int root) {
     int n = 0;
     HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
     HCOMM__TRY(to_int(c->call_fn, "size*bytes", bytes * (size_t)c->size, &(int){0}));
-    const void *src = sendbuf;
-    if (c->rank == root && sendbuf == (const char *)recvbuf + bytes * (size_t)root)
-        src = MPI_IN_PLACE;
+    const char *whole = gather ? recvbuf : sendbuf, *mine = gather ? sendbuf : recvbuf;
+    bool in_place = c->rank == root && mine == whole + bytes * (size_t)root;
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Igather(src, n, MPI_BYTE, recvbuf, n, MPI_BYTE, root, mcomm(c), &req);
-    return await_posted(c, c->call_fn, "MPI_Igather", rc, &req);
+    int rc = gather ? MPI_Igather(in_place ? MPI_IN_PLACE : sendbuf, n, MPI_BYTE, recvbuf, n,
+                                  MPI_BYTE, root, mcomm(c), &req)
+                    : MPI_Iscatter(sendbuf, n, MPI_BYTE, in_place ? MPI_IN_PLACE : recvbuf, n,
+                                   MPI_BYTE, root, mcomm(c), &req);
+    return await_posted(c, c->call_fn, gather ? "MPI_Igather" : "MPI_Iscatter", rc, &req);
+}
+
+static hcomm_result_t mpi_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                 int root) {
+    return rooted_move(c, true, sendbuf, recvbuf, bytes, root);
 }
 
 static hcomm_result_t mpi_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
                                   int root) {
-    int n = 0;
-    HCOMM__TRY(check_usable(c->call_fn, c));
-    HCOMM__TRY(to_int(c->call_fn, "bytes", bytes, &n));
-    HCOMM__TRY(to_int(c->call_fn, "size*bytes", bytes * (size_t)c->size, &(int){0}));
-    void *dst = recvbuf;
-    if (c->rank == root && recvbuf == (const char *)sendbuf + bytes * (size_t)root)
-        dst = MPI_IN_PLACE;
-    MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Iscatter(sendbuf, n, MPI_BYTE, dst, n, MPI_BYTE, root, mcomm(c), &req);
-    return await_posted(c, c->call_fn, "MPI_Iscatter", rc, &req);
+    return rooted_move(c, false, sendbuf, recvbuf, bytes, root);
 }
 
 /* Converts size_t counts and displacements to MPI's ints; *extent gets the bytes spanned. */
@@ -1459,10 +1459,8 @@ static hcomm_result_t check_selection(const uint64_t *all, int size) {
 static hcomm_result_t gather_nodes(int size) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    uint64_t mine[GATHERED], h = 1469598103934665603ull;
-    for (const char *p = host; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    mine[0] = h;
+    uint64_t mine[GATHERED];
+    mine[0] = hcomm__fnv(host, strlen(host), HCOMM__FNV_SEED);
     mine[1] = (uint64_t)getpid();
     mine[2] = cma_self();
     hcomm__selection_digests(mine + NODE_WORDS);
