@@ -35,9 +35,10 @@ struct hcomm__xfer {
     /* Compares a received envelope with the call; reports a difference to every peer. */
     hcomm_result_t (*check)(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env);
     /* Meeting `step` of the call on the board (p2p.h), the payload written first at
-     * hcomm__board_space; step 0 checks every rank's signature. On HCOMM_OK the caller reads
-     * and then leaves (hcomm__board_leave). */
-    hcomm_result_t (*meet)(const hcomm__xfer_t *x, uint32_t step);
+     * hcomm__board_space; a checked call's meetings check every rank's signature. Only rank
+     * `from`'s payload is read (-1: every rank's), and only by rank `to` (-1: by every rank).
+     * On HCOMM_OK the caller reads and then leaves (hcomm__board_leave). */
+    hcomm_result_t (*meet)(const hcomm__xfer_t *x, uint32_t step, int from, int to);
     void *call;
 };
 

@@ -396,7 +396,7 @@ static hcomm_result_t posted_verdict(call_t *k, const hcomm__posted_sig_t *mine)
  * checked on every rank; on HCOMM_OK the caller reads its peers' payloads, then leaves. */
 static hcomm_result_t board_checked(call_t *k, uint32_t step) {
     hcomm__posted_sig_t ps = posted_of(&k->sig);
-    HCOMM__TRY(hcomm__board_meet(k->c, k->seq, step, &ps, true));
+    HCOMM__TRY(hcomm__board_meet(k->c, k->seq, step, &ps, HCOMM__MEET_ALL));
     hcomm_result_t res = verdict_of(k, &ps, board_post);
     if (res != HCOMM_OK)
         hcomm__board_leave(k->c);
@@ -929,8 +929,20 @@ static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__
     return check_sig(&d, peer, &env->sig);
 }
 
-static hcomm_result_t xfer_meet(const hcomm__xfer_t *x, uint32_t step) {
-    return board_checked(x->call, step);
+/* A checked call's meetings wait for every rank and compare the signatures. An unchecked one
+ * waits only where the shape needs it: a root whose payload the others read posts and goes on
+ * (as MPI_Bcast's root does), and ranks that only feed a root leave at once. hcomm-bench
+ * --algo all with HCOMM_CHECK=off, 4 processes sharing 2 cores, 300 calls, 2 runs each: shm
+ * scatter of 16 B 4.7-4.8 us against 5.5-5.6 waiting for all (raw MPI_Scatter 5.0-5.9), 16 KiB
+ * 1.2-3.8 against 6.4-9.0 (raw 14-20); broadcast 4 KiB 4.1 against 5.7 (raw 10.7-11.7). */
+static hcomm_result_t xfer_meet(const hcomm__xfer_t *x, uint32_t step, int from, int to) {
+    call_t *k = x->call;
+    if ((from < 0 && to < 0) || hcomm__check_mode() != HCOMM__CHECK_OFF)
+        return board_checked(k, step);
+    int me = k->c->rank;
+    int wait_for = (to >= 0 && to != me) ? HCOMM__MEET_NONE : from;
+    hcomm__posted_sig_t ps = posted_of(&k->sig);
+    return hcomm__board_meet(k->c, k->seq, step, &ps, wait_for);
 }
 
 static hcomm__xfer_t xfer_of(call_t *k) {
@@ -1704,7 +1716,7 @@ hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res) {
             hcomm__posted_sig_t ps = posted_of(&k.sig);
             ps.failed = res;
             ps.failed_text = text;
-            hcomm__board_meet(c, k.seq, 0, &ps, false);
+            hcomm__board_meet(c, k.seq, 0, &ps, HCOMM__MEET_NONE);
         }
         char note[600];
         snprintf(note, sizeof note, "rank %d failed its own checks in this call, nothing moved: %s",

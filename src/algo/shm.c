@@ -19,14 +19,16 @@ static void payloads(hcomm_comm_t *c, const void **srcs) {
         hcomm__board_peer(c, r, NULL, &srcs[r]);
 }
 
-/* One step: this rank's n bytes at src (may be NULL with n 0) go to the board, and every
- * rank meets; read the payloads, then leave. */
-static hcomm_result_t post_step(const hcomm__xfer_t *x, uint32_t step, const void *src, size_t n) {
+/* One step: this rank's n bytes at src (may be NULL with n 0) go to the board, and the ranks
+ * meet (from, to: whose payload is read and by whom, -1 every rank; xfer.meet); read the
+ * payloads, then leave. */
+static hcomm_result_t post_step(const hcomm__xfer_t *x, uint32_t step, const void *src, size_t n,
+                                int from, int to) {
     void *space;
     HCOMM__TRY(hcomm__board_space(x->c, (uint32_t)x->tag, &space));
     if (n)
         memcpy(space, src, n);
-    return x->meet(x, step);
+    return x->meet(x, step, from, to);
 }
 
 /* [lo, hi) of the whole vector meets the piece [done, done + n) in [*a, *b) (empty: a >= b). */
@@ -35,18 +37,19 @@ static void overlap(size_t lo, size_t hi, size_t done, size_t n, size_t *a, size
     *b = hi < done + n ? hi : done + n;
 }
 
-/* Every rank posts its input of total elements a piece at a time; a rank that reads (reads)
- * reduces the part of [lo, hi) each piece holds into recv, which starts at element lo. */
+/* Every rank posts its input of total elements a piece at a time; the reader `to` (-1: every
+ * rank) reduces the part of [lo, hi) each piece holds into recv, which starts at element lo. */
 static hcomm_result_t reduce_window(const hcomm__xfer_t *x, const void *send, size_t total,
                                     void *recv, size_t lo, size_t hi, hcomm_dtype_t dt,
-                                    hcomm_op_t op, bool reads) {
+                                    hcomm_op_t op, int to) {
     hcomm_comm_t *c = x->c;
+    bool reads = to < 0 || to == c->rank;
     const void *srcs[MAX_SRCS];
     size_t es = hcomm__dtype_size(dt), piece = HCOMM__BOARD_ROOM / es, done = 0, a, b;
     uint32_t step = 0;
     do {
         size_t n = total - done < piece ? total - done : piece;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es));
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done * es, n * es, -1, to));
         overlap(lo, hi, done, n, &a, &b);
         if (reads && a < b) {
             payloads(c, srcs);
@@ -68,7 +71,7 @@ static hcomm_result_t from_root(const hcomm__xfer_t *x, const void *src, size_t 
     size_t done = 0, a, b;
     do {
         size_t n = total - done < HCOMM__BOARD_ROOM ? total - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)src + done, mine ? n : 0));
+        HCOMM__TRY(post_step(x, step++, (const char *)src + done, mine ? n : 0, root, -1));
         overlap(lo, hi, done, n, &a, &b);
         if (!mine && a < b) {
             const void *theirs;
@@ -92,7 +95,8 @@ static hcomm_result_t to_readers(const hcomm__xfer_t *x, const void *send, void 
     uint32_t step = 0;
     do {
         size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n));
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n, -1,
+                             root));
         if (reads && n) {
             payloads(c, srcs);
             for (int r = 0; r < c->size; r++)
@@ -107,19 +111,19 @@ static hcomm_result_t to_readers(const hcomm__xfer_t *x, const void *send, void 
 
 hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                              hcomm_dtype_t dt, hcomm_op_t op) {
-    return reduce_window(x, send, count, recv, 0, count, dt, op, true);
+    return reduce_window(x, send, count, recv, 0, count, dt, op, -1);
 }
 
 /* reduce_scatter: every rank posts its whole input, and reduces its own block. */
 hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                              hcomm_dtype_t dt, hcomm_op_t op) {
     size_t lo = count * (size_t)x->c->rank;
-    return reduce_window(x, send, count * (size_t)x->c->size, recv, lo, lo + count, dt, op, true);
+    return reduce_window(x, send, count * (size_t)x->c->size, recv, lo, lo + count, dt, op, -1);
 }
 
 hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    return reduce_window(x, send, count, recv, 0, count, dt, op, x->c->rank == root);
+    return reduce_window(x, send, count, recv, 0, count, dt, op, root);
 }
 
 /* all_gather of bytes per rank; in place when send is this rank's block of recv. */
@@ -164,7 +168,7 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
     if (c->rank == root)
         hcomm__x_export(x, buf, bytes, &at);
     memcpy(space, &at, sizeof at);
-    HCOMM__TRY(x->meet(x, 0));
+    HCOMM__TRY(x->meet(x, 0, root, -1));
     hcomm__board_peer(c, root, NULL, &theirs);
     memcpy(&at, theirs, sizeof at);
     hcomm__board_leave(c);
@@ -177,7 +181,7 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
     }
     if (res != HCOMM_OK) /* the peers must not wait for this rank's second post */
         return hcomm__x_tell_peers(x, res);
-    HCOMM__TRY(x->meet(x, 1));
+    HCOMM__TRY(x->meet(x, 1, -1, root));
     hcomm__board_leave(c);
     return HCOMM_OK;
 }

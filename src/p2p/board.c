@@ -150,7 +150,7 @@ static void post(region_t *g, unsigned half, uint64_t id, const hcomm__posted_si
 }
 
 hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
-                                 const hcomm__posted_sig_t *sig, bool wait) {
+                                 const hcomm__posted_sig_t *sig, int wait_for) {
     board_t *b = board_of(c);
     if (!b)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for the board");
@@ -163,8 +163,9 @@ hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
     b->half ^= 1;
     b->reserved = false;
     hcomm_result_t res = HCOMM_OK;
+    bool wait = wait_for != HCOMM__MEET_NONE && wait_for != c->rank;
     for (int r = 0; wait && res == HCOMM_OK && r < c->size; r++) {
-        if (r == c->rank)
+        if (r == c->rank || (wait_for >= 0 && r != wait_for))
             continue;
         res = await(c, seq, r, b->id, true);
         if (res == HCOMM_OK && !find_post(c, b, r, b->id))

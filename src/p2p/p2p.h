@@ -150,11 +150,13 @@ size_t hcomm__unexpected_bytes(hcomm_comm_t *c);
 bool hcomm__board_on(hcomm_comm_t *c);
 /* Where this rank writes the payload of its next meeting (before hcomm__board_meet). */
 hcomm_result_t hcomm__board_space(hcomm_comm_t *c, uint32_t seq, void **data);
-/* Posts sig (failed and failed_text too) for meeting (seq, step); with wait, waits for every
- * member's post of it and fails with HCOMM_ERR_MISMATCH naming a rank that went past it. The
- * meeting is left already on return unless wait and HCOMM_OK. */
+/* Whose posts hcomm__board_meet waits for: every member's, none, or (a rank >= 0) that one's. */
+enum { HCOMM__MEET_ALL = -1, HCOMM__MEET_NONE = -2 };
+/* Posts sig (failed and failed_text too) for meeting (seq, step); waits for the posts of
+ * wait_for (above) and fails with HCOMM_ERR_MISMATCH naming a rank that went past it. The
+ * meeting is left already on return unless it waited for a post and returns HCOMM_OK. */
 hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
-                                 const hcomm__posted_sig_t *sig, bool wait);
+                                 const hcomm__posted_sig_t *sig, int wait_for);
 /* After a meeting: rank r's signature and payload (either may be NULL), valid until leave. */
 void hcomm__board_peer(hcomm_comm_t *c, int r, hcomm__posted_sig_t *sig, const void **data);
 void hcomm__board_leave(hcomm_comm_t *c);
