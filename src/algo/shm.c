@@ -95,8 +95,8 @@ static hcomm_result_t to_readers(const hcomm__xfer_t *x, const void *send, void 
     uint32_t step = 0;
     do {
         size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n, -1,
-                             root));
+        HCOMM__TRY(
+            post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n, -1, root));
         if (reads && n) {
             payloads(c, srcs);
             for (int r = 0; r < c->size; r++)
