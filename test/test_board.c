@@ -1,18 +1,19 @@
 /* The mpi backend's board (HCOMM_TEST_MPI: np 2, 3 and 4 on one host; on the local backend,
  * which has none, world sizes 2..5 run the same calls through its own shared memory):
  *   (a) every communicator of ranks on one host has one (the world and a split of it);
- *   (b) a long mixed sequence (broadcast from every root, all_reduce, all_gather,
- *       reduce_scatter, reduce, gather and scatter of sizes from 0 to several 64 KiB board pieces, by shm and by the
- *       default choice) keeps every value right: the two halves of each rank's region are
- *       reused only once no peer reads them;
+ *   (b) a long mixed sequence (broadcast, reduce, gather and scatter from every root,
+ *       all_reduce, all_gather and reduce_scatter, of sizes from 0 to several 64 KiB board
+ *       pieces, by shm and by the default choice) keeps every value right: the two halves of
+ *       each rank's region are reused only once no peer reads them;
  *   (c) ranks in different calls, one on shm and one meeting before another algorithm (twoshot,
  *       native), fail with HCOMM_ERR_MISMATCH on every rank, not a timeout, and the
  *       communicator works afterwards;
  *   (d) a rank whose own checks fail (a NULL buffer) makes its peers in an shm call fail with
  *       HCOMM_ERR_PEER naming it, and the next call works;
  *   (e) on mpi the defaults run shm up to their measured sizes and other algorithms above;
- *   (f) reduce, gather and scatter too, from every root, and all of it under HCOMM_CHECK=off,
- *       where a root that only feeds its peers does not wait for them (test_board_off_*). */
+ *   (f) (a), (b) and (e) hold under HCOMM_CHECK=off too (test_board_off_*), where a root
+ *       whose payload its peers read does not wait for them, and ranks that only feed a root
+ *       leave at once. */
 #include "harness.h"
 
 #include "algo/coll.h"
