@@ -65,7 +65,8 @@ static hcomm_result_t rooted_round(hcomm_comm_t *w, int s, int root, float *a, f
         float want = val(0, i);
         for (int r = 1; r < p; r++)
             want = val(r, i) < want ? val(r, i) : want;
-        T_CHECK(b[i] == want, "step %d: reduce of %zu to %d: [%zu]=%g", s, m, root, i, (double)b[i]);
+        T_CHECK(b[i] == want, "step %d: reduce of %zu to %d: [%zu]=%g", s, m, root, i,
+                (double)b[i]);
     }
     T_TRY(hcomm_gather(w, a, b, m * sizeof(float), root));
     for (size_t i = 0; me == root && i < m * (size_t)p; i++)
@@ -75,8 +76,8 @@ static hcomm_result_t rooted_round(hcomm_comm_t *w, int s, int root, float *a, f
         a[i] = val(me == root ? (int)(i / m) : -1, i);
     T_TRY(hcomm_scatter(w, a, b, m * sizeof(float), root));
     for (size_t i = 0; i < m; i++)
-        T_CHECK(b[i] == val(me, (size_t)me * m + i), "step %d: scatter of %zu from %d: [%zu]=%g",
-                s, m, root, i, (double)b[i]);
+        T_CHECK(b[i] == val(me, (size_t)me * m + i), "step %d: scatter of %zu from %d: [%zu]=%g", s,
+                m, root, i, (double)b[i]);
     return HCOMM_OK;
 }
 
