@@ -192,16 +192,15 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * reads theirs, as Open MPI's coll/sm does; reductions in rank order, so the serial bits too),
  * larger ones twoshot or direct (peers' buffers loaded directly when they come from
  * hcomm_mem_alloc, else read with cross-memory attach; a broadcast's private root buffer goes
- * through the board instead when more than two ranks would read it); across hosts small calls run hcomm's
- * own recursive doubling, halving or binomial tree over its p2p layer (Thakur et al. 2005; the
- * extra ranks of a non-power-of-two group folded in first),
- * all_to_allv pairwise or Bruck, and the rest Open MPI's non-blocking collectives (polled, so
- * they time out) with hcomm's reduction kernels as user ops: the table of sizes is in
- * docs/architecture.md, and the cost model picks on declared multi-node topologies.
- * HCOMM_ALGO or hcomm_comm_set_algo() may choose other algorithms of hcomm's over its p2p layer
- * (ring, recursive halving-doubling, naive, binomial tree; see hcomm_comm_set_algo). Every rank
- * gets identical bits; the association may differ between backends and algorithms (the ops
- * are commutative).
+ * through the board instead when more than two ranks would read it); across hosts small calls run
+ * hcomm's own recursive doubling, halving or binomial tree over its p2p layer (Thakur et al. 2005;
+ * the extra ranks of a non-power-of-two group folded in first), all_to_allv pairwise or Bruck, and
+ * the rest Open MPI's non-blocking collectives (polled, so they time out) with hcomm's reduction
+ * kernels as user ops: the table of sizes is in docs/architecture.md, and the cost model picks on
+ * declared multi-node topologies. HCOMM_ALGO or hcomm_comm_set_algo() may choose other algorithms
+ * of hcomm's over its p2p layer (ring, recursive halving-doubling, naive, binomial tree; see
+ * hcomm_comm_set_algo). Every rank gets identical bits; the association may differ between backends
+ * and algorithms (the ops are commutative).
  *
  * Checks: every rank must make the same call (collective, count, dtype, op with SUM and AVG
  * told apart, root; DP tensor lists too); otherwise every rank fails with HCOMM_ERR_MISMATCH
