@@ -773,7 +773,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * below these sizes, and the backend's own collectives (raw MPI) at every size measured up to
  * them but 8 B broadcasts (0.84 against 0.74 us with 2 processes, 7.3 against 6.8 with 4: raw
  * MPI_Bcast does not wait for the receivers). 2 processes, shm against the next best: all_reduce
- * 16 KiB 5.2 us against twoshot 5.3, 32 KiB 9.6 against 6.5; broadcast (against direct on the
+ * 16 KiB 5.2 us against twoshot 5.3, 32 KiB 9.6 against 6.5, and in a later session (2 runs of
+ * 300 calls each way) 16 KiB 5.5-5.8 against 4.3-5.3 out of place and 5.7-5.8 against 5.2-6.1
+ * in place, unchecked 6.0-6.3 against 4.3-4.6 and 5.0-5.5, 8 KiB 3.5-3.9 against 3.2-4.5: shm up
+ * to 8 KiB; broadcast (against direct on the
  * board, which reads an hcomm_mem_alloc root buffer once; on malloc's buffers shm's copies
  * lead a little longer: 8 KiB 2.3 against 2.8) 4 KiB 1.45 against 1.37, 8 KiB 2.2 against 1.5;
  * with 4 processes 32 KiB 11.9 against 13.4, 64 KiB at par, 128 KiB 29 against 23 (on malloc's
@@ -796,7 +799,7 @@ static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? 16 : 32) << 10;
+        return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
