@@ -157,11 +157,11 @@ hcomm_result_t hcomm__gather_direct(const hcomm__xfer_t *x, const void *send, vo
 hcomm_result_t hcomm__scatter_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                      size_t bytes, int root);
 
-/* Hierarchical two-level algorithms over the topology's nodes (hier.c): all_reduce in place
- * on buf; reduce_scatter of m elements per rank (recv may alias send); all_gather of m bytes
- * per rank in place on buf (this rank's block already at rank * m). */
-hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
-                              hcomm_op_t op);
+/* Hierarchical two-level algorithms over the topology's nodes (hier.c): all_reduce of send
+ * into recv (may alias); reduce_scatter of m elements per rank (recv may alias send);
+ * all_gather of m bytes per rank in place on buf (this rank's block already at rank * m). */
+hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                              hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__rs_hier(const hcomm__xfer_t *x, const void *send, void *recv, size_t m,
                               hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_hier(const hcomm__xfer_t *x, void *buf, size_t m);

@@ -1134,14 +1134,14 @@ static hcomm_result_t run_all_reduce(red_t *r) {
     hcomm__xfer_t x = xfer_of(r->k);
     if (r->algo == HCOMM__ALGO_TWOSHOT)
         return hcomm__ar_twoshot(&x, r->send, r->recv, r->in, r->dt, r->op);
+    if (r->algo == HCOMM__ALGO_HIER)
+        return hcomm__ar_hier(&x, r->send, r->recv, r->in, r->dt, r->op);
     if (r->send != r->recv && bytes)
         memcpy(r->recv, r->send, bytes);
     if (r->algo == HCOMM__ALGO_RING)
         return hcomm__ar_ring(&x, r->recv, r->in, r->dt, r->op);
     if (r->algo == HCOMM__ALGO_RHD)
         return hcomm__ar_rhd(&x, r->recv, r->in, r->dt, r->op);
-    if (r->algo == HCOMM__ALGO_HIER)
-        return hcomm__ar_hier(&x, r->recv, r->in, r->dt, r->op);
     return hcomm__ar_naive(&x, r->recv, r->in, r->dt, r->op);
 }
 

@@ -29,6 +29,7 @@ typedef struct model {
     double hop;                  /* ring topology: mean hops of a non-neighbour message */
     int p, lg, clg, pof2;
     bool shm;
+    bool reads; /* every rank can read every other's memory (transport.peer_read_ok) */
 } model_t;
 
 static double ring_ar(const model_t *m, double S) {
@@ -60,6 +61,22 @@ static double naive_ar(const model_t *m, double S) {
            (m->p - 1.0) * S * m->gamma;
 }
 
+/* A read of a peer's memory is one copy with no message around it; the model has no copy rate
+ * of its own, so it takes the faster of the intra link and the reduction kernel, which streams
+ * the same memory (a message may cost more than one copy: staging, protocol). */
+static double read_beta(const model_t *m) {
+    return fmin(m->in.beta, m->gamma);
+}
+
+/* hier all_reduce's node phases where the node's ranks read each other (hier.c): twoshot's on
+ * a node of G ranks, each owning a share: addresses to every member, the owner's reads and
+ * reduction of its share from the G - 1 others, a barrier, every member's reads of the other
+ * shares, a barrier. */
+static double hier_node_reads(const model_t *m, double G, double share) {
+    return (G - 1.0 + 2.0 * ceil(log2(G))) * m->in.alpha +
+           (G - 1.0) * share * (2.0 * read_beta(m) + m->gamma);
+}
+
 /* Lanes L (fewest ranks on a node), G (most), N nodes; per lane, up to ceil(G/L) ranks per
  * node share one representative. */
 static double hier(const model_t *m, int coll, double S) {
@@ -69,6 +86,9 @@ static double hier(const model_t *m, int coll, double S) {
     double intra = (G - 1.0) * (m->in.alpha + share * (m->in.beta + red));
     double inter = (N - 1.0) * (m->out.alpha + share / N * (m->out.beta + red));
     double lanes = (members - 1.0) * (m->in.alpha + per * m->in.beta);
+    if (coll == HCOMM__COLL_ALLREDUCE && m->reads)
+        return hier_node_reads(m, G, share) + inter +
+               (N - 1.0) * (m->out.alpha + share / N * m->out.beta);
     if (coll == HCOMM__COLL_ALLREDUCE) /* reduce_scatter + all_gather in both phases */
         return intra + (G - 1.0) * (m->in.alpha + share * m->in.beta) + inter +
                (N - 1.0) * (m->out.alpha + share / N * m->out.beta);
@@ -82,15 +102,13 @@ static double a2a(const model_t *m, int algo, double b);
 
 /* The addresses go to every peer (p - 1 messages), then the reduce phase reads (p-1)/p of the
  * vector from the peers and reduces it, a dissemination barrier (clg messages), the gather
- * phase reads the other (p-1)/p, and a second barrier. A read is one memory copy with no
- * message around it; the model has no copy rate of its own, so it takes the faster of the
- * intra link and the reduction kernel, which streams the same memory (a message may cost more
- * than one copy: staging, protocol). Reads cannot cross nodes, and on a simulated machine
- * they would bypass its links, so twoshot is no candidate beyond one node. */
+ * phase reads the other (p-1)/p, and a second barrier (reads: read_beta). Reads cannot cross
+ * nodes, and on a simulated machine they would bypass its links, so twoshot is no candidate
+ * beyond one node. */
 static double twoshot_ar(const model_t *m, double S) {
     if (m->t->nnodes > 1)
         return INFINITY;
-    double f = (m->p - 1.0) / m->p, read = fmin(m->in.beta, m->gamma);
+    double f = (m->p - 1.0) / m->p, read = read_beta(m);
     return m->hop * ((m->p - 1.0 + 2.0 * m->clg) * m->in.alpha + 2.0 * f * S * read) +
            f * S * m->gamma;
 }
@@ -409,19 +427,35 @@ static double estimate(const model_t *m, int coll, int algo, double S) {
     return agreement(m, algo) + transfer(m, coll, algo, S);
 }
 
-static void model_of(const hcomm__topo_t *t, bool shm, model_t *m) {
+/* A message between ranks that share cores waits for its receiver to be scheduled, so with
+ * more ranks than cores the intra-node latency a ping-pong measures (two ranks, the others
+ * idle) grows with the oversubscription: on a simulated 2x4 (8 local threads on 2 cores,
+ * calibrated intra 2.9 us) hier's 9 message rounds took 147 us at 1 KiB where the model said
+ * 70, and rd's 3 (its inter-node ones dominate) 79 against 78. Only on the local backend,
+ * whose ranks all read the same host, so every rank chooses alike. */
+static double oversubscription(const model_t *m) {
+    int cores = 1, numa = 1;
+    if (!m->shm)
+        return 1.0;
+    hcomm__host_info(&cores, &numa);
+    return cores > 0 && m->p > cores ? (double)m->p / cores : 1.0;
+}
+
+static void model_of(hcomm_comm_t *c, const hcomm__topo_t *t, bool shm, model_t *m) {
     m->t = t;
+    m->shm = shm;
+    m->p = t->size;
+    m->reads = c->tr->peer_read_ok && c->tr->peer_read_ok(c);
     m->in = t->link[HCOMM__LINK_INTRA];
+    m->in.alpha *= oversubscription(m);
     m->out = t->link[HCOMM__LINK_INTER];
     m->flat = t->nnodes > 1 ? m->out : m->in;
     m->gamma = m->in.gamma;
-    m->p = t->size;
     m->pof2 = 1, m->lg = 0;
     while (m->pof2 * 2 <= m->p)
         m->pof2 *= 2, m->lg++;
     m->clg = m->lg + (m->pof2 < m->p);
     m->hop = t->kind == HCOMM__TOPO_RING && m->p > 4 ? m->p / 4.0 : 1.0;
-    m->shm = shm;
 }
 
 double hcomm__cost_estimate(hcomm_comm_t *c, int coll, int algo, size_t bytes, bool shm) {
@@ -429,7 +463,7 @@ double hcomm__cost_estimate(hcomm_comm_t *c, int coll, int algo, size_t bytes, b
     if (coll < 0 || coll >= HCOMM__COLL_COUNT || hcomm__topo_get(c, &t) != HCOMM_OK)
         return INFINITY;
     model_t m;
-    model_of(t, shm, &m);
+    model_of(c, t, shm, &m);
     return estimate(&m, coll, algo, (double)bytes);
 }
 
@@ -479,7 +513,7 @@ int hcomm__cost_choose(hcomm_comm_t *c, const hcomm__algo_set_t *set, int coll, 
         return ch->algo;
     }
     model_t m;
-    model_of(t, shm, &m);
+    model_of(c, t, shm, &m);
     int best = -1;
     double best_est = INFINITY;
     for (int a = 0; a < HCOMM__ALGO_COUNT; a++) {

@@ -149,13 +149,109 @@ static void lane_offsets(const view_t *v, size_t unit) {
     v->offs[v->t->nnodes] = v->start[v->lane + 1] * unit;
 }
 
-hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
-                              hcomm_op_t op) {
+/* --- all_reduce's node phases by direct reads, where a node's ranks can read each other --- */
+
+/* Elements reduced per piece: the accumulator and the piece read stay in cache. */
+#define NODE_PIECE_BYTES ((size_t)256 << 10)
+
+/* A node member's input and output as this rank reads them. */
+typedef struct node_buf {
+    hcomm__remote_t send, recv;
+} node_buf_t;
+
+/* Every rank of the comm can read every other's memory (so the node's members can). */
+static bool node_reads(const hcomm__xfer_t *x) {
+    return x->c->tr->peer_read_ok && x->c->tr->peer_read_ok(x->c);
+}
+
+/* Dissemination barrier over g (Hensgen, Finkel & Manber 1988): empty messages. */
+static hcomm_result_t g_barrier(const grp_t *g) {
+    for (int d = 1; d < g->n; d *= 2)
+        HCOMM__TRY(hcomm__x_sendrecv(g->x, g->ranks[mod(g->me + d, g->n)], NULL, 0,
+                                     g->ranks[mod(g->me - d, g->n)], NULL, 0));
+    return HCOMM_OK;
+}
+
+/* Every member's two buffers (bytes each), exchanged with each member directly. */
+static hcomm_result_t g_addrs(const grp_t *g, const void *send, void *recv, size_t bytes,
+                              node_buf_t *all) {
+    hcomm__peer_buf_t mine[2], theirs[2];
+    hcomm__x_export(g->x, send, bytes, &mine[0]);
+    hcomm__x_export(g->x, recv, bytes, &mine[1]);
+    for (int d = 0; d < g->n; d++) {
+        int i = mod(g->me - d, g->n), from = g->ranks[i];
+        if (d > 0)
+            HCOMM__TRY(hcomm__x_sendrecv(g->x, g->ranks[mod(g->me + d, g->n)], mine, sizeof mine,
+                                         from, theirs, sizeof theirs));
+        const hcomm__peer_buf_t *b = d > 0 ? theirs : mine;
+        all[i] = (node_buf_t){hcomm__x_remote(g->x, from, &b[0], bytes),
+                              hcomm__x_remote(g->x, from, &b[1], bytes)};
+    }
+    return HCOMM_OK;
+}
+
+/* Elements [lo, lo + len) of the node's sum: every member's input read where it lies (tmp
+ * takes a piece that has to be copied) and reduced into this rank's recv, a piece at a time. */
+static hcomm_result_t node_reduce(const grp_t *g, const node_buf_t *all, const void *send,
+                                  void *recv, size_t lo, size_t len, hcomm_dtype_t dt,
+                                  hcomm_op_t op, void *tmp) {
+    size_t es = hcomm__dtype_size(dt), step = NODE_PIECE_BYTES / es;
+    for (size_t done = 0; done < len; done += step) {
+        size_t n = len - done < step ? len - done : step, off = (lo + done) * es;
+        char *acc = (char *)recv + off;
+        const void *first = (const char *)send + off, *in;
+        for (int i = 0; i < g->n; i++) {
+            if (i == g->me)
+                continue;
+            HCOMM__TRY(hcomm__x_peer_load(g->x, g->ranks[i], &all[i].send, off, tmp, n * es, &in));
+            if (first != acc)
+                hcomm__reduce_to(acc, first, in, n, dt, op);
+            else
+                hcomm__reduce(acc, in, n, dt, op);
+            first = acc;
+        }
+        if (first != acc) /* a node of one */
+            memcpy(acc, first, n * es);
+    }
+    return HCOMM_OK;
+}
+
+/* Every other member's block of the result (offs: member i owns [offs[i], offs[i+1])), read
+ * from its output into this rank's. */
+static hcomm_result_t node_gather(const grp_t *g, const node_buf_t *all, void *recv,
+                                  const size_t *offs, size_t es) {
+    for (int d = 1; d < g->n; d++) {
+        int i = mod(g->me + d, g->n); /* each member starts at a different owner */
+        size_t off = offs[i] * es;
+        HCOMM__TRY(hcomm__x_peer_copy(g->x, g->ranks[i], &all[i].recv, off, (char *)recv + off,
+                                      (offs[i + 1] - offs[i]) * es));
+    }
+    return HCOMM_OK;
+}
+
+/* all_reduce's scratch: the ring's largest block, or a piece for direct reads. */
+static size_t ar_scratch_bytes(size_t count, int L, size_t es, bool direct) {
+    size_t ring = (count / (size_t)L + 1) * es;
+    return direct && NODE_PIECE_BYTES > ring ? NODE_PIECE_BYTES : ring;
+}
+
+/* all_reduce of send into recv (may alias). Where the node's ranks can read each other (the
+ * local backend, mpi on one host under a declared topology) the node phases are twoshot's
+ * (twoshot.c): each lane's representative reduces its block straight from its node's inputs,
+ * and after the lane phase every rank copies the other blocks from their owners; one pass per
+ * byte and phase instead of the ring's copy and reduction per step. Barriers keep every input
+ * alive until its block is reduced (in place, a rank's gather overwrites what its node's
+ * members read) and every output until it is copied. Elsewhere the node phases are rings. */
+hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                              hcomm_dtype_t dt, hcomm_op_t op) {
     view_t v;
     HCOMM__TRY(view_make(x, &v));
-    size_t es = hcomm__dtype_size(dt), *lo = malloc(sizeof(size_t) * ((size_t)v.L + 1));
-    void *tmp = malloc((count / (size_t)v.L + 1) * es);
-    hcomm_result_t res = lo && tmp ? HCOMM_OK : nomem(x, (count / (size_t)v.L + 1) * es);
+    bool direct = node_reads(x);
+    size_t es = hcomm__dtype_size(dt), *lo = malloc(sizeof(size_t) * ((size_t)v.L + 1)),
+           scratch = ar_scratch_bytes(count, v.L, es, direct);
+    void *tmp = malloc(scratch);
+    node_buf_t *all = direct ? calloc((size_t)v.node_g.n, sizeof *all) : NULL;
+    hcomm_result_t res = lo && tmp && (all || !direct) ? HCOMM_OK : nomem(x, scratch);
     for (int j = 0; res == HCOMM_OK && j < v.L; j++) {
         size_t len;
         hcomm__block(count, v.L, j, &lo[j], &len);
@@ -163,7 +259,16 @@ hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, void *buf, size_t count, h
     if (res == HCOMM_OK) {
         lo[v.L] = count;
         node_offsets(&v, lo, 1);
-        res = g_rs(&v.node_g, buf, v.offs, es, tmp, dt, op);
+        if (!direct && send != recv && count)
+            memcpy(recv, send, count * es);
+        if (direct)
+            res = g_addrs(&v.node_g, send, recv, count * es, all);
+        if (direct && res == HCOMM_OK)
+            res = hcomm__x_tell_peers(
+                x, node_reduce(&v.node_g, all, send, recv, v.offs[v.node_g.me],
+                               v.offs[v.node_g.me + 1] - v.offs[v.node_g.me], dt, op, tmp));
+        else if (res == HCOMM_OK)
+            res = g_rs(&v.node_g, recv, v.offs, es, tmp, dt, op);
     }
     if (res == HCOMM_OK && v.lane_g.n > 1) { /* block lane of the vector, across the nodes */
         size_t base = lo[v.lane], n = lo[v.lane + 1] - base, *inner = v.offs;
@@ -173,14 +278,23 @@ hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, void *buf, size_t count, h
             inner[k] += base;
         }
         inner[v.lane_g.n] = base + n;
-        res = g_rs(&v.lane_g, buf, inner, es, tmp, dt, op);
+        res = g_rs(&v.lane_g, recv, inner, es, tmp, dt, op);
         if (res == HCOMM_OK)
-            res = g_ag(&v.lane_g, buf, inner, es);
+            res = g_ag(&v.lane_g, recv, inner, es);
     }
     if (res == HCOMM_OK) {
         node_offsets(&v, lo, 1);
-        res = g_ag(&v.node_g, buf, v.offs, es);
+        if (direct) {
+            res = g_barrier(&v.node_g);
+            if (res == HCOMM_OK)
+                res = hcomm__x_tell_peers(x, node_gather(&v.node_g, all, recv, v.offs, es));
+            if (res == HCOMM_OK)
+                res = g_barrier(&v.node_g);
+        } else {
+            res = g_ag(&v.node_g, recv, v.offs, es);
+        }
     }
+    free(all);
     free(tmp);
     free(lo);
     view_free(&v);
