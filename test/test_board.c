@@ -10,7 +10,8 @@
  *       communicator works afterwards;
  *   (d) a rank whose own checks fail (a NULL buffer) makes its peers in an shm call fail with
  *       HCOMM_ERR_PEER naming it, and the next call works;
- *   (e) on mpi the defaults run shm up to their measured sizes and other algorithms above;
+ *   (e) on mpi the defaults run shm up to their measured sizes and other algorithms above
+ *       (all_reduce, broadcast, gather);
  *   (f) (a), (b) and (e) hold under HCOMM_CHECK=off too (test_board_off_*), where a root
  *       whose payload its peers read does not wait for them, and ranks that only feed a root
  *       leave at once. */
@@ -172,11 +173,19 @@ static hcomm_result_t own_check_fails(hcomm_comm_t *w) {
     return HCOMM_OK;
 }
 
-/* The algorithm the default picks for an all_reduce / broadcast of bytes. */
-static const char *picked(hcomm_comm_t *w, int bcast, size_t bytes, void *buf) {
+enum { ALL_REDUCE, BROADCAST, GATHER, SCATTER };
+
+/* The algorithm the default picks for a call (above) of bytes in all (for gather and scatter:
+ * bytes / size per rank; buf holds bytes + 4). */
+static const char *picked(hcomm_comm_t *w, int call, size_t bytes, void *buf) {
+    size_t per = bytes / (size_t)t_size(w);
+    char *mine = (char *)buf + per * (size_t)t_rank(w);
     hcomm__coll_take_algo(w);
-    hcomm_result_t r = bcast ? hcomm_broadcast(w, buf, bytes, 0)
-                             : hcomm_all_reduce(w, buf, buf, bytes / 4, HCOMM_F32, HCOMM_SUM);
+    hcomm_result_t r = call == BROADCAST ? hcomm_broadcast(w, buf, bytes, 0)
+                       : call == GATHER  ? hcomm_gather(w, mine, buf, per, 0)
+                       : call == SCATTER
+                           ? hcomm_scatter(w, buf, mine, per, 0)
+                           : hcomm_all_reduce(w, buf, buf, bytes / 4, HCOMM_F32, HCOMM_SUM);
     const char *a = hcomm__coll_take_algo(w);
     return r == HCOMM_OK && a ? a : "(failed)";
 }
@@ -184,15 +193,19 @@ static const char *picked(hcomm_comm_t *w, int bcast, size_t bytes, void *buf) {
 static hcomm_result_t defaults(hcomm_comm_t *w) {
     bool two = t_size(w) == 2;
     size_t ar = two ? 8 << 10 : 32 << 10, bc = two ? 4 << 10 : 64 << 10;
-    float *buf = calloc((ar > bc ? ar : bc) + 4, 1);
+    float *buf = calloc(256 << 10, 1);
     if (!buf)
         return HCOMM_ERR_NOMEM;
-    const char *a = picked(w, 0, ar, buf), *b = picked(w, 0, ar + 4, buf);
+    const char *a = picked(w, ALL_REDUCE, ar, buf), *b = picked(w, ALL_REDUCE, ar + 4, buf);
     T_CHECK(!strcmp(a, "shm") && strcmp(b, "shm"), "all_reduce of %zu / %zu bytes on %d: %s / %s",
             ar, ar + 4, t_size(w), a, b);
-    a = picked(w, 1, bc, buf), b = picked(w, 1, bc + 4, buf);
+    a = picked(w, BROADCAST, bc, buf), b = picked(w, BROADCAST, bc + 4, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
             "broadcast of %zu / %zu bytes on %d: %s / %s", bc, bc + 4, t_size(w), a, b);
+    size_t ga = two ? 8 << 10 : 32 << 10; /* shm up to these, direct above */
+    a = picked(w, GATHER, ga, buf), b = picked(w, GATHER, 2 * ga, buf);
+    T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"), "gather of %zu / %zu bytes on %d: %s / %s",
+            ga, 2 * ga, t_size(w), a, b);
     free(buf);
     return HCOMM_OK;
 }

@@ -121,6 +121,14 @@ hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void 
                                  int root);
 hcomm_result_t hcomm__scatter_shm(const hcomm__xfer_t *x, const void *send, void *recv,
                                   size_t bytes, int root);
+/* gather's and scatter's direct on a board (peers can read each other's memory): the readers
+ * (the root; every other rank) copy each block once, through the views where the buffer read
+ * comes from hcomm_mem_alloc, else with cross-memory attach (a scatter's private root buffer
+ * among more than two ranks: shm's pieces); two meetings, checking the call. */
+hcomm_result_t hcomm__gather_board_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                          size_t bytes, int root);
+hcomm_result_t hcomm__scatter_board_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                           size_t bytes, int root);
 bool hcomm__shm_fits(const hcomm_comm_t *c);
 /* broadcast of bytes from root, every other rank reading the root's buffer (one node,
  * transport.peer_read_ok). */

@@ -786,15 +786,15 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * all_gather 256 KiB 51 against direct 55, 1 MiB 219 against 198; reduce_scatter 64 KiB 23 against
  * direct 30, 128 KiB 54 against 41. The rooted calls (4 processes / 2): reduce 32 KiB 17 against
  * direct 30, 128 KiB 58 against 49 / 8 KiB 2.4 against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB
- * 44 against direct 66 / 32 KiB 3.3 against 4.1, 128 KiB 9.1 against 6.5; scatter 128 KiB 20
- * against 28, 512 KiB 68 against 49 / 32 KiB 3.6 against 5.2, 128 KiB 11.2 against 6.9 (up to 8 KiB
- * 8 against 13-25 us, and 0.7-1.5 against 1.3-5.5 with 2). Against Open MPI's gather and scatter
- * (native, the default above): 4 processes' gather leads at every size (256 KiB 14 against 29 us, 2
- * MiB 196 against 228, 16 MiB 1.74 against 1.94 ms; unchecked at par to 256 KiB, then 224 against
- * 242 us and 1.56 against 1.63 ms), 2 processes' to 128 KiB and again from 2 MiB
- * (scripts/regret-sweep.sh, 2 repetitions: 32 KiB 2.0-2.4 against 3.8-4.2, 128 KiB 5.8-7.7
- * against 6.5-8.3, 512 KiB at par; 2 MiB 160 against 181, 16 MiB 1.50 against 1.74 ms); scatter (4
- * / 2) 32 KiB 9.8 against 20 / 3.1 against 4.1, 256 KiB 43 against 30 / 19 against 14. */
+ * 44 against direct 66 / 32 KiB 3.3 against 4.1, 128 KiB 9.1 against 6.5 (direct then by
+ * messages). Gather and scatter above these sizes run direct on the board
+ * (hcomm__gather_board_direct: each block copied once through the views or with cross-memory
+ * attach), measured (40 calls, shared / malloc'd buffers) against shm: 2 processes, gather 8 KiB
+ * 1.2 / 2.0 us against 1.7 / 1.6, 32 KiB 1.5 / 2.7 against 4.4 / 4.5, 8 MiB 618 / 761 against
+ * 715 / 715; scatter 8 KiB 1.7 / 2.6 against 1.8 / 1.6, 32 KiB 2.2 / 3.5 against 2.9 / 3.7; 4
+ * processes, gather 32 KiB 8.2 / 10.3 against 6.9 / 8.3, 128 KiB 9.4 / 16.5 against 15.8 / 17.9;
+ * scatter 32 KiB 9.2 against 5.9, 128 KiB 10.9 / 17.8 (the backend's scatter: 18.6) against
+ * 12.0 / 13.3, 512 KiB 22 / 36 against 46 / 60. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
@@ -808,19 +808,17 @@ static size_t shm_max_bytes(int coll, int p) {
         return (size_t)(two ? 16 : 64) << 10;
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 8 : 32) << 10;
-    case HCOMM__COLL_GATHER:
-        return two ? (size_t)128 << 10 : SIZE_MAX;
+    case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
+        return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_SCATTER:
-        return (size_t)(two ? 32 : 128) << 10;
+        return (size_t)(two ? 8 : 128) << 10;
     default:
         return 0;
     }
 }
 
-/* shm by default: up to shm_max_bytes, and a 2-process gather again from 2 MiB. */
 static bool shm_default(int coll, size_t bytes, int p) {
-    return bytes <= shm_max_bytes(coll, p) ||
-           (coll == HCOMM__COLL_GATHER && p == 2 && bytes >= ((size_t)2 << 20));
+    return bytes <= shm_max_bytes(coll, p);
 }
 
 static bool shm_runs(hcomm_comm_t *c) {
@@ -847,8 +845,10 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
         *why = "default: small, on a board";
         return HCOMM__ALGO_SHM;
     }
-    if (strcmp(*why, "default") == 0 && coll == HCOMM__COLL_BROADCAST && peer_reads(k->c) &&
-        board_on(k->c) && hcomm__algo_allowed(over, coll, HCOMM__ALGO_DIRECT)) {
+    bool reads_after_shm =
+        coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER;
+    if (strcmp(*why, "default") == 0 && reads_after_shm && peer_reads(k->c) && board_on(k->c) &&
+        hcomm__algo_allowed(over, coll, HCOMM__ALGO_DIRECT)) {
         *why = "default: on a board, above shm's sizes";
         return HCOMM__ALGO_DIRECT;
     }
@@ -1332,11 +1332,16 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
     int algo =
         choose(&k, gather ? HCOMM__COLL_GATHER : HCOMM__COLL_SCATTER, bytes * (size_t)c->size);
     hcomm__xfer_t x = xfer_of(&k);
-    bool shm = algo == HCOMM__ALGO_SHM; /* checks in its meetings, before anything moves */
+    /* both check in their meetings, before anything moves */
+    bool shm = algo == HCOMM__ALGO_SHM,
+         reads = algo == HCOMM__ALGO_DIRECT && board_on(c) && peer_reads(c);
     hcomm_result_t res = HCOMM_OK;
     if (shm)
         res = gather ? hcomm__gather_shm(&x, sendbuf, recvbuf, bytes, root)
                      : hcomm__scatter_shm(&x, sendbuf, recvbuf, bytes, root);
+    else if (reads)
+        res = gather ? hcomm__gather_board_direct(&x, sendbuf, recvbuf, bytes, root)
+                     : hcomm__scatter_board_direct(&x, sendbuf, recvbuf, bytes, root);
     else
         res = p2p_agree(&k, algo);
     if (res != HCOMM_OK)
@@ -1350,7 +1355,7 @@ static hcomm_result_t rooted_move(hcomm_comm_t *c, call_kind_t kind, const void 
         if (dst != src)
             memcpy(dst, src, bytes);
     }
-    if (shm)
+    if (shm || reads)
         return call_end(&k, HCOMM_OK);
     if (algo == HCOMM__ALGO_TREE)
         res = gather ? hcomm__gather_tree(&x, sendbuf, recvbuf, bytes, root)

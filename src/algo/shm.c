@@ -186,6 +186,78 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
     return HCOMM_OK;
 }
 
+/* A scatter's private root buffer among more than two ranks, whose simultaneous cross-memory
+ * reads of it crawl (as broadcast's, above): the backend's own scatter, which led the board's
+ * pieces (4 processes, 512 KiB: 36 us against 60; 8 MiB 583 against 1036, raw MPI_Scatter 790),
+ * or those pieces where it has none. The call was checked in the meeting before. */
+static hcomm_result_t scatter_private(const hcomm__xfer_t *x, const void *send, void *recv,
+                                      size_t bytes, int root) {
+    hcomm_comm_t *c = x->c;
+    if (c->tr->native && c->tr->native->scatter)
+        return c->tr->native->scatter(c, send, recv, bytes, root);
+    size_t lo = bytes * (size_t)c->rank;
+    return from_root(x, send, bytes * (size_t)c->size, recv, lo, lo + bytes, root, 1);
+}
+
+/* gather and scatter direct on a board: the first meeting carries where the buffers that will
+ * be read lie (every rank's input for a gather, the root's for a scatter), the readers copy
+ * their blocks once (through the views on hcomm_mem_alloc buffers, else with cross-memory
+ * attach), and a second meeting lets the ranks whose buffers were read return; every rank
+ * decides from the posts, so alike. The root's own block is the caller's copy. hcomm-bench
+ * --algo all, 40 calls, against raw MPI_Gather / MPI_Scatter on the same buffers (shared /
+ * malloc'd): 2 processes, gather 128 KiB 4.1 / 7.7 us against 6.3 / 8.0, 8 MiB 618 / 761
+ * against 745 / 798; scatter 128 KiB 4.8 / 7.5 against 7.8 / 7.4; 4 processes, gather 512 KiB
+ * 23 / 37 against 44 / 40, scatter 2 MiB 91 against 157 (shared). */
+static hcomm_result_t rooted_board_direct(const hcomm__xfer_t *x, bool gather, const void *send,
+                                          void *recv, size_t bytes, int root) {
+    hcomm_comm_t *c = x->c;
+    int me = c->rank, p = c->size;
+    bool exports = gather ? me != root : me == root;
+    void *space;
+    const void *theirs;
+    HCOMM__TRY(hcomm__board_space(c, (uint32_t)x->tag, &space));
+    hcomm__peer_buf_t at = {0};
+    if (exports)
+        hcomm__x_export(x, send, gather ? bytes : bytes * (size_t)p, &at);
+    memcpy(space, &at, sizeof at);
+    HCOMM__TRY(x->meet(x, 0, gather ? -1 : root, gather ? root : -1));
+    hcomm_result_t res = HCOMM_OK;
+    for (int r = 0; gather && me == root && res == HCOMM_OK && r < p; r++) {
+        if (r == root)
+            continue;
+        hcomm__board_peer(c, r, NULL, &theirs);
+        memcpy(&at, theirs, sizeof at);
+        hcomm__remote_t from = hcomm__x_remote(x, r, &at, bytes);
+        res = hcomm__x_peer_copy(x, r, &from, 0, (char *)recv + (size_t)r * bytes, bytes);
+    }
+    if (!gather) {
+        hcomm__board_peer(c, root, NULL, &theirs);
+        memcpy(&at, theirs, sizeof at);
+    }
+    hcomm__board_leave(c);
+    if (!gather && at.obj == 0 && p > 2)
+        return scatter_private(x, send, recv, bytes, root);
+    if (!gather && me != root && bytes) {
+        hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes * (size_t)p);
+        res = hcomm__x_peer_copy(x, root, &from, bytes * (size_t)me, recv, bytes);
+    }
+    if (res != HCOMM_OK) /* the peers must not wait for this rank's second post */
+        return hcomm__x_tell_peers(x, res);
+    HCOMM__TRY(x->meet(x, 1, gather ? root : -1, gather ? -1 : root));
+    hcomm__board_leave(c);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__gather_board_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                          size_t bytes, int root) {
+    return rooted_board_direct(x, true, send, recv, bytes, root);
+}
+
+hcomm_result_t hcomm__scatter_board_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                           size_t bytes, int root) {
+    return rooted_board_direct(x, false, send, recv, bytes, root);
+}
+
 bool hcomm__shm_fits(const hcomm_comm_t *c) {
     return c->size <= MAX_SRCS;
 }
