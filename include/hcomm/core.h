@@ -330,15 +330,15 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
  * by the root's direct reads of every input in rank order (by default from 4 KiB on mpi, 256
  * KiB on local), or as Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo
  * "reduce:rhd"); gather and scatter with the root exchanging with each rank directly on local
- * (or down a binomial tree: "tree") and as Open MPI's own on mpi; on mpi on one host the small
- * ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 128 KiB and from 2
- * MiB with 2, at every size with more; scatter up to 32 KiB or 128 KiB) run shm through the
- * communicator's board. all_gatherv and reduce_scatterv run around a ring (Patarasuk & Yuan
- * 2009). The common rules and
- * errors above apply (every rank calls, same order; a rank whose check fails makes its peers
- * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
- * Operands associate differently in different algorithms (the ops are commutative); every rank
- * that gets a result gets the same bits.
+ * (or down a binomial tree: "tree") and as Open MPI's own on mpi across hosts; on mpi on one
+ * host the small ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 8 KiB
+ * or 32 KiB; scatter up to 8 KiB or 128 KiB) run shm through the communicator's board, and
+ * larger gathers and scatters copy each block once from the buffer it lies in (direct reads of
+ * hcomm_mem_alloc buffers, else cross-memory attach). all_gatherv and reduce_scatterv run around a
+ * ring (Patarasuk & Yuan 2009). The common rules and errors above apply (every rank calls, same
+ * order; a rank whose check fails makes its peers fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and
+ * AVG are accumulated in f32 and rounded once. Operands associate differently in different
+ * algorithms (the ops are commutative); every rank that gets a result gets the same bits.
  * @{ */
 
 /** reduce: @p recvbuf[0..count) on rank @p root = @p op over ranks of @p sendbuf[0..count);
@@ -385,21 +385,20 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving; reduce as that
  *  halving then a gather to the root), naive (reduce to rank 0 in rank order, then broadcast:
  *  the deterministic reference), tree (binomial: broadcast, reduce, gather, scatter), direct
- *  (gather, scatter; on one node also all_gather, reduce_scatter, broadcast and reduce by reads
- *  of the peers' buffers), hier (two levels over the nodes of hcomm/topo.h: allreduce, allgather,
- *  reducescatter, alltoallv),
- *  twoshot (allreduce), bruck (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined
- *  broadcast), scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn),
- *  pairwise (alltoallv), shm (allreduce, allgather, reducescatter, broadcast, reduce, gather,
- *  scatter through the mpi backend's shared-memory board on one host; elsewhere the local
- *  backend's native, which works alike, or recursive doubling, ring, tree or direct). native
- *  of reduce, gather and scatter is Open MPI's (on local: tree and direct). Where a communicator
- * spans several nodes the allowed algorithm with the smallest cost-model estimate runs
- * (docs/architecture.md, "Cost model"); elsewhere the measured defaults. NULL or "" restores the
- * default choice. Every rank must choose the same (the algorithm is part of each call's signature:
- * else HCOMM_ERR_MISMATCH). Local; not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL,
- *  HCOMM_ERR_INVALID_ARG (an unknown name, listing the valid ones; a collective left without
- *  an algorithm). */
+ *  (gather, scatter; on one node all_gather, reduce_scatter, broadcast, reduce, and on mpi
+ *  gather and scatter, by reads of the peers' buffers), hier (two levels over the nodes of
+ * hcomm/topo.h: allreduce, allgather, reducescatter, alltoallv), twoshot (allreduce), bruck
+ * (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined broadcast),
+ * scatter_allgather (broadcast as binomial scatter + ring all_gather, van de Geijn), pairwise
+ * (alltoallv), shm (allreduce, allgather, reducescatter, broadcast, reduce, gather, scatter through
+ * the mpi backend's shared-memory board on one host; elsewhere the local backend's native, which
+ * works alike, or recursive doubling, ring, tree or direct). native of reduce, gather and scatter
+ * is Open MPI's (on local: tree and direct). Where a communicator spans several nodes the allowed
+ * algorithm with the smallest cost-model estimate runs (docs/architecture.md, "Cost model");
+ * elsewhere the measured defaults. NULL or "" restores the default choice. Every rank must choose
+ * the same (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
+ * thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an unknown
+ * name, listing the valid ones; a collective left without an algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
 /** Turns deterministic mode on (@p on = 1) or off (0) for this rank's reductions on @p comm
  *  (all_reduce, reduce_scatter, reduce, reduce_scatterv, and the TP/DP primitives built on
