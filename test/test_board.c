@@ -202,7 +202,7 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     a = picked(w, BROADCAST, bc, buf), b = picked(w, BROADCAST, bc + 4, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
             "broadcast of %zu / %zu bytes on %d: %s / %s", bc, bc + 4, t_size(w), a, b);
-    size_t ga = two ? 8 << 10 : 32 << 10; /* shm up to these, direct above */
+    size_t ga = two ? 4 << 10 : 32 << 10; /* shm up to these, direct above */
     a = picked(w, GATHER, ga, buf), b = picked(w, GATHER, 2 * ga, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"), "gather of %zu / %zu bytes on %d: %s / %s",
             ga, 2 * ga, t_size(w), a, b);

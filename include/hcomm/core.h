@@ -331,8 +331,8 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
  * KiB on local), or as Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo
  * "reduce:rhd"); gather and scatter with the root exchanging with each rank directly on local
  * (or down a binomial tree: "tree") and as Open MPI's own on mpi across hosts; on mpi on one
- * host the small ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 8 KiB
- * or 32 KiB; scatter up to 8 KiB or 128 KiB) run shm through the communicator's board, and
+ * host the small ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 4 KiB
+ * or 32 KiB; scatter up to 4 KiB or 64 KiB) run shm through the communicator's board, and
  * larger gathers and scatters copy each block once from the buffer it lies in (direct reads of
  * hcomm_mem_alloc buffers, else cross-memory attach). all_gatherv and reduce_scatterv run around a
  * ring (Patarasuk & Yuan 2009). The common rules and errors above apply (every rank calls, same

@@ -794,7 +794,9 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * 715 / 715; scatter 8 KiB 1.7 / 2.6 against 1.8 / 1.6, 32 KiB 2.2 / 3.5 against 2.9 / 3.7; 4
  * processes, gather 32 KiB 8.2 / 10.3 against 6.9 / 8.3, 128 KiB 9.4 / 16.5 against 15.8 / 17.9;
  * scatter 32 KiB 9.2 against 5.9, 128 KiB 10.9 / 17.8 (the backend's scatter: 18.6) against
- * 12.0 / 13.3, 512 KiB 22 / 36 against 46 / 60. */
+ * 12.0 / 13.3, 512 KiB 22 / 36 against 46 / 60. scripts/regret-sweep.sh (2 repetitions, shared
+ * buffers) then had direct ahead at 8 KiB in place with 2 processes (gather and scatter 1.16)
+ * and scatter's at 128 KiB with 4 (1.26-1.8): shm up to 4 KiB and 64 KiB there. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
@@ -809,9 +811,9 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
-        return (size_t)(two ? 8 : 32) << 10;
+        return (size_t)(two ? 4 : 32) << 10;
     case HCOMM__COLL_SCATTER:
-        return (size_t)(two ? 8 : 128) << 10;
+        return (size_t)(two ? 4 : 64) << 10;
     default:
         return 0;
     }
