@@ -775,6 +775,7 @@ static const hcomm__transport_t local_tr = {
     .peer_read = local_peer_read,
     .buf_export = local_buf_export,
     .buf_view = local_buf_view,
+    .views_writable = true,
     .mem_kind = local_mem_kind,
     .threads_ok = local_threads_ok,
     .native = &local_native,

@@ -132,6 +132,9 @@ typedef struct hcomm__transport {
      * mapping of the peer's hcomm_mem_alloc buffer (zero copies), NULL for other memory. */
     void (*buf_export)(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b);
     const void *(*buf_view)(hcomm_comm_t *c, int peer, const hcomm__peer_buf_t *b, size_t bytes);
+    /* True when buf_view's answer may be written too (local: the ranks are threads of one
+     * process, so a view is the peer's memory itself; mpi maps peers' buffers read-only). */
+    bool views_writable;
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
     bool (*threads_ok)(void);
