@@ -1,13 +1,13 @@
 /* all_reduce on one node by direct access to the peers' buffers (the "two-shot" scheme of
  * NCCL's and TensorRT-LLM's one-node all_reduce): each rank owns one block, reads that block
- * of every rank's input in rank order and reduces it into its output (reduce_scatter); after a
- * barrier it writes its reduced block into every other rank's output where it may write their
- * memory (local's threads), else every other rank's block is read into its output (mpi's
- * read-only views and cross-memory reads) (all_gather); a second barrier keeps every buffer
- * alive until nobody touches it. Each byte is copied once per phase (transport.peer_read:
- * memcpy on local, process_vm_readv on mpi), and each element is reduced in rank order: the
- * bits of the serial reduction. Only the buffer addresses and the barriers travel as messages
- * (with the call's signature). */
+ * of every rank's input in rank order and reduces it into its output (reduce_scatter); where
+ * it may write the peers' memory (local's threads) it writes each reduced piece into every
+ * other rank's output at once (push_piece), else, after a barrier, every other rank's block is
+ * read into its output (mpi's read-only views and cross-memory reads) (all_gather); a last
+ * barrier keeps every buffer alive until nobody touches it. Each byte is copied once per phase
+ * (transport.peer_read: memcpy on local, process_vm_readv on mpi), and each element is reduced in
+ * rank order: the bits of the serial reduction. Only the buffer addresses and the barriers travel
+ * as messages (with the call's signature). */
 #include "algo/algos.h"
 
 #include <stdint.h>
@@ -145,12 +145,18 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, siz
     return HCOMM_OK;
 }
 
+static void push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece, size_t at,
+                       size_t bytes, bool stream);
+
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
  * element off); send is this rank's whole input. Streamed, partial results of a piece stay in
- * a third scratch piece and its last step streams to out. */
+ * a third scratch piece and its last step streams to out. With push, each finished piece is
+ * also written into every peer's output (all[q].recv) at its place (push_piece). */
 static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
                                    void *out, size_t off, size_t len, hcomm_dtype_t dt,
-                                   hcomm_op_t op, bool stream) {
+                                   hcomm_op_t op, bool stream, bool push) {
+    bool stream_out = stream;
+    stream = stream && !push; /* pushed pieces are copied from cache, streamed to the peers */
     size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es,
            scratch = (stream ? 3 : 2) * PIECE_BYTES;
     unsigned char *tmp = malloc(scratch);
@@ -164,6 +170,8 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, c
         bool own = acc == mine && x->c->rank != 0; /* rank 0's piece would land on this one's */
         if (own && commutes(dt, op)) {
             res = fold_piece(x, all, at, acc, tmp, n, dt, op);
+            if (res == HCOMM_OK && push)
+                push_piece(x, all, dst, at, n * es, stream_out);
             continue;
         }
         if (own) {
@@ -171,20 +179,24 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, c
             mine = tmp + PIECE_BYTES;
         }
         res = reduce_piece(x, all, at, dst, mine, acc, tmp, n, dt, op, stream);
+        if (res == HCOMM_OK && push)
+            push_piece(x, all, dst, at, n * es, stream_out);
     }
-    if (stream)
+    if (stream || (push && stream_out))
         hcomm__stream_fence(); /* before the barrier tells the peers to read it */
     free(tmp);
     return res;
 }
 
-/* This rank's block of the result, in recv at the block's place. */
+/* This rank's block of the result, in recv at the block's place (and with push in every
+ * peer's). */
 static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
-                                   void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+                                   void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op,
+                                   bool push) {
     size_t off, len;
     hcomm__block(count, x->c->size, x->c->rank, &off, &len);
     return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op,
-                        count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES);
+                        count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES, push);
 }
 
 /* bytes at byte offset off of peer q's buffer r, into dst: read straight there, or streamed
@@ -220,29 +232,25 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, 
     return res;
 }
 
-/* This rank's reduced block written into every other rank's output, where views may be
- * written (transport.views_writable): the scheme NCCL's and TensorRT-LLM's one-node all_reduce
- * use for this phase. After the call each peer's copy of this block sits in this rank's cache,
- * where the next call's reduce phase reads it; read by the peers instead, every block of a
- * repeated in-place call moves between caches twice (2 threads on 2 cores, in place, run after
- * itself: 32 KiB 6.8 against 10.1 us, 128 KiB 15.0 against 19.6). */
-static hcomm_result_t push_block(const hcomm__xfer_t *x, const addrs_t *all, const void *recv,
-                                 size_t count, hcomm_dtype_t dt) {
-    size_t es = hcomm__dtype_size(dt), off, len;
-    hcomm__block(count, x->c->size, x->c->rank, &off, &len);
-    const char *mine = (const char *)recv + off * es;
-    bool stream = count * es >= STREAM_MIN_BYTES;
-    for (int d = 1; len && d < x->c->size; d++) {
+/* A finished piece of this rank's block (bytes at byte offset at of the vector) written into
+ * every other rank's output, where views may be written (transport.views_writable): the scheme
+ * of NCCL's and TensorRT-LLM's one-node all_reduce. A block's owner is the only rank that
+ * reads that block of any input, so its place in a peer's buffer is free as soon as the owner
+ * reduced it, in place too: no barrier between the phases, and no second pass over the block.
+ * Each peer's copy of the block then sits in this rank's cache, where the next call's reduce
+ * phase reads it; read by the peers instead, every block of a repeated in-place call moved
+ * between caches twice (2 threads on 2 cores, in place, run after itself: 32 KiB 4.0 against
+ * 10.1 us, 128 KiB 8.5 against 19.6, 512 KiB 17.0 against 67). */
+static void push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece, size_t at,
+                       size_t bytes, bool stream) {
+    for (int d = 1; d < x->c->size; d++) {
         int q = (x->c->rank + d) % x->c->size; /* each rank starts at a different peer */
-        char *dst = (char *)(uintptr_t)all[q].recv.at + off * es;
+        char *dst = (char *)(uintptr_t)all[q].recv.at + at;
         if (stream)
-            hcomm__copy_stream(dst, mine, len * es);
+            hcomm__copy_stream(dst, piece, bytes);
         else
-            memcpy(dst, mine, len * es);
+            memcpy(dst, piece, bytes);
     }
-    if (stream)
-        hcomm__stream_fence();
-    return HCOMM_OK;
 }
 
 /* Pushing needs a writable view of every peer's output. */
@@ -263,13 +271,13 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
                           x->c->size);
     size_t bytes = count * hcomm__dtype_size(dt);
     hcomm_result_t res = exchange_addrs(x, send, bytes, recv, bytes, all);
+    bool push = res == HCOMM_OK && can_push(x, all);
     if (res == HCOMM_OK)
-        res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op));
-    if (res == HCOMM_OK)
+        res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op, push));
+    if (res == HCOMM_OK && !push)
         res = barrier(x);
-    if (res == HCOMM_OK)
-        res = hcomm__x_tell_peers(x, can_push(x, all) ? push_block(x, all, recv, count, dt)
-                                                      : gather_blocks(x, all, recv, count, dt));
+    if (res == HCOMM_OK && !push)
+        res = hcomm__x_tell_peers(x, gather_blocks(x, all, recv, count, dt));
     if (res == HCOMM_OK)
         res = barrier(x);
     free(all);
@@ -295,7 +303,7 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
         res = exchange_addrs(x, send, bytes * (size_t)p, recv, bytes, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(
-            x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op, false));
+            x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op, false, false));
     if (res == HCOMM_OK)
         res = barrier(x);
     if (res == HCOMM_OK && staged)
@@ -343,8 +351,8 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
     hcomm_result_t res = exchange_addrs(x, send, bytes, NULL, 0, all);
     if (res == HCOMM_OK && x->c->rank == root)
-        res = hcomm__x_tell_peers(
-            x, reduce_range(x, all, send, recv, 0, count, dt, op, bytes >= STREAM_MIN_BYTES));
+        res = hcomm__x_tell_peers(x, reduce_range(x, all, send, recv, 0, count, dt, op,
+                                                  bytes >= STREAM_MIN_BYTES, false));
     if (res == HCOMM_OK)
         res = barrier(x);
     free(all);
