@@ -6,9 +6,11 @@
 #include "train.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_metrics_path(const char *path, FILE *err) {
     if (path == NULL)
@@ -124,9 +126,15 @@ int main(int argc, char **argv) {
     bad = bad || check_corpus(&opts, &corpus, err) != 0 ||
           check_metrics_path(opts.metrics, err) != 0 ||
           (opts.resume != NULL && ckpt_load(opts.resume, &opts, &corpus, &ck, err) != 0);
-    if (err != stderr)
+    bool quiet = err != stderr;
+    if (quiet)
         fclose(err);
     if (bad) {
+        /* Under mpirun every process refuses the input and rank 0 says why; mpirun ends the job
+         * at the first failed exit, so the others wait a little before theirs (under a
+         * sanitizer rank 0 was killed before it had written the reason). */
+        if (quiet)
+            sleep(2);
         corpus_free(&corpus);
         return 1;
     }
