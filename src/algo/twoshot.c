@@ -145,8 +145,8 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, siz
     return HCOMM_OK;
 }
 
-static void push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece, size_t at,
-                       size_t bytes, bool stream);
+static hcomm_result_t push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece,
+                                 size_t at, size_t bytes, bool stream);
 
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
  * element off); send is this rank's whole input. Streamed, partial results of a piece stay in
@@ -171,7 +171,7 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, c
         if (own && commutes(dt, op)) {
             res = fold_piece(x, all, at, acc, tmp, n, dt, op);
             if (res == HCOMM_OK && push)
-                push_piece(x, all, dst, at, n * es, stream_out);
+                res = push_piece(x, all, dst, at, n * es, stream_out);
             continue;
         }
         if (own) {
@@ -180,7 +180,7 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, c
         }
         res = reduce_piece(x, all, at, dst, mine, acc, tmp, n, dt, op, stream);
         if (res == HCOMM_OK && push)
-            push_piece(x, all, dst, at, n * es, stream_out);
+            res = push_piece(x, all, dst, at, n * es, stream_out);
     }
     if (stream || (push && stream_out))
         hcomm__stream_fence(); /* before the barrier tells the peers to read it */
@@ -241,24 +241,32 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, 
  * phase reads it; read by the peers instead, every block of a repeated in-place call moved
  * between caches twice (2 threads on 2 cores, in place, run after itself: 32 KiB 4.0 against
  * 10.1 us, 128 KiB 8.5 against 19.6, 512 KiB 17.0 against 67). */
-static void push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece, size_t at,
-                       size_t bytes, bool stream) {
+static hcomm_result_t push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece,
+                                 size_t at, size_t bytes, bool stream) {
     for (int d = 1; d < x->c->size; d++) {
         int q = (x->c->rank + d) % x->c->size; /* each rank starts at a different peer */
-        char *dst = (char *)(uintptr_t)all[q].recv.at + at;
-        if (stream)
-            hcomm__copy_stream(dst, piece, bytes);
+        const hcomm__remote_t *r = &all[q].recv;
+        if (!r->at) /* no view of it here (mpi: more objects than view slots) */
+            HCOMM__TRY(
+                x->c->tr->peer_write(x->c, q, (char *)(uintptr_t)r->buf.addr + at, piece, bytes));
+        else if (stream)
+            hcomm__copy_stream((char *)(uintptr_t)r->at + at, piece, bytes);
         else
-            memcpy(dst, piece, bytes);
+            memcpy((char *)(uintptr_t)r->at + at, piece, bytes);
     }
+    return HCOMM_OK;
 }
 
-/* Pushing needs a writable view of every peer's output. */
+/* Pushing needs writable views of the peers' outputs, decided from what every rank knows alike:
+ * where the transport can write without a view (mpi: process_vm_writev, the rare fallback), from
+ * every rank's exported output (all from hcomm_mem_alloc; malloc's buffers keep the reads), else
+ * (local) from the views themselves, which always exist there. */
 static bool can_push(const hcomm__xfer_t *x, const addrs_t *all) {
-    if (!x->c->tr->views_writable)
+    const hcomm__transport_t *tr = x->c->tr;
+    if (!tr->views_writable)
         return false;
     for (int q = 0; q < x->c->size; q++)
-        if (!all[q].recv.at)
+        if (tr->peer_write ? all[q].recv.buf.obj == 0 : !all[q].recv.at)
             return false;
     return true;
 }

@@ -1011,6 +1011,23 @@ static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remot
     return HCOMM_OK;
 }
 
+static hcomm_result_t mpi_peer_write(hcomm_comm_t *c, int peer, void *remote, const void *src,
+                                     size_t bytes) {
+    pid_t pid = (pid_t)world_node[c->world_ranks[peer]].pid;
+    size_t done = 0;
+    while (done < bytes) {
+        struct iovec local = {(char *)(uintptr_t)src + done, bytes - done};
+        struct iovec far = {(char *)remote + done, bytes - done};
+        ssize_t n = process_vm_writev(pid, &local, 1, &far, 1, 0);
+        if (n <= 0)
+            return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
+                              "process_vm_writev of %zu bytes to rank %d failed: %s", bytes - done,
+                              peer, n < 0 ? strerror(errno) : "nothing written");
+        done += (size_t)n;
+    }
+    return HCOMM_OK;
+}
+
 static void mpi_buf_export(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b) {
     (void)c;
     *b = (hcomm__peer_buf_t){.addr = (uint64_t)(uintptr_t)p};
@@ -1340,6 +1357,8 @@ static const hcomm__transport_t mpi_tr = {
     .shares_memory = mpi_shares_memory,
     .peer_read_ok = mpi_peer_read_ok,
     .peer_read = mpi_peer_read,
+    .peer_write = mpi_peer_write,
+    .views_writable = true,
     .buf_export = mpi_buf_export,
     .buf_view = mpi_buf_view,
     .node_of = mpi_node_of,

@@ -133,8 +133,13 @@ typedef struct hcomm__transport {
     void (*buf_export)(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b);
     const void *(*buf_view)(hcomm_comm_t *c, int peer, const hcomm__peer_buf_t *b, size_t bytes);
     /* True when buf_view's answer may be written too (local: the ranks are threads of one
-     * process, so a view is the peer's memory itself; mpi maps peers' buffers read-only). */
+     * process, so a view is the peer's memory itself; mpi: peers' hcomm_mem_alloc objects are
+     * mapped for reading and writing). */
     bool views_writable;
+    /* Optional: copies bytes from src into remote, an address in peer's memory, where no view
+     * of it could be had (mpi: process_vm_writev). */
+    hcomm_result_t (*peer_write)(hcomm_comm_t *c, int peer, void *remote, const void *src,
+                                 size_t bytes);
     /* True when distinct communicators may be driven from distinct threads at once (the
      * nonblocking collectives then run on a worker thread of their own). */
     bool (*threads_ok)(void);
