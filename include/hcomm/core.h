@@ -162,12 +162,13 @@ HCOMM_API hcomm_result_t hcomm_comm_set_timeout(hcomm_comm_t *comm, double secon
  *  freed with hcomm_mem_free(). The memory is a POSIX shared-memory object where /dev/shm can
  *  hold it (else private memory, silently). On the mpi backend, processes on one node then map
  *  each other's buffers and the one-node algorithms (twoshot, direct) load from them with no
- *  copy at all; a buffer from anywhere else is read with Linux cross-memory attach
- *  (process_vm_readv, one copy, about half the speed here). Any buffer works with every call,
- *  and both kinds may be mixed across ranks. A peer keeps its mapping of this buffer after a
- *  call, for the next; hcomm_mem_free() unlinks the object and a peer unmaps it at its next
- *  call that maps a new buffer (or within a second of calls), so the memory goes back then.
- *  The object does not outlive the process: what is still allocated at exit (or when hcomm
+ *  copy at all, and twoshot's all_reduce stores each rank's block of the result straight into
+ *  its peers' outputs when every rank's output comes from here; a buffer from anywhere else is
+ *  read with Linux cross-memory attach (process_vm_readv, one copy, about half the speed here). Any
+ * buffer works with every call, and both kinds may be mixed across ranks. A peer keeps its mapping
+ * of this buffer after a call, for the next; hcomm_mem_free() unlinks the object and a peer unmaps
+ * it at its next call that maps a new buffer (or within a second of calls), so the memory goes back
+ * then. The object does not outlive the process: what is still allocated at exit (or when hcomm
  *  aborts an MPI job) is unlinked then, and the objects of a process killed by a signal are
  *  unlinked by the next hcomm process on the node at its first hcomm_mem_alloc.
  *  Local, thread-safe.
