@@ -993,39 +993,38 @@ static void *mpi_board(hcomm_comm_t *c, int rank) {
     return m->board ? m->board[rank] : NULL;
 }
 
-/* One copy straight out of the peer process (Linux cross-memory attach). */
-static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remote, void *dst,
-                                    size_t bytes) {
+/* One copy between this process and the peer's (Linux cross-memory attach), out of it or
+ * into it (write), repeated until every byte moved. */
+static hcomm_result_t cross_copy(hcomm_comm_t *c, int peer, void *mine, void *far_at, size_t bytes,
+                                 bool write) {
     pid_t pid = (pid_t)world_node[c->world_ranks[peer]].pid;
     size_t done = 0;
     while (done < bytes) {
-        struct iovec local = {(char *)dst + done, bytes - done};
-        struct iovec far = {(char *)(uintptr_t)remote + done, bytes - done};
-        ssize_t n = process_vm_readv(pid, &local, 1, &far, 1, 0);
+        struct iovec local = {(char *)mine + done, bytes - done};
+        struct iovec far = {(char *)far_at + done, bytes - done};
+        ssize_t n = write ? process_vm_writev(pid, &local, 1, &far, 1, 0)
+                          : process_vm_readv(pid, &local, 1, &far, 1, 0);
         if (n <= 0)
             return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
-                              "process_vm_readv of %zu bytes from rank %d failed: %s", bytes - done,
-                              peer, n < 0 ? strerror(errno) : "nothing read");
+                              "%s of %zu bytes %s rank %d failed: %s",
+                              write ? "process_vm_writev" : "process_vm_readv", bytes - done,
+                              write ? "to" : "from", peer,
+                              n < 0   ? strerror(errno)
+                              : write ? "nothing written"
+                                      : "nothing read");
         done += (size_t)n;
     }
     return HCOMM_OK;
 }
 
+static hcomm_result_t mpi_peer_read(hcomm_comm_t *c, int peer, const void *remote, void *dst,
+                                    size_t bytes) {
+    return cross_copy(c, peer, dst, (void *)(uintptr_t)remote, bytes, false);
+}
+
 static hcomm_result_t mpi_peer_write(hcomm_comm_t *c, int peer, void *remote, const void *src,
                                      size_t bytes) {
-    pid_t pid = (pid_t)world_node[c->world_ranks[peer]].pid;
-    size_t done = 0;
-    while (done < bytes) {
-        struct iovec local = {(char *)(uintptr_t)src + done, bytes - done};
-        struct iovec far = {(char *)remote + done, bytes - done};
-        ssize_t n = process_vm_writev(pid, &local, 1, &far, 1, 0);
-        if (n <= 0)
-            return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
-                              "process_vm_writev of %zu bytes to rank %d failed: %s", bytes - done,
-                              peer, n < 0 ? strerror(errno) : "nothing written");
-        done += (size_t)n;
-    }
-    return HCOMM_OK;
+    return cross_copy(c, peer, (void *)(uintptr_t)src, remote, bytes, true);
 }
 
 static void mpi_buf_export(hcomm_comm_t *c, const void *p, size_t bytes, hcomm__peer_buf_t *b) {
