@@ -153,6 +153,26 @@ hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, in
     return from_root(x, buf, bytes, buf, 0, bytes, root, 0);
 }
 
+/* The buffer descriptor rank r posted in the current meeting (a direct call's first). */
+static hcomm__peer_buf_t posted_buf(hcomm_comm_t *c, int r) {
+    const void *theirs;
+    hcomm__peer_buf_t at;
+    hcomm__board_peer(c, r, NULL, &theirs);
+    memcpy(&at, theirs, sizeof at);
+    return at;
+}
+
+/* A direct call's closing meeting (from, to as xfer.meet), which lets the ranks whose buffers
+ * were read return; a rank whose copy failed (res) tells its peers instead, since they must not
+ * wait for its post. */
+static hcomm_result_t close_direct(const hcomm__xfer_t *x, hcomm_result_t res, int from, int to) {
+    if (res != HCOMM_OK)
+        return hcomm__x_tell_peers(x, res);
+    HCOMM__TRY(x->meet(x, 1, from, to));
+    hcomm__board_leave(x->c);
+    return HCOMM_OK;
+}
+
 /* broadcast direct on a board: the first meeting carries where the root's buffer lies. Where
  * that is shared memory (hcomm_mem_alloc) every rank copies it once through its view and a
  * second meeting lets the root return; a private buffer is read with cross-memory attach by
@@ -161,16 +181,11 @@ hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, in
  * Every rank decides from the root's post, so alike. */
 hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
     hcomm_comm_t *c = x->c;
-    void *space;
-    const void *theirs;
-    HCOMM__TRY(hcomm__board_space(c, (uint32_t)x->tag, &space));
     hcomm__peer_buf_t at = {0};
     if (c->rank == root)
         hcomm__x_export(x, buf, bytes, &at);
-    memcpy(space, &at, sizeof at);
-    HCOMM__TRY(x->meet(x, 0, root, -1));
-    hcomm__board_peer(c, root, NULL, &theirs);
-    memcpy(&at, theirs, sizeof at);
+    HCOMM__TRY(post_step(x, 0, &at, sizeof at, root, -1));
+    at = posted_buf(c, root);
     hcomm__board_leave(c);
     if (at.obj == 0 && c->size > 2)
         return from_root(x, buf, bytes, buf, 0, bytes, root, 1);
@@ -179,11 +194,7 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
         hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes);
         res = hcomm__x_peer_copy(x, root, &from, 0, buf, bytes);
     }
-    if (res != HCOMM_OK) /* the peers must not wait for this rank's second post */
-        return hcomm__x_tell_peers(x, res);
-    HCOMM__TRY(x->meet(x, 1, -1, root));
-    hcomm__board_leave(c);
-    return HCOMM_OK;
+    return close_direct(x, res, -1, root);
 }
 
 /* A scatter's private root buffer among more than two ranks, whose simultaneous cross-memory
@@ -212,28 +223,20 @@ static hcomm_result_t rooted_board_direct(const hcomm__xfer_t *x, bool gather, c
                                           void *recv, size_t bytes, int root) {
     hcomm_comm_t *c = x->c;
     int me = c->rank, p = c->size;
-    bool exports = gather ? me != root : me == root;
-    void *space;
-    const void *theirs;
-    HCOMM__TRY(hcomm__board_space(c, (uint32_t)x->tag, &space));
     hcomm__peer_buf_t at = {0};
-    if (exports)
+    if (gather ? me != root : me == root)
         hcomm__x_export(x, send, gather ? bytes : bytes * (size_t)p, &at);
-    memcpy(space, &at, sizeof at);
-    HCOMM__TRY(x->meet(x, 0, gather ? -1 : root, gather ? root : -1));
+    HCOMM__TRY(post_step(x, 0, &at, sizeof at, gather ? -1 : root, gather ? root : -1));
     hcomm_result_t res = HCOMM_OK;
     for (int r = 0; gather && me == root && res == HCOMM_OK && r < p; r++) {
         if (r == root)
             continue;
-        hcomm__board_peer(c, r, NULL, &theirs);
-        memcpy(&at, theirs, sizeof at);
+        at = posted_buf(c, r);
         hcomm__remote_t from = hcomm__x_remote(x, r, &at, bytes);
         res = hcomm__x_peer_copy(x, r, &from, 0, (char *)recv + (size_t)r * bytes, bytes);
     }
-    if (!gather) {
-        hcomm__board_peer(c, root, NULL, &theirs);
-        memcpy(&at, theirs, sizeof at);
-    }
+    if (!gather)
+        at = posted_buf(c, root);
     hcomm__board_leave(c);
     if (!gather && at.obj == 0 && p > 2)
         return scatter_private(x, send, recv, bytes, root);
@@ -241,11 +244,7 @@ static hcomm_result_t rooted_board_direct(const hcomm__xfer_t *x, bool gather, c
         hcomm__remote_t from = hcomm__x_remote(x, root, &at, bytes * (size_t)p);
         res = hcomm__x_peer_copy(x, root, &from, bytes * (size_t)me, recv, bytes);
     }
-    if (res != HCOMM_OK) /* the peers must not wait for this rank's second post */
-        return hcomm__x_tell_peers(x, res);
-    HCOMM__TRY(x->meet(x, 1, gather ? root : -1, gather ? -1 : root));
-    hcomm__board_leave(c);
-    return HCOMM_OK;
+    return close_direct(x, res, gather ? root : -1, gather ? -1 : root);
 }
 
 hcomm_result_t hcomm__gather_board_direct(const hcomm__xfer_t *x, const void *send, void *recv,
