@@ -68,13 +68,14 @@ static double read_beta(const model_t *m) {
     return fmin(m->in.beta, m->gamma);
 }
 
-/* hier all_reduce's node phases where the node's ranks read each other (hier.c): twoshot's on
- * a node of G ranks, each owning a share: addresses to every member, the owner's reads and
- * reduction of its share from the G - 1 others, a barrier, every member's reads of the other
- * shares, a barrier. */
-static double hier_node_reads(const model_t *m, double G, double share) {
-    return (G - 1.0 + 2.0 * ceil(log2(G))) * m->in.alpha +
-           (G - 1.0) * share * (2.0 * read_beta(m) + m->gamma);
+/* twoshot's all_reduce of S bytes among n ranks of one node (twoshot.c, and hier's node phases):
+ * the addresses go to every peer (n - 1 messages), the reduce phase reads (n-1)/n of the vector
+ * from the peers and reduces it, a dissemination barrier (ceil(log2 n) messages), the gather
+ * phase reads the other (n-1)/n, and a second barrier; hop as model_t's. */
+static double direct_ar(const model_t *m, double n, double S, double hop) {
+    double f = (n - 1.0) / n;
+    return hop * ((n - 1.0 + 2.0 * ceil(log2(n))) * m->in.alpha + 2.0 * f * S * read_beta(m)) +
+           f * S * m->gamma;
 }
 
 /* Lanes L (fewest ranks on a node), G (most), N nodes; per lane, up to ceil(G/L) ranks per
@@ -87,7 +88,7 @@ static double hier(const model_t *m, int coll, double S) {
     double inter = (N - 1.0) * (m->out.alpha + share / N * (m->out.beta + red));
     double lanes = (members - 1.0) * (m->in.alpha + per * m->in.beta);
     if (coll == HCOMM__COLL_ALLREDUCE && m->reads)
-        return hier_node_reads(m, G, share) + inter +
+        return direct_ar(m, G, G * share, 1.0) + inter +
                (N - 1.0) * (m->out.alpha + share / N * m->out.beta);
     if (coll == HCOMM__COLL_ALLREDUCE) /* reduce_scatter + all_gather in both phases */
         return intra + (G - 1.0) * (m->in.alpha + share * m->in.beta) + inter +
@@ -100,17 +101,10 @@ static double a2a(const model_t *m, int algo, double b);
 
 /* --- all_reduce on one node by peer reads (twoshot.c) --- */
 
-/* The addresses go to every peer (p - 1 messages), then the reduce phase reads (p-1)/p of the
- * vector from the peers and reduces it, a dissemination barrier (clg messages), the gather
- * phase reads the other (p-1)/p, and a second barrier (reads: read_beta). Reads cannot cross
- * nodes, and on a simulated machine they would bypass its links, so twoshot is no candidate
- * beyond one node. */
+/* Reads cannot cross nodes, and on a simulated machine they would bypass its links, so twoshot
+ * is no candidate beyond one node. */
 static double twoshot_ar(const model_t *m, double S) {
-    if (m->t->nnodes > 1)
-        return INFINITY;
-    double f = (m->p - 1.0) / m->p, read = read_beta(m);
-    return m->hop * ((m->p - 1.0 + 2.0 * m->clg) * m->in.alpha + 2.0 * f * S * read) +
-           f * S * m->gamma;
+    return m->t->nnodes > 1 ? INFINITY : direct_ar(m, m->p, S, m->hop);
 }
 
 /* --- all_gather(v) (S: the whole result) --- */
