@@ -730,7 +730,7 @@ static bool is_reduction(int coll) {
  * scratch first), it leads much earlier (scripts/regret-sweep.sh, medians of 2 runs, native /
  * twoshot time): 2 ranks 1.10 at 32 KiB, 1.44 at 128 KiB, 1.6-2.3 above; 4 ranks 0.73 at 128
  * KiB, 1.01 at 512 KiB, 1.19-1.59 from 2 MiB; 8 ranks 0.68 at 512 KiB, 1.11-1.47 from 2 MiB.
- * Since local's twoshot writes its block into the peers' outputs (twoshot.c, push_block), one
+ * Since local's twoshot writes its block into the peers' outputs (twoshot.c, push_piece), one
  * hcomm-bench --algo all run (30 calls, out of place / in place): 2 ranks 32 KiB 5.4 / 5.0
  * against native 7.0 / 8.0, 8 KiB 4.0 / 3.9 against 3.0 / 3.5; 4 ranks 512 KiB 123 / 97 against
  * 150 / 130, 128 KiB 50 / 46 against 38 / 44; 8 ranks 2 MiB 1.54 / 1.17 ms against 1.69 / 1.40,

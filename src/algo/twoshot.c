@@ -1,13 +1,13 @@
 /* all_reduce on one node by direct access to the peers' buffers (the "two-shot" scheme of
  * NCCL's and TensorRT-LLM's one-node all_reduce): each rank owns one block, reads that block
  * of every rank's input in rank order and reduces it into its output (reduce_scatter); where
- * it may write the peers' memory (local's threads) it writes each reduced piece into every
- * other rank's output at once (push_piece), else, after a barrier, every other rank's block is
- * read into its output (mpi's read-only views and cross-memory reads) (all_gather); a last
- * barrier keeps every buffer alive until nobody touches it. Each byte is copied once per phase
- * (transport.peer_read: memcpy on local, process_vm_readv on mpi), and each element is reduced in
- * rank order: the bits of the serial reduction. Only the buffer addresses and the barriers travel
- * as messages (with the call's signature). */
+ * it may write the peers' outputs (local's threads; mpi where every output comes from
+ * hcomm_mem_alloc: can_push) it writes each reduced piece into every other rank's output at
+ * once (push_piece), else, after a barrier, every other rank's block is read into its output
+ * (all_gather); a last barrier keeps every buffer alive until nobody touches it. Each byte is
+ * copied once per phase (transport.peer_read: memcpy on local, process_vm_readv on mpi), and each
+ * element is reduced in rank order: the bits of the serial reduction. Only the buffer addresses and
+ * the barriers travel as messages (with the call's signature). */
 #include "algo/algos.h"
 
 #include <stdint.h>
