@@ -14,7 +14,9 @@
  * Under HCOMM_TOPO="nodes=..." the local backend also simulates the inter-node links: a
  * message between ranks of different declared nodes arrives no sooner than latency +
  * bytes / bandwidth after its sender's previous inter-node message left (one link per rank,
- * as one NIC per GPU), so hierarchical algorithms can be measured on one machine.
+ * as one NIC per GPU), so hierarchical algorithms can be measured on one machine. Messages
+ * within a node are not delayed, so there the selection's model takes the slower of the
+ * declared intra class and the machine's own (HCOMM_TUNING_FILE or the defaults).
  */
 #ifndef HCOMM_C_TOPO_H_
 #define HCOMM_C_TOPO_H_

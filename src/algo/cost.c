@@ -55,10 +55,15 @@ static double rd_ar(const model_t *m, double S) {
                      fold(m, sz));
 }
 
+/* naive (tree.c): every rank sends its vector to rank 0 at once, each on its own link (one
+ * per rank, as the simulated machine has), so their latencies overlap and rank 0 reduces the
+ * p - 1 vectors in turn; then a binomial broadcast from rank 0, whose rounds cross nodes only
+ * while the subtrees span several (ceil(log2 N) of them: ranks lie node after node). */
 static double naive_ar(const model_t *m, double S) {
-    return m->hop * ((m->p - 1.0) * (m->flat.alpha + S * m->flat.beta) +
-                     m->lg * (m->flat.alpha + S * m->flat.beta)) +
-           (m->p - 1.0) * S * m->gamma;
+    double inter = m->t->nnodes > 1 ? ceil(log2(m->t->nnodes)) : 0.0;
+    double bcast = inter * (m->out.alpha + S * m->out.beta) +
+                   (m->clg - inter) * (m->in.alpha + S * m->in.beta);
+    return m->hop * (m->flat.alpha + S * m->flat.beta + bcast) + (m->p - 1.0) * S * m->gamma;
 }
 
 /* A read of a peer's memory is one copy with no message around it; the model has no copy rate
@@ -425,8 +430,9 @@ static double estimate(const model_t *m, int coll, int algo, double S) {
  * more ranks than cores the intra-node latency a ping-pong measures (two ranks, the others
  * idle) grows with the oversubscription: on a simulated 2x4 (8 local threads on 2 cores,
  * calibrated intra 2.9 us) hier's 9 message rounds took 147 us at 1 KiB where the model said
- * 70, and rd's 3 (its inter-node ones dominate) 79 against 78. Only on the local backend,
- * whose ranks all read the same host, so every rank chooses alike. */
+ * 70. A simulated inter-node message waits for that turn too, after its link time, so both
+ * classes get the same added wait. Only on the local backend, whose ranks all read the same
+ * host, so every rank chooses alike. */
 static double oversubscription(const model_t *m) {
     int cores = 1, numa = 1;
     if (!m->shm)
@@ -441,8 +447,10 @@ static void model_of(hcomm_comm_t *c, const hcomm__topo_t *t, bool shm, model_t 
     m->p = t->size;
     m->reads = c->tr->peer_read_ok && c->tr->peer_read_ok(c);
     m->in = t->link[HCOMM__LINK_INTRA];
-    m->in.alpha *= oversubscription(m);
     m->out = t->link[HCOMM__LINK_INTER];
+    double wait = (oversubscription(m) - 1.0) * m->in.alpha; /* the receiver's turn on a core */
+    m->in.alpha += wait;
+    m->out.alpha += wait;
     m->flat = t->nnodes > 1 ? m->out : m->in;
     m->gamma = m->in.gamma;
     m->pof2 = 1, m->lg = 0;
@@ -468,13 +476,17 @@ static void read_every(void) {
     hcomm__algo_parse("hcomm", "HCOMM_ALGO", NULL, &every);
 }
 
-/* Band b holds sizes in [2^(b-1), 2^b); it is judged at 1.5 * 2^(b-1), so the choice depends
- * only on what every rank of the call shares. */
+/* Band b holds sizes in [2^(b-1), 2^b); it is judged at its lower bound, so the choice depends
+ * only on what every rank of the call shares. The schemes' own steps (rd's 4 KiB pieces, the
+ * ring's and chain's segments, a board room) fall on powers of two, as do most tensors' sizes:
+ * judged at its bound, a band sees each step where it happens (at 1.5 times the bound, the
+ * 4 KiB band charged rd two pieces, and a 4 KiB all_reduce on a simulated 2x2 took hier at
+ * 1.4-1.5 times rd's time). */
 static int band_of(size_t bytes, double *rep) {
     int b = 0;
     while (b < HCOMM__CHOICE_BANDS - 1 && ((size_t)1 << b) <= bytes)
         b++;
-    *rep = bytes == 0 ? 0.0 : 1.5 * ldexp(1.0, b - 1);
+    *rep = bytes == 0 ? 0.0 : ldexp(1.0, b - 1);
     return b;
 }
 

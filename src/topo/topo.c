@@ -3,6 +3,7 @@
 
 #include "core/log.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,18 @@ static hcomm_result_t group(hcomm_comm_t *c, const uint64_t *ids, hcomm__topo_t 
     return HCOMM_OK;
 }
 
+/* The simulation delays only inter-node frames: within a node, messages run at the machine's
+ * own pace (the tuning file's or the defaults), which a declared intra class cannot make
+ * faster. So each of its terms is the slower of the two. */
+static void machine_intra(hcomm__link_t *declared) {
+    hcomm__link_t own[HCOMM__LINK_CLASSES];
+    hcomm__link_default(own);
+    const hcomm__link_t *o = &own[HCOMM__LINK_INTRA];
+    declared->alpha = fmax(declared->alpha, o->alpha);
+    declared->beta = fmax(declared->beta, o->beta);
+    declared->gamma = fmax(declared->gamma, o->gamma);
+}
+
 static hcomm_result_t build(hcomm_comm_t *c, topo_state_t *st, hcomm__topo_t *m) {
     const hcomm__topo_spec_t *env = hcomm__topo_spec_env();
     const hcomm__topo_spec_t *spec = st->has_over ? &st->over : env;
@@ -125,6 +138,8 @@ static hcomm_result_t build(hcomm_comm_t *c, topo_state_t *st, hcomm__topo_t *m)
     m->kind = spec->kind;
     memcpy(m->link, spec->link, sizeof m->link);
     m->simulated = !st->has_over && env->kind == HCOMM__TOPO_NODES && c->tr->posted_only != NULL;
+    if (m->simulated)
+        machine_intra(&m->link[HCOMM__LINK_INTRA]);
     m->source = st->has_over                     ? "hcomm_comm_set_topo"
                 : env->kind == HCOMM__TOPO_NODES ? "HCOMM_TOPO"
                 : c->tr->node_of                 ? "host names"
