@@ -301,13 +301,10 @@ static hcomm_result_t exchange_descs(const hcomm__xfer_t *x, const desc_t *mine,
     return res != HCOMM_OK ? res : s;
 }
 
-/* Dissemination barrier (Hensgen, Finkel & Manber 1988): when it returns on one rank, every
- * rank has entered it, so nobody reads a buffer whose owner already returned. */
+/* Every rank has posted its descriptors and read its blocks (xfer.c's barrier over the comm). */
 static hcomm_result_t barrier(const hcomm__xfer_t *x) {
-    int p = x->c->size, r = x->c->rank;
-    for (int d = 1; d < p; d *= 2)
-        HCOMM__TRY(hcomm__x_sendrecv(x, (r + d) % p, NULL, 0, (r - d + p) % p, NULL, 0));
-    return HCOMM_OK;
+    hcomm__group_t g = hcomm__x_everyone(x);
+    return hcomm__x_barrier(x, &g);
 }
 
 static hcomm_result_t read_blocks(const hcomm__xfer_t *x, const hcomm__a2a_t *v,

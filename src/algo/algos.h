@@ -79,6 +79,33 @@ hcomm_result_t hcomm__x_peer_load(const hcomm__xfer_t *x, int peer, const hcomm_
 /* Sends to one peer and receives from another (or the same) at once. */
 hcomm_result_t hcomm__x_sendrecv(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
                                  int from, void *rbuf, size_t rbytes);
+/* One message of bytes to `to` and one from `from` (sbuf / rbuf NULL: none), on the
+ * transport's lane where it has one (each with the signature: no agreement needed first),
+ * else as p2p frames. */
+hcomm_result_t hcomm__x_swap(const hcomm__xfer_t *x, int to, const void *sbuf, int from, void *rbuf,
+                             size_t bytes);
+
+/* n comm ranks in a fixed order, this rank at index me; ranks NULL: the whole comm in rank
+ * order. */
+typedef struct hcomm__group {
+    const int *ranks;
+    int n, me;
+} hcomm__group_t;
+hcomm__group_t hcomm__x_everyone(const hcomm__xfer_t *x);
+/* Dissemination barrier over g (Hensgen, Finkel & Manber 1988): ceil(log2 n) rounds of empty
+ * swaps; when it returns on one member, every member has entered it, so nobody reads a buffer
+ * whose owner already returned. */
+hcomm_result_t hcomm__x_barrier(const hcomm__xfer_t *x, const hcomm__group_t *g);
+/* A member's two buffers, as the others read them. */
+typedef struct hcomm__buf_pair {
+    hcomm__remote_t send, recv;
+} hcomm__buf_pair_t;
+/* Every member's send (send_bytes) and recv (recv_bytes) buffers into all[0..g->n), exchanged
+ * with each member directly: every member hears from every other, so with the signature in
+ * each message a disagreement shows before any read. */
+hcomm_result_t hcomm__x_addrs(const hcomm__xfer_t *x, const hcomm__group_t *g, const void *send,
+                              size_t send_bytes, void *recv, size_t recv_bytes,
+                              hcomm__buf_pair_t *all);
 
 /* all_reduce in place on buf[0..count) (the caller copied sendbuf there). */
 hcomm_result_t hcomm__ar_ring(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,

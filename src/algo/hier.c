@@ -154,45 +154,31 @@ static void lane_offsets(const view_t *v, size_t unit) {
 /* Elements reduced per piece: the accumulator and the piece read stay in cache. */
 #define NODE_PIECE_BYTES ((size_t)256 << 10)
 
-/* A node member's input and output as this rank reads them. */
-typedef struct node_buf {
-    hcomm__remote_t send, recv;
-} node_buf_t;
-
 /* Every rank of the comm can read every other's memory (so the node's members can). */
 static bool node_reads(const hcomm__xfer_t *x) {
     return x->c->tr->peer_read_ok && x->c->tr->peer_read_ok(x->c);
 }
 
-/* Dissemination barrier over g (Hensgen, Finkel & Manber 1988): empty messages. */
-static hcomm_result_t g_barrier(const grp_t *g) {
-    for (int d = 1; d < g->n; d *= 2)
-        HCOMM__TRY(hcomm__x_sendrecv(g->x, g->ranks[mod(g->me + d, g->n)], NULL, 0,
-                                     g->ranks[mod(g->me - d, g->n)], NULL, 0));
-    return HCOMM_OK;
+/* g as xfer.c's groups see it. */
+static hcomm__group_t group_of(const grp_t *g) {
+    return (hcomm__group_t){g->ranks, g->n, g->me};
 }
 
-/* Every member's two buffers (bytes each), exchanged with each member directly. */
+static hcomm_result_t g_barrier(const grp_t *g) {
+    hcomm__group_t h = group_of(g);
+    return hcomm__x_barrier(g->x, &h);
+}
+
+/* Every member's two buffers (bytes each). */
 static hcomm_result_t g_addrs(const grp_t *g, const void *send, void *recv, size_t bytes,
-                              node_buf_t *all) {
-    hcomm__peer_buf_t mine[2], theirs[2];
-    hcomm__x_export(g->x, send, bytes, &mine[0]);
-    hcomm__x_export(g->x, recv, bytes, &mine[1]);
-    for (int d = 0; d < g->n; d++) {
-        int i = mod(g->me - d, g->n), from = g->ranks[i];
-        if (d > 0)
-            HCOMM__TRY(hcomm__x_sendrecv(g->x, g->ranks[mod(g->me + d, g->n)], mine, sizeof mine,
-                                         from, theirs, sizeof theirs));
-        const hcomm__peer_buf_t *b = d > 0 ? theirs : mine;
-        all[i] = (node_buf_t){hcomm__x_remote(g->x, from, &b[0], bytes),
-                              hcomm__x_remote(g->x, from, &b[1], bytes)};
-    }
-    return HCOMM_OK;
+                              hcomm__buf_pair_t *all) {
+    hcomm__group_t h = group_of(g);
+    return hcomm__x_addrs(g->x, &h, send, bytes, recv, bytes, all);
 }
 
 /* Elements [lo, lo + len) of the node's sum: every member's input read where it lies (tmp
  * takes a piece that has to be copied) and reduced into this rank's recv, a piece at a time. */
-static hcomm_result_t node_reduce(const grp_t *g, const node_buf_t *all, const void *send,
+static hcomm_result_t node_reduce(const grp_t *g, const hcomm__buf_pair_t *all, const void *send,
                                   void *recv, size_t lo, size_t len, hcomm_dtype_t dt,
                                   hcomm_op_t op, void *tmp) {
     size_t es = hcomm__dtype_size(dt), step = NODE_PIECE_BYTES / es;
@@ -218,7 +204,7 @@ static hcomm_result_t node_reduce(const grp_t *g, const node_buf_t *all, const v
 
 /* Every other member's block of the result (offs: member i owns [offs[i], offs[i+1])), read
  * from its output into this rank's. */
-static hcomm_result_t node_gather(const grp_t *g, const node_buf_t *all, void *recv,
+static hcomm_result_t node_gather(const grp_t *g, const hcomm__buf_pair_t *all, void *recv,
                                   const size_t *offs, size_t es) {
     for (int d = 1; d < g->n; d++) {
         int i = mod(g->me + d, g->n); /* each member starts at a different owner */
@@ -250,7 +236,7 @@ hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, const void *send, void *re
     size_t es = hcomm__dtype_size(dt), *lo = malloc(sizeof(size_t) * ((size_t)v.L + 1)),
            scratch = ar_scratch_bytes(count, v.L, es, direct);
     void *tmp = malloc(scratch);
-    node_buf_t *all = direct ? calloc((size_t)v.node_g.n, sizeof *all) : NULL;
+    hcomm__buf_pair_t *all = direct ? calloc((size_t)v.node_g.n, sizeof *all) : NULL;
     hcomm_result_t res = lo && tmp && (all || !direct) ? HCOMM_OK : nomem(x, scratch);
     for (int j = 0; res == HCOMM_OK && j < v.L; j++) {
         size_t len;

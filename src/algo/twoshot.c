@@ -25,64 +25,23 @@
  * 2.03-2.58 cached at 256 MiB, 2.25-2.77 against 2.23-2.69 at 64 MiB. */
 #define STREAM_MIN_BYTES ((size_t)64 << 20)
 
-/* A rank's two buffers, as its peers read them. */
-typedef struct addrs {
-    hcomm__remote_t send, recv;
-} addrs_t;
-
-/* What one rank tells each peer about them. */
-typedef struct exported {
-    hcomm__peer_buf_t send, recv;
-} exported_t;
-
-/* One message to `to` and one from `from` (bytes each, NULL: none), on the transport's lane
- * where it has one, else as p2p frames; the signature is checked. */
-static hcomm_result_t swap(const hcomm__xfer_t *x, int to, const void *sbuf, int from, void *rbuf,
-                           size_t bytes) {
-    size_t n_out = sbuf ? bytes : 0, n_in = rbuf ? bytes : 0;
-    if (hcomm__lane_payload(x->c) == 0)
-        return hcomm__x_sendrecv(x, to, sbuf, n_out, from, rbuf, n_in);
-    _Alignas(16) unsigned char in[HCOMM__LANE_MAX];
-    HCOMM__TRY(hcomm__x_lane(x, to, sbuf, n_out, from, in, n_in));
-    if (n_in)
-        memcpy(rbuf, in + HCOMM__LANE_HDR, n_in);
-    return HCOMM_OK;
-}
-
-/* Every rank's buffers (send_bytes and recv_bytes long on every rank), exchanged with each
- * peer directly: every rank hears from every other, so with the signature in each message a
- * disagreement shows before any read. */
+/* The whole comm's addresses and barrier (xfer.c). */
 static hcomm_result_t exchange_addrs(const hcomm__xfer_t *x, const void *send, size_t send_bytes,
-                                     void *recv, size_t recv_bytes, addrs_t *all) {
-    int p = x->c->size, r = x->c->rank;
-    exported_t mine, theirs;
-    hcomm__x_export(x, send, send_bytes, &mine.send);
-    hcomm__x_export(x, recv, recv_bytes, &mine.recv);
-    _Static_assert(sizeof mine <= HCOMM__LANE_MAX - HCOMM__LANE_HDR, "fits the lane swap's room");
-    all[r] = (addrs_t){hcomm__x_remote(x, r, &mine.send, send_bytes),
-                       hcomm__x_remote(x, r, &mine.recv, recv_bytes)};
-    for (int d = 1; d < p; d++) {
-        int from = (r - d + p) % p;
-        HCOMM__TRY(swap(x, (r + d) % p, &mine, from, &theirs, sizeof theirs));
-        all[from] = (addrs_t){hcomm__x_remote(x, from, &theirs.send, send_bytes),
-                              hcomm__x_remote(x, from, &theirs.recv, recv_bytes)};
-    }
-    return HCOMM_OK;
+                                     void *recv, size_t recv_bytes, hcomm__buf_pair_t *all) {
+    hcomm__group_t g = hcomm__x_everyone(x);
+    return hcomm__x_addrs(x, &g, send, send_bytes, recv, recv_bytes, all);
 }
 
-/* Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 p) rounds of empty
- * messages; when it returns on one rank every rank has entered it. */
 static hcomm_result_t barrier(const hcomm__xfer_t *x) {
-    int p = x->c->size, r = x->c->rank;
-    for (int d = 1; d < p; d *= 2)
-        HCOMM__TRY(swap(x, (r + d) % p, NULL, (r - d + p) % p, NULL, 0));
-    return HCOMM_OK;
+    hcomm__group_t g = hcomm__x_everyone(x);
+    return hcomm__x_barrier(x, &g);
 }
 
 /* Where this rank loads rank q's piece at byte offset off: mine (its own), a view of the
  * peer's, or a copy in tmp. */
-static hcomm_result_t piece_of(const hcomm__xfer_t *x, const addrs_t *all, int q, size_t off,
-                               const void *mine, void *tmp, size_t bytes, const void **at) {
+static hcomm_result_t piece_of(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all, int q,
+                               size_t off, const void *mine, void *tmp, size_t bytes,
+                               const void **at) {
     if (q == x->c->rank) {
         *at = mine;
         return HCOMM_OK;
@@ -95,7 +54,7 @@ static hcomm_result_t piece_of(const hcomm__xfer_t *x, const addrs_t *all, int q
  * the call is in place and dst would overwrite it too early). Partial results go to acc (dst
  * itself, or scratch when streamed: the last step then writes dst with non-temporal stores);
  * tmp takes a piece that has to be copied out of a peer. */
-static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const addrs_t *all, size_t off,
+static hcomm_result_t reduce_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all, size_t off,
                                    void *dst, const void *mine, void *acc, void *tmp, size_t n,
                                    hcomm_dtype_t dt, hcomm_op_t op, bool stream) {
     int p = x->c->size;
@@ -126,8 +85,9 @@ static bool commutes(hcomm_dtype_t dt, hcomm_op_t op) {
  * 0..me-1 are reduced (in scratch where there are several, else loaded in place) and folded in
  * as acc op partial (the bits of partial op acc, as commutes() says), then ranks me+1.. reduce
  * into acc; no copy of the piece is kept. */
-static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, size_t off, void *acc,
-                                 unsigned char *tmp, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all, size_t off,
+                                 void *acc, unsigned char *tmp, size_t n, hcomm_dtype_t dt,
+                                 hcomm_op_t op) {
     int p = x->c->size, me = x->c->rank;
     size_t bytes = n * hcomm__dtype_size(dt);
     const void *partial, *in;
@@ -145,16 +105,16 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const addrs_t *all, siz
     return HCOMM_OK;
 }
 
-static hcomm_result_t push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece,
-                                 size_t at, size_t bytes, bool stream);
+static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                 const void *piece, size_t at, size_t bytes, bool stream);
 
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
  * element off); send is this rank's whole input. Streamed, partial results of a piece stay in
  * a third scratch piece and its last step streams to out. With push, each finished piece is
  * also written into every peer's output (all[q].recv) at its place (push_piece). */
-static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
-                                   void *out, size_t off, size_t len, hcomm_dtype_t dt,
-                                   hcomm_op_t op, bool stream, bool push) {
+static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                   const void *send, void *out, size_t off, size_t len,
+                                   hcomm_dtype_t dt, hcomm_op_t op, bool stream, bool push) {
     bool stream_out = stream;
     stream = stream && !push; /* pushed pieces are copied from cache, streamed to the peers */
     size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es,
@@ -190,9 +150,9 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const addrs_t *all, c
 
 /* This rank's block of the result, in recv at the block's place (and with push in every
  * peer's). */
-static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const addrs_t *all, const void *send,
-                                   void *recv, size_t count, hcomm_dtype_t dt, hcomm_op_t op,
-                                   bool push) {
+static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                   const void *send, void *recv, size_t count, hcomm_dtype_t dt,
+                                   hcomm_op_t op, bool push) {
     size_t off, len;
     hcomm__block(count, x->c->size, x->c->rank, &off, &len);
     return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op,
@@ -215,8 +175,8 @@ static hcomm_result_t read_streamed(const hcomm__xfer_t *x, int q, const hcomm__
 }
 
 /* Every other rank's reduced block, read from its recv into this rank's. */
-static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, void *recv,
-                                    size_t count, hcomm_dtype_t dt) {
+static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                    void *recv, size_t count, hcomm_dtype_t dt) {
     size_t es = hcomm__dtype_size(dt), off, len;
     unsigned char *tmp = count * es >= STREAM_MIN_BYTES ? malloc(PIECE_BYTES) : NULL;
     hcomm_result_t res = HCOMM_OK;
@@ -241,8 +201,8 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const addrs_t *all, 
  * phase reads it; read by the peers instead, every block of a repeated in-place call moved
  * between caches twice (2 threads on 2 cores, in place, run after itself: 32 KiB 4.0 against
  * 10.1 us, 128 KiB 8.5 against 19.6, 512 KiB 17.0 against 67). */
-static hcomm_result_t push_piece(const hcomm__xfer_t *x, const addrs_t *all, const void *piece,
-                                 size_t at, size_t bytes, bool stream) {
+static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                 const void *piece, size_t at, size_t bytes, bool stream) {
     for (int d = 1; d < x->c->size; d++) {
         int q = (x->c->rank + d) % x->c->size; /* each rank starts at a different peer */
         const hcomm__remote_t *r = &all[q].recv;
@@ -261,7 +221,7 @@ static hcomm_result_t push_piece(const hcomm__xfer_t *x, const addrs_t *all, con
  * where the transport can write without a view (mpi: process_vm_writev, the rare fallback), from
  * every rank's exported output (all from hcomm_mem_alloc; malloc's buffers keep the reads), else
  * (local) from the views themselves, which always exist there. */
-static bool can_push(const hcomm__xfer_t *x, const addrs_t *all) {
+static bool can_push(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all) {
     const hcomm__transport_t *tr = x->c->tr;
     if (!tr->views_writable)
         return false;
@@ -273,7 +233,7 @@ static bool can_push(const hcomm__xfer_t *x, const addrs_t *all) {
 
 hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op) {
-    addrs_t *all = calloc((size_t)x->c->size, sizeof *all);
+    hcomm__buf_pair_t *all = calloc((size_t)x->c->size, sizeof *all);
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses",
                           x->c->size);
@@ -302,7 +262,7 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     int p = x->c->size, me = x->c->rank;
     size_t bytes = count * hcomm__dtype_size(dt);
     bool staged = send == recv && me != 0 && bytes > 0;
-    addrs_t *all = calloc((size_t)p, sizeof *all);
+    hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
     void *out = staged ? malloc(bytes) : recv;
     hcomm_result_t res = HCOMM_OK;
     if (!all || !out)
@@ -326,7 +286,7 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                 size_t bytes) {
     int p = x->c->size, me = x->c->rank;
-    addrs_t *all = calloc((size_t)p, sizeof *all);
+    hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
     char *mine = (char *)recv + (size_t)me * bytes;
@@ -354,7 +314,7 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
     int p = x->c->size;
     size_t bytes = count * hcomm__dtype_size(dt);
-    addrs_t *all = calloc((size_t)p, sizeof *all);
+    hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
     hcomm_result_t res = exchange_addrs(x, send, bytes, NULL, 0, all);

@@ -100,3 +100,54 @@ hcomm_result_t hcomm__x_peer_load(const hcomm__xfer_t *x, int peer, const hcomm_
     *at = r->at ? r->at + off : tmp;
     return r->at ? HCOMM_OK : hcomm__x_peer_copy(x, peer, r, off, tmp, bytes);
 }
+
+hcomm_result_t hcomm__x_swap(const hcomm__xfer_t *x, int to, const void *sbuf, int from, void *rbuf,
+                             size_t bytes) {
+    size_t n_out = sbuf ? bytes : 0, n_in = rbuf ? bytes : 0;
+    if (hcomm__lane_payload(x->c) == 0)
+        return hcomm__x_sendrecv(x, to, sbuf, n_out, from, rbuf, n_in);
+    _Alignas(16) unsigned char in[HCOMM__LANE_MAX];
+    HCOMM__TRY(hcomm__x_lane(x, to, sbuf, n_out, from, in, n_in));
+    if (n_in)
+        memcpy(rbuf, in + HCOMM__LANE_HDR, n_in);
+    return HCOMM_OK;
+}
+
+hcomm__group_t hcomm__x_everyone(const hcomm__xfer_t *x) {
+    return (hcomm__group_t){NULL, x->c->size, x->c->rank};
+}
+
+/* The comm rank of member me + d (d may be negative). */
+static int member(const hcomm__group_t *g, int d) {
+    int i = ((g->me + d) % g->n + g->n) % g->n;
+    return g->ranks ? g->ranks[i] : i;
+}
+
+hcomm_result_t hcomm__x_barrier(const hcomm__xfer_t *x, const hcomm__group_t *g) {
+    for (int d = 1; d < g->n; d *= 2)
+        HCOMM__TRY(hcomm__x_swap(x, member(g, d), NULL, member(g, -d), NULL, 0));
+    return HCOMM_OK;
+}
+
+/* What one member tells each other about its buffers. */
+typedef struct exported {
+    hcomm__peer_buf_t send, recv;
+} exported_t;
+
+hcomm_result_t hcomm__x_addrs(const hcomm__xfer_t *x, const hcomm__group_t *g, const void *send,
+                              size_t send_bytes, void *recv, size_t recv_bytes,
+                              hcomm__buf_pair_t *all) {
+    exported_t mine, theirs;
+    hcomm__x_export(x, send, send_bytes, &mine.send);
+    hcomm__x_export(x, recv, recv_bytes, &mine.recv);
+    _Static_assert(sizeof mine <= HCOMM__LANE_MAX - HCOMM__LANE_HDR, "fits the lane swap's room");
+    all[g->me] = (hcomm__buf_pair_t){hcomm__x_remote(x, x->c->rank, &mine.send, send_bytes),
+                                     hcomm__x_remote(x, x->c->rank, &mine.recv, recv_bytes)};
+    for (int d = 1; d < g->n; d++) {
+        int from = member(g, -d), i = ((g->me - d) % g->n + g->n) % g->n;
+        HCOMM__TRY(hcomm__x_swap(x, member(g, d), &mine, from, &theirs, sizeof theirs));
+        all[i] = (hcomm__buf_pair_t){hcomm__x_remote(x, from, &theirs.send, send_bytes),
+                                     hcomm__x_remote(x, from, &theirs.recv, recv_bytes)};
+    }
+    return HCOMM_OK;
+}
