@@ -31,7 +31,8 @@ static bool can_run(int coll, int algo, const char *topo) {
     return !(nodes && (algo == HCOMM__ALGO_TWOSHOT || algo == HCOMM__ALGO_SHM ||
                        (algo == HCOMM__ALGO_DIRECT &&
                         (coll == HCOMM__COLL_ALLTOALLV || coll == HCOMM__COLL_ALLGATHER ||
-                         coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_BROADCAST))));
+                         coll == HCOMM__COLL_ALLGATHERV || coll == HCOMM__COLL_REDUCESCATTER ||
+                         coll == HCOMM__COLL_BROADCAST))));
 }
 
 static hcomm_result_t every_pair_finite(hcomm_comm_t *w, const char *topo) {

@@ -127,6 +127,9 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+/* all_gatherv's: bytes[r] from rank r, blocks back to back in rank order. */
+hcomm_result_t hcomm__agv_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 const size_t *bytes);
 /* shm (shm.c): through the board (hcomm__board_on), in meetings of up to HCOMM__BOARD_ROOM
  * bytes per rank that check the call themselves; every rank reduces every input in rank order
  * (the serial reduction's bits; any op, AVG and f16/bf16 included, in one pass). At most
@@ -136,6 +139,11 @@ hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *rec
 hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                              hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+/* The v forms (counts / bytes: one entry per rank, the same on every rank). */
+hcomm_result_t hcomm__rsv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                              const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
+hcomm_result_t hcomm__agv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                              const size_t *bytes);
 hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 /* broadcast's direct on a board (peers can read each other's memory): one copy through the
  * views where the root's buffer comes from hcomm_mem_alloc, else shm's two; meetings instead of

@@ -753,6 +753,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         *why = "twoshot needs every rank on one node with cross-memory reads";
         return HCOMM__ALGO_RING;
     }
+    if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) && coll == HCOMM__COLL_ALLGATHERV) {
+        *why = "direct needs every rank on one node with cross-memory reads";
+        return HCOMM__ALGO_RING;
+    }
     if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) &&
         (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_REDUCESCATTER ||
          coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_REDUCE)) {
@@ -819,6 +823,10 @@ static size_t shm_max_bytes(int coll, int p) {
         return (size_t)(two ? 4 : 32) << 10;
     case HCOMM__COLL_SCATTER:
         return (size_t)(two ? 4 : 64) << 10;
+    case HCOMM__COLL_ALLGATHERV: /* above: direct on the board (hcomm__agv_direct) */
+        return (size_t)(two ? 16 : 256) << 10;
+    case HCOMM__COLL_REDUCESCATTERV: /* no direct form: shm at every size */
+        return SIZE_MAX;
     default:
         return 0;
     }
@@ -842,6 +850,8 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
             return HCOMM__ALGO_TREE;
         if (coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER)
             return HCOMM__ALGO_DIRECT;
+        if (coll == HCOMM__COLL_ALLGATHERV || coll == HCOMM__COLL_REDUCESCATTERV)
+            return HCOMM__ALGO_RING;
         return shm_coll(k->c)                                   ? HCOMM__ALGO_NATIVE
                : coll == HCOMM__COLL_BROADCAST                  ? HCOMM__ALGO_TREE
                : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
@@ -852,8 +862,8 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
         *why = "default: small, on a board";
         return HCOMM__ALGO_SHM;
     }
-    bool reads_after_shm =
-        coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER;
+    bool reads_after_shm = coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_GATHER ||
+                           coll == HCOMM__COLL_SCATTER || coll == HCOMM__COLL_ALLGATHERV;
     if (strcmp(*why, "default") == 0 && reads_after_shm && peer_reads(k->c) && board_on(k->c) &&
         hcomm__algo_allowed(over, coll, HCOMM__ALGO_DIRECT)) {
         *why = "default: on a board, above shm's sizes";
@@ -1402,9 +1412,15 @@ hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, voi
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_GATHERV, HCOMM_U8, HCOMM_SUM, 0, 0));
     counts_sig(&k, bytes, c->size);
     int algo = choose(&k, HCOMM__COLL_ALLGATHERV, k.sig.count);
+    if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings */
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__agv_shm(&x, sendbuf, recvbuf, bytes));
+    }
     hcomm_result_t res = p2p_agree(&k, algo);
-    if (res != HCOMM_OK)
-        return call_end(&k, res);
+    if (res != HCOMM_OK || algo == HCOMM__ALGO_DIRECT) {
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, res == HCOMM_OK ? hcomm__agv_direct(&x, sendbuf, recvbuf, bytes) : res);
+    }
     size_t off = 0;
     for (int r = 0; r < c->rank; r++)
         off += bytes[r];
@@ -1420,6 +1436,10 @@ hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTERV, dt, op, 0, 0));
     counts_sig(&k, counts, c->size);
     int algo = choose(&k, HCOMM__COLL_REDUCESCATTERV, k.sig.count * hcomm__dtype_size(dt));
+    if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */
+        hcomm__xfer_t x = xfer_of(&k);
+        return call_end(&k, hcomm__rsv_shm(&x, sendbuf, recvbuf, counts, dt, op));
+    }
     hcomm_result_t res = p2p_agree(&k, algo);
     red_t r = {&k, algo, 0, sendbuf, recvbuf, k.sig.count, counts[c->rank], counts, dt, op};
     if (res == HCOMM_OK)

@@ -312,8 +312,10 @@ static double shm_coll(const model_t *m, int coll, double S) {
     case HCOMM__COLL_REDUCE:
         return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + p * S * m->gamma;
     case HCOMM__COLL_REDUCESCATTER:
+    case HCOMM__COLL_REDUCESCATTERV:
         return fmax(1.0, ceil(S / room)) * m->in.alpha + S * m->in.beta + S * m->gamma;
     case HCOMM__COLL_ALLGATHER:
+    case HCOMM__COLL_ALLGATHERV:
     case HCOMM__COLL_GATHER:
         return fmax(1.0, ceil(S / p / room)) * m->in.alpha + (1.0 / p + f) * S * m->in.beta;
     case HCOMM__COLL_BROADCAST:

@@ -135,6 +135,51 @@ hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *rec
     return HCOMM_OK;
 }
 
+/* reduce_scatterv: every rank posts its whole input (the sum of counts) and reduces its own
+ * block. In place (recv at send or at this rank's block of it) each piece is on the board
+ * before anything at or above its start is written. */
+hcomm_result_t hcomm__rsv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                              const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t lo = 0, total = 0;
+    for (int r = 0; r < x->c->size; r++) {
+        lo += r < x->c->rank ? counts[r] : 0;
+        total += counts[r];
+    }
+    return reduce_window(x, send, total, recv, lo, lo + counts[x->c->rank], dt, op, -1);
+}
+
+/* all_gatherv of bytes[r] from rank r, blocks back to back in rank order: every rank posts
+ * its block a piece at a time (as many meetings as the largest block needs) and copies the
+ * others'. In place when send is this rank's block of recv. */
+hcomm_result_t hcomm__agv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                              const size_t *bytes) {
+    hcomm_comm_t *c = x->c;
+    const void *srcs[MAX_SRCS];
+    size_t most = 0, mine = 0, done = 0;
+    for (int r = 0; r < c->size; r++) {
+        most = bytes[r] > most ? bytes[r] : most;
+        mine += r < c->rank ? bytes[r] : 0;
+    }
+    uint32_t step = 0;
+    do {
+        size_t left = bytes[c->rank] > done ? bytes[c->rank] - done : 0, off = 0;
+        HCOMM__TRY(post_step(x, step++, (const char *)send + done,
+                             left < HCOMM__BOARD_ROOM ? left : HCOMM__BOARD_ROOM, -1, -1));
+        payloads(c, srcs);
+        for (int r = 0; r < c->size; off += bytes[r++]) {
+            size_t n = bytes[r] > done ? bytes[r] - done : 0;
+            if (r != c->rank && n)
+                memcpy((char *)recv + off + done, srcs[r],
+                       n < HCOMM__BOARD_ROOM ? n : HCOMM__BOARD_ROOM);
+        }
+        hcomm__board_leave(c);
+        done += HCOMM__BOARD_ROOM;
+    } while (done < most);
+    if ((char *)recv + mine != send && bytes[c->rank])
+        memcpy((char *)recv + mine, send, bytes[c->rank]);
+    return HCOMM_OK;
+}
+
 /* gather of bytes per rank to root (its own block is the caller's copy). */
 hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
                                  int root) {

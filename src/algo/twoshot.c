@@ -283,27 +283,47 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
 }
 
 /* Every rank reads every other rank's block straight from its send buffer: one copy per byte. */
-hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv,
-                                size_t bytes) {
+/* all_gather(v) by reads: block q (each[q] bytes, or equal bytes where each is NULL) lies at
+ * byte offset off[q] of recv; every rank copies every other block from its owner's send. */
+static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                    const size_t *each, size_t equal) {
     int p = x->c->size, me = x->c->rank;
     hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
-    if (!all)
+    size_t *off = malloc(sizeof *off * ((size_t)p + 1));
+    if (!all || !off) {
+        free(all);
+        free(off);
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
-    char *mine = (char *)recv + (size_t)me * bytes;
-    hcomm_result_t res = exchange_addrs(x, send, bytes, recv, bytes * (size_t)p, all),
-                   own = HCOMM_OK;
-    for (int d = 1; res == HCOMM_OK && own == HCOMM_OK && d < p; d++) {
+    }
+    off[0] = 0;
+    for (int q = 0; q < p; q++)
+        off[q + 1] = off[q] + (each ? each[q] : equal);
+    size_t own = off[me + 1] - off[me];
+    char *mine = (char *)recv + off[me];
+    hcomm_result_t res = exchange_addrs(x, send, own, recv, off[p], all), got = HCOMM_OK;
+    for (int d = 1; res == HCOMM_OK && got == HCOMM_OK && d < p; d++) {
         int q = (me + d) % p; /* each rank starts at a different peer */
-        own = hcomm__x_peer_copy(x, q, &all[q].send, 0, (char *)recv + (size_t)q * bytes, bytes);
+        got = hcomm__x_peer_copy(x, q, &all[q].send, 0, (char *)recv + off[q], off[q + 1] - off[q]);
     }
     if (res == HCOMM_OK)
-        res = hcomm__x_tell_peers(x, own);
-    if (res == HCOMM_OK && mine != send && bytes)
-        memcpy(mine, send, bytes);
+        res = hcomm__x_tell_peers(x, got);
+    if (res == HCOMM_OK && mine != send && own)
+        memcpy(mine, send, own);
     if (res == HCOMM_OK)
         res = barrier(x);
+    free(off);
     free(all);
     return res;
+}
+
+hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                size_t bytes) {
+    return gather_direct(x, send, recv, NULL, bytes);
+}
+
+hcomm_result_t hcomm__agv_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 const size_t *bytes) {
+    return gather_direct(x, send, recv, bytes, 0);
 }
 
 /* reduce to root by reads: the root reduces every rank's input in rank order straight from
