@@ -1,4 +1,4 @@
-/* all_to_allv with every algorithm (native, pairwise, bruck, direct, hier, and the default)
+/* all_to_allv with every algorithm (native, pairwise, bruck, direct, hier, shm, and the default)
  * against a serial reference: every received byte is the function of (sender, receiver,
  * offset) the sender wrote, and every byte outside the receive blocks keeps its sentinel.
  * Counts per pair: all zero, small primes, some zero, skewed (every rank sends everything to
@@ -17,7 +17,7 @@
 enum { PAT_ZERO, PAT_PRIME, PAT_SOME_ZERO, PAT_SKEWED, PAT_ODD, PAT_LARGE, PATTERNS };
 static const char *const pattern_names[PATTERNS] = {"zero",   "prime", "some-zero",
                                                     "skewed", "odd",   "large"};
-static const char *const algos[] = {NULL, "native", "pairwise", "bruck", "direct", "hier"};
+static const char *const algos[] = {NULL, "native", "pairwise", "bruck", "direct", "hier", "shm"};
 enum { NALGOS = sizeof algos / sizeof algos[0] };
 
 static const size_t primes[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41};

@@ -271,16 +271,20 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *se
  *  Open MPI), `bruck` for tiny blocks (Bruck et al. 1997, ceil(log2 p) steps, block sizes in
  *  the messages), `direct` (ranks on one node read their blocks from the senders' buffers: one
  *  copy per byte), `hier` (two levels: one inter-node message per pair of nodes through each
- *  node's leader) and `native` (the backend's). The default picks by the largest block of any
- *  pair, learnt in the signature agreement: native on the local backend; under mpi pairwise
- *  for small blocks, bruck for tiny ones from 8 processes, then direct or native; across nodes
- *  the cost model (docs/architecture.md). Two mpi ranks agree in one message each way that
- *  also carries blocks up to about 3.9 KiB (then the call is one exchange), also under
- *  HCOMM_CHECK=off. Errors: the common ones (NULL also for any count
- *  array). A nonempty block whose count or displacement exceeds INT_MAX (Open MPI's call takes
- *  ints; an empty block's displacement is never used) makes every rank run pairwise instead of
- *  the mpi native call, learnt in the agreement; where only native is allowed every rank fails
- *  with HCOMM_ERR_UNSUPPORTED (with HCOMM_CHECK=off and native forced, only the ranks holding
+ *  node's leader), `shm` (one board meeting on one host; below) and `native` (the backend's).
+ *  The default: native on the local backend; under mpi with every rank on one host shm,
+ *  checked or not: one meeting in which every rank posts its counts (and its blocks, where
+ *  they fit: 8 KiB with 2 processes, about 64 KiB with more) checks every pair before any data
+ *  moves, larger blocks are then read from the senders' buffers (or, for private buffers read
+ *  by several peers, go through Open MPI's call). Across hosts by the largest block of any
+ *  pair, learnt in the signature agreement: pairwise for small blocks, bruck for tiny ones from
+ *  8 processes, then native, or the cost model on a declared topology (docs/architecture.md);
+ *  two ranks there agree in one message each way that also carries blocks up to about 3.9 KiB
+ *  (then the call is one exchange), also under HCOMM_CHECK=off. Errors: the common ones (NULL also
+ * for any count array). A nonempty block whose count or displacement exceeds INT_MAX (Open MPI's
+ * call takes ints; an empty block's displacement is never used) makes every rank run pairwise
+ * instead of the mpi native call, learnt in the agreement; where only native is allowed every rank
+ * fails with HCOMM_ERR_UNSUPPORTED (with HCOMM_CHECK=off and native forced, only the ranks holding
  *  such a block do, and their peers wait for HCOMM_TIMEOUT). */
 HCOMM_API hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,

@@ -1484,10 +1484,9 @@ static int a2a_set(call_t *k, int algo, const char *why, size_t bytes) {
  * (shared-memory transports on one node). */
 static int a2a_fixed(call_t *k) {
     uint32_t allowed = hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
-    bool pair = k->c->size == 2 && hcomm__lane_payload(k->c) > 0; /* a2a_pair costs nothing */
-    if ((allowed & (1u << HCOMM__ALGO_NATIVE)) &&
-        ((hcomm__check_mode() == HCOMM__CHECK_OFF && !pair) ||
-         (shm_coll(k->c) && on_one_node(k->c))))
+    bool pair = k->c->size == 2 && hcomm__lane_payload(k->c) > 0 && !board_on(k->c); /* a2a_pair */
+    bool native = allowed & (1u << HCOMM__ALGO_NATIVE);
+    if (native && shm_coll(k->c) && on_one_node(k->c))
         return HCOMM__ALGO_NATIVE; /* first: this is every call on the local backend */
     if ((allowed & (allowed - 1)) == 0) {
         int a = 0;
@@ -1495,12 +1494,24 @@ static int a2a_fixed(call_t *k) {
             a++;
         return a;
     }
+    if ((allowed & (1u << HCOMM__ALGO_SHM)) && shm_runs(k->c))
+        return HCOMM__ALGO_SHM; /* its meeting agrees on everything: checked or not */
+    if (native && hcomm__check_mode() == HCOMM__CHECK_OFF && !pair)
+        return HCOMM__ALGO_NATIVE;
     return -1;
 }
 
 /* direct needs cross-memory reads on every rank (the same answer on all of them); without
  * them the native call runs where allowed, else pairwise. */
 static int a2a_runnable(call_t *k, int algo, size_t bytes) {
+    if (algo == HCOMM__ALGO_SHM && !shm_runs(k->c)) {
+        const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+        return a2a_set(k,
+                       hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
+                           ? HCOMM__ALGO_NATIVE
+                           : HCOMM__ALGO_PAIRWISE,
+                       "shm needs a board: every rank of the mpi backend on one node", bytes);
+    }
     if (algo != HCOMM__ALGO_DIRECT || peer_reads(k->c))
         return algo;
     const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
@@ -1609,6 +1620,18 @@ static hcomm_result_t a2a_native(call_t *k, const hcomm__a2a_t *v, bool agreed) 
     return res;
 }
 
+/* shm on the board; where its blocks cannot move well there, what it names runs, the counts
+ * agreed in its meeting. */
+static hcomm_result_t a2a_board(call_t *k, hcomm__a2a_t *v) {
+    hcomm__xfer_t x = xfer_of(k);
+    int fallback = -1;
+    k->a->agreements++;
+    HCOMM__TRY(hcomm__a2a_shm(&x, v, &fallback));
+    if (fallback == HCOMM__ALGO_NATIVE)
+        return a2a_native(k, v, true);
+    return fallback >= 0 ? hcomm__a2a_run(&x, fallback, v) : HCOMM_OK;
+}
+
 /* agreed: the caller's own exchange already checked the call and the counts on every rank,
  * so the native path runs without the signature agreement and the transport's count check
  * (MoE's dispatch; it has no size every rank shares, so it stays native). */
@@ -1621,6 +1644,8 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->all_to_allv(c, v->send, v->scounts, v->sdispls, v->recv,
                                                   v->rcounts, v->rdispls));
+    if (algo == HCOMM__ALGO_SHM)
+        return call_end(&k, a2a_board(&k, v));
     hcomm_result_t res = HCOMM_OK;
     if (algo == HCOMM__ALGO_NATIVE)
         res = agreed ? HCOMM_OK : agree(&k);

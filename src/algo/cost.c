@@ -415,6 +415,8 @@ static double a2a(const model_t *m, int algo, double b) {
                 2.0 * p * b * m->in.beta);
     case HCOMM__ALGO_DIRECT:
         return N > 1 ? INFINITY : (p - 1.0 + steps) * m->in.alpha + (p - 1.0) * b * m->in.beta;
+    case HCOMM__ALGO_SHM: /* one meeting; blocks through the board, or read where they lie */
+        return N > 1 ? INFINITY : m->in.alpha + 2.0 * (p - 1.0) * b * m->in.beta;
     case HCOMM__ALGO_HIER:
         return N < 2
                    ? pw + m->in.alpha

@@ -59,7 +59,7 @@ static const uint32_t valid[HCOMM__COLL_COUNT] = {
         BIT(HCOMM__ALGO_RING) | BIT(HCOMM__ALGO_RHD) | BIT(HCOMM__ALGO_SHM),
     [HCOMM__COLL_ALLTOALLV] = BIT(HCOMM__ALGO_NATIVE) | BIT(HCOMM__ALGO_PAIRWISE) |
                               BIT(HCOMM__ALGO_BRUCK) | BIT(HCOMM__ALGO_DIRECT) |
-                              BIT(HCOMM__ALGO_HIER),
+                              BIT(HCOMM__ALGO_HIER) | BIT(HCOMM__ALGO_SHM),
 };
 
 /* When the default is excluded, the first allowed of these runs. */
