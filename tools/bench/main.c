@@ -437,7 +437,8 @@ static void print_row(run_t *R, const algo_row_t *a, const bench_case_t *c) {
 }
 
 /* auto's regret (auto time / the best named algorithm's), hcomm/raw and auto/<variant>, per
- * placement, into auto's records (0: not measured). */
+ * placement, into auto's records (0: not measured); for the one algorithm asked for (--algo
+ * NAME), hcomm/raw alone. */
 static void compare_auto(run_t *R, algo_row_t *au) {
     for (int ip = 0; ip < 2; ip++) {
         bench_record_t *x = &au->rec[ip];
@@ -461,7 +462,7 @@ static void compare_auto(run_t *R, algo_row_t *au) {
                 x->variant_name = a->name;
             }
         }
-        x->regret = best > 0 ? x->time_us / best : 0;
+        x->regret = best > 0 && au->kind == KIND_AUTO ? x->time_us / best : 0;
     }
 }
 
@@ -506,6 +507,8 @@ static void report_size(run_t *R, const bench_case_t *c) {
     algo_row_t *au = NULL;
     for (int k = 0; k < R->nalgos; k++)
         au = R->algos[k].kind == KIND_AUTO ? &R->algos[k] : au;
+    for (int k = 0; !au && k < R->nalgos; k++) /* --algo NAME: that row against raw */
+        au = R->algos[k].kind == KIND_NAMED ? &R->algos[k] : au;
     if (au)
         compare_auto(R, au);
     for (int k = 0; k < R->nalgos; k++) {
@@ -824,6 +827,50 @@ static bool writable(const char *flag, const char *path) {
     return true;
 }
 
+/* A process of a launched job other than its first (rank variables of Open MPI, PMI, PMIx,
+ * Slurm). */
+static bool quiet_unless_first(void) {
+    static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                        "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+        const char *v = getenv(ranks[i]);
+        if (v && v[0])
+            return strcmp(v, "0") != 0;
+    }
+    return false;
+}
+
+/* The output files name different paths: a second write would replace the first. */
+static bool distinct_files(const bench_opts_t *o) {
+    const char *const path[] = {o->json, o->csv, o->plot, o->calibrate_file};
+    const char *const flag[] = {"--json", "-F", "--plot", "--calibrate"};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (path[i] && path[j] && !strcmp(path[i], path[j])) {
+                fprintf(stderr, "hcomm-bench: %s %s and %s %s name the same file\n", flag[i],
+                        path[i], flag[j], path[j]);
+                return false;
+            }
+    return true;
+}
+
+/* Started by mpirun or srun as a job of one process, with HCOMM_BACKEND unset: hcomm_launch
+ * would run local threads there (a library's programs may want that), while the bench's
+ * ranks are the job's processes, as nccl-tests' are. */
+static bool one_process_job(void) {
+    static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                        "SLURM_STEP_NUM_TASKS"};
+    const char *env = getenv("HCOMM_BACKEND");
+    if (env && env[0])
+        return false;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const char *v = getenv(sizes[i]);
+        if (v && v[0])
+            return strcmp(v, "1") == 0;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     bench_opts_t o = {.iters = 20,
                       .warmup = 3,
@@ -838,19 +885,31 @@ int main(int argc, char **argv) {
                       .moe_topk = 8,
                       .moe_experts = 256,
                       .dp_buffers = 16};
+    /* Under a launcher every process checks the command line; one of them says what is wrong. */
+    int saved = quiet_unless_first() ? dup(2) : -1;
+    if (saved >= 0 && !freopen("/dev/null", "w", stderr))
+        saved = -1;
     int p = bench_parse_args(argc, argv, &o);
-    if (p != 0)
-        return p > 0 ? 0 : 2;
-    if (o.plot && !on_path("gnuplot")) {
+    if (p == 0 && o.plot && !on_path("gnuplot")) {
         fprintf(stderr,
                 "hcomm-bench: --plot %s needs gnuplot, which is not on PATH (Debian: "
                 "apt-get install gnuplot-nox)\n",
                 o.plot);
-        return 2;
+        p = -1;
     }
-    if (!writable("--json", o.json) || !writable("-F", o.csv) || !writable("--plot", o.plot) ||
-        !writable("--calibrate", o.calibrate_file))
-        return 2;
+    if (p == 0 &&
+        (!writable("--json", o.json) || !writable("-F", o.csv) || !writable("--plot", o.plot) ||
+         !writable("--calibrate", o.calibrate_file) || !distinct_files(&o)))
+        p = -1;
+    if (saved >= 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (p != 0)
+        return p > 0 ? 0 : 2;
+    if (!o.backend && o.nranks == 0 && one_process_job()) /* the job's one process is the rank */
+        o.backend = "mpi";
     const char *b = NULL;
     hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
     bool mpi = r == HCOMM_OK && !strcmp(b, "mpi");

@@ -10,7 +10,41 @@ struct bench_report {
     const bench_opts_t *o;
     bench_record_t *recs;
     int n, cap;
+    char *names; /* the records' algorithm names, which the caller reuses from op to op */
+    size_t used, room;
 };
+
+/* s kept in the report's own store (NULL: stays NULL; out of memory: "?"). */
+static const char *keep(bench_report_t *r, const char *s) {
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    if (r->used + n > r->room) {
+        /* a new block: earlier records keep pointing into the old ones */
+        size_t room = n > 4096 ? n : 4096;
+        char **blk = malloc(sizeof(char *) + room);
+        if (!blk)
+            return "?";
+        *blk = r->names;
+        r->names = (char *)blk;
+        r->used = sizeof(char *);
+        r->room = sizeof(char *) + room;
+    }
+    char *at = r->names + r->used;
+    memcpy(at, s, n);
+    r->used += n;
+    return at;
+}
+
+static void report_free(bench_report_t *r) {
+    while (r->names) {
+        char *next = *(char **)r->names;
+        free(r->names);
+        r->names = next;
+    }
+    free(r->recs);
+    free(r);
+}
 
 bench_report_t *bench_report_open(const bench_opts_t *o) {
     bench_report_t *r = calloc(1, sizeof *r);
@@ -28,7 +62,11 @@ void bench_report_add(bench_report_t *r, const bench_record_t *rec) {
         r->recs = p;
         r->cap = cap;
     }
-    r->recs[r->n++] = *rec;
+    bench_record_t *x = &r->recs[r->n++];
+    *x = *rec;
+    x->algo = keep(r, rec->algo);
+    x->chosen = keep(r, rec->chosen);
+    x->variant_name = keep(r, rec->variant_name);
 }
 
 static void json_record(FILE *f, const bench_record_t *x) {
@@ -45,6 +83,8 @@ static void json_record(FILE *f, const bench_record_t *x) {
         fprintf(f, "%ld", x->wrong);
     if (x->memcpy_gbs > 0)
         fprintf(f, ", \"memcpy_gbs\": %.6f", x->memcpy_gbs);
+    if (x->vs_raw > 0 && strcmp(x->algo, "auto")) /* the one algorithm asked for, on mpi */
+        fprintf(f, ", \"hcomm_over_raw\": %.4f", x->vs_raw);
     if (strcmp(x->algo, "auto"))
         return;
     /* null: the op made no call that chooses */
@@ -182,8 +222,7 @@ int bench_report_close(bench_report_t *r, bool write) {
     int bad = 0;
     const bench_opts_t *o = r->o;
     if (!write) {
-        free(r->recs);
-        free(r);
+        report_free(r);
         return 0;
     }
     if (o->json && write_json(r, o->json) != 0)
@@ -192,7 +231,6 @@ int bench_report_close(bench_report_t *r, bool write) {
         bad = 1, fprintf(stderr, "hcomm-bench: -F %s: cannot write the file\n", o->csv);
     if (o->plot && draw_plot(r, o->plot) != 0)
         bad = 1, fprintf(stderr, "hcomm-bench: --plot %s: gnuplot failed to draw it\n", o->plot);
-    free(r->recs);
-    free(r);
+    report_free(r);
     return bad;
 }
