@@ -152,6 +152,20 @@ assert {r["inplace"] for r in rows} == {True, False}
 c = list(csv.DictReader(open(sys.argv[2])))
 assert len(c) == len(recs) and c[1]["algo"] == recs[1]["algo"], (len(c), len(recs))
 EOF
+# Two ops in one run: every record names an algorithm of its own op (the table's rows).
+timeout 120 "$bench" all_reduce broadcast -t 3 -b 1K -e 1K -n 2 -w 1 --algo all \
+    --json "$tmp/two.json" >/dev/null || fail "two ops in one run"
+"$PY" - "$tmp/two.json" <<'EOF' || fail "two ops: json records"
+import json, sys
+ok = {"all_reduce": {"native", "rd", "ring", "rhd", "naive", "auto"},
+      "broadcast": {"native", "tree", "chain", "scatter_allgather", "rd", "auto"}}
+recs = [r for r in json.load(open(sys.argv[1])) if r["op"] != "memcpy"]
+for op, want in ok.items():
+    other = [o for o in ok if o != op][0]
+    got = {r["algo"] for r in recs if r["op"] == op}
+    assert want <= got and not got & (ok[other] - ok[op]), (op, got)
+EOF
+
 if command -v gnuplot >/dev/null; then
     timeout 60 "$bench" all_gather -t 2 -b 1K -e 4K -n 1 --algo=all --plot "$tmp/b.png" >/dev/null
     head -c 8 "$tmp/b.png" | od -An -c | grep_all 'P   N   G' || fail "--plot wrote no PNG"
@@ -233,6 +247,7 @@ expect_msg "--algo needs a value" --algo --json x
 expect_msg "--json needs a value" all_reduce --json -t 2
 expect_msg "--json $tmp/no/b.json: cannot write the file" all_reduce -t 2 -b 8 -e 8 --json "$tmp/no/b.json"
 expect_msg "-F $tmp/no/b.csv: cannot write the file" all_reduce -t 2 -b 8 -e 8 -F "$tmp/no/b.csv"
+expect_msg "--json $tmp/s.out and -F $tmp/s.out name the same file" all_reduce -t 2 --json "$tmp/s.out" -F "$tmp/s.out"
 expect_msg "-e -1 is not a size" -e -1
 expect_msg "-e 65G is not a size" -e 65G
 expect_msg "-b 1073741824 is larger than -e 1024" -b 1G -e 1K
