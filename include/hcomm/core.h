@@ -339,12 +339,13 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
  * host the small ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 4 KiB
  * or 32 KiB; scatter up to 4 KiB or 64 KiB) run shm through the communicator's board, and
  * larger gathers and scatters copy each block once from the buffer it lies in (direct reads of
- * hcomm_mem_alloc buffers, else cross-memory attach). all_gatherv and reduce_scatterv run around a
- * ring (Patarasuk & Yuan 2009), and on mpi on one host through the board (shm; all_gatherv
- * above 16 KiB with 2 processes or 256 KiB with more by one copy of each block from its owner's
- * input). The common rules and errors above apply (every rank calls, same
- * order; a rank whose check fails makes its peers fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and
- * AVG are accumulated in f32 and rounded once. Operands associate differently in different
+ * hcomm_mem_alloc buffers, else cross-memory attach). all_gatherv and reduce_scatterv run as the
+ * local backend's own (each rank copies, or reduces in rank order, straight from the posted
+ * inputs), on mpi on one host through the board (shm; all_gatherv above 16 KiB with 2 processes
+ * or 256 KiB with more by one copy of each block from its owner's input), and across hosts
+ * around a ring (Patarasuk & Yuan 2009). The common rules and errors above apply (every rank calls,
+ * same order; a rank whose check fails makes its peers fail with HCOMM_ERR_PEER); f16/bf16 SUM,
+ * PROD and AVG are accumulated in f32 and rounded once. Operands associate differently in different
  * algorithms (the ops are commutative); every rank that gets a result gets the same bits.
  * @{ */
 

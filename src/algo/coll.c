@@ -878,11 +878,16 @@ static int with_native(call_t *k, int coll, int algo, const char **why) {
     const hcomm__native_ops_t *n = k->c->tr->native;
     bool missing = (coll == HCOMM__COLL_REDUCE && !n->reduce) ||
                    (coll == HCOMM__COLL_GATHER && !n->gather) ||
-                   (coll == HCOMM__COLL_SCATTER && !n->scatter);
+                   (coll == HCOMM__COLL_SCATTER && !n->scatter) ||
+                   (coll == HCOMM__COLL_ALLGATHERV && !n->all_gatherv) ||
+                   (coll == HCOMM__COLL_REDUCESCATTERV && !n->reduce_scatterv);
     if (algo != HCOMM__ALGO_NATIVE || !missing)
         return algo;
     *why = "the transport has no native call for it";
-    return coll == HCOMM__COLL_REDUCE ? HCOMM__ALGO_TREE : HCOMM__ALGO_DIRECT;
+    return coll == HCOMM__COLL_REDUCE ? HCOMM__ALGO_TREE
+           : coll == HCOMM__COLL_ALLGATHERV || coll == HCOMM__COLL_REDUCESCATTERV
+               ? HCOMM__ALGO_RING
+               : HCOMM__ALGO_DIRECT;
 }
 
 /* The one-node defaults' last choice, where it answers this call: a loop of calls of one size
@@ -1412,6 +1417,8 @@ hcomm_result_t hcomm__coll_all_gatherv(hcomm_comm_t *c, const void *sendbuf, voi
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_GATHERV, HCOMM_U8, HCOMM_SUM, 0, 0));
     counts_sig(&k, bytes, c->size);
     int algo = choose(&k, HCOMM__COLL_ALLGATHERV, k.sig.count);
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
+        RUN_POSTED(&k, c->tr->native->all_gatherv(c, sendbuf, recvbuf, bytes));
     if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings */
         hcomm__xfer_t x = xfer_of(&k);
         return call_end(&k, hcomm__agv_shm(&x, sendbuf, recvbuf, bytes));
@@ -1436,6 +1443,8 @@ hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTERV, dt, op, 0, 0));
     counts_sig(&k, counts, c->size);
     int algo = choose(&k, HCOMM__COLL_REDUCESCATTERV, k.sig.count * hcomm__dtype_size(dt));
+    if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE) /* reduces AVG and halves in one pass */
+        RUN_POSTED(&k, c->tr->native->reduce_scatterv(c, sendbuf, recvbuf, counts, dt, op));
     if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */
         hcomm__xfer_t x = xfer_of(&k);
         return call_end(&k, hcomm__rsv_shm(&x, sendbuf, recvbuf, counts, dt, op));

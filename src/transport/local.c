@@ -617,6 +617,40 @@ static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, voi
     return barrier(c);
 }
 
+/* The v forms: blocks back to back in rank order, sizes the same on every rank. */
+static hcomm_result_t local_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                        const size_t *bytes) {
+    post(c, (local_slot_t){.send = sendbuf});
+    HCOMM__TRY(arrive(c));
+    size_t off = 0;
+    for (int r = 0; r < c->size; off += bytes[r++]) {
+        char *dst = (char *)recvbuf + off;
+        if (bytes[r] > 0 && dst != slot_of(c, r)->send)
+            memcpy(dst, slot_of(c, r)->send, bytes[r]);
+    }
+    return barrier(c);
+}
+
+static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                            const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), lo = 0, n = counts[c->rank];
+    for (int r = 0; r < c->rank; r++)
+        lo += counts[r];
+    void *mine = scratch_of(c, n * es);
+    if (!mine)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
+    post(c, (local_slot_t){.send = sendbuf});
+    hcomm_result_t res = arrive(c), red = HCOMM_OK;
+    if (res == HCOMM_OK) {
+        red = reduce_posted(c, mine, lo, n, dt, op, false);
+        res = barrier(c); /* inputs read: recvbuf may alias one of them */
+        res = res == HCOMM_OK ? red : res;
+    }
+    if (res == HCOMM_OK && n > 0)
+        memcpy(recvbuf, mine, n * es);
+    return res;
+}
+
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
     post(c, (local_slot_t){.send = buf});
     HCOMM__TRY(arrive(c));
@@ -668,6 +702,8 @@ static const hcomm__native_ops_t local_native = {
     .reduce_scatter = local_reduce_scatter,
     .broadcast = local_broadcast,
     .all_to_allv = local_all_to_allv,
+    .all_gatherv = local_all_gatherv,
+    .reduce_scatterv = local_reduce_scatterv,
 };
 
 /* --- split --- */

@@ -83,6 +83,12 @@ typedef struct hcomm__native_ops {
                              int root);
     hcomm_result_t (*scatter)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t bytes,
                               int root);
+    /* The v calls as hcomm_all_gatherv and hcomm_reduce_scatterv define them (op as reduce's);
+     * NULL where the transport has none. */
+    hcomm_result_t (*all_gatherv)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                  const size_t *bytes);
+    hcomm_result_t (*reduce_scatterv)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                      const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 } hcomm__native_ops_t;
 
 /* A shared-memory transport checks calls itself: each rank posts its call's signature next to
