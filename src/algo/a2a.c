@@ -725,10 +725,10 @@ static int board_by(const hcomm__xfer_t *x, size_t total, const hcomm__peer_buf_
 
 /* This rank's post into space (HCOMM__BOARD_ROOM bytes). */
 static void board_fill(const hcomm__xfer_t *x, const hcomm__a2a_t *v, void *space) {
-    int p = x->c->size;
+    int p = x->c->size, me = x->c->rank;
     size_t total = 0, extent = 0, at = 0;
     for (int q = 0; q < p; q++) {
-        total += v->scounts[q];
+        total += q != me ? v->scounts[q] : 0; /* the own block is copied locally */
         if (v->scounts[q] && v->sdispls[q] + v->scounts[q] > extent)
             extent = v->sdispls[q] + v->scounts[q];
     }
@@ -741,8 +741,10 @@ static void board_fill(const hcomm__xfer_t *x, const hcomm__a2a_t *v, void *spac
     for (int q = 0; q < p; q++) {
         sc[q] = v->scounts[q];
         rc[q] = v->rcounts[q];
-        sd[q] = h->by == BY_POST ? at : v->sdispls[q];
-        if (h->by == BY_POST && v->scounts[q])
+        sd[q] = h->by == BY_POST && q != me ? at : v->sdispls[q];
+        if (h->by != BY_POST || q == me)
+            continue;
+        if (v->scounts[q])
             memcpy(data + at, v->send + v->sdispls[q], v->scounts[q]);
         at += v->scounts[q];
     }
@@ -827,14 +829,17 @@ hcomm_result_t hcomm__a2a_shm(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int
                           (int)((HCOMM__BOARD_ROOM - sizeof(board_hdr_t)) / 24));
     _Alignas(16) board_post_t stack[16];
     board_post_t *posts = p <= 16 ? stack : malloc(sizeof *posts * (size_t)p);
-    if (!posts)
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for %d posts", p);
-    void *space;
-    hcomm_result_t res = hcomm__board_space(c, (uint32_t)x->tag, &space);
-    if (res == HCOMM_OK) {
-        board_fill(x, v, space);
-        res = x->meet(x, 0, -1, -1);
+    void *space = NULL;
+    hcomm_result_t res =
+        posts ? hcomm__board_space(c, (uint32_t)x->tag, &space)
+              : hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for %d posts", p);
+    if (res != HCOMM_OK) { /* the peers wait in the meeting: they fail with this instead */
+        if (posts != stack)
+            free(posts);
+        return hcomm__x_tell_peers(x, res);
     }
+    board_fill(x, v, space);
+    res = x->meet(x, 0, -1, -1);
     if (res == HCOMM_OK) {
         res = board_read_posts(x, posts);
         bool wide = false;

@@ -67,11 +67,12 @@ hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, si
 
 /* shm, where the comm has a board: one meeting in which every rank posts its counts checks the
  * call and every pair's counts (HCOMM_ERR_MISMATCH on every rank, nothing moved) and carries
- * the blocks of the ranks whose blocks fit the post (8 KiB with 2 processes, else the board's
- * room less 24 bytes per rank). Larger blocks are read where they lie (one copy per byte)
- * where that runs well (shared memory, or cross-memory attach with 2 processes), and a second
- * meeting lets their senders return; where it does not, *fallback names what every rank runs
- * instead, the counts agreed (native, or pairwise for counts beyond an int); else -1. */
+ * the blocks of the ranks whose blocks for their peers fit the post (8 KiB with 2 processes,
+ * else the board's room less a 40-byte header and 24 bytes per rank). Larger blocks are read where
+ * they lie (one copy per byte) where that runs well (shared memory, or cross-memory attach with 2
+ * processes), and a second meeting lets their senders return; where it does not, *fallback names
+ * what every rank runs instead, the counts agreed (native, or pairwise for counts beyond an int);
+ * else -1. */
 hcomm_result_t hcomm__a2a_shm(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int *fallback);
 
 /* Runs algo (pairwise, bruck, direct or hier; anything else: pairwise). */

@@ -823,7 +823,7 @@ static size_t shm_max_bytes(int coll, int p) {
         return (size_t)(two ? 4 : 32) << 10;
     case HCOMM__COLL_SCATTER:
         return (size_t)(two ? 4 : 64) << 10;
-    case HCOMM__COLL_ALLGATHERV: /* above: direct on the board (hcomm__agv_direct) */
+    case HCOMM__COLL_ALLGATHERV: /* above: direct (hcomm__agv_direct) */
         return (size_t)(two ? 16 : 256) << 10;
     case HCOMM__COLL_REDUCESCATTERV: /* no direct form: shm at every size */
         return SIZE_MAX;
@@ -851,7 +851,7 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
         if (coll == HCOMM__COLL_GATHER || coll == HCOMM__COLL_SCATTER)
             return HCOMM__ALGO_DIRECT;
         if (coll == HCOMM__COLL_ALLGATHERV || coll == HCOMM__COLL_REDUCESCATTERV)
-            return HCOMM__ALGO_RING;
+            return shm_coll(k->c) ? HCOMM__ALGO_NATIVE : HCOMM__ALGO_RING;
         return shm_coll(k->c)                                   ? HCOMM__ALGO_NATIVE
                : coll == HCOMM__COLL_BROADCAST                  ? HCOMM__ALGO_TREE
                : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
@@ -1486,11 +1486,12 @@ static int a2a_set(call_t *k, int algo, const char *why, size_t bytes) {
     return algo;
 }
 
-/* The algorithm when the choice cannot depend on the block sizes, else -1: the only one
- * allowed, or native where no agreement runs to share the sizes (HCOMM_CHECK=off; but two
- * ranks on a lane agree in the message that carries small blocks, a2a_pair, which also spares
- * the native call its count check) or where the defaults pick it at every size
- * (shared-memory transports on one node). */
+/* The algorithm when the choice cannot depend on the block sizes, else -1: native where the
+ * defaults pick it at every size (shared-memory transports on one node), the only one allowed,
+ * shm on a board (its meeting agrees on everything, checked or not), or native where no
+ * agreement runs to share the sizes (HCOMM_CHECK=off; but two ranks on a lane agree in the
+ * message that carries small blocks, a2a_pair, which also spares the native call its count
+ * check). */
 static int a2a_fixed(call_t *k) {
     uint32_t allowed = hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
     bool pair = k->c->size == 2 && hcomm__lane_payload(k->c) > 0 && !board_on(k->c); /* a2a_pair */
@@ -1636,8 +1637,12 @@ static hcomm_result_t a2a_board(call_t *k, hcomm__a2a_t *v) {
     int fallback = -1;
     k->a->agreements++;
     HCOMM__TRY(hcomm__a2a_shm(&x, v, &fallback));
-    if (fallback == HCOMM__ALGO_NATIVE)
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    if (fallback == HCOMM__ALGO_NATIVE &&
+        hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE))
         return a2a_native(k, v, true);
+    if (fallback >= 0) /* pairwise: it checks the counts again in its own messages */
+        fallback = HCOMM__ALGO_PAIRWISE;
     return fallback >= 0 ? hcomm__a2a_run(&x, fallback, v) : HCOMM_OK;
 }
 

@@ -56,9 +56,11 @@ static double rd_ar(const model_t *m, double S) {
 }
 
 /* naive (tree.c): every rank sends its vector to rank 0 at once, each on its own link (one
- * per rank, as the simulated machine has), so their latencies overlap and rank 0 reduces the
- * p - 1 vectors in turn; then a binomial broadcast from rank 0, whose rounds cross nodes only
- * while the subtrees span several (ceil(log2 N) of them: ranks lie node after node). */
+ * per rank, as the simulated machine has), so their link times overlap; rank 0 takes and
+ * reduces the p - 1 vectors in turn (the copies out of the receives are not charged: they run
+ * at memory speed, which the reductions' gamma dominates); then a binomial broadcast from rank 0,
+ * whose rounds cross nodes only while the subtrees span several (ceil(log2 N) of them: ranks lie
+ * node after node). */
 static double naive_ar(const model_t *m, double S) {
     double inter = m->t->nnodes > 1 ? ceil(log2(m->t->nnodes)) : 0.0;
     double bcast = inter * (m->out.alpha + S * m->out.beta) +

@@ -71,7 +71,8 @@ static hcomm_result_t from_root(const hcomm__xfer_t *x, const void *src, size_t 
     size_t done = 0, a, b;
     do {
         size_t n = total - done < HCOMM__BOARD_ROOM ? total - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(post_step(x, step++, (const char *)src + done, mine ? n : 0, root, -1));
+        HCOMM__TRY(post_step(x, step++, mine ? (const char *)src + done : NULL, mine ? n : 0, root,
+                             -1)); /* src may be NULL off the root */
         overlap(lo, hi, done, n, &a, &b);
         if (!mine && a < b) {
             const void *theirs;
@@ -163,8 +164,9 @@ hcomm_result_t hcomm__agv_shm(const hcomm__xfer_t *x, const void *send, void *re
     uint32_t step = 0;
     do {
         size_t left = bytes[c->rank] > done ? bytes[c->rank] - done : 0, off = 0;
-        HCOMM__TRY(post_step(x, step++, (const char *)send + done,
-                             left < HCOMM__BOARD_ROOM ? left : HCOMM__BOARD_ROOM, -1, -1));
+        const char *from = left ? (const char *)send + done : NULL; /* send may be NULL */
+        HCOMM__TRY(post_step(x, step++, from, left < HCOMM__BOARD_ROOM ? left : HCOMM__BOARD_ROOM,
+                             -1, -1));
         payloads(c, srcs);
         for (int r = 0; r < c->size; off += bytes[r++]) {
             size_t n = bytes[r] > done ? bytes[r] - done : 0;

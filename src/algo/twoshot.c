@@ -282,7 +282,6 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     return res;
 }
 
-/* Every rank reads every other rank's block straight from its send buffer: one copy per byte. */
 /* all_gather(v) by reads: block q (each[q] bytes, or equal bytes where each is NULL) lies at
  * byte offset off[q] of recv; every rank copies every other block from its owner's send. */
 static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, void *recv,
@@ -303,7 +302,10 @@ static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, vo
     hcomm_result_t res = exchange_addrs(x, send, own, recv, off[p], all), got = HCOMM_OK;
     for (int d = 1; res == HCOMM_OK && got == HCOMM_OK && d < p; d++) {
         int q = (me + d) % p; /* each rank starts at a different peer */
-        got = hcomm__x_peer_copy(x, q, &all[q].send, 0, (char *)recv + off[q], off[q + 1] - off[q]);
+        size_t n = off[q + 1] - off[q];
+        /* the exchange viewed every send buffer as this rank's block size; q's is n */
+        hcomm__remote_t from = each ? hcomm__x_remote(x, q, &all[q].send.buf, n) : all[q].send;
+        got = hcomm__x_peer_copy(x, q, &from, 0, (char *)recv + off[q], n);
     }
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, got);
