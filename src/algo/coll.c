@@ -1511,25 +1511,22 @@ static int a2a_fixed(call_t *k) {
     return -1;
 }
 
-/* direct needs cross-memory reads on every rank (the same answer on all of them); without
- * them the native call runs where allowed, else pairwise. */
+/* direct needs cross-memory reads on every rank and shm a board (the same answers on all of
+ * them); without, the native call runs where allowed, else pairwise. */
 static int a2a_runnable(call_t *k, int algo, size_t bytes) {
-    if (algo == HCOMM__ALGO_SHM && !shm_runs(k->c)) {
-        const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
-        return a2a_set(k,
-                       hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
-                           ? HCOMM__ALGO_NATIVE
-                           : HCOMM__ALGO_PAIRWISE,
-                       "shm needs a board: every rank of the mpi backend on one node", bytes);
-    }
-    if (algo != HCOMM__ALGO_DIRECT || peer_reads(k->c))
+    const char *why = algo == HCOMM__ALGO_SHM && !shm_runs(k->c)
+                          ? "shm needs a board: every rank of the mpi backend on one node"
+                      : algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c)
+                          ? "direct needs cross-memory reads"
+                          : NULL;
+    if (!why)
         return algo;
     const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
     return a2a_set(k,
                    hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
                        ? HCOMM__ALGO_NATIVE
                        : HCOMM__ALGO_PAIRWISE,
-                   "direct needs cross-memory reads", bytes);
+                   why, bytes);
 }
 
 /* A rank with a block whose count or displacement exceeds INT_MAX (every rank knows it from
