@@ -738,7 +738,7 @@ static bool is_reduction(int coll) {
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
         return p <= 2 ? (size_t)32 << 10 : p <= 4 ? (size_t)512 << 10 : (size_t)2 << 20;
-    return p <= 2 ? (size_t)8 << 10 : (size_t)16 << 10;
+    return p <= 2 ? (size_t)4 << 10 : (size_t)16 << 10;
 }
 
 static bool peer_reads(hcomm_comm_t *c) {
@@ -785,32 +785,33 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * 16 KiB 5.2 us against twoshot 5.3, 32 KiB 9.6 against 6.5, and in a later session (2 runs of
  * 300 calls each way) 16 KiB 5.5-5.8 against 4.3-5.3 out of place and 5.7-5.8 against 5.2-6.1
  * in place, unchecked 6.0-6.3 against 4.3-4.6 and 5.0-5.5, 8 KiB 3.5-3.9 against 3.2-4.5: shm up
- * to 8 KiB; broadcast (against direct on the
- * board, which reads an hcomm_mem_alloc root buffer once; on malloc's buffers shm's copies
- * lead a little longer: 8 KiB 2.3 against 2.8) 4 KiB 1.45 against 1.37, 8 KiB 2.2 against 1.5;
- * with 4 processes 32 KiB 11.9 against 13.4, 64 KiB at par, 128 KiB 29 against 23 (on malloc's
- * buffers, where direct runs shm's pieces after its address meeting, 29 against 33); all_gather 16
- * KiB 2.5 against direct 3.3, 32 KiB 4.7 against 4.6; reduce_scatter 16 KiB 3.1 against 3.6, 32
- * KiB 5.2 against 4.1. 4 processes: all_reduce 32 KiB 35 against twoshot 43, 64 KiB 59 against 50;
- * all_gather 256 KiB 51 against direct 55, 1 MiB 219 against 198; reduce_scatter 64 KiB 23 against
- * direct 30, 128 KiB 54 against 41. The rooted calls (4 processes / 2): reduce 32 KiB 17 against
- * direct 30, 128 KiB 58 against 49 / 8 KiB 2.4 against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB
- * 44 against direct 66 / 32 KiB 3.3 against 4.1, 128 KiB 9.1 against 6.5 (direct then by
- * messages). Gather and scatter above these sizes run direct on the board
- * (hcomm__gather_board_direct: each block copied once through the views or with cross-memory
- * attach), measured (40 calls, shared / malloc'd buffers) against shm: 2 processes, gather 8 KiB
- * 1.2 / 2.0 us against 1.7 / 1.6, 32 KiB 1.5 / 2.7 against 4.4 / 4.5, 8 MiB 618 / 761 against
- * 715 / 715; scatter 8 KiB 1.7 / 2.6 against 1.8 / 1.6, 32 KiB 2.2 / 3.5 against 2.9 / 3.7; 4
- * processes, gather 32 KiB 8.2 / 10.3 against 6.9 / 8.3, 128 KiB 9.4 / 16.5 against 15.8 / 17.9;
- * scatter 32 KiB 9.2 against 5.9, 128 KiB 10.9 / 17.8 (the backend's scatter: 18.6) against
- * 12.0 / 13.3, 512 KiB 22 / 36 against 46 / 60. scripts/regret-sweep.sh (2 repetitions, shared
- * buffers) then had direct ahead at 8 KiB in place with 2 processes (gather and scatter 1.16)
- * and scatter's at 128 KiB with 4 (1.26-1.8): shm up to 4 KiB and 64 KiB there. */
+ * to 8 KiB; then (scripts/regret-sweep.sh, 2 repetitions, after the lane barriers) 8 KiB
+ * unchecked 3.8 against twoshot's 3.0-3.1 in both, checked 3.6-3.7 against 3.5-3.6: up to 4 KiB;
+ * broadcast (against direct on the board, which reads an hcomm_mem_alloc root buffer once; on
+ * malloc's buffers shm's copies lead a little longer: 8 KiB 2.3 against 2.8) 4 KiB 1.45
+ * against 1.37, 8 KiB 2.2 against 1.5; with 4 processes 32 KiB 11.9 against 13.4, 64 KiB at par,
+ * 128 KiB 29 against 23 (on malloc's buffers, where direct runs shm's pieces after its address
+ * meeting, 29 against 33); all_gather 16 KiB 2.5 against direct 3.3, 32 KiB 4.7 against 4.6;
+ * reduce_scatter 16 KiB 3.1 against 3.6, 32 KiB 5.2 against 4.1. 4 processes: all_reduce 32 KiB 35
+ * against twoshot 43, 64 KiB 59 against 50; all_gather 256 KiB 51 against direct 55, 1 MiB 219
+ * against 198; reduce_scatter 64 KiB 23 against direct 30, 128 KiB 54 against 41. The rooted calls
+ * (4 processes / 2): reduce 32 KiB 17 against direct 30, 128 KiB 58 against 49 / 8 KiB 2.4
+ * against 3.2, 32 KiB 6.9 against 4.6; gather 512 KiB 44 against direct 66 / 32 KiB 3.3
+ * against 4.1, 128 KiB 9.1 against 6.5 (direct then by messages). Gather and scatter above these
+ * sizes run direct on the board (hcomm__gather_board_direct: each block copied once through the
+ * views or with cross-memory attach), measured (40 calls, shared / malloc'd buffers) against shm: 2
+ * processes, gather 8 KiB 1.2 / 2.0 us against 1.7 / 1.6, 32 KiB 1.5 / 2.7 against 4.4 / 4.5, 8 MiB
+ * 618 / 761 against 715 / 715; scatter 8 KiB 1.7 / 2.6 against 1.8 / 1.6, 32 KiB 2.2 / 3.5
+ * against 2.9 / 3.7; 4 processes, gather 32 KiB 8.2 / 10.3 against 6.9 / 8.3, 128 KiB 9.4 / 16.5
+ * against 15.8 / 17.9; scatter 32 KiB 9.2 against 5.9, 128 KiB 10.9 / 17.8 (the backend's
+ * scatter: 18.6) against 12.0 / 13.3, 512 KiB 22 / 36 against 46 / 60. scripts/regret-sweep.sh (2
+ * repetitions, shared buffers) then had direct ahead at 8 KiB in place with 2 processes (gather and
+ * scatter 1.16) and scatter's at 128 KiB with 4 (1.26-1.8): shm up to 4 KiB and 64 KiB there. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? 8 : 32) << 10;
+        return (size_t)(two ? 4 : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
