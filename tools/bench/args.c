@@ -127,6 +127,21 @@ static void usage(FILE *f) {
         "                    format HCOMM_TUNING_FILE reads (rank 0 decides; same bytes on\n"
         "                    every rank); then run with HCOMM_TUNING_FILE=FILE\n"
         "  --version         print the version and the backends built\n");
+    fprintf(
+        f,
+        "table: size (B: the whole vector, result or input), count (elements), type, redop,\n"
+        "  root, algo (auto(X): hcomm chose X), then out-of-place and in-place: time (us, the\n"
+        "  median over iterations of the slowest rank's time; -a), algbw (bytes / time, GB/s),\n"
+        "  busbw (algbw x nccl-tests' factor: all_reduce 2(p-1)/p; all_gather, reduce_scatter,\n"
+        "  all_to_all, gather, scatter (p-1)/p; broadcast, reduce, send_recv 1), #wrong. Under\n"
+        "  each size: auto's regret (its time over the best algorithm's), hcomm/raw on mpi and\n"
+        "  busbw over the memcpy bandwidth measured in the same run (every rank copying at once);\n"
+        "  last, the average busbw per algorithm.\n"
+        "--json: one array of records {op, algo, bytes, count, dtype, redop, world, inplace,\n"
+        "  time_us, algbw, busbw, wrong (null: unchecked), memcpy_gbs}; auto's add chosen, "
+        "regret,\n"
+        "  best and hcomm_over_raw; one record with op \"memcpy\" is the baseline. -F: the same\n"
+        "  fields as CSV. A progress line goes to stderr in runs longer than a few seconds.\n");
 }
 
 static int bad(const char *flag, const char *v, const char *why) {
