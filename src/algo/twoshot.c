@@ -289,10 +289,11 @@ static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, vo
     int p = x->c->size, me = x->c->rank;
     hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
     size_t *off = malloc(sizeof *off * ((size_t)p + 1));
-    if (!all || !off) {
+    if (!all || !off) { /* the peers wait for this rank's addresses: they fail with this */
         free(all);
         free(off);
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
+        return hcomm__x_tell_peers(
+            x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p));
     }
     off[0] = 0;
     for (int q = 0; q < p; q++)
