@@ -587,55 +587,11 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     return res != HCOMM_OK ? res : red;
 }
 
-static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+/* reduce_scatter(v): this rank's n elements at element lo of every input, reduced in rank order
+ * into scratch, then copied out once every input was read (recvbuf may alias one of them). */
+static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t lo, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt);
-    void *mine = scratch_of(c, count * es);
-    if (!mine)
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", count * es);
-    post(c, (local_slot_t){.send = sendbuf});
-    hcomm_result_t res = arrive(c), red = HCOMM_OK;
-    if (res == HCOMM_OK) {
-        red = reduce_posted(c, mine, (size_t)c->rank * count, count, dt, op, false);
-        res = barrier(c); /* inputs read: recvbuf may alias one of them */
-        res = res == HCOMM_OK ? red : res;
-    }
-    if (res == HCOMM_OK && count > 0)
-        memcpy(recvbuf, mine, count * es);
-    return res;
-}
-
-static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                       size_t bytes) {
-    post(c, (local_slot_t){.send = sendbuf});
-    HCOMM__TRY(arrive(c));
-    for (int r = 0; r < c->size; r++) {
-        char *dst = (char *)recvbuf + (size_t)r * bytes;
-        if (bytes > 0 && dst != slot_of(c, r)->send) /* in place: peers read this very block */
-            memcpy(dst, slot_of(c, r)->send, bytes);
-    }
-    return barrier(c);
-}
-
-/* The v forms: blocks back to back in rank order, sizes the same on every rank. */
-static hcomm_result_t local_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        const size_t *bytes) {
-    post(c, (local_slot_t){.send = sendbuf});
-    HCOMM__TRY(arrive(c));
-    size_t off = 0;
-    for (int r = 0; r < c->size; off += bytes[r++]) {
-        char *dst = (char *)recvbuf + off;
-        if (bytes[r] > 0 && dst != slot_of(c, r)->send)
-            memcpy(dst, slot_of(c, r)->send, bytes[r]);
-    }
-    return barrier(c);
-}
-
-static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                            const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
-    size_t es = hcomm__dtype_size(dt), lo = 0, n = counts[c->rank];
-    for (int r = 0; r < c->rank; r++)
-        lo += counts[r];
     void *mine = scratch_of(c, n * es);
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
@@ -643,12 +599,53 @@ static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
         red = reduce_posted(c, mine, lo, n, dt, op, false);
-        res = barrier(c); /* inputs read: recvbuf may alias one of them */
+        res = barrier(c);
         res = res == HCOMM_OK ? red : res;
     }
     if (res == HCOMM_OK && n > 0)
         memcpy(recvbuf, mine, n * es);
     return res;
+}
+
+static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                           size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    return reduce_own_block(c, sendbuf, recvbuf, (size_t)c->rank * count, count, dt, op);
+}
+
+/* all_gather(v): rank r's block (each[r] bytes, or equal where each is NULL) copied from its
+ * posted input to its place, blocks back to back in rank order. */
+static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    const size_t *each, size_t equal) {
+    post(c, (local_slot_t){.send = sendbuf});
+    HCOMM__TRY(arrive(c));
+    size_t off = 0;
+    for (int r = 0; r < c->size; r++) {
+        size_t n = each ? each[r] : equal;
+        char *dst = (char *)recvbuf + off;
+        if (n > 0 && dst != slot_of(c, r)->send) /* in place: peers read this very block */
+            memcpy(dst, slot_of(c, r)->send, n);
+        off += n;
+    }
+    return barrier(c);
+}
+
+static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                       size_t bytes) {
+    return gather_posted(c, sendbuf, recvbuf, NULL, bytes);
+}
+
+/* The v forms: sizes the same on every rank. */
+static hcomm_result_t local_all_gatherv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                        const size_t *bytes) {
+    return gather_posted(c, sendbuf, recvbuf, bytes, 0);
+}
+
+static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                            const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t lo = 0;
+    for (int r = 0; r < c->rank; r++)
+        lo += counts[r];
+    return reduce_own_block(c, sendbuf, recvbuf, lo, counts[c->rank], dt, op);
 }
 
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
