@@ -85,28 +85,36 @@ static hcomm_result_t from_root(const hcomm__xfer_t *x, const void *src, size_t 
     return HCOMM_OK;
 }
 
-/* Every rank posts its block of bytes a piece at a time; root copies every other rank's into
- * recv (-1: every rank does; a root posts nothing). */
-static hcomm_result_t to_readers(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
-                                 int root) {
+/* Every rank posts its block a piece at a time (as many meetings as the largest block needs;
+ * block r is each[r] bytes, or equal where each is NULL, and blocks lie back to back in rank
+ * order in recv); root copies every other rank's into recv (-1: every rank does; a root posts
+ * nothing). send may be NULL where this rank's block is empty. */
+static hcomm_result_t to_readers(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 const size_t *each, size_t equal, int root) {
     hcomm_comm_t *c = x->c;
     const void *srcs[MAX_SRCS];
     bool reads = root < 0 || c->rank == root;
-    size_t done = 0;
+    size_t most = 0, done = 0, mine = each ? each[c->rank] : equal;
+    for (int r = 0; each && r < c->size; r++)
+        most = each[r] > most ? each[r] : most;
+    most = each ? most : equal;
     uint32_t step = 0;
     do {
-        size_t n = bytes - done < HCOMM__BOARD_ROOM ? bytes - done : HCOMM__BOARD_ROOM;
-        HCOMM__TRY(
-            post_step(x, step++, (const char *)send + done, c->rank == root ? 0 : n, -1, root));
-        if (reads && n) {
+        size_t left = mine > done && c->rank != root ? mine - done : 0, off = 0;
+        HCOMM__TRY(post_step(x, step++, left ? (const char *)send + done : NULL,
+                             left < HCOMM__BOARD_ROOM ? left : HCOMM__BOARD_ROOM, -1, root));
+        if (reads)
             payloads(c, srcs);
-            for (int r = 0; r < c->size; r++)
-                if (r != c->rank)
-                    memcpy((char *)recv + (size_t)r * bytes + done, srcs[r], n);
+        for (int r = 0; reads && r < c->size; r++) {
+            size_t size = each ? each[r] : equal, n = size > done ? size - done : 0;
+            if (r != c->rank && n)
+                memcpy((char *)recv + off + done, srcs[r],
+                       n < HCOMM__BOARD_ROOM ? n : HCOMM__BOARD_ROOM);
+            off += size;
         }
         hcomm__board_leave(c);
-        done += n;
-    } while (done < bytes);
+        done += HCOMM__BOARD_ROOM;
+    } while (done < most);
     return HCOMM_OK;
 }
 
@@ -130,7 +138,7 @@ hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void 
 /* all_gather of bytes per rank; in place when send is this rank's block of recv. */
 hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes) {
     char *mine = (char *)recv + (size_t)x->c->rank * bytes;
-    HCOMM__TRY(to_readers(x, send, recv, bytes, -1));
+    HCOMM__TRY(to_readers(x, send, recv, NULL, bytes, -1));
     if (mine != send && bytes)
         memcpy(mine, send, bytes);
     return HCOMM_OK;
@@ -154,38 +162,19 @@ hcomm_result_t hcomm__rsv_shm(const hcomm__xfer_t *x, const void *send, void *re
  * others'. In place when send is this rank's block of recv. */
 hcomm_result_t hcomm__agv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
                               const size_t *bytes) {
-    hcomm_comm_t *c = x->c;
-    const void *srcs[MAX_SRCS];
-    size_t most = 0, mine = 0, done = 0;
-    for (int r = 0; r < c->size; r++) {
-        most = bytes[r] > most ? bytes[r] : most;
-        mine += r < c->rank ? bytes[r] : 0;
-    }
-    uint32_t step = 0;
-    do {
-        size_t left = bytes[c->rank] > done ? bytes[c->rank] - done : 0, off = 0;
-        const char *from = left ? (const char *)send + done : NULL; /* send may be NULL */
-        HCOMM__TRY(post_step(x, step++, from, left < HCOMM__BOARD_ROOM ? left : HCOMM__BOARD_ROOM,
-                             -1, -1));
-        payloads(c, srcs);
-        for (int r = 0; r < c->size; off += bytes[r++]) {
-            size_t n = bytes[r] > done ? bytes[r] - done : 0;
-            if (r != c->rank && n)
-                memcpy((char *)recv + off + done, srcs[r],
-                       n < HCOMM__BOARD_ROOM ? n : HCOMM__BOARD_ROOM);
-        }
-        hcomm__board_leave(c);
-        done += HCOMM__BOARD_ROOM;
-    } while (done < most);
-    if ((char *)recv + mine != send && bytes[c->rank])
-        memcpy((char *)recv + mine, send, bytes[c->rank]);
+    size_t mine = 0;
+    for (int r = 0; r < x->c->rank; r++)
+        mine += bytes[r];
+    HCOMM__TRY(to_readers(x, send, recv, bytes, 0, -1));
+    if ((char *)recv + mine != send && bytes[x->c->rank])
+        memcpy((char *)recv + mine, send, bytes[x->c->rank]);
     return HCOMM_OK;
 }
 
 /* gather of bytes per rank to root (its own block is the caller's copy). */
 hcomm_result_t hcomm__gather_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes,
                                  int root) {
-    return to_readers(x, send, recv, bytes, root);
+    return to_readers(x, send, recv, NULL, bytes, root);
 }
 
 /* scatter of bytes per rank from root: each rank copies its block of the root's buffer (the
