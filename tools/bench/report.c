@@ -10,38 +10,25 @@ struct bench_report {
     const bench_opts_t *o;
     bench_record_t *recs;
     int n, cap;
-    char *names; /* the records' algorithm names, which the caller reuses from op to op */
-    size_t used, room;
 };
 
-/* s kept in the report's own store (NULL: stays NULL; out of memory: "?"). */
-static const char *keep(bench_report_t *r, const char *s) {
-    if (!s)
-        return NULL;
-    size_t n = strlen(s) + 1;
-    if (r->used + n > r->room) {
-        /* a new block: earlier records keep pointing into the old ones */
-        size_t room = n > 4096 ? n : 4096;
-        char **blk = malloc(sizeof(char *) + room);
-        if (!blk)
-            return "?";
-        *blk = r->names;
-        r->names = (char *)blk;
-        r->used = sizeof(char *);
-        r->room = sizeof(char *) + room;
-    }
-    char *at = r->names + r->used;
-    memcpy(at, s, n);
-    r->used += n;
-    return at;
+/* s in memory of its own (the caller reuses its rows' names from op to op); *ok false when
+ * out of memory. */
+static char *keep(const char *s, bool *ok) {
+    char *k = s ? strdup(s) : NULL;
+    *ok = *ok && (k || !s);
+    return k;
+}
+
+static void drop_names(bench_record_t *x) {
+    free((char *)x->algo);
+    free((char *)x->chosen);
+    free((char *)x->variant_name);
 }
 
 static void report_free(bench_report_t *r) {
-    while (r->names) {
-        char *next = *(char **)r->names;
-        free(r->names);
-        r->names = next;
-    }
+    for (int i = 0; i < r->n; i++)
+        drop_names(&r->recs[i]);
     free(r->recs);
     free(r);
 }
@@ -62,11 +49,16 @@ void bench_report_add(bench_report_t *r, const bench_record_t *rec) {
         r->recs = p;
         r->cap = cap;
     }
-    bench_record_t *x = &r->recs[r->n++];
+    bench_record_t *x = &r->recs[r->n];
+    bool ok = true;
     *x = *rec;
-    x->algo = keep(r, rec->algo);
-    x->chosen = keep(r, rec->chosen);
-    x->variant_name = keep(r, rec->variant_name);
+    x->algo = keep(rec->algo, &ok);
+    x->chosen = keep(rec->chosen, &ok);
+    x->variant_name = keep(rec->variant_name, &ok);
+    if (ok)
+        r->n++;
+    else
+        drop_names(x); /* a record short in the files, as above */
 }
 
 static void json_record(FILE *f, const bench_record_t *x) {
