@@ -34,6 +34,11 @@ static long mpi_job_size(const char **var) {
     return env_int(ranks, var) >= 0 ? -1 : 0;
 }
 
+long hcomm__launch_job_size(void) {
+    const char *var = NULL;
+    return mpi_job_size(&var);
+}
+
 static bool env_set(const char *name) {
     const char *s = getenv(name);
     return s != NULL && s[0] != '\0';

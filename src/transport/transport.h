@@ -261,6 +261,9 @@ void hcomm__shm_views_drop(void);
  * process, else local. Fails on torchrun's variables and on local inside a multi-process MPI
  * job (unless HCOMM_BACKEND=local). Logs the choice at info level. (launch_detect.c) */
 hcomm_result_t hcomm__launch_detect(const char *fn, const char *requested, const char **backend);
+/* Processes in the job of the launcher (mpirun, srun, PMI/PMIx) that started this process: 0
+ * when none did, -1 when it does not say. */
+long hcomm__launch_job_size(void);
 
 /* Launchers, one per backend (hcomm_launch picks one). */
 hcomm_result_t hcomm__local_launch(int nranks, hcomm_rank_fn_t fn, void *arg);

@@ -858,17 +858,8 @@ static bool distinct_files(const bench_opts_t *o) {
  * would run local threads there (a library's programs may want that), while the bench's
  * ranks are the job's processes, as nccl-tests' are. */
 static bool one_process_job(void) {
-    static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
-                                        "SLURM_STEP_NUM_TASKS"};
     const char *env = getenv("HCOMM_BACKEND");
-    if (env && env[0])
-        return false;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        const char *v = getenv(sizes[i]);
-        if (v && v[0])
-            return strcmp(v, "1") == 0;
-    }
-    return false;
+    return !(env && env[0]) && hcomm__launch_job_size() == 1;
 }
 
 int main(int argc, char **argv) {
