@@ -753,13 +753,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
         *why = "twoshot needs every rank on one node with cross-memory reads";
         return HCOMM__ALGO_RING;
     }
-    if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) && coll == HCOMM__COLL_ALLGATHERV) {
-        *why = "direct needs every rank on one node with cross-memory reads";
-        return HCOMM__ALGO_RING;
-    }
     if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) &&
-        (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_REDUCESCATTER ||
-         coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_REDUCE)) {
+        (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_ALLGATHERV ||
+         coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_BROADCAST ||
+         coll == HCOMM__COLL_REDUCE)) {
         bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
         *why = "direct needs every rank on one node with cross-memory reads";
         return coll == HCOMM__COLL_REDUCE      ? HCOMM__ALGO_TREE
@@ -1636,12 +1633,12 @@ static hcomm_result_t a2a_board(call_t *k, hcomm__a2a_t *v) {
     k->a->agreements++;
     HCOMM__TRY(hcomm__a2a_shm(&x, v, &fallback));
     const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    if (fallback < 0)
+        return HCOMM_OK;
     if (fallback == HCOMM__ALGO_NATIVE &&
         hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE))
         return a2a_native(k, v, true);
-    if (fallback >= 0) /* pairwise: it checks the counts again in its own messages */
-        fallback = HCOMM__ALGO_PAIRWISE;
-    return fallback >= 0 ? hcomm__a2a_run(&x, fallback, v) : HCOMM_OK;
+    return hcomm__a2a_run(&x, HCOMM__ALGO_PAIRWISE, v); /* it checks the counts in its messages */
 }
 
 /* agreed: the caller's own exchange already checked the call and the counts on every rank,
