@@ -62,6 +62,8 @@ out=$(timeout 120 "$bench" moe_dispatch_combine -t 3 -b 64 -e 4K -f 8 -n 2 -w 1 
 echo "$out"
 echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
 echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
+# the all_to_allv inside the dispatch is no row of this table: auto names no choice
+echo "$out" | rows | awk '$6 == "auto" {a++} END {exit a != 3}' || fail "moe: auto rows"
 echo "$out" | grep_all "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$" ||
     fail "moe: auto/baseline"
 # T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
@@ -90,10 +92,20 @@ count_of() { timeout 60 "$bench" "$@" -n 1 -w 0 | rows | awk 'NR == 1 {print $2 
 [ "$(count_of all_gatherv -t 3 -b 20 -e 20)" = "5 20" ] || fail "all_gatherv -b 20 on 3 ranks"
 [ "$(count_of all_gather -t 3 -b 40 -e 40)" = "9 36" ] || fail "all_gather -b 40 on 3 ranks: a multiple of 3"
 [ "$(count_of all_gather -t 3 -b 4 -e 4)" = "3 12" ] || fail "all_gather -b 4 on 3 ranks: one element each"
+timeout 60 "$bench" all_gather -t 3 -b 4 -e 4 -n 1 -w 0 |
+    grep -q '^# -e 4 B is below the smallest all_gather call on 3 ranks: timed at 12 B$' ||
+    fail "all_gather -e 4 on 3 ranks: no note on the row above -e"
 [ "$(count_of all_reduce -t 2 -b 8 -e 8 -d f64)" = "1 8" ] || fail "f64 all_reduce of 8 B"
 [ "$(count_of all_reduce -t 2 -b 6 -e 6 -d f16)" = "3 6" ] || fail "f16 all_reduce of 6 B"
 sizes=$(timeout 60 "$bench" all_reduce -t 2 -b 1K -e 4K -i 1K -n 1 -w 0 | rows | awk '{printf "%s ", $1}')
 [ "$sizes" = "1024 2048 3072 4096 " ] || fail "-i 1K: sizes $sizes"
+
+# compare: -b/-e/-f choose its pp_send_recv sizes, -n its iterations.
+out=$(timeout 120 "$bench" compare -t 2 -b 8 -e 512 -f 8 -n 3)
+echo "$out"
+[ "$(echo "$out" | awk '/pp_send_recv/ {on = 1; next} on && !/^#/ {printf "%s ", $1}')" = "8 64 512 " ] ||
+    fail "compare -b 8 -e 512 -f 8: pp_send_recv sizes"
+echo "$out" | grep -q '^all_reduce 8 B *hcomm' || fail "compare: all_reduce row"
 
 # -c 0: no check, #wrong N/A; a spoiled output is counted.
 timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -c 0 -n 1 | rows | awk '$10 != "N/A" || $14 != "N/A" {exit 1}' ||

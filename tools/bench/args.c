@@ -86,8 +86,9 @@ static void usage(FILE *f) {
         "                    scatter, all_to_all, all_to_allv, all_gatherv, reduce_scatterv,\n"
         "                    tp_all_reduce, tp_all_gather, tp_reduce_scatter, pp_send_recv,\n"
         "                    moe_dispatch_combine, dp_all_reduce, all (every collective; the\n"
-        "                    default), or compare (hcomm against raw MPI and memcpy as ratios,\n"
-        "                    at its own fixed sizes and iterations: -b, -e, -n do not apply)\n"
+        "                    default), or compare (hcomm against raw MPI and memcpy as ratios;\n"
+        "                    -b/-e/-f/-i set its pp_send_recv sizes, 8 B to 64 MiB by default,\n"
+        "                    and -n every row's iterations, else its own per row)\n"
         "  --op OP           the same as OP\n"
         "  -b, --minbytes N  smallest size in bytes, K/M/G suffixes; 0 for empty calls (default "
         "1K)\n"
@@ -365,6 +366,8 @@ static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor
     }
     *factor |= f == F_FACTOR;
     *step |= f == F_STEP;
+    o->sizes_given |= f == F_MIN || f == F_MAX || f == F_FACTOR || f == F_STEP;
+    o->iters_given |= f == F_ITERS;
     return set_flag(o, f, name, v) ? -1 : eq ? 1 : 2;
 }
 

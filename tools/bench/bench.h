@@ -26,9 +26,10 @@ typedef struct bench_opts {
     const char *json, *csv, *plot;
     int moe_hidden, moe_topk, moe_experts;
     int dp_buffers;
-    bool host_mem;              /* --mem host: malloc'd buffers, not hcomm_mem_alloc's */
-    bool calibrate;             /* --calibrate [FILE] (calibrate.c) */
-    const char *calibrate_file; /* NULL: print only */
+    bool host_mem;                 /* --mem host: malloc'd buffers, not hcomm_mem_alloc's */
+    bool calibrate;                /* --calibrate [FILE] (calibrate.c) */
+    const char *calibrate_file;    /* NULL: print only */
+    bool sizes_given, iters_given; /* -b/-e/-f/-i, -n on the command line (compare's own else) */
 } bench_opts_t;
 
 /* One operation's buffers and shape at one size on one rank. */
@@ -113,6 +114,8 @@ typedef struct bench_record {
 
 /* args.c: 0 run, 1 done (help/version), -1 bad (message printed). */
 int bench_parse_args(int argc, char **argv, bench_opts_t *o);
+/* The size after bytes: times -f, or plus -i. */
+size_t bench_next_size(const bench_opts_t *o, size_t bytes);
 
 /* calibrate.c: measures the link classes and writes the tuning file (--calibrate). */
 hcomm_result_t bench_calibrate(hcomm_comm_t *w, const bench_opts_t *o);

@@ -6,13 +6,17 @@
  *   p2p 16 MiB          a rendezvous hcomm_pp_send between rank pairs (all pairs at once) vs
  *                       memcpy of the same size with every rank copying at once
  *   pp_send_recv N B    hcomm_pp_send/recv ping-pong vs the p2p layer's own send/recv under it
- *                       (PP's overhead), 8 B to 64 MiB, and raw MPI_Send/Recv on mpi
- * Each figure is the median over iterations of the slowest rank's time. */
+ *                       (PP's overhead), 8 B to 64 MiB or -b..-e, and raw MPI_Send/Recv on mpi
+ * Each figure is the median over iterations (-n, or each row's own count) of the slowest rank's
+ * time. */
 #include "compare.h"
+
+#include "bench.h"
 
 #include "core/internal.h"
 #include "p2p/p2p.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +77,17 @@ static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, v
 }
 
 typedef struct ctx {
+    const bench_opts_t *o;
     int rank, size;
     double in, out;
     hcomm_tensor_t small, big, sized;
     void *copy_dst;
 } ctx_t;
+
+/* -n where given, else the row's own count. */
+static int iters_of(const ctx_t *c, int own) {
+    return c->o->iters_given ? c->o->iters : own;
+}
 
 static hcomm_result_t hcomm_ar(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
@@ -210,14 +220,14 @@ static bool is_mpi(hcomm_comm_t *w) {
 static hcomm_result_t latency_rows(hcomm_comm_t *w, ctx_t *c) {
     double t[2] = {0, 0};
     const step_fn ar[2] = {hcomm_ar, RAW_STEP(w, mpi_ar)};
-    hcomm_result_t r = time_steps(w, ar, 2, c, LAT_ITERS, t);
+    hcomm_result_t r = time_steps(w, ar, 2, c, iters_of(c, LAT_ITERS), t);
     if (r != HCOMM_OK)
         return r;
     line(c->rank, "all_reduce 8 B", t[0], "MPI_Allreduce", t[1], "us", 1e6);
     if (c->size < 2)
         return HCOMM_OK;
     const step_fn pingpong[2] = {hcomm_pingpong, RAW_STEP(w, mpi_pingpong)};
-    r = time_steps(w, pingpong, 2, c, LAT_ITERS, t);
+    r = time_steps(w, pingpong, 2, c, iters_of(c, LAT_ITERS), t);
     if (r == HCOMM_OK)
         line(c->rank, "p2p 8 B one way", t[0] / 2, "MPI_Send/Recv", t[1] / 2, "us", 1e6);
     return r;
@@ -228,7 +238,7 @@ static hcomm_result_t bandwidth_rows(hcomm_comm_t *w, ctx_t *c) {
         return HCOMM_OK;
     double t[2];
     const step_fn steps[2] = {hcomm_stream, memcpy_all};
-    hcomm_result_t r = time_steps(w, steps, 2, c, BW_ITERS, t);
+    hcomm_result_t r = time_steps(w, steps, 2, c, iters_of(c, BW_ITERS), t);
     if (r != HCOMM_OK)
         return r;
     /* As bandwidths the ratio inverts: hcomm's share of what memcpy moves. */
@@ -243,9 +253,11 @@ static hcomm_result_t bandwidth_rows(hcomm_comm_t *w, ctx_t *c) {
 static hcomm_result_t pp_row(hcomm_comm_t *w, ctx_t *c, size_t bytes) {
     int64_t n = (int64_t)bytes;
     hcomm_tensor_init(&c->sized, c->copy_dst, HCOMM_U8, 1, &n);
-    int iters = bytes >= (1u << 20) ? 20 : bytes >= 65536 ? 200 : 2000;
+    int iters = iters_of(c, bytes >= (1u << 20) ? 20 : bytes >= 65536 ? 200 : 2000);
     double t[3];
-    const step_fn steps[3] = {pp_pingpong, p2p_pingpong, RAW_STEP(w, mpi_sized_pingpong)};
+    /* MPI_Send counts in int */
+    const step_fn steps[3] = {pp_pingpong, p2p_pingpong,
+                              bytes <= INT_MAX ? RAW_STEP(w, mpi_sized_pingpong) : NULL};
     hcomm_result_t r = time_steps(w, steps, 3, c, iters, t);
     double pp = t[0], raw = t[1], mpi = t[2];
     if (r != HCOMM_OK || c->rank != 0)
@@ -266,34 +278,42 @@ static hcomm_result_t pp_rows(hcomm_comm_t *w, ctx_t *c) {
                "%10s %12s %8s\n",
                "size(B)", "pp(us)", "p2p(us)", "GB/s", "pp-p2p", "MPI(us)", "pp/MPI");
     hcomm_result_t r = HCOMM_OK;
+    if (c->o->sizes_given) {
+        for (size_t b = c->o->min_bytes; r == HCOMM_OK && b <= c->o->max_bytes;
+             b = bench_next_size(c->o, b))
+            r = pp_row(w, c, b);
+        return r;
+    }
     static const size_t sizes[] = {8, 64, 512, 4096, 65536, 262144, 2 << 20, 16 << 20, 64 << 20};
     for (size_t i = 0; r == HCOMM_OK && i < sizeof sizes / sizeof *sizes; i++)
         r = pp_row(w, c, sizes[i]);
     return r;
 }
 
-hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, bool pp_only) {
-    ctx_t c = {.in = 1.0};
+hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, const bench_opts_t *o) {
+    ctx_t c = {.o = o, .in = 1.0};
+    /* the pp_send_recv rows ping-pong in copy_dst */
+    size_t copy_bytes = o->sizes_given && o->max_bytes > COPY_BYTES ? o->max_bytes : COPY_BYTES;
     hcomm_comm_rank(w, &c.rank);
     hcomm_comm_size(w, &c.size);
     double x = 0;
     int64_t one = 1, big = (int64_t)(BW_BYTES / sizeof(float));
     hcomm_tensor_init(&c.small, &x, HCOMM_F64, 1, &one);
     void *src = malloc(BW_BYTES);
-    c.copy_dst = malloc(COPY_BYTES);
+    c.copy_dst = malloc(copy_bytes);
     if (!src || !c.copy_dst) {
         free(src);
         free(c.copy_dst);
         return HCOMM_ERR_NOMEM;
     }
     memset(src, 1, BW_BYTES);
-    memset(c.copy_dst, 2, COPY_BYTES);
+    memset(c.copy_dst, 2, copy_bytes);
     hcomm_tensor_init(&c.big, src, HCOMM_F32, 1, &big);
     if (c.rank == 0)
         printf("#\n# compare, %d ranks, backend %s: median of the slowest rank per iteration\n",
                c.size, is_mpi(w) ? "mpi" : "local");
-    hcomm_result_t r = pp_only ? HCOMM_OK : latency_rows(w, &c);
-    if (r == HCOMM_OK && !pp_only)
+    hcomm_result_t r = latency_rows(w, &c);
+    if (r == HCOMM_OK)
         r = bandwidth_rows(w, &c);
     if (r == HCOMM_OK)
         r = pp_rows(w, &c);

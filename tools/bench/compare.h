@@ -2,12 +2,10 @@
 #ifndef HCOMM_TOOLS_BENCH_COMPARE_H_
 #define HCOMM_TOOLS_BENCH_COMPARE_H_
 
-#include "hcomm/api.h"
+#include "bench.h"
 
-#include <stdbool.h>
-
-/* Collective over w: prints the comparison tables on rank 0 (only the pp_send_recv one when
- * pp_only). */
-hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, bool pp_only);
+/* Collective over w: prints the comparison tables on rank 0; o's -b/-e/-f/-i and -n where the
+ * command line gave them (sizes_given, iters_given). */
+hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, const bench_opts_t *o);
 
 #endif /* HCOMM_TOOLS_BENCH_COMPARE_H_ */

@@ -325,7 +325,9 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             if (i >= 0)
                 a->t[i] = dt;
             const char *got = a->kind == KIND_AUTO ? hcomm__coll_take_algo(R->w) : NULL;
-            if (got)
+            /* A primitive without rows of collective algorithms (moe, pp) has no choice to name:
+             * the collective run inside it is not a row --algo could pick. */
+            if (got && R->op->coll)
                 *chosen = got;
         }
     }
@@ -568,7 +570,7 @@ static void progress(run_t *R, size_t bytes, int done, int total) {
 
 /* --- sizes and buffers --- */
 
-static size_t next_size(const bench_opts_t *o, size_t bytes) {
+size_t bench_next_size(const bench_opts_t *o, size_t bytes) {
     if (o->step_bytes)
         return bytes + o->step_bytes;
     size_t next = (size_t)((double)bytes * o->factor);
@@ -577,7 +579,7 @@ static size_t next_size(const bench_opts_t *o, size_t bytes) {
 
 static int count_sizes(const bench_opts_t *o) {
     int n = 0;
-    for (size_t b = o->min_bytes; b <= o->max_bytes; b = next_size(o, b))
+    for (size_t b = o->min_bytes; b <= o->max_bytes; b = bench_next_size(o, b))
         n++;
     return n;
 }
@@ -693,12 +695,16 @@ static hcomm_result_t bench_op(run_t *R) {
     hcomm_result_t r = alloc_case(R, &c);
     if (r == HCOMM_OK && R->rank == 0)
         print_header(R, &c);
+    /* alloc_case shaped -e: above it, the op cannot be as small as asked */
+    if (r == HCOMM_OK && R->rank == 0 && c.bytes > R->o->max_bytes)
+        printf("# -e %zu B is below the smallest %s call on %d ranks: timed at %zu B\n",
+               R->o->max_bytes, R->op->name, R->size, c.bytes);
     memset(R->busbw_sum, 0, sizeof R->busbw_sum);
     memset(R->busbw_n, 0, sizeof R->busbw_n);
     R->last_bytes = R->last_count = SIZE_MAX;
     int total = count_sizes(R->o), done = 0;
     for (size_t b = R->o->min_bytes; r == HCOMM_OK && b <= R->o->max_bytes;
-         b = next_size(R->o, b)) {
+         b = bench_next_size(R->o, b)) {
         r = bench_size(R, &c, b);
         progress(R, c.bytes, ++done, total);
     }
@@ -763,7 +769,7 @@ static hcomm_result_t check_root(const run_t *R) {
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     const bench_opts_t *o = arg;
     if (o->legacy)
-        return hcomm_bench_compare(w, false);
+        return hcomm_bench_compare(w, o);
     if (o->calibrate)
         return bench_calibrate(w, o);
     run_t R = {.w = w, .o = o, .start = hcomm__now()};
