@@ -358,21 +358,50 @@ static void reduce_many_half(uint16_t *dst, const void *const *srcs, int n, size
     }
 }
 
+enum { MANY_BLOCK_BYTES = 16 << 10 };
+
+/* Whether dst is element off of a source after the first two (which the first pass reads
+ * before it writes each element). */
+static bool dst_is_later_source(const void *dst, const void *const *srcs, int n, size_t off,
+                                size_t es) {
+    for (int r = 2; r < n; r++)
+        if ((const char *)srcs[r] + off * es == (const char *)dst)
+            return true;
+    return false;
+}
+
 void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, size_t count,
                         hcomm_dtype_t dt, hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt);
     if (count == 0 || n <= 0)
         return;
-    if (dt == HCOMM_F16 || dt == HCOMM_BF16) {
+    if (dt == HCOMM_F16 || dt == HCOMM_BF16) { /* reads a block of every input, then writes it */
         reduce_many_half(dst, srcs, n, off, count, op, dt);
         return;
     }
     hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
-    memcpy(dst, (const char *)srcs[0] + off * es, count * es);
-    for (int r = 1; r < n; r++)
-        hcomm__reduce(dst, (const char *)srcs[r] + off * es, count, dt, aop);
-    if (op == HCOMM_AVG)
-        hcomm__scale_div(dst, count, dt, n);
+    /* A block at a time, so that the result stays in cache while every source is folded in:
+     * over the whole vector at once dst went through memory n times (local backend, 2 ranks,
+     * 8 MiB reduce_scatter 562 us against 421 for the direct algorithm's pieces). Where dst is
+     * a later input, each block is reduced in tmp and copied over it after. */
+    _Alignas(64) unsigned char tmp[MANY_BLOCK_BYTES];
+    bool staged = dst_is_later_source(dst, srcs, n, off, es);
+    size_t step = MANY_BLOCK_BYTES / es;
+    for (size_t b = 0; b < count; b += step) {
+        size_t m = count - b < step ? count - b : step, at = (off + b) * es;
+        char *d = (char *)dst + b * es, *acc = staged ? (char *)tmp : d;
+        if (n == 1)
+            memmove(acc, (const char *)srcs[0] + at, m * es);
+        else
+            hcomm__reduce_to(acc, (const char *)srcs[0] + at, (const char *)srcs[1] + at, m, dt,
+                             aop);
+        for (int r = 2; r < n; r++)
+            hcomm__reduce(acc, (const char *)srcs[r] + at, m, dt, aop);
+        if (op == HCOMM_AVG)
+            hcomm__scale_div(acc, m, dt, n);
+        if (staged)
+            memcpy(d, acc, m * es);
+    }
 }
 
 /* Divides in int64 (or double): k need not fit in T (a group of 256 is 0 as a u8). */

@@ -63,7 +63,8 @@ void hcomm__reduce_to(void *dst, const void *a, const void *b, size_t count, hco
 /* dst[i] = srcs[0][off+i] op srcs[1][off+i] op ... op srcs[n-1][off+i], in input order, for
  * i < count (off and count in elements). f16/bf16 accumulate in f32 and round once; AVG sums,
  * then divides by n (f16/bf16 before rounding, so a representable mean never overflows).
- * MAX/MIN of floats are NaN where any input is NaN. dst must not alias a source. */
+ * MAX/MIN of floats are NaN where any input is NaN. dst may be one of the sources at element off
+ * (reduced in place); it must not overlap them otherwise. */
 void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, size_t count,
                         hcomm_dtype_t dt, hcomm_op_t op);
 /* buf[i] /= divisor for i < count (the AVG step; integer division truncates). */

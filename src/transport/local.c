@@ -587,12 +587,20 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     return res != HCOMM_OK ? res : red;
 }
 
-/* reduce_scatter(v): this rank's n elements at element lo of every input, reduced in rank order
- * into scratch, then copied out once every input was read (recvbuf may alias one of them). */
+/* reduce_scatter(v): this rank's n elements at element lo of every input (total elements
+ * each), reduced in rank order straight into recvbuf. In place (recvbuf == sendbuf, whose
+ * start peers read until the barrier) into this rank's own block of its input, which only it
+ * reads, moved to the start after the barrier; any other overlap through scratch. Local, 2
+ * ranks, 8 MiB: 815 us in place through scratch, 603 for the direct algorithm's pieces. */
 static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
-                                       size_t lo, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+                                       size_t lo, size_t n, size_t total, hcomm_dtype_t dt,
+                                       hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt);
-    void *mine = scratch_of(c, n * es);
+    uintptr_t in = (uintptr_t)sendbuf, out = (uintptr_t)recvbuf;
+    bool overlap = n > 0 && out < in + total * es && in < out + n * es;
+    void *mine = !overlap             ? recvbuf
+                 : recvbuf == sendbuf ? (char *)recvbuf + lo * es
+                                      : scratch_of(c, n * es);
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
     post(c, (local_slot_t){.send = sendbuf});
@@ -602,14 +610,15 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
         res = barrier(c);
         res = res == HCOMM_OK ? red : res;
     }
-    if (res == HCOMM_OK && n > 0)
-        memcpy(recvbuf, mine, n * es);
+    if (res == HCOMM_OK && mine != recvbuf)
+        memmove(recvbuf, mine, n * es); /* v-blocks of other sizes may overlap the start */
     return res;
 }
 
 static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                            size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    return reduce_own_block(c, sendbuf, recvbuf, (size_t)c->rank * count, count, dt, op);
+    return reduce_own_block(c, sendbuf, recvbuf, (size_t)c->rank * count, count,
+                            count * (size_t)c->size, dt, op);
 }
 
 /* all_gather(v): rank r's block (each[r] bytes, or equal where each is NULL) copied from its
@@ -642,10 +651,12 @@ static hcomm_result_t local_all_gatherv(hcomm_comm_t *c, const void *sendbuf, vo
 
 static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                             const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
-    size_t lo = 0;
-    for (int r = 0; r < c->rank; r++)
-        lo += counts[r];
-    return reduce_own_block(c, sendbuf, recvbuf, lo, counts[c->rank], dt, op);
+    size_t lo = 0, total = 0;
+    for (int r = 0; r < c->size; r++) {
+        lo += r < c->rank ? counts[r] : 0;
+        total += counts[r];
+    }
+    return reduce_own_block(c, sendbuf, recvbuf, lo, counts[c->rank], total, dt, op);
 }
 
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
