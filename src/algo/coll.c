@@ -80,12 +80,20 @@ typedef struct algo {
     uint32_t over_gen;    /* bumped by hcomm_comm_set_algo: the selection cache's key */
     choice_t last_choice; /* the one-node defaults' last answer (choose) */
     uint64_t agreements;  /* signature agreements run before native calls (hcomm__coll_counts) */
+    void *scratch;        /* hcomm__x_scratch: kept between calls */
+    size_t scratch_cap;
 } algo_t;
+
+static void algo_free(void *p) {
+    algo_t *a = p;
+    free(a->scratch);
+    free(a);
+}
 
 static algo_t *algo_of(hcomm_comm_t *c) {
     if (!c->layer[HCOMM__LAYER_ALGO]) {
         c->layer[HCOMM__LAYER_ALGO] = calloc(1, sizeof(algo_t));
-        c->layer_free[HCOMM__LAYER_ALGO] = free;
+        c->layer_free[HCOMM__LAYER_ALGO] = algo_free;
     }
     return c->layer[HCOMM__LAYER_ALGO];
 }
@@ -270,6 +278,16 @@ typedef struct call {
     uint32_t seq;
     const size_t *vcounts; /* the v-calls' per-rank counts, for a mismatch message */
 } call_t;
+
+void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
+    algo_t *a = ((call_t *)x->call)->a;
+    if (bytes > a->scratch_cap || !a->scratch) {
+        free(a->scratch);
+        a->scratch = malloc(bytes ? bytes : 1);
+        a->scratch_cap = a->scratch ? bytes : 0;
+    }
+    return a->scratch;
+}
 
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
                                  hcomm_op_t op, int root, uint64_t count) {
