@@ -124,7 +124,7 @@ for (cfg, op) in sorted(times):
         lost = sum(1 for i in range(nrep)
                    if t["auto"][i] > 1.10 * min(v[i] for v in named.values() if len(v) > i))
         raw = ""
-        ch = ",".join(sorted(set(chosen[(cfg, op)][key])))
+        ch = ",".join(sorted({c or "-" for c in chosen[(cfg, op)][key]}))  # primitives: null
         flag = (" <=" if ch == best else " <") if regret > 1.10 else ""
         if "raw" in t:
             vs = auto / statistics.median(t["raw"])

@@ -25,13 +25,17 @@ run() { # name, then the command; its JSON goes to $out/name.json
     local name=$1
     shift
     echo "targets: $name" >&2
+    rm -f "$out/$name.json" # a failed run must not leave an older run's figures to report
     timeout 900 "$@" --json "$out/$name.json" >"$out/$name.log" 2>&1 ||
         echo "targets: $name failed (see $out/$name.log)" >&2
 }
 
-if [ "${SKIP_MPI:-0}" != 1 ] && command -v mpirun >/dev/null; then
-    run mpi2-large mpirun -np 2 env HCOMM_BACKEND=mpi "$bench" all_reduce -b 32M -e 256M -f 2 \
-        -n 10 -w 2 -c 0 --algo auto
+export SKIPPED=""
+if [ "${SKIP_MPI:-0}" = 1 ] || ! command -v mpirun >/dev/null; then
+    SKIPPED=mpi2-large
+else
+    run mpi2-large mpirun --oversubscribe -np 2 env HCOMM_BACKEND=mpi "$bench" all_reduce \
+        -b 32M -e 256M -f 2 -n 10 -w 2 -c 0 --algo auto
 fi
 run local2-large env HCOMM_BACKEND=local "$bench" all_reduce -t 2 -b 4M -e 128M -f 2 -n 10 -w 2 \
     -c 0 --algo auto
@@ -49,16 +53,32 @@ misses = 0
 
 def load(name):
     path = os.path.join(out, name + ".json")
+    if name in os.environ.get("SKIPPED", "").split():
+        print(f"{name}: skipped (SKIP_MPI=1 or no mpirun)")
+        return []
     if not os.path.exists(path):
-        print(f"{name}: not run")
+        verdict(False, f"{name}: no figures (the run failed: {path[:-5]}.log)")
         return []
     return [r for r in json.load(open(path)) if r["op"] == "all_reduce"]
+
+
+def need(ok, what):  # a size without the rows a target compares is a miss, not a pass
+    if not ok:
+        verdict(False, what)
+    return ok
 
 
 def verdict(ok, line):
     global misses
     misses += not ok
     print(f"  {'PASS' if ok else 'MISS'}  {line}")
+
+
+def sizes(recs, name, lo, hi):  # every size of lo, 2lo, .. hi ran (a missing one is a miss)
+    got, b = {r["bytes"] for r in recs}, lo
+    while b <= hi:
+        need(not recs or b in got, f"{name}: no rows at {b} B")
+        b *= 2
 
 
 def mib(b):
@@ -68,10 +88,11 @@ def mib(b):
 recs = load("mpi2-large")
 if recs:
     print("1. mpi, 2 processes, all_reduce f32: busbw >= 2x raw and >= 0.5x memcpy")
+sizes(recs, "mpi2-large", 32 << 20, 256 << 20)
 for b in sorted({r["bytes"] for r in recs}):
     for ip in (False, True):
         row = {r["algo"]: r for r in recs if r["bytes"] == b and r["inplace"] == ip}
-        if "auto" not in row or "raw" not in row:
+        if not need("auto" in row and "raw" in row, f"{mib(b)}: no auto or raw row"):
             continue
         a, raw = row["auto"], row["raw"]
         x_raw = a["busbw"] / raw["busbw"] if raw["busbw"] > 0 else float("inf")
@@ -83,26 +104,33 @@ for b in sorted({r["bytes"] for r in recs}):
 recs = load("local2-large")
 if recs:
     print("2. local, 2 ranks, all_reduce f32 from 4 MiB: busbw >= 0.5x memcpy; 8 B <= 1 us")
-for r in sorted((r for r in recs if r["algo"] == "auto"), key=lambda r: (r["bytes"], r["inplace"])):
+sizes(recs, "local2-large", 4 << 20, 128 << 20)
+autos = [r for r in recs if r["algo"] == "auto"]
+need(autos or not recs, "local2-large: no auto rows")
+for r in sorted(autos, key=lambda r: (r["bytes"], r["inplace"])):
     x = r["busbw"] / r.get("memcpy_gbs", float("nan"))
     verdict(x >= 0.5, f"{mib(r['bytes']):>8} {'ip' if r['inplace'] else 'op'} auto({r['chosen']})"
             f" busbw {r['busbw']:.2f} GB/s: {x:.2f} of memcpy")
-for r in (r for r in load("local2-8B") if r["algo"] == "auto"):
+recs = load("local2-8B")
+autos = [r for r in recs if r["algo"] == "auto"]
+need(autos or not recs, "local2-8B: no auto rows")
+for r in autos:
     verdict(r["time_us"] <= 1.0, f"     8 B {'ip' if r['inplace'] else 'op'} auto({r['chosen']})"
             f" {r['time_us']:.2f} us")
 
 recs = load("sim2x4")
 if recs:
     print("3. simulated 2x4: auto picks hier from 1 MiB, >= 1.5x ring at 16 MiB")
+need(not recs or 16 << 20 in {r["bytes"] for r in recs}, "sim2x4: no rows at 16 MiB")
 for b in sorted({r["bytes"] for r in recs}):
     for ip in (False, True):
         row = {r["algo"]: r for r in recs if r["bytes"] == b and r["inplace"] == ip}
-        if "auto" not in row or "ring" not in row:
+        if not need("auto" in row and "ring" in row, f"{mib(b)}: no auto or ring row"):
             continue
         a = row["auto"]
         x = row["ring"]["time_us"] / a["time_us"]
-        need = 1.5 if b >= 16 * 2**20 else 0
-        verdict(a["chosen"] == "hier" and x >= need,
+        want = 1.5 if b >= 16 * 2**20 else 0
+        verdict(a["chosen"] == "hier" and x >= want,
                 f"{mib(b):>8} {'ip' if ip else 'op'} auto({a['chosen']}) {a['time_us']:.0f} us,"
                 f" ring {row['ring']['time_us']:.0f} us: {x:.2f}x")
 print(f"{misses} miss(es); JSON and logs in {out}")

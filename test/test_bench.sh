@@ -106,6 +106,10 @@ echo "$out"
 [ "$(echo "$out" | awk '/pp_send_recv/ {on = 1; next} on && !/^#/ {printf "%s ", $1}')" = "8 64 512 " ] ||
     fail "compare -b 8 -e 512 -f 8: pp_send_recv sizes"
 echo "$out" | grep -q '^all_reduce 8 B *hcomm' || fail "compare: all_reduce row"
+# each size flag alone: the others keep compare's own (8 B, 64 MiB, x8)
+out=$(timeout 120 "$bench" compare -t 2 -e 64 -n 2)
+[ "$(echo "$out" | awk '/pp_send_recv/ {on = 1; next} on && !/^#/ {printf "%s ", $1}')" = "8 64 " ] ||
+    fail "compare -e 64: pp_send_recv sizes"
 
 # -c 0: no check, #wrong N/A; a spoiled output is counted.
 timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -c 0 -n 1 | rows | awk '$10 != "N/A" || $14 != "N/A" {exit 1}' ||

@@ -366,7 +366,9 @@ static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor
     }
     *factor |= f == F_FACTOR;
     *step |= f == F_STEP;
-    o->sizes_given |= f == F_MIN || f == F_MAX || f == F_FACTOR || f == F_STEP;
+    o->min_given |= f == F_MIN;
+    o->max_given |= f == F_MAX;
+    o->step_given |= f == F_FACTOR || f == F_STEP;
     o->iters_given |= f == F_ITERS;
     return set_flag(o, f, name, v) ? -1 : eq ? 1 : 2;
 }
@@ -376,7 +378,7 @@ static int check_combination(const bench_opts_t *o, bool factor, bool step) {
         fprintf(stderr, "hcomm-bench: -f and -i exclude each other (a factor or a step)\n");
         return -1;
     }
-    if (o->min_bytes > o->max_bytes) {
+    if (o->min_bytes > o->max_bytes && !o->legacy) { /* compare has defaults of its own */
         fprintf(stderr, "hcomm-bench: -b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
         return -1;
     }

@@ -26,10 +26,11 @@ typedef struct bench_opts {
     const char *json, *csv, *plot;
     int moe_hidden, moe_topk, moe_experts;
     int dp_buffers;
-    bool host_mem;                 /* --mem host: malloc'd buffers, not hcomm_mem_alloc's */
-    bool calibrate;                /* --calibrate [FILE] (calibrate.c) */
-    const char *calibrate_file;    /* NULL: print only */
-    bool sizes_given, iters_given; /* -b/-e/-f/-i, -n on the command line (compare's own else) */
+    bool host_mem;                         /* --mem host: malloc'd buffers, not hcomm_mem_alloc's */
+    bool calibrate;                        /* --calibrate [FILE] (calibrate.c) */
+    const char *calibrate_file;            /* NULL: print only */
+    bool min_given, max_given, step_given; /* -b, -e, -f or -i on the command line (compare) */
+    bool iters_given;                      /* -n on the command line (compare) */
 } bench_opts_t;
 
 /* One operation's buffers and shape at one size on one rank. */
