@@ -212,9 +212,9 @@ static bool is_mpi(hcomm_comm_t *w) {
 }
 
 #if defined(HCOMM_BENCH_MPI)
-#define RAW_STEP(w, f) (is_mpi(w) ? (f) : NULL)
+#define RAW_STEP(w, f) (is_mpi(w) ? (f) : (step_fn)0)
 #else
-#define RAW_STEP(w, f) NULL
+#define RAW_STEP(w, f) ((step_fn)0)
 #endif
 
 static hcomm_result_t latency_rows(hcomm_comm_t *w, ctx_t *c) {
@@ -273,7 +273,7 @@ static hcomm_result_t pp_row(hcomm_comm_t *w, ctx_t *c, size_t bytes) {
     double t[3];
     /* MPI_Send counts in int */
     const step_fn steps[3] = {pp_pingpong, p2p_pingpong,
-                              bytes <= INT_MAX ? RAW_STEP(w, mpi_sized_pingpong) : NULL};
+                              bytes <= INT_MAX ? RAW_STEP(w, mpi_sized_pingpong) : (step_fn)0};
     hcomm_result_t r = time_steps(w, steps, 3, c, iters, t);
     double pp = t[0], raw = t[1], mpi = t[2];
     if (r != HCOMM_OK || c->rank != 0)
