@@ -93,11 +93,10 @@ hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hc
     while (h.pof2 * 2 <= x->c->size)
         h.pof2 *= 2;
     h.rem = x->c->size - h.pof2;
-    h.tmp = malloc(count * h.es + 1);
-    if (!h.tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes of scratch",
-                          count * h.es);
-    hcomm_result_t res = rhd_run(&h);
-    free(h.tmp);
-    return res;
+    h.tmp = hcomm__x_scratch(x, count * h.es); /* kept: a fresh 32 MiB+ malloc faults */
+    if (!h.tmp) /* the peers wait for this rank's messages: they fail with this */
+        return hcomm__x_tell_peers(x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
+                                                 "cannot allocate %zu bytes of scratch",
+                                                 count * h.es));
+    return rhd_run(&h);
 }
