@@ -42,8 +42,8 @@ struct hcomm__xfer {
     void *call;
 };
 
-/* The communicator's scratch of at least bytes, kept between calls (a buffer malloc'd per call
- * pays its page faults every call); its content is not kept. NULL: out of memory. */
+/* The communicator's scratch (hcomm__scratch) of at least bytes: one per communicator, so one
+ * algorithm at a time may hold it. NULL: out of memory. */
 void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes);
 
 /* Block r of count elements over p ranks: *off and *len in elements. */

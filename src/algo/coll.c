@@ -80,13 +80,12 @@ typedef struct algo {
     uint32_t over_gen;    /* bumped by hcomm_comm_set_algo: the selection cache's key */
     choice_t last_choice; /* the one-node defaults' last answer (choose) */
     uint64_t agreements;  /* signature agreements run before native calls (hcomm__coll_counts) */
-    void *scratch;        /* hcomm__x_scratch: kept between calls */
-    size_t scratch_cap;
+    hcomm__scratch_t scratch; /* hcomm__x_scratch */
 } algo_t;
 
 static void algo_free(void *p) {
     algo_t *a = p;
-    free(a->scratch);
+    free(a->scratch.p);
     free(a);
 }
 
@@ -280,13 +279,7 @@ typedef struct call {
 } call_t;
 
 void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
-    algo_t *a = ((call_t *)x->call)->a;
-    if (bytes > a->scratch_cap || !a->scratch) {
-        free(a->scratch);
-        a->scratch = malloc(bytes ? bytes : 1);
-        a->scratch_cap = a->scratch ? bytes : 0;
-    }
-    return a->scratch;
+    return hcomm__scratch(&((call_t *)x->call)->a->scratch, bytes);
 }
 
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,

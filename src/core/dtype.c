@@ -467,6 +467,15 @@ double hcomm__now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes) {
+    if (bytes > s->cap || !s->p) {
+        free(s->p);
+        s->p = malloc(bytes + 1);
+        s->cap = s->p ? bytes : 0;
+    }
+    return s->p;
+}
+
 void hcomm__backoff_init(hcomm__backoff_t *b) {
     *b = (hcomm__backoff_t){0};
 }

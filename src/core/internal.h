@@ -96,6 +96,15 @@ void hcomm__stream_fence(void);
 /* Monotonic clock in seconds. */
 double hcomm__now(void);
 
+/* A buffer kept between calls and grown on demand: a malloc per call pays its page faults every
+ * time once glibc maps it afresh (from 32 MiB). Zero-initialise; free with free(s->p). */
+typedef struct hcomm__scratch {
+    void *p;
+    size_t cap;
+} hcomm__scratch_t;
+/* At least bytes of s (the previous content is not kept); NULL: out of memory. */
+void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes);
+
 /* How a waiter spends a wait: it spins first, then yields its core to peers (ranks may
  * outnumber cores), then naps; hcomm__backoff() does the step for the current iteration. */
 typedef struct hcomm__backoff {

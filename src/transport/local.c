@@ -91,8 +91,7 @@ typedef struct local_comm {
     /* The reduced chunk of the shared-memory all_reduce / reduce_scatter, kept between calls
      * (grown to the largest, freed with the communicator): a fresh malloc per call above
      * glibc's mmap threshold page-faulted every 4 KiB of it, 1.5-4x the call at 32-128 MiB. */
-    void *scratch;
-    size_t scratch_cap;
+    hcomm__scratch_t scratch;
     unsigned posts; /* calls posted on this comm: the parity picks the local_post_t */
 } local_comm_t;
 
@@ -538,17 +537,6 @@ static hcomm_result_t reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size
     return HCOMM_OK;
 }
 
-/* This rank's scratch of at least bytes (the previous call's content is not kept). */
-static void *scratch_of(hcomm_comm_t *c, size_t bytes) {
-    local_comm_t *lc = lc_of(c);
-    if (bytes > lc->scratch_cap || !lc->scratch) {
-        free(lc->scratch);
-        lc->scratch = malloc(bytes + 1);
-        lc->scratch_cap = lc->scratch ? bytes : 0;
-    }
-    return lc->scratch;
-}
-
 /* Small messages: each rank posts its input itself and reduces the whole vector from the
  * posts (no chunk exchange), so no rank reads another's buffers and the call needs no closing
  * barrier: one meeting per call (see local_post_t). */
@@ -567,7 +555,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     if (count * es <= SMALL_REDUCE_BYTES)
         return small_all_reduce(c, sendbuf, recvbuf, count, dt, op);
     chunk(count, c->size, c->rank, &lo, &hi);
-    void *mine = scratch_of(c, (hi - lo) * es);
+    void *mine = hcomm__scratch(&lc_of(c)->scratch, (hi - lo) * es);
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", (hi - lo) * es);
     post(c, (local_slot_t){.send = sendbuf, .aux = mine});
@@ -600,7 +588,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
     bool overlap = n > 0 && out < in + total * es && in < out + n * es;
     void *mine = !overlap             ? recvbuf
                  : recvbuf == sendbuf ? (char *)recvbuf + lo * es
-                                      : scratch_of(c, n * es);
+                                      : hcomm__scratch(&lc_of(c)->scratch, n * es);
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
     post(c, (local_slot_t){.send = sendbuf});
@@ -798,7 +786,7 @@ static void local_destroy(hcomm_comm_t *c) {
             lc->ovf_head[p] = n;
         }
     shared_release(lc->sh);
-    free(lc->scratch);
+    free(lc->scratch.p);
     free(lc->ovf_head);
     free(lc->ovf_tail);
     free(lc);
