@@ -1520,6 +1520,15 @@ static int a2a_fixed(call_t *k) {
     return -1;
 }
 
+/* What runs where the chosen all_to_allv algorithm cannot: the native call where allowed,
+ * else pairwise. */
+static int a2a_fallback(const call_t *k) {
+    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
+    return hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
+               ? HCOMM__ALGO_NATIVE
+               : HCOMM__ALGO_PAIRWISE;
+}
+
 /* direct needs cross-memory reads on every rank and shm a board (the same answers on all of
  * them); without, the native call runs where allowed, else pairwise. */
 static int a2a_runnable(call_t *k, int algo, size_t bytes) {
@@ -1528,14 +1537,7 @@ static int a2a_runnable(call_t *k, int algo, size_t bytes) {
                       : algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c)
                           ? "direct needs cross-memory reads"
                           : NULL;
-    if (!why)
-        return algo;
-    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
-    return a2a_set(k,
-                   hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE)
-                       ? HCOMM__ALGO_NATIVE
-                       : HCOMM__ALGO_PAIRWISE,
-                   why, bytes);
+    return why ? a2a_set(k, a2a_fallback(k), why, bytes) : algo;
 }
 
 /* A rank with a block whose count or displacement exceeds INT_MAX (every rank knows it from
@@ -1643,11 +1645,9 @@ static hcomm_result_t a2a_board(call_t *k, hcomm__a2a_t *v) {
     int fallback = -1;
     k->a->agreements++;
     HCOMM__TRY(hcomm__a2a_shm(&x, v, &fallback));
-    const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
     if (fallback < 0)
         return HCOMM_OK;
-    if (fallback == HCOMM__ALGO_NATIVE &&
-        hcomm__algo_allowed(over, HCOMM__COLL_ALLTOALLV, HCOMM__ALGO_NATIVE))
+    if (fallback == HCOMM__ALGO_NATIVE && a2a_fallback(k) == HCOMM__ALGO_NATIVE)
         return a2a_native(k, v, true);
     return hcomm__a2a_run(&x, HCOMM__ALGO_PAIRWISE, v); /* it checks the counts in its messages */
 }
