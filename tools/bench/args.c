@@ -368,7 +368,6 @@ static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor
     *step |= f == F_STEP;
     o->min_given |= f == F_MIN;
     o->max_given |= f == F_MAX;
-    o->step_given |= f == F_FACTOR || f == F_STEP;
     o->iters_given |= f == F_ITERS;
     return set_flag(o, f, name, v) ? -1 : eq ? 1 : 2;
 }
@@ -401,5 +400,6 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
     }
     if (o->nops == 0 && !o->legacy)
         select_op(o, NULL, "all");
+    o->step_given = factor || step;
     return check_combination(o, factor, step);
 }

@@ -78,6 +78,7 @@ static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, v
 
 typedef struct ctx {
     const bench_opts_t *o;
+    const bench_opts_t *sizes; /* the pp_send_recv sizes from -b/-e/-f/-i; NULL: none given */
     int rank, size;
     double in, out;
     hcomm_tensor_t small, big, sized;
@@ -249,10 +250,6 @@ static hcomm_result_t bandwidth_rows(hcomm_comm_t *w, ctx_t *c) {
     return HCOMM_OK;
 }
 
-static bool sized(const bench_opts_t *o) {
-    return o->min_given || o->max_given || o->step_given;
-}
-
 /* The pp_send_recv sizes: each of -b, -e and -f/-i where given, else 8 B, 64 MiB and x8. */
 static bench_opts_t sizes_of(const bench_opts_t *o) {
     bench_opts_t s = *o;
@@ -294,9 +291,9 @@ static hcomm_result_t pp_rows(hcomm_comm_t *w, ctx_t *c) {
                "%10s %12s %8s\n",
                "size(B)", "pp(us)", "p2p(us)", "GB/s", "pp-p2p", "MPI(us)", "pp/MPI");
     hcomm_result_t r = HCOMM_OK;
-    if (sized(c->o)) {
-        bench_opts_t s = sizes_of(c->o);
-        for (size_t b = s.min_bytes; r == HCOMM_OK && b <= s.max_bytes; b = bench_next_size(&s, b))
+    if (c->sizes) {
+        for (size_t b = c->sizes->min_bytes; r == HCOMM_OK && b <= c->sizes->max_bytes;
+             b = bench_next_size(c->sizes, b))
             r = pp_row(w, c, b);
         return r;
     }
@@ -307,13 +304,15 @@ static hcomm_result_t pp_rows(hcomm_comm_t *w, ctx_t *c) {
 }
 
 hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, const bench_opts_t *o) {
-    ctx_t c = {.o = o, .in = 1.0};
     bench_opts_t s = sizes_of(o);
-    if (sized(o) && s.min_bytes > s.max_bytes)
+    ctx_t c = {.o = o, .in = 1.0};
+    if (o->min_given || o->max_given || o->step_given)
+        c.sizes = &s;
+    if (c.sizes && s.min_bytes > s.max_bytes)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm-bench compare",
                           "-b %zu is larger than -e %zu", s.min_bytes, s.max_bytes);
     /* the pp_send_recv rows ping-pong in copy_dst */
-    size_t copy_bytes = sized(o) && s.max_bytes > COPY_BYTES ? s.max_bytes : COPY_BYTES;
+    size_t copy_bytes = c.sizes && s.max_bytes > COPY_BYTES ? s.max_bytes : COPY_BYTES;
     hcomm_comm_rank(w, &c.rank);
     hcomm_comm_size(w, &c.size);
     double x = 0;
