@@ -579,7 +579,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
  * each), reduced in rank order straight into recvbuf. In place (recvbuf == sendbuf, whose
  * start peers read until the barrier) into this rank's own block of its input, which only it
  * reads, moved to the start after the barrier; any other overlap through scratch. Local, 2
- * ranks, 8 MiB: 815 us in place through scratch, 603 for the direct algorithm's pieces. */
+ * ranks, 8 MiB in place: 600 us, against 815 through scratch (the direct algorithm: 603). */
 static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t lo, size_t n, size_t total, hcomm_dtype_t dt,
                                        hcomm_op_t op) {
