@@ -3,8 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
-#include <time.h>
 
 static const struct {
     const char *name;
@@ -461,12 +459,6 @@ void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
     }
 }
 
-double hcomm__now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes) {
     if (bytes > s->cap || !s->p) {
         free(s->p);
@@ -474,29 +466,4 @@ void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes) {
         s->cap = s->p ? bytes : 0;
     }
     return s->p;
-}
-
-void hcomm__backoff_init(hcomm__backoff_t *b) {
-    *b = (hcomm__backoff_t){0};
-}
-
-/* Spinning is cheapest while the peer runs on another core; yielding lets an oversubscribed
- * peer run at once (8 ranks on 2 cores); a nap after 2 ms keeps idle waiters off the cores. */
-double hcomm__backoff(hcomm__backoff_t *b) {
-    unsigned long i = b->iter++;
-    if (i < 64)
-        return 0.0;
-    if (b->start == 0.0)
-        b->start = hcomm__now();
-    if ((i & 63) == 0) {
-        b->waited = hcomm__now() - b->start;
-        b->napping = b->waited > 2e-3;
-    }
-    if (b->napping) {
-        struct timespec ts = {0, 20 * 1000};
-        nanosleep(&ts, NULL);
-    } else {
-        sched_yield();
-    }
-    return b->waited;
 }

@@ -105,14 +105,19 @@ typedef struct hcomm__scratch {
 /* At least bytes of s (the previous content is not kept); NULL: out of memory. */
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes);
 
-/* How a waiter spends a wait: it spins first, then yields its core to peers (ranks may
- * outnumber cores), then naps; hcomm__backoff() does the step for the current iteration. */
+/* How a waiter spends a wait: it spins first (longer where every rank of this node has a
+ * core), then yields its core to peers (ranks may outnumber cores), then naps;
+ * hcomm__backoff() does the step for the current iteration. */
 typedef struct hcomm__backoff {
     double start;
     unsigned long iter;
     double waited; /* seconds, refreshed every 64 iterations */
-    bool napping;
+    bool spinning, napping;
 } hcomm__backoff_t;
+/* A transport adds the ranks a world puts in this process and on this node when it starts it,
+ * and takes them away when it ends: a waiter spins only while they do not outnumber the
+ * cores. */
+void hcomm__ranks_here(int in_process, int on_node);
 void hcomm__backoff_init(hcomm__backoff_t *b);
 /* Seconds since the wait began (refreshed every 64 iterations). Call once per polling round;
  * check the verdict (timeout, abort) whenever (b->iter & 63) == 0. */

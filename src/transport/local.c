@@ -908,9 +908,11 @@ hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
     for (int r = 0; r < n; r++)
         th[r] = (rank_thread_t){.fn = fn, .arg = arg, .lw = &lw, .result = HCOMM_OK};
+    hcomm__ranks_here(n, n);
     hcomm_result_t res = make_world(&lw, n, th);
     if (res == HCOMM_OK)
         res = run_threads(th, n);
+    hcomm__ranks_here(-n, -n);
     if (res == HCOMM_OK)
         res = first_failure(th, n);
     for (int r = 0; r < n; r++)

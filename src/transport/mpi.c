@@ -1509,11 +1509,20 @@ static hcomm_result_t gather_nodes(int size) {
     return res == HCOMM_OK ? agree_on_cma(size, me) : res;
 }
 
+/* The world's processes on this rank's host (after gather_nodes). */
+static int processes_here(int rank) {
+    int n = 0;
+    for (int r = 0; r < world_node_size; r++)
+        n += world_node[r].host == world_node[rank].host;
+    return n;
+}
+
 static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int size) {
     hcomm_comm_t *world = NULL;
     MPI_Comm ctrl = MPI_COMM_NULL;
     HCOMM__TRY(gather_nodes(size));
     HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size)); /* the same text everywhere now */
+    int here = processes_here(rank);
     HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, &world));
     world->is_world = true;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl);
@@ -1523,7 +1532,9 @@ static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int siz
     }
     MPI_Comm_set_errhandler(ctrl, MPI_ERRORS_RETURN);
     abort_comm = ctrl;
+    hcomm__ranks_here(1, here);
     hcomm_result_t r = fn(world, arg);
+    hcomm__ranks_here(-1, -here);
     abort_comm = MPI_COMM_NULL;
     r = agree(ctrl, r, rank, size);
     MPI_Comm_free(&ctrl);

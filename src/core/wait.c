@@ -1,0 +1,90 @@
+/* How hcomm waits for a peer: spin while the peer has a core of its own, else yield it. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include "core/internal.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Ranks of live worlds in this process and on this node, as the transports count them. */
+static atomic_int ranks_in_process, ranks_on_node;
+
+double hcomm__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void hcomm__ranks_here(int in_process, int on_node) {
+    atomic_fetch_add_explicit(&ranks_in_process, in_process, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ranks_on_node, on_node, memory_order_relaxed);
+}
+
+/* The cores this process may run on (its affinity mask: mpirun binds a process to one) and
+ * the node's online cores, read once. */
+static void cores(int *process, int *node) {
+    static atomic_int n_process, n_node;
+    if (atomic_load_explicit(&n_node, memory_order_relaxed) == 0) {
+        cpu_set_t set;
+        int p = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        atomic_store_explicit(&n_process, p > 0 ? p : 1, memory_order_relaxed);
+        atomic_store_explicit(&n_node, n > 0 ? (int)n : 1, memory_order_relaxed);
+    }
+    *process = atomic_load_explicit(&n_process, memory_order_relaxed);
+    *node = atomic_load_explicit(&n_node, memory_order_relaxed);
+}
+
+/* Every rank has a core of its own: its process's ranks fit the process's cores, and the
+ * node's ranks the node's. */
+static bool cores_to_spare(void) {
+    int process, node;
+    cores(&process, &node);
+    return atomic_load_explicit(&ranks_in_process, memory_order_relaxed) <= process &&
+           atomic_load_explicit(&ranks_on_node, memory_order_relaxed) <= node;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void hcomm__backoff_init(hcomm__backoff_t *b) {
+    *b = (hcomm__backoff_t){0};
+}
+
+/* Where every rank has a core, a waiter spins for SPIN_S before it yields: a peer's post lands
+ * within a microsecond or two, and a sched_yield costs about as much, so yielding after 64
+ * polls made the waiter notice late (hcomm-bench gather of 8 B, 2 processes, HCOMM_CHECK=off:
+ * the root 1.10 us against raw MPI_Gather's 0.94; spinning 0.74 against 0.73). Where ranks
+ * outnumber cores (8 ranks on 2) the peer needs this core, so the waiter yields at once. A nap
+ * after 2 ms keeps idle waiters off the cores. */
+#define SPIN_S 50e-6
+
+double hcomm__backoff(hcomm__backoff_t *b) {
+    unsigned long i = b->iter++;
+    if (i < 64)
+        return 0.0;
+    if (b->start == 0.0) {
+        b->start = hcomm__now();
+        b->spinning = cores_to_spare();
+    }
+    if ((i & 63) == 0) {
+        b->waited = hcomm__now() - b->start;
+        b->napping = b->waited > 2e-3;
+        b->spinning = b->spinning && b->waited < SPIN_S;
+    }
+    if (b->napping) {
+        struct timespec ts = {0, 20 * 1000};
+        nanosleep(&ts, NULL);
+    } else if (b->spinning) {
+        cpu_relax();
+    } else {
+        sched_yield();
+    }
+    return b->waited;
+}
