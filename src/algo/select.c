@@ -395,9 +395,11 @@ static int many_default(int coll, size_t bytes) {
  * MPI_Reduce 2.8) at 4 KiB, 17.5 against 63 (raw 25) at 256 KiB, 11 against 35 ms at 16 MiB
  * (malloc's: 4.1 against 5.8, 47 against 70, 13.6 against 32.6 ms); 4 processes 22.6 against 44
  * at 16 KiB, 1.4 against 3.8 ms at 4 MiB. On local threads (4 ranks) tree leads to 16 KiB (21
- * against 34 us) and direct from 256 KiB (94 against 103; 1.25 against 2.2 ms at 4 MiB).
- * Rabenseifner's reduce (rhd) trails both here. Gather and scatter stay direct: tree is behind
- * it at every size measured (4 local ranks, 1 KiB to 4 MiB). */
+ * against 34 us) and direct from 256 KiB (94 against 103; 1.25 against 2.2 ms at 4 MiB); with
+ * 2, whose waits spin (core/wait.c), direct from 4 KiB (200 calls, 2 runs: 2.8 against 3.0-3.1
+ * at 4 KiB, 2.6-3.0 against 3.9-4.1 at 8 KiB, 4.0 against 8.0-8.5 at 32 KiB; tree 2.0-2.1
+ * against 2.7-2.8 at 1 KiB). Rabenseifner's reduce (rhd) trails both here. Gather and scatter stay
+ * direct: tree is behind it at every size measured (4 local ranks, 1 KiB to 4 MiB). */
 #define REDUCE_DIRECT_BYTES ((size_t)4 << 10)
 #define REDUCE_DIRECT_BYTES_SHM ((size_t)256 << 10)
 
@@ -432,8 +434,9 @@ static int default_algo(int coll, size_t bytes, int p, bool shm) {
     if (pair >= 0)
         return pair;
     if (coll == HCOMM__COLL_REDUCE)
-        return bytes >= (shm ? REDUCE_DIRECT_BYTES_SHM : REDUCE_DIRECT_BYTES) ? HCOMM__ALGO_DIRECT
-                                                                              : HCOMM__ALGO_TREE;
+        return bytes >= (shm && p > 2 ? REDUCE_DIRECT_BYTES_SHM : REDUCE_DIRECT_BYTES)
+                   ? HCOMM__ALGO_DIRECT
+                   : HCOMM__ALGO_TREE;
     /* Both ahead of tree. Open MPI's (mpi: 4 processes, hcomm_mem_alloc buffers, checked) at
      * 256 KiB gather 29 us against direct 43, scatter 30 against 40; 2 MiB 228 against 238 and
      * 181 against 245; 16 MiB at par and 2.0 against 2.1 ms (2 processes: at par to 1.04x
