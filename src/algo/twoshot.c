@@ -259,7 +259,14 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
  * first: its result's place is block 0 of its own input, which rank 0 reads until the barrier.
  * A staging buffer malloc'd per call paid its page faults every call (2 processes, 128 MiB in
  * place: 57 ms against 17 out of place; 33 through scratch). Reducing into its own block of
- * its input instead, then moving it, took 25 ms there but ran 10-25% slower at 32-256 KiB. */
+ * its input instead, then moving it, took 25 ms there but ran 10-25% slower at 32-256 KiB.
+ * In place costs more than out of place at every size because the result lands on lines rank 0
+ * has just read, and rank 0's next reads find them changed: 2 processes, 32 KiB 5.4-5.9 us
+ * against 3.2-3.5 (3.4-3.6 with the final copy left out), 128 KiB 13.3-13.9 against 5.6-6.0.
+ * Out of place, a benchmark's input that no call changes stays in the readers' caches. shm,
+ * whose readers load the board rather than the caller's buffer, leads in place at 32-64 KiB
+ * (3.6-3.7 and 6.2 us), and selection cannot follow: ranks may differ in whether they run in
+ * place. */
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op) {
     int p = x->c->size, me = x->c->rank;
