@@ -566,25 +566,32 @@ static void test_parse(void) {
     algo = hcomm__algo_choose(NULL, HCOMM__COLL_ALLREDUCE, 8, 4, true, &why);
     T_CHECK(getenv("HCOMM_ALGO") || algo == HCOMM__ALGO_NATIVE, "default local allreduce: %s",
             hcomm__algo_name(algo));
-    /* reduce: tree for small vectors, the root's direct reads above (mpi 4 KiB, local 256 KiB);
-     * gather and scatter direct (local) or native (mpi); each overridable */
+    /* reduce: tree for small vectors, the root's direct reads above (mpi 4 KiB; local 4 KiB with
+     * 2 ranks, 128 KiB with up to 4, 256 KiB with more); gather and scatter direct (local) or
+     * native (mpi); each overridable */
     static const struct {
         int coll;
         size_t bytes;
+        int p;
         bool shm;
         int want;
-    } rooted[] = {{HCOMM__COLL_REDUCE, 4095, false, HCOMM__ALGO_TREE},
-                  {HCOMM__COLL_REDUCE, 4096, false, HCOMM__ALGO_DIRECT},
-                  {HCOMM__COLL_REDUCE, (256 << 10) - 1, true, HCOMM__ALGO_TREE},
-                  {HCOMM__COLL_REDUCE, 256 << 10, true, HCOMM__ALGO_DIRECT},
-                  {HCOMM__COLL_GATHER, 1 << 20, false, HCOMM__ALGO_NATIVE},
-                  {HCOMM__COLL_GATHER, 1 << 20, true, HCOMM__ALGO_DIRECT},
-                  {HCOMM__COLL_SCATTER, 8, false, HCOMM__ALGO_NATIVE},
-                  {HCOMM__COLL_SCATTER, 8, true, HCOMM__ALGO_DIRECT}};
+    } rooted[] = {{HCOMM__COLL_REDUCE, 4095, 4, false, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 4096, 4, false, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_REDUCE, 4095, 2, true, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 4096, 2, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_REDUCE, (128 << 10) - 1, 4, true, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 128 << 10, 4, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_REDUCE, (256 << 10) - 1, 8, true, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 256 << 10, 8, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_GATHER, 1 << 20, 4, false, HCOMM__ALGO_NATIVE},
+                  {HCOMM__COLL_GATHER, 1 << 20, 4, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_SCATTER, 8, 4, false, HCOMM__ALGO_NATIVE},
+                  {HCOMM__COLL_SCATTER, 8, 4, true, HCOMM__ALGO_DIRECT}};
     for (size_t i = 0; i < sizeof rooted / sizeof rooted[0] && !getenv("HCOMM_ALGO"); i++) {
-        algo = hcomm__algo_choose(NULL, rooted[i].coll, rooted[i].bytes, 4, rooted[i].shm, &why);
-        T_CHECK(algo == rooted[i].want, "default %s of %zu bytes (shm %d): %s",
-                hcomm__coll_name(rooted[i].coll), rooted[i].bytes, (int)rooted[i].shm,
+        algo = hcomm__algo_choose(NULL, rooted[i].coll, rooted[i].bytes, rooted[i].p, rooted[i].shm,
+                                  &why);
+        T_CHECK(algo == rooted[i].want, "default %s of %zu bytes on %d ranks (shm %d): %s",
+                hcomm__coll_name(rooted[i].coll), rooted[i].bytes, rooted[i].p, (int)rooted[i].shm,
                 hcomm__algo_name(algo));
     }
     T_OK(hcomm__algo_parse("test", "HCOMM_ALGO", "reduce:rhd;gather:tree", &set));
