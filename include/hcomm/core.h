@@ -332,21 +332,22 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
 /** @name Rooted and variable-size collectives
  * Rooted and variable-size collectives (docs/architecture.md). reduce runs up a binomial tree
  * (Thakur, Rabenseifner & Gropp 2005, section 4) or, where ranks can read each other's memory,
- * by the root's direct reads of every input in rank order (by default from 4 KiB on mpi, 256
- * KiB on local), or as Rabenseifner's reduce_scatter + gather (hcomm_comm_set_algo
- * "reduce:rhd"); gather and scatter with the root exchanging with each rank directly on local
- * (or down a binomial tree: "tree") and as Open MPI's own on mpi across hosts; on mpi on one
- * host the small ones (reduce up to 8 KiB with 2 processes, 32 KiB with more; gather up to 4 KiB
- * or 32 KiB; scatter up to 4 KiB or 64 KiB) run shm through the communicator's board, and
- * larger gathers and scatters copy each block once from the buffer it lies in (direct reads of
- * hcomm_mem_alloc buffers, else cross-memory attach). all_gatherv and reduce_scatterv run as the
- * local backend's own (each rank copies, or reduces in rank order, straight from the posted
- * inputs), on mpi on one host through the board (shm; all_gatherv above 16 KiB with 2 processes
- * or 256 KiB with more by one copy of each block from its owner's input), and across hosts
- * around a ring (Patarasuk & Yuan 2009). The common rules and errors above apply (every rank calls,
- * same order; a rank whose check fails makes its peers fail with HCOMM_ERR_PEER); f16/bf16 SUM,
- * PROD and AVG are accumulated in f32 and rounded once. Operands associate differently in different
- * algorithms (the ops are commutative); every rank that gets a result gets the same bits.
+ * by the root's direct reads of every input in rank order (by default from 4 KiB on mpi and
+ * on local with 2 ranks, 128 KiB with 3 or 4, 256 KiB with more), or as Rabenseifner's
+ * reduce_scatter + gather (hcomm_comm_set_algo "reduce:rhd"); gather and scatter with the root
+ * exchanging with each rank directly on local (or down a binomial tree: "tree") and as Open MPI's
+ * own on mpi across hosts; on mpi on one host the small ones (reduce up to 8 KiB with 2 processes,
+ * 32 KiB with more; gather up to 2 KiB (4 KiB with HCOMM_CHECK=off) or 32 KiB; scatter up to 4 KiB
+ * or 64 KiB) run shm through the communicator's board, and larger gathers and scatters copy each
+ * block once from the buffer it lies in (direct reads of hcomm_mem_alloc buffers, else cross-memory
+ * attach). all_gatherv and reduce_scatterv run as the local backend's own (each rank copies, or
+ * reduces in rank order, straight from the posted inputs), on mpi on one host through the board
+ * (shm; all_gatherv above 16 KiB with 2 processes or 256 KiB with more by one copy of each block
+ * from its owner's input), and across hosts around a ring (Patarasuk & Yuan 2009). The common rules
+ * and errors above apply (every rank calls, same order; a rank whose check fails makes its peers
+ * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
+ * Operands associate differently in different algorithms (the ops are commutative); every rank that
+ * gets a result gets the same bits.
  * @{ */
 
 /** reduce: @p recvbuf[0..count) on rank @p root = @p op over ranks of @p sendbuf[0..count);

@@ -91,8 +91,12 @@ static hcomm_request_t *next_op(async_t *a) {
 static void *worker_main(void *arg) {
     async_t *a = arg;
     hcomm_request_t *q;
-    while ((q = next_op(a)) != NULL)
-        complete(q, run_op(a->dup, q));
+    while ((q = next_op(a)) != NULL) {
+        hcomm__ranks_here(1, 1); /* a thread that needs a core: waiters yield to it */
+        hcomm_result_t r = run_op(a->dup, q);
+        hcomm__ranks_here(-1, -1);
+        complete(q, r);
+    }
     return NULL;
 }
 

@@ -115,8 +115,8 @@ typedef struct hcomm__backoff {
     bool spinning, napping;
 } hcomm__backoff_t;
 /* A transport adds the ranks a world puts in this process and on this node when it starts it,
- * and takes them away when it ends: a waiter spins only while they do not outnumber the
- * cores. */
+ * and takes them away when it ends (the nonblocking executor counts its worker while it runs):
+ * a waiter spins only while some are counted and they do not outnumber the cores. */
 void hcomm__ranks_here(int in_process, int on_node);
 void hcomm__backoff_init(hcomm__backoff_t *b);
 /* Seconds since the wait began (refreshed every 64 iterations). Call once per polling round;

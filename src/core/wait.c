@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "core/internal.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -21,28 +22,30 @@ void hcomm__ranks_here(int in_process, int on_node) {
     atomic_fetch_add_explicit(&ranks_on_node, on_node, memory_order_relaxed);
 }
 
-/* The cores this process may run on (its affinity mask: mpirun binds a process to one) and
- * the node's online cores, read once. */
-static void cores(int *process, int *node) {
-    static atomic_int n_process, n_node;
-    if (atomic_load_explicit(&n_node, memory_order_relaxed) == 0) {
-        cpu_set_t set;
-        int p = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        atomic_store_explicit(&n_process, p > 0 ? p : 1, memory_order_relaxed);
-        atomic_store_explicit(&n_node, n > 0 ? (int)n : 1, memory_order_relaxed);
-    }
-    *process = atomic_load_explicit(&n_process, memory_order_relaxed);
-    *node = atomic_load_explicit(&n_node, memory_order_relaxed);
+static int process_cores = 1, node_cores = 1;
+static pthread_once_t cores_once = PTHREAD_ONCE_INIT;
+
+/* The cores the first waiting thread may run on (its affinity mask: mpirun binds a process to
+ * one) and the node's online cores. */
+static void count_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    node_cores = n > 0 ? (int)n : 1;
+    process_cores = node_cores;
+#if defined(__linux__) && defined(CPU_COUNT)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        process_cores = CPU_COUNT(&set);
+#endif
 }
 
-/* Every rank has a core of its own: its process's ranks fit the process's cores, and the
- * node's ranks the node's. */
+/* Every rank has a core of its own: the transports counted some, its process's ranks fit the
+ * process's cores, and the node's ranks the node's. A comm no launch counted (one wrapping an
+ * application's MPI communicator) yields as before. */
 static bool cores_to_spare(void) {
-    int process, node;
-    cores(&process, &node);
-    return atomic_load_explicit(&ranks_in_process, memory_order_relaxed) <= process &&
-           atomic_load_explicit(&ranks_on_node, memory_order_relaxed) <= node;
+    pthread_once(&cores_once, count_cores);
+    int in_process = atomic_load_explicit(&ranks_in_process, memory_order_relaxed);
+    return in_process > 0 && in_process <= process_cores &&
+           atomic_load_explicit(&ranks_on_node, memory_order_relaxed) <= node_cores;
 }
 
 static void cpu_relax(void) {
