@@ -280,11 +280,14 @@ static void shuffle(int *order, int n, int i) {
     }
 }
 
-/* Moves auto next to the row of the algorithm it runs (chosen), before or after it as bit 0 of
- * the iteration says, so the two run in the same moment of the machine's noise, and each
- * follows the other as often as the other follows it. They are the same code: apart, the
- * medians of 20 calls on 2 shared cores differed by 10-26% (mpi, 4 processes, 2-8 MiB) in
- * either direction, which read as auto's regret. */
+/* Moves auto near the row of the algorithm it runs (chosen), so the two run in the same moment
+ * of the machine's noise: apart, the medians of 20 calls on 2 shared cores differed by 10-26%
+ * (mpi, 4 processes, 2-8 MiB) in either direction, which read as auto's regret. They are the
+ * same code, so whichever ran right after the other found its caches warm: 2 local ranks, 256
+ * KiB twoshot, rank 0's median 13 us second against 18 first, and each row's median fell in the
+ * gap between the two (auto's "regret" 1.24 at 512 KiB in place, in both repetitions of a
+ * sweep). So one other row runs between them: auto, row, twin on even iterations, twin, row,
+ * auto on odd ones (adjacent where there is no third row). */
 static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int i) {
     int at = -1, twin = -1;
     for (int j = 0; j < n; j++) {
@@ -294,11 +297,19 @@ static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int
     }
     if (at < 0 || twin < 0)
         return;
-    int autorow = order[at];
-    memmove(&order[at], &order[at + 1], sizeof *order * (size_t)(n - 1 - at));
+    int autorow = order[at], m = n - 1, to;
+    memmove(&order[at], &order[at + 1], sizeof *order * (size_t)(m - at));
     twin -= twin > at;
-    int to = twin + (i & 1); /* before the twin on even iterations, after it on odd ones */
-    memmove(&order[to + 1], &order[to], sizeof *order * (size_t)(n - 1 - to));
+    if (m >= 3) { /* rotate the shuffled order so the twin has a row on either side */
+        int shift = (twin - 1 + m) % m, tmp[BENCH_MAX_ALGOS];
+        for (int j = 0; j < m; j++)
+            tmp[j] = order[(j + shift) % m];
+        memcpy(order, tmp, sizeof *order * (size_t)m);
+        to = (i & 1) ? 3 : 0; /* auto, row, twin / twin, row, auto */
+    } else {
+        to = twin + (i & 1); /* before the twin on even iterations, after it on odd ones */
+    }
+    memmove(&order[to + 1], &order[to], sizeof *order * (size_t)(m - to));
     order[to] = autorow;
 }
 
