@@ -193,7 +193,8 @@ static const char *picked(hcomm_comm_t *w, int call, size_t bytes, void *buf) {
 
 static hcomm_result_t defaults(hcomm_comm_t *w) {
     bool two = t_size(w) == 2;
-    size_t ar = two ? 4 << 10 : 32 << 10, bc = two ? 4 << 10 : 64 << 10;
+    bool off = hcomm__check_mode() == HCOMM__CHECK_OFF;
+    size_t ar = two ? (off ? 4 << 10 : 8 << 10) : 32 << 10, bc = two ? 4 << 10 : 64 << 10;
     float *buf = calloc(256 << 10, 1);
     if (!buf)
         return HCOMM_ERR_NOMEM;
@@ -204,7 +205,7 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
             "broadcast of %zu / %zu bytes on %d: %s / %s", bc, bc + 4, t_size(w), a, b);
     /* shm up to these, direct above; checked with 2, shm stops at 2 KiB */
-    size_t ga = two ? (hcomm__check_mode() == HCOMM__CHECK_OFF ? 4 << 10 : 2 << 10) : 32 << 10;
+    size_t ga = two ? (off ? 4 << 10 : 2 << 10) : 32 << 10;
     a = picked(w, GATHER, ga, buf), b = picked(w, GATHER, 2 * ga, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"), "gather of %zu / %zu bytes on %d: %s / %s",
             ga, 2 * ga, t_size(w), a, b);

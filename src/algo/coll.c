@@ -817,12 +817,15 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * scatter 1.16) and scatter's at 128 KiB with 4 (1.26-1.8): shm up to 4 KiB and 64 KiB there.
  * Once waits spun (core/wait.c), 2 processes' checked gather of 4 KiB ran direct 1.0-1.1 us
  * against shm's 1.2-1.3 (300 calls; 2 KiB 1.10 against 0.97), unchecked shm 0.35 against
- * 0.46: checked, shm up to 2 KiB. */
+ * 0.46: checked, shm up to 2 KiB. all_reduce of 8 KiB, checked, in a sweep of 2 repetitions
+ * once auto no longer ran right after its twin (hcomm-bench): shm 1.9 us against twoshot's 2.8
+ * in both; 100 calls, 2 runs: 2.9/3.1 and 2.7/2.8 against 3.2/2.8 and 3.4/3.3 (out of place /
+ * in place); unchecked at par (2.8-2.9 against 2.5-2.9): checked, shm up to 8 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? 4 : 32) << 10;
+        return (size_t)(two ? (hcomm__check_mode() == HCOMM__CHECK_OFF ? 4 : 8) : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:

@@ -314,7 +314,7 @@ static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int
 }
 
 /* Warm-up and timed iterations, one call of each live algorithm in turn, in shuffled order
- * (auto beside its twin). Every rank knows the same chosen name: the choice is collective. */
+ * (auto one row from its twin). Every rank knows the same chosen name: the choice is collective. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
     int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS];
     for (int i = -R->o->warmup; i < iters; i++) {
