@@ -1264,15 +1264,13 @@ hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void
 
 /* Direct all_gather lets its peers load this rank's block from send, which the rank's own copy
  * into recv then does not delay (and which stays in the readers' caches while the caller leaves
- * it unchanged), unless only recv lies in memory the peers map (hcomm_mem_alloc). 2 processes,
- * shared buffers, out of place, from recv: 32 KiB 5.3 us against shm's 4.3, 128 KiB 10.3 against
- * raw MPI_Allgather's 9.5 (in place 2.8 and 4.3). */
-static bool ag_reads_send(hcomm_comm_t *c, const void *send, const char *mine, size_t bytes) {
-    if (!c->tr->buf_export || send == mine)
-        return true;
-    uint32_t id;
-    uint64_t off;
-    return hcomm__mem_shared(send, bytes, &id, &off) || !hcomm__mem_shared(mine, bytes, &id, &off);
+ * it unchanged), unless only recv lies in memory the peers map (the transport's mem_kind: every
+ * buffer of local's threads, hcomm_mem_alloc's on mpi). 2 processes, shared buffers, out of
+ * place, from recv: 32 KiB 5.3 us against shm's 4.3, 128 KiB 10.3 against raw MPI_Allgather's
+ * 9.5 (in place 2.8 and 4.3). */
+static bool ag_reads_send(hcomm_comm_t *c, const void *send, const char *mine) {
+    return c->tr->mem_kind(c, send) == HCOMM__MEM_SHARED ||
+           c->tr->mem_kind(c, mine) != HCOMM__MEM_SHARED;
 }
 
 hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -1299,7 +1297,7 @@ hcomm_result_t hcomm__coll_all_gather(hcomm_comm_t *c, const void *sendbuf, void
                                 : res);
     char *mine = (char *)recvbuf + (size_t)c->rank * bytes_per_rank;
     hcomm__xfer_t x = xfer_of(&k);
-    if (algo == HCOMM__ALGO_DIRECT && ag_reads_send(c, sendbuf, mine, bytes_per_rank))
+    if (algo == HCOMM__ALGO_DIRECT && ag_reads_send(c, sendbuf, mine))
         return call_end(&k, hcomm__ag_direct(&x, sendbuf, recvbuf, bytes_per_rank));
     if (mine != sendbuf && bytes_per_rank)
         memcpy(mine, sendbuf, bytes_per_rank);
