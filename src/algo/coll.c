@@ -822,10 +822,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * in both; 100 calls, 2 runs: 2.9/3.1 and 2.7/2.8 against 3.2/2.8 and 3.4/3.3 (out of place /
  * in place); unchecked at par (2.8-2.9 against 2.5-2.9): checked, shm up to 8 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
-    bool two = p == 2;
+    bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? (hcomm__check_mode() == HCOMM__CHECK_OFF ? 4 : 8) : 32) << 10;
+        return (size_t)(two ? (off ? 4 : 8) : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
@@ -835,7 +835,7 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
-        return (size_t)(two ? (hcomm__check_mode() == HCOMM__CHECK_OFF ? 4 : 2) : 32) << 10;
+        return (size_t)(two ? (off ? 4 : 2) : 32) << 10;
     case HCOMM__COLL_SCATTER:
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHERV: /* above: direct (hcomm__agv_direct) */
