@@ -50,8 +50,8 @@ static void release(void *p, bool shared) {
         free(p);
 }
 
-/* all_reduce, all_gather, reduce_scatter, broadcast and all_to_all on buffers of one kind on
- * this rank (shared or not), checked element by element. */
+/* all_reduce, all_gather, reduce_scatter, reduce, broadcast and all_to_all on buffers of one kind
+ * on this rank (shared or not), checked element by element. */
 static hcomm_result_t run_ops(hcomm_comm_t *w, bool shared, size_t n) {
     int p = t_size(w), r = t_rank(w);
     size_t total = n * (size_t)p;
@@ -69,6 +69,10 @@ static hcomm_result_t run_ops(hcomm_comm_t *w, bool shared, size_t n) {
     T_TRY(hcomm_reduce_scatter(w, in, out, n, HCOMM_F64, HCOMM_SUM));
     for (size_t i = 0; i < n; i++)
         bad += out[i] != (double)(p * (int)(((size_t)r * n + i) % 13)) + 7.0 * p * (p - 1) / 2;
+    memcpy(out, in, total * sizeof *in); /* reduce in place on the root */
+    T_TRY(hcomm_reduce(w, r == p - 1 ? out : in, out, total, HCOMM_F64, HCOMM_SUM, p - 1));
+    for (size_t i = 0; i < total && r == p - 1; i++)
+        bad += out[i] != (double)(p * (int)(i % 13)) + 7.0 * p * (p - 1) / 2;
     memcpy(out, in, total * sizeof *in);
     T_TRY(hcomm_broadcast(w, out, total * sizeof *out, p - 1));
     for (size_t i = 0; i < total; i++)
@@ -105,7 +109,7 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
     T_TRY(hcomm_barrier(w));
     static const char *const algos[] = {
         NULL, "allreduce:twoshot;allgather:direct;reducescatter:direct;broadcast:direct;"
-              "alltoallv:direct"};
+              "alltoallv:direct;reduce:direct"};
     static const size_t sizes[] = {0, 1, 1000, 300000};
     for (int a = 0; a < 2; a++) {
         T_TRY(hcomm_comm_set_algo(w, algos[a]));

@@ -184,9 +184,11 @@ hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, i
 /* reduce to root up a binomial tree, in place on buf (significant on root after the call). */
 hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
                                   hcomm_op_t op, int root);
-/* reduce to root by Rabenseifner's reduce_scatter + gather, and by the root's direct reads of
- * every input in rank order (one node, transport.peer_read_ok); recv is significant on root
- * only and may alias send there. */
+/* reduce to root by Rabenseifner's reduce_scatter + gather, and by direct reads of every input
+ * in rank order (one node, transport.peer_read_ok: the root reads all of it, or from
+ * hcomm__reduce_split_bytes(p) each rank reduces its block and writes it into the root's
+ * output); recv is significant on root only and may alias send there. */
+size_t hcomm__reduce_split_bytes(int p);
 hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
 hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, void *recv,

@@ -105,33 +105,40 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t
     return HCOMM_OK;
 }
 
+/* Where reduce_range writes finished pieces besides out: nowhere, every peer's output, or
+ * (any other value) that one rank's. */
+#define PUSH_NONE (-2)
+#define PUSH_ALL (-1)
+
 static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
-                                 const void *piece, size_t at, size_t bytes, bool stream);
+                                 const void *piece, size_t at, size_t bytes, bool stream, int to);
 
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
- * element off); send is this rank's whole input. Streamed, partial results of a piece stay in
- * a third scratch piece and its last step streams to out. With push, each finished piece is
- * also written into every peer's output (all[q].recv) at its place (push_piece). */
+ * element off; NULL: pieces are only pushed); send is this rank's whole input. Streamed,
+ * partial results of a piece stay in a third scratch piece and its last step streams to out.
+ * Each finished piece is also written at its place into the output (all[q].recv) of every
+ * peer (push PUSH_ALL) or of rank push (push_piece). */
 static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
                                    const void *send, void *out, size_t off, size_t len,
-                                   hcomm_dtype_t dt, hcomm_op_t op, bool stream, bool push) {
+                                   hcomm_dtype_t dt, hcomm_op_t op, bool stream, int push) {
     bool stream_out = stream;
-    stream = stream && !push; /* pushed pieces are copied from cache, streamed to the peers */
+    stream = stream && push == PUSH_NONE; /* pushed pieces are copied from cache */
     size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es,
-           scratch = (stream ? 3 : 2) * PIECE_BYTES;
+           scratch = (stream || !out ? 3 : 2) * PIECE_BYTES;
     unsigned char *tmp = malloc(scratch);
     if (!tmp)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", scratch);
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
-        void *dst = (char *)out + done * es, *acc = stream ? tmp + 2 * PIECE_BYTES : dst;
+        void *dst = out ? (void *)((char *)out + done * es) : (void *)(tmp + 2 * PIECE_BYTES),
+             *acc = stream ? tmp + 2 * PIECE_BYTES : dst;
         const void *mine = (const char *)send + at;
         bool own = acc == mine && x->c->rank != 0; /* rank 0's piece would land on this one's */
         if (own && commutes(dt, op)) {
             res = fold_piece(x, all, at, acc, tmp, n, dt, op);
-            if (res == HCOMM_OK && push)
-                res = push_piece(x, all, dst, at, n * es, stream_out);
+            if (res == HCOMM_OK && push != PUSH_NONE)
+                res = push_piece(x, all, dst, at, n * es, stream_out, push);
             continue;
         }
         if (own) {
@@ -139,10 +146,10 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair
             mine = tmp + PIECE_BYTES;
         }
         res = reduce_piece(x, all, at, dst, mine, acc, tmp, n, dt, op, stream);
-        if (res == HCOMM_OK && push)
-            res = push_piece(x, all, dst, at, n * es, stream_out);
+        if (res == HCOMM_OK && push != PUSH_NONE)
+            res = push_piece(x, all, dst, at, n * es, stream_out, push);
     }
-    if (stream || (push && stream_out))
+    if (stream || (push != PUSH_NONE && stream_out))
         hcomm__stream_fence(); /* before the barrier tells the peers to read it */
     free(tmp);
     return res;
@@ -156,7 +163,8 @@ static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const hcomm__buf_pair
     size_t off, len;
     hcomm__block(count, x->c->size, x->c->rank, &off, &len);
     return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op,
-                        count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES, push);
+                        count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES,
+                        push ? PUSH_ALL : PUSH_NONE);
 }
 
 /* bytes at byte offset off of peer q's buffer r, into dst: read straight there, or streamed
@@ -202,11 +210,16 @@ static hcomm_result_t gather_blocks(const hcomm__xfer_t *x, const hcomm__buf_pai
  * between caches twice (2 threads on 2 cores, in place, run after itself: 32 KiB 4.0 against
  * 10.1 us, 128 KiB 8.5 against 19.6, 512 KiB 17.0 against 67). */
 static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
-                                 const void *piece, size_t at, size_t bytes, bool stream) {
+                                 const void *piece, size_t at, size_t bytes, bool stream, int to) {
     for (int d = 1; d < x->c->size; d++) {
         int q = (x->c->rank + d) % x->c->size; /* each rank starts at a different peer */
         const hcomm__remote_t *r = &all[q].recv;
-        if (!r->at) /* no view of it here (mpi: more objects than view slots) */
+        if (to != PUSH_ALL && q != to)
+            continue;
+        if (!r->at && !x->c->tr->peer_write)
+            return hcomm__err(HCOMM_ERR_INTERNAL, x->c->call_fn,
+                              "rank %d's output cannot be written from rank %d", q, x->c->rank);
+        if (!r->at) /* no view of it here (mpi: malloc's memory, or more objects than slots) */
             HCOMM__TRY(
                 x->c->tr->peer_write(x->c, q, (char *)(uintptr_t)r->buf.addr + at, piece, bytes));
         else if (stream)
@@ -281,8 +294,8 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     }
     hcomm_result_t res = exchange_addrs(x, send, bytes * (size_t)p, recv, bytes, all);
     if (res == HCOMM_OK)
-        res = hcomm__x_tell_peers(
-            x, reduce_range(x, all, send, out, (size_t)me * count, count, dt, op, false, false));
+        res = hcomm__x_tell_peers(x, reduce_range(x, all, send, out, (size_t)me * count, count, dt,
+                                                  op, false, PUSH_NONE));
     if (res == HCOMM_OK)
         res = barrier(x);
     if (res == HCOMM_OK && staged)
@@ -338,21 +351,59 @@ hcomm_result_t hcomm__agv_direct(const hcomm__xfer_t *x, const void *send, void 
     return gather_direct(x, send, recv, bytes, 0);
 }
 
-/* reduce to root by reads: the root reduces every rank's input in rank order straight from
- * the peers' buffers (the serial reduction's bits, one read per byte and input), in place too
- * (reduce_range keeps the root's own piece until it is used), and a barrier keeps the inputs
- * alive until it is done. */
+/* True where every rank can write into the root's output: through a writable view, or by the
+ * transport's peer_write where it has none (mpi: process_vm_writev on malloc's memory).
+ * Transports with writable views and no peer_write have a view of every buffer (local). */
+static bool root_writable(const hcomm__xfer_t *x) {
+    return x->c->tr->peer_write || x->c->tr->views_writable;
+}
+
+/* reduce to root by reads. Below REDUCE_SPLIT_BYTES the root reduces every rank's input in
+ * rank order straight from the peers' buffers (one read per byte and input). From there the
+ * work is split like twoshot's first half: rank q reduces block q of every input in rank order
+ * and writes it straight into the root's output at its place (push_piece), so each rank reads
+ * and reduces 1/p of the data. Both give the serial reduction's bits, in place too: only block
+ * q's owner reads block q of any input, the root's included, so the root's input under a piece
+ * is free once its owner reduced it. A barrier keeps every buffer alive until the last piece is
+ * read or written. Where the root's output cannot be written (no such transport today), the
+ * root reads everything.
+ *
+ * Split against root alone, 2 runs each (f32 sum, HCOMM_CHECK=off, us): mpi, 2 processes,
+ * hcomm_mem_alloc buffers: 256 KiB 16-18 against 11-14, 512 KiB 27-31 against 24-28, 768 KiB
+ * 40-50 against 46-65, 1 MiB 48-72 against 63-119, 16 MiB 0.85-1.07 ms against 1.25-1.97; on
+ * malloc's 256 KiB 30-32 against 22-30, 512 KiB 46-63 against 62-70, 1 MiB 114-122 against
+ * 145-225. Once the root's working set (its output and every input) leaves its 2 MiB L2, its
+ * reads alone cost more than the split's writes; below, a benchmark's inputs, which no call
+ * changes, stay in the root's cache. With 4 processes (2 cores) the split leads from 256 KiB
+ * (shared 40-62 against 57-68, 1 MiB 175-181 against 238-295), and so with 4 local threads
+ * (256 KiB 47-49 against 62-64; from 64 KiB: 28-31 against 33-34) and 8 (256 KiB 168-177
+ * against 202-224; at par at 64 KiB); 2 threads at par at 256 KiB, 33-52 against 44-110 at 1
+ * MiB. */
+#define REDUCE_SPLIT_BYTES_2 ((size_t)512 << 10)
+#define REDUCE_SPLIT_BYTES ((size_t)256 << 10)
+
+size_t hcomm__reduce_split_bytes(int p) {
+    return p == 2 ? REDUCE_SPLIT_BYTES_2 : REDUCE_SPLIT_BYTES;
+}
+
 hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    int p = x->c->size;
-    size_t bytes = count * hcomm__dtype_size(dt);
+    int p = x->c->size, me = x->c->rank;
+    size_t es = hcomm__dtype_size(dt), bytes = count * es, off = 0, len = count;
+    bool split = root_writable(x) && bytes >= hcomm__reduce_split_bytes(p),
+         stream = bytes >= STREAM_MIN_BYTES;
     hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
     if (!all)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p);
-    hcomm_result_t res = exchange_addrs(x, send, bytes, NULL, 0, all);
-    if (res == HCOMM_OK && x->c->rank == root)
-        res = hcomm__x_tell_peers(x, reduce_range(x, all, send, recv, 0, count, dt, op,
-                                                  bytes >= STREAM_MIN_BYTES, false));
+        return hcomm__x_tell_peers(
+            x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p));
+    hcomm_result_t res =
+        exchange_addrs(x, send, bytes, me == root ? recv : NULL, split ? bytes : 0, all);
+    if (split)
+        hcomm__block(count, p, me, &off, &len);
+    void *out = me == root ? (char *)recv + off * es : NULL;
+    if (res == HCOMM_OK && (split || me == root))
+        res = hcomm__x_tell_peers(x, reduce_range(x, all, send, out, off, len, dt, op, stream,
+                                                  me == root ? PUSH_NONE : root));
     if (res == HCOMM_OK)
         res = barrier(x);
     free(all);
