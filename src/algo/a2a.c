@@ -711,16 +711,21 @@ static size_t board_arrays(int p) {
 /* With 2 processes a block read where it lies (hcomm-bench, 100 calls, shared / malloc'd
  * buffers) costs about the board's two copies at 8 KiB (2.2 / 2.6 us against 1.9 / 2.6) and
  * wins above (16 KiB 2.1 / 2.9 against 3.3 / 3.4; raw MPI_Alltoallv 4.4 / 3.6). With more,
- * several peers' reads of a private buffer crawl (shm.c's scatter_private), and the board's
- * two copies per byte in further meetings lost to Open MPI's call (4 processes, 256 KiB per
- * rank: 125 us against 89; 2 MiB 1.1 ms against 0.8). */
-static int board_by(const hcomm__xfer_t *x, size_t total, const hcomm__peer_buf_t *mine) {
+ * the board's two copies per byte in further meetings lost to Open MPI's call (4 processes,
+ * 256 KiB per rank: 125 us against 89; 2 MiB 1.1 ms against 0.8). malloc'd buffers with more
+ * than 2 processes went to Open MPI's nonblocking call, on the fear that several peers' reads
+ * of one private buffer crawl as a scatter's do (shm.c); the staggered reads (board_reads) do
+ * not: 2 runs of 30 calls, 4 processes, HCOMM_CHECK=off, reads against that call (raw
+ * MPI_Alltoallv in the same run): 128 KiB 29-33 us against 49-53 (33-36), 512 KiB 106-114
+ * against 143-166 (116-126), 2 MiB 474-502 against 557-570 (503-545); 3 processes 256 KiB 37
+ * against 57 (47-52); 8 processes 256 KiB 178 against 279 (195-199), 4 MiB 2.04 against 2.32
+ * ms (1.94-2.10). */
+static int board_by(const hcomm__xfer_t *x, size_t total) {
     hcomm_comm_t *c = x->c;
     int p = c->size;
     if (total <= (p == 2 ? (size_t)8 << 10 : HCOMM__BOARD_ROOM - board_arrays(p)))
         return BY_POST;
-    bool reads = c->tr->peer_read_ok && c->tr->peer_read_ok(c);
-    return reads && (p == 2 || mine->obj != 0) ? BY_READ : BY_NATIVE;
+    return c->tr->peer_read_ok && c->tr->peer_read_ok(c) ? BY_READ : BY_NATIVE;
 }
 
 /* This rank's post into space (HCOMM__BOARD_ROOM bytes). */
@@ -735,7 +740,7 @@ static void board_fill(const hcomm__xfer_t *x, const hcomm__a2a_t *v, void *spac
     board_hdr_t *h = space;
     *h = (board_hdr_t){.extent = extent, .wide = hcomm__a2a_wide(v, p)};
     hcomm__x_export(x, v->send, extent, &h->send);
-    h->by = (uint8_t)board_by(x, total, &h->send);
+    h->by = (uint8_t)board_by(x, total);
     uint64_t *sc = (uint64_t *)(h + 1), *sd = sc + p, *rc = sd + p;
     char *data = (char *)(rc + p);
     for (int q = 0; q < p; q++) {
