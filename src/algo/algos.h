@@ -181,9 +181,10 @@ hcomm_result_t hcomm__rsv_ring(const hcomm__xfer_t *x, const void *send, void *r
                                const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 /* broadcast of buf from root down a binomial tree. */
 hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
-/* reduce to root up a binomial tree, in place on buf (significant on root after the call). */
-hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
-                                  hcomm_op_t op, int root);
+/* reduce to root up a binomial tree, in place on buf (significant on root after the call);
+ * tmp holds count elements received from a child. */
+hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, void *tmp, size_t count,
+                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
 /* reduce to root by Rabenseifner's reduce_scatter + gather, and by direct reads of every input
  * in rank order (one node, transport.peer_read_ok: the root reads all of it, or from
  * hcomm__reduce_split_bytes(p) each rank reduces its block and writes it into the root's

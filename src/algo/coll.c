@@ -1217,7 +1217,9 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     return res;
 }
 
-/* The tree reduces in place: on the root in recv, elsewhere in a scratch copy of send. */
+/* The tree reduces in place: on the root in recv, elsewhere in a copy of send; the copy and
+ * the receive space live in the communicator's scratch, kept between calls (a fresh 32 MiB+
+ * malloc faults). */
 static hcomm_result_t run_reduce(red_t *r) {
     hcomm_comm_t *c = r->k->c;
     size_t bytes = r->in * hcomm__dtype_size(r->dt);
@@ -1231,15 +1233,14 @@ static hcomm_result_t run_reduce(red_t *r) {
         return hcomm__reduce_rhd(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
     if (r->algo == HCOMM__ALGO_DIRECT)
         return hcomm__reduce_direct(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
-    void *buf = root ? r->recv : malloc(bytes + 1);
-    if (!buf && bytes) /* the root's recvbuf may be NULL with count 0 */
+    size_t room = (bytes + 63) & ~(size_t)63;
+    char *tmp = hcomm__x_scratch(&x, 2 * room);
+    if (!tmp)
         return nomem(r->k);
+    void *buf = root ? r->recv : tmp + room;
     if (buf != r->send && bytes)
         memcpy(buf, r->send, bytes);
-    hcomm_result_t res = hcomm__reduce_tree(&x, buf, r->in, r->dt, r->op, r->root);
-    if (!root)
-        free(buf);
-    return res;
+    return hcomm__reduce_tree(&x, buf, tmp, r->in, r->dt, r->op, r->root);
 }
 
 /* --- the collectives --- */

@@ -235,7 +235,7 @@ hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, const void *send, void *re
     bool direct = node_reads(x);
     size_t es = hcomm__dtype_size(dt), *lo = malloc(sizeof(size_t) * ((size_t)v.L + 1)),
            scratch = ar_scratch_bytes(count, v.L, es, direct);
-    void *tmp = malloc(scratch);
+    void *tmp = hcomm__x_scratch(x, scratch); /* kept: a fresh 32 MiB+ malloc faults */
     hcomm__buf_pair_t *all = direct ? calloc((size_t)v.node_g.n, sizeof *all) : NULL;
     hcomm_result_t res = lo && tmp && (all || !direct) ? HCOMM_OK : nomem(x, scratch);
     for (int j = 0; res == HCOMM_OK && j < v.L; j++) {
@@ -281,7 +281,6 @@ hcomm_result_t hcomm__ar_hier(const hcomm__xfer_t *x, const void *send, void *re
         }
     }
     free(all);
-    free(tmp);
     free(lo);
     view_free(&v);
     return res;
@@ -298,8 +297,9 @@ hcomm_result_t hcomm__rs_hier(const hcomm__xfer_t *x, const void *send, void *re
     HCOMM__TRY(view_make(x, &v));
     int p = v.t->size, me = x->c->rank;
     size_t es = hcomm__dtype_size(dt), bytes = (size_t)p * m * es;
-    char *a = malloc(bytes + 1), *tmp = malloc(bytes + 1);
-    hcomm_result_t res = a && tmp ? HCOMM_OK : nomem(x, 2 * bytes);
+    size_t room = (bytes + 63) & ~(size_t)63; /* tmp starts on a line of its own */
+    char *a = hcomm__x_scratch(x, 2 * room), *tmp = a ? a + room : NULL;
+    hcomm_result_t res = a ? HCOMM_OK : nomem(x, 2 * room);
     for (int r = 0; res == HCOMM_OK && m && r < p; r++) /* send copied in lane order */
         memcpy(a + v.pos[r] * m * es, (const char *)send + (size_t)r * m * es, m * es);
     if (res == HCOMM_OK) {
@@ -320,8 +320,6 @@ hcomm_result_t hcomm__rs_hier(const hcomm__xfer_t *x, const void *send, void *re
     } else if (res == HCOMM_OK && m) {
         res = hcomm__x_recv(x, my_rep(&v), recv, m * es);
     }
-    free(a);
-    free(tmp);
     view_free(&v);
     return res;
 }
@@ -331,7 +329,7 @@ hcomm_result_t hcomm__ag_hier(const hcomm__xfer_t *x, void *buf, size_t m) {
     HCOMM__TRY(view_make(x, &v));
     const hcomm__topo_t *t = v.t;
     int p = t->size, me = x->c->rank;
-    char *a = malloc((size_t)p * m + 1), *out = buf;
+    char *a = hcomm__x_scratch(x, (size_t)p * m), *out = buf;
     hcomm_result_t res = a ? HCOMM_OK : nomem(x, (size_t)p * m);
     if (res == HCOMM_OK && m && me == my_rep(&v)) { /* the lane's blocks on this node */
         memcpy(a + v.pos[me] * m, out + (size_t)me * m, m);
@@ -352,7 +350,6 @@ hcomm_result_t hcomm__ag_hier(const hcomm__xfer_t *x, void *buf, size_t m) {
     for (int r = 0; res == HCOMM_OK && m && r < p; r++)
         if (r != me)
             memcpy(out + (size_t)r * m, a + v.pos[r] * m, m);
-    free(a);
     view_free(&v);
     return res;
 }

@@ -79,9 +79,10 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
         for (int r = 0; r < p; r++)
             offs[r + 1] = offs[r] + counts[r];
     }
-    /* The scratch copy leaves send untouched and lets recv alias it. */
-    char *acc = offs ? malloc(offs[p] * es + 1) : NULL,
-         *tmp = acc ? malloc(offs[p] * es + 1) : NULL;
+    /* The scratch copy leaves send untouched and lets recv alias it; the communicator's
+     * scratch is kept between calls (a fresh 32 MiB+ malloc faults). */
+    size_t room = offs ? (offs[p] * es + 63) & ~(size_t)63 : 0;
+    char *acc = offs ? hcomm__x_scratch(x, 2 * room) : NULL, *tmp = acc ? acc + room : NULL;
     hcomm_result_t res = tmp ? HCOMM_OK
                              : hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
                                           "out of memory for reduce_scatter scratch");
@@ -94,8 +95,6 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
         h.rem = p - h.pof2;
         res = rh_run(&h, recv);
     }
-    free(tmp);
-    free(acc);
     free(offs);
     return res;
 }

@@ -27,13 +27,10 @@ hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, i
 
 /* The mirror image: each rank combines its children's partial results (relative ranks
  * vr+1, vr+2, vr+4, ... in that order, so operands stay in rank order) and sends up. */
-hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
-                                  hcomm_op_t op, int root) {
+hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, void *tmp, size_t count,
+                                  hcomm_dtype_t dt, hcomm_op_t op, int root) {
     int p = x->c->size, vr = (x->c->rank - root + p) % p;
     size_t bytes = count * hcomm__dtype_size(dt);
-    void *tmp = malloc(bytes + 1);
-    if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", bytes);
     hcomm_result_t res = HCOMM_OK;
     for (int mask = 1; mask < p && res == HCOMM_OK; mask <<= 1) {
         if (vr & mask) {
@@ -46,7 +43,6 @@ hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, size_t coun
                 hcomm__reduce(buf, tmp, count, dt, op);
         }
     }
-    free(tmp);
     return res;
 }
 
