@@ -5,8 +5,10 @@
 # over the best of native and every hcomm algorithm, and on mpi over the raw MPI call. Rows where
 # auto loses by more than the target (1.10; vs raw with checking on 1.5 up to 4 KiB) are flagged
 # with '<' ('<=' where auto chose the algorithm that was fastest: then the gap is noise or
-# auto's own overhead, not a wrong choice). On a shared machine act only on rows that lose in
-# every repetition (column 'lost').
+# auto's own overhead, not a wrong choice). A named algorithm that fell back to one with a row
+# of its own (the bench's "ran": local has no shm, say) is a second sample of that one, not a
+# rival, and is left out. On a shared machine act only on rows that lose in every repetition
+# (column 'lost').
 #
 # Usage: scripts/regret-sweep.sh [BUILD_DIR]   (default: build, built already)
 # Environment:
@@ -89,6 +91,7 @@ out = sys.argv[1]
 # (config, op) -> (bytes, inplace) -> algo -> [time per rep]; auto's choices per rep
 times = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
 chosen = defaultdict(lambda: defaultdict(list))
+ran = defaultdict(lambda: defaultdict(dict))  # a named algorithm that fell back: what ran
 for f in sorted(glob.glob(os.path.join(out, "*.json"))):
     m = re.match(r"(\w+)-(\d+)-(\w+)-(\w+)-r(\d+)(-small|-large)?\.json$", os.path.basename(f))
     if not m:
@@ -103,6 +106,8 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
             continue
         key = (r["bytes"], r["inplace"])
         times[(cfg, r["op"])][key][r["algo"]].append(r["time_us"])
+        if r.get("ran"):
+            ran[(cfg, r["op"])][key][r["algo"]] = r["ran"]
         if r["algo"] == "auto":
             chosen[(cfg, r["op"])][key].append(r.get("chosen", "?"))
 worst = []
@@ -115,7 +120,10 @@ for (cfg, op) in sorted(times):
         t = times[(cfg, op)][key]
         if "auto" not in t:
             continue
-        named = {a: v for a, v in t.items() if a not in ("auto", "raw", "p2p")}
+        # a row that ran another row's algorithm is a second sample of it, not a rival
+        alias = ran[(cfg, op)][key]
+        named = {a: v for a, v in t.items()
+                 if a not in ("auto", "raw", "p2p") and alias.get(a) not in t}
         med = {a: statistics.median(v) for a, v in named.items()}
         best = min(med, key=med.get)
         auto = statistics.median(t["auto"])

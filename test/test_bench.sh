@@ -168,6 +168,23 @@ assert {r["inplace"] for r in rows} == {True, False}
 c = list(csv.DictReader(open(sys.argv[2])))
 assert len(c) == len(recs) and c[1]["algo"] == recs[1]["algo"], (len(c), len(recs))
 EOF
+# A named algorithm that falls back to another row's (local has no board for shm, and no
+# native scatter: both run direct) is shown as NAME->RAN, recorded with "ran", and is never
+# regret's best: it is a second sample of direct.
+out=$(timeout 120 "$bench" scatter -t 3 -b 96 -e 96K -f 1024 -n 3 -w 1 --algo all \
+    --json "$tmp/f.json")
+echo "$out"
+[ "$(echo "$out" | rows | awk '$6 == "shm->direct" || $6 == "native->direct"' | wc -l)" -eq 4 ] ||
+    fail "scatter on local: shm and native rows must name the direct they ran"
+echo "$out" | grep -q 'regret [0-9.]* (best \(shm\|native\))' && fail "regret against a fallback"
+"$PY" - "$tmp/f.json" <<'EOF' || fail "fallback json records"
+import json, sys
+recs = [r for r in json.load(open(sys.argv[1])) if r["op"] == "scatter"]
+ran = {r["algo"]: r.get("ran") for r in recs}
+assert ran["shm"] == "direct" and ran["native"] == "direct", ran
+assert ran["direct"] is None and ran["tree"] is None and ran["auto"] is None, ran
+assert all(r.get("best") in ("direct", "tree") for r in recs if r["algo"] == "auto"), recs
+EOF
 # Two ops in one run: every record names an algorithm of its own op (the table's rows).
 timeout 120 "$bench" all_reduce broadcast -t 3 -b 1K -e 1K -n 2 -w 1 --algo all \
     --json "$tmp/two.json" >/dev/null || fail "two ops in one run"

@@ -142,8 +142,11 @@ static void usage(FILE *f) {
         "--json: one array of records {op, algo, bytes, count, dtype, redop, world, inplace,\n"
         "  time_us, algbw, busbw, wrong (null: unchecked), memcpy_gbs}; auto's add chosen, "
         "regret,\n"
-        "  best and hcomm_over_raw; one record with op \"memcpy\" is the baseline. -F: the same\n"
-        "  fields as CSV. A progress line goes to stderr in runs longer than a few seconds.\n");
+        "  best and hcomm_over_raw; a named algorithm that fell back to another adds ran (the\n"
+        "  table shows NAME->RAN, and regret leaves it out where that algorithm has its own\n"
+        "  row); one record with op \"memcpy\" is the baseline. -F: the same fields as CSV\n"
+        "  (chosen: auto's choice, or what a named row ran instead). A progress line goes to\n"
+        "  stderr in runs longer than a few seconds.\n");
 }
 
 static int bad(const char *flag, const char *v, const char *why) {

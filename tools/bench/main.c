@@ -29,6 +29,7 @@ typedef struct algo_row {
     char name[24], spec[64];
     bool dead;             /* failed once: left out from then on */
     bool bypass;           /* loads outside a simulated machine's links: not in regret */
+    const char *ran;       /* named rows: what the last call ran (another name: a fallback) */
     double *t;             /* per-iteration seconds */
     bench_record_t rec[2]; /* out-of-place, in-place */
 } algo_row_t;
@@ -328,21 +329,34 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             /* Every call starts together: the previous algorithm's imbalance between ranks
              * (a root that finishes last) must not land in this one's time. */
             HCOMM__TRY(hcomm_barrier(R->w));
-            if (a->kind == KIND_AUTO)
-                hcomm__coll_take_algo(R->w);
+            hcomm__coll_take_algo(R->w);
             double t0 = hcomm__now();
             HCOMM__TRY(call(R, a, c));
             double dt = hcomm__now() - t0;
             if (i >= 0)
                 a->t[i] = dt;
-            const char *got = a->kind == KIND_AUTO ? hcomm__coll_take_algo(R->w) : NULL;
+            const char *got = hcomm__coll_take_algo(R->w);
             /* A primitive without rows of collective algorithms (moe, pp) has no choice to name:
              * the collective run inside it is not a row --algo could pick. */
-            if (got && R->op->coll)
+            if (got && R->op->coll && a->kind == KIND_AUTO)
                 *chosen = got;
+            if (got && R->op->coll && a->kind == KIND_NAMED)
+                a->ran = got;
         }
     }
     return HCOMM_OK;
+}
+
+/* a ran its own algorithm (in deterministic mode as "NAME+deterministic"). */
+static bool ran_own(const algo_row_t *a) {
+    size_t n = strlen(a->name);
+    return !a->ran || (!strncmp(a->ran, a->name, n) && (a->ran[n] == 0 || a->ran[n] == '+'));
+}
+
+/* What a named row ran where its algorithm fell back to another (local has no shm, and its
+ * native gather is direct, say), else NULL. */
+static const char *ran_instead(const algo_row_t *a) {
+    return a->kind == KIND_NAMED && !ran_own(a) ? a->ran : NULL;
 }
 
 static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wrong, double sec,
@@ -352,7 +366,7 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     rec->algo = a->name;
     rec->dtype = dtype_name(c->dt);
     rec->redop = R->op->reduces ? bench_op_names[R->o->redop] : NULL;
-    rec->chosen = a->kind == KIND_AUTO ? chosen : NULL;
+    rec->chosen = a->kind == KIND_AUTO ? chosen : ran_instead(a);
     rec->bytes = c->bytes;
     rec->count = c->count;
     rec->world = R->size;
@@ -439,6 +453,8 @@ static void print_row(run_t *R, const algo_row_t *a, const bench_case_t *c) {
     char name[48];
     if (a->kind == KIND_AUTO && r->chosen)
         snprintf(name, sizeof name, "auto(%s)", r->chosen);
+    else if (r->chosen)
+        snprintf(name, sizeof name, "%s->%s", a->name, r->chosen);
     else
         snprintf(name, sizeof name, "%s", a->name);
     printf("%12zu %12zu %6s %6s %5d %-16s", c->bytes, c->count, dtype_name(c->dt),
@@ -447,6 +463,19 @@ static void print_row(run_t *R, const algo_row_t *a, const bench_case_t *c) {
     print_half(&a->rec[0]);
     print_half(&a->rec[1]);
     printf("\n");
+}
+
+/* A named row that ran another row's algorithm: a second sample of that row, left out of the
+ * best (the minimum of several samples of one algorithm would read as auto's regret). */
+static bool duplicate_row(const run_t *R, const algo_row_t *a, int ip) {
+    const char *ran = a->rec[ip].chosen;
+    for (int k = 0; ran && k < R->nalgos; k++) {
+        const algo_row_t *b = &R->algos[k];
+        if (b != a && b->kind == KIND_NAMED && !b->dead && b->rec[ip].measured &&
+            !b->rec[ip].chosen && !strcmp(b->name, ran))
+            return true;
+    }
+    return false;
 }
 
 /* auto's regret (auto time / the best named algorithm's), hcomm/raw and auto/<variant>, per
@@ -464,7 +493,8 @@ static void compare_auto(run_t *R, algo_row_t *au) {
             const bench_record_t *y = &a->rec[ip];
             if (a->dead || !y->measured)
                 continue;
-            if (a->kind == KIND_NAMED && !a->bypass && (best == 0 || y->time_us < best)) {
+            if (a->kind == KIND_NAMED && !a->bypass && !duplicate_row(R, a, ip) &&
+                (best == 0 || y->time_us < best)) {
                 best = y->time_us;
                 snprintf(x->best, sizeof x->best, "%s", a->name);
             }

@@ -77,6 +77,8 @@ static void json_record(FILE *f, const bench_record_t *x) {
         fprintf(f, ", \"memcpy_gbs\": %.6f", x->memcpy_gbs);
     if (x->vs_raw > 0 && strcmp(x->algo, "auto")) /* the one algorithm asked for, on mpi */
         fprintf(f, ", \"hcomm_over_raw\": %.4f", x->vs_raw);
+    if (strcmp(x->algo, "auto") && x->chosen) /* a named algorithm that fell back */
+        fprintf(f, ", \"ran\": \"%s\"", x->chosen);
     if (strcmp(x->algo, "auto"))
         return;
     /* null: the op made no call that chooses */
