@@ -209,10 +209,6 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     a = picked(w, GATHER, ga, buf), b = picked(w, GATHER, 2 * ga, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"), "gather of %zu / %zu bytes on %d: %s / %s",
             ga, 2 * ga, t_size(w), a, b);
-    size_t sc = two ? 4 << 10 : off ? 128 << 10 : 64 << 10, more = sc + 4 * (size_t)t_size(w);
-    a = picked(w, SCATTER, sc, buf), b = picked(w, SCATTER, more, buf);
-    T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"), "scatter of %zu / %zu bytes on %d: %s / %s",
-            sc, more, t_size(w), a, b);
     free(buf);
     return HCOMM_OK;
 }

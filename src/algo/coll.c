@@ -820,11 +820,7 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * 0.46: checked, shm up to 2 KiB. all_reduce of 8 KiB, checked, in a sweep of 2 repetitions
  * once auto no longer ran right after its twin (hcomm-bench): shm 1.9 us against twoshot's 2.8
  * in both; 100 calls, 2 runs: 2.9/3.1 and 2.7/2.8 against 3.2/2.8 and 3.4/3.3 (out of place /
- * in place); unchecked at par (2.8-2.9 against 2.5-2.9): checked, shm up to 8 KiB. A sweep of
- * the rooted calls with 4 processes and HCOMM_CHECK=off had shm's scatter ahead of direct at 128
- * KiB (1.29 out of place, 1.32 in place); 2 runs of 100 calls: 13.3-15.8 us against 16.5-17.9
- * (out of place / in place alike), 256 KiB 27-29 against 18-21, while checked direct leads at 128
- * KiB (10.5-11.3 against 14.1-14.4): unchecked, shm up to 128 KiB. */
+ * in place); unchecked at par (2.8-2.9 against 2.5-2.9): checked, shm up to 8 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
@@ -841,7 +837,7 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
         return (size_t)(two ? (off ? 4 : 2) : 32) << 10;
     case HCOMM__COLL_SCATTER:
-        return (size_t)(two ? 4 : off ? 128 : 64) << 10;
+        return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHERV: /* above: direct (hcomm__agv_direct) */
         return (size_t)(two ? 16 : 256) << 10;
     case HCOMM__COLL_REDUCESCATTERV: /* no direct form: shm at every size */
