@@ -107,7 +107,7 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
         key = (r["bytes"], r["inplace"])
         times[(cfg, r["op"])][key][r["algo"]].append(r["time_us"])
         if r.get("ran"):
-            ran[(cfg, r["op"])][key][r["algo"]] = r["ran"]
+            ran[(cfg, r["op"])][key][r["algo"]] = r["ran"].split("+")[0]  # +deterministic
         if r["algo"] == "auto":
             chosen[(cfg, r["op"])][key].append(r.get("chosen", "?"))
 worst = []

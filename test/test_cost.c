@@ -128,6 +128,10 @@ static hcomm_result_t hier_by_tuning(hcomm_comm_t *w) {
         int a = hcomm__cost_choose(w, NULL, HCOMM__COLL_ALLREDUCE, bytes, false, &est);
         T_CHECK(a == HCOMM__ALGO_HIER, "all_reduce of %zu bytes on nodes=2x4 chose %s", bytes,
                 a >= 0 ? hcomm__algo_name(a) : "none");
+        /* direct reduce reads peers' memory on one node only (its split estimate must not
+         * undercut rhd across nodes, where it would run as a tree) */
+        a = hcomm__cost_choose(w, NULL, HCOMM__COLL_REDUCE, bytes, false, &est);
+        T_CHECK(a != HCOMM__ALGO_DIRECT, "reduce of %zu bytes on nodes=2x4 chose direct", bytes);
     }
     return hcomm_comm_set_topo(w, NULL);
 }

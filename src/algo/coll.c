@@ -820,7 +820,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * 0.46: checked, shm up to 2 KiB. all_reduce of 8 KiB, checked, in a sweep of 2 repetitions
  * once auto no longer ran right after its twin (hcomm-bench): shm 1.9 us against twoshot's 2.8
  * in both; 100 calls, 2 runs: 2.9/3.1 and 2.7/2.8 against 3.2/2.8 and 3.4/3.3 (out of place /
- * in place); unchecked at par (2.8-2.9 against 2.5-2.9): checked, shm up to 8 KiB. */
+ * in place); unchecked at par (2.8-2.9 against 2.5-2.9): checked, shm up to 8 KiB. Unchecked
+ * scatter with 4 processes at 128 KiB flips with the machine's modes: one sweep and 2 runs of
+ * 100 calls had shm ahead (13.3-15.8 us against 16.5-17.9), the next sweep and 4 runs of 200
+ * calls direct (9.6-14.3 against 14.0-15.7): it stays direct. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
@@ -1234,7 +1237,7 @@ static hcomm_result_t run_reduce(red_t *r) {
     if (r->algo == HCOMM__ALGO_DIRECT)
         return hcomm__reduce_direct(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
     size_t room = (bytes + 63) & ~(size_t)63;
-    char *tmp = hcomm__x_scratch(&x, 2 * room);
+    char *tmp = hcomm__x_scratch(&x, root ? room : 2 * room);
     if (!tmp)
         return nomem(r->k);
     void *buf = root ? r->recv : tmp + room;

@@ -217,15 +217,17 @@ static double broadcast(const model_t *m, int algo, double S) {
 /* reduce (S: the vector). Binomial tree: clg rounds of the whole vector, each reduced;
  * Rabenseifner (rhd): recursive-halving reduce_scatter then a binomial gather of the blocks,
  * 2 lg alpha + 2 (p-1)/p S beta + (p-1)/p S gamma (Thakur et al. 2005, 4.4); direct: the root
- * receives and reduces every rank's vector itself, or from hcomm__reduce_split_bytes each rank
- * reads and reduces its block of every vector and writes it to the root. */
+ * receives and reduces every rank's vector itself, or (one node, peers' memory readable) from
+ * hcomm__reduce_split_bytes each rank reads and reduces its block of every vector and writes it
+ * to the root. */
 static double reduce(const model_t *m, int algo, double S) {
     double f = (m->pof2 - 1.0) / m->pof2;
     if (algo == HCOMM__ALGO_TREE)
         return m->hop * m->clg * (m->flat.alpha + S * m->flat.beta) + m->clg * S * m->gamma;
     if (algo == HCOMM__ALGO_RHD)
         return rh_rs(m, S) + m->hop * (m->lg * m->flat.alpha + f * S * m->flat.beta);
-    if (algo == HCOMM__ALGO_DIRECT && S >= (double)hcomm__reduce_split_bytes(m->p))
+    if (algo == HCOMM__ALGO_DIRECT && m->reads && m->t->nnodes <= 1 &&
+        S >= (double)hcomm__reduce_split_bytes(m->p))
         return m->hop * ((m->p - 1.0) * m->flat.alpha + S * m->flat.beta) +
                (m->p - 1.0) / m->p * S * m->gamma;
     if (algo == HCOMM__ALGO_DIRECT)

@@ -113,21 +113,38 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t
 static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
                                  const void *piece, size_t at, size_t bytes, bool stream, int to);
 
+/* reduce_range's scratch: a piece read out of a peer, a copy of the own piece, and one for
+ * partial results (streamed, or pieces only pushed). */
+#define RANGE_SCRATCH (3 * PIECE_BYTES)
+
+/* The room for every rank's addresses and (with scratch) reduce_range's, taken before any
+ * address goes out: a rank short of memory then fails the call, and its peers with it, before
+ * any of them may write into its buffers. */
+static hcomm_result_t call_room(const hcomm__xfer_t *x, bool scratch, hcomm__buf_pair_t **all,
+                                unsigned char **tmp) {
+    *all = calloc((size_t)x->c->size, sizeof **all);
+    *tmp = scratch ? malloc(RANGE_SCRATCH) : NULL;
+    if (*all && (*tmp || !scratch))
+        return HCOMM_OK;
+    free(*all);
+    free(*tmp);
+    return hcomm__x_tell_peers(x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
+                                             "out of memory for %d addresses and %zu bytes",
+                                             x->c->size, scratch ? RANGE_SCRATCH : 0));
+}
+
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
- * element off; NULL: pieces are only pushed); send is this rank's whole input. Streamed,
- * partial results of a piece stay in a third scratch piece and its last step streams to out.
- * Each finished piece is also written at its place into the output (all[q].recv) of every
- * peer (push PUSH_ALL) or of rank push (push_piece). */
+ * element off; NULL: pieces are only pushed); send is this rank's whole input, tmp holds
+ * RANGE_SCRATCH bytes. Streamed, partial results of a piece stay in a third scratch piece and
+ * its last step streams to out. Each finished piece is also written at its place into the
+ * output (all[q].recv) of every peer (push PUSH_ALL) or of rank push (push_piece). */
 static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
                                    const void *send, void *out, size_t off, size_t len,
-                                   hcomm_dtype_t dt, hcomm_op_t op, bool stream, int push) {
+                                   hcomm_dtype_t dt, hcomm_op_t op, bool stream, int push,
+                                   unsigned char *tmp) {
     bool stream_out = stream;
     stream = stream && push == PUSH_NONE; /* pushed pieces are copied from cache */
-    size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es,
-           scratch = (stream || !out ? 3 : 2) * PIECE_BYTES;
-    unsigned char *tmp = malloc(scratch);
-    if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", scratch);
+    size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es;
     hcomm_result_t res = HCOMM_OK;
     for (size_t done = 0; res == HCOMM_OK && done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
@@ -151,7 +168,6 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair
     }
     if (stream || (push != PUSH_NONE && stream_out))
         hcomm__stream_fence(); /* before the barrier tells the peers to read it */
-    free(tmp);
     return res;
 }
 
@@ -159,12 +175,12 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair
  * peer's). */
 static hcomm_result_t reduce_block(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
                                    const void *send, void *recv, size_t count, hcomm_dtype_t dt,
-                                   hcomm_op_t op, bool push) {
+                                   hcomm_op_t op, bool push, unsigned char *tmp) {
     size_t off, len;
     hcomm__block(count, x->c->size, x->c->rank, &off, &len);
     return reduce_range(x, all, send, (char *)recv + off * hcomm__dtype_size(dt), off, len, dt, op,
                         count * hcomm__dtype_size(dt) >= STREAM_MIN_BYTES,
-                        push ? PUSH_ALL : PUSH_NONE);
+                        push ? PUSH_ALL : PUSH_NONE, tmp);
 }
 
 /* bytes at byte offset off of peer q's buffer r, into dst: read straight there, or streamed
@@ -246,21 +262,21 @@ static bool can_push(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all) {
 
 hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op) {
-    hcomm__buf_pair_t *all = calloc((size_t)x->c->size, sizeof *all);
-    if (!all)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses",
-                          x->c->size);
+    hcomm__buf_pair_t *all;
+    unsigned char *tmp;
+    HCOMM__TRY(call_room(x, true, &all, &tmp));
     size_t bytes = count * hcomm__dtype_size(dt);
     hcomm_result_t res = exchange_addrs(x, send, bytes, recv, bytes, all);
     bool push = res == HCOMM_OK && can_push(x, all);
     if (res == HCOMM_OK)
-        res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op, push));
+        res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op, push, tmp));
     if (res == HCOMM_OK && !push)
         res = barrier(x);
     if (res == HCOMM_OK && !push)
         res = hcomm__x_tell_peers(x, gather_blocks(x, all, recv, count, dt));
     if (res == HCOMM_OK)
         res = barrier(x);
+    free(tmp);
     free(all);
     return res;
 }
@@ -285,21 +301,22 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     int p = x->c->size, me = x->c->rank;
     size_t bytes = count * hcomm__dtype_size(dt);
     bool staged = send == recv && me != 0 && bytes > 0;
-    hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
     void *out = staged ? hcomm__x_scratch(x, bytes) : recv;
-    if (!all || !out) { /* the peers wait for this rank's addresses: they fail with this */
-        free(all);
+    if (!out) /* the peers wait for this rank's addresses: they fail with this */
         return hcomm__x_tell_peers(
             x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", bytes));
-    }
+    hcomm__buf_pair_t *all;
+    unsigned char *tmp;
+    HCOMM__TRY(call_room(x, true, &all, &tmp));
     hcomm_result_t res = exchange_addrs(x, send, bytes * (size_t)p, recv, bytes, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, reduce_range(x, all, send, out, (size_t)me * count, count, dt,
-                                                  op, false, PUSH_NONE));
+                                                  op, false, PUSH_NONE, tmp));
     if (res == HCOMM_OK)
         res = barrier(x);
     if (res == HCOMM_OK && staged)
         memcpy(recv, out, bytes);
+    free(tmp);
     free(all);
     return res;
 }
@@ -366,7 +383,10 @@ static bool root_writable(const hcomm__xfer_t *x) {
  * q's owner reads block q of any input, the root's included, so the root's input under a piece
  * is free once its owner reduced it. A barrier keeps every buffer alive until the last piece is
  * read or written. Where the root's output cannot be written (no such transport today), the
- * root reads everything.
+ * root reads everything. Every rank takes its memory before the addresses go out (call_room);
+ * a root whose reads fail later (a peer's buffer shorter than the call says) leaves at once and
+ * its peers fail at the barrier, but one of them may still be writing its block into the root's
+ * output then, as twoshot's pushes may.
  *
  * Split against root alone, 2 runs each (f32 sum, HCOMM_CHECK=off, us): mpi, 2 processes,
  * hcomm_mem_alloc buffers: 256 KiB 16-18 against 11-14, 512 KiB 27-31 against 24-28, 768 KiB
@@ -392,10 +412,9 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
     size_t es = hcomm__dtype_size(dt), bytes = count * es, off = 0, len = count;
     bool split = root_writable(x) && bytes >= hcomm__reduce_split_bytes(p),
          stream = bytes >= STREAM_MIN_BYTES;
-    hcomm__buf_pair_t *all = calloc((size_t)p, sizeof *all);
-    if (!all)
-        return hcomm__x_tell_peers(
-            x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for %d addresses", p));
+    hcomm__buf_pair_t *all;
+    unsigned char *tmp;
+    HCOMM__TRY(call_room(x, split || me == root, &all, &tmp));
     hcomm_result_t res =
         exchange_addrs(x, send, bytes, me == root ? recv : NULL, split ? bytes : 0, all);
     if (split)
@@ -403,9 +422,10 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
     void *out = me == root ? (char *)recv + off * es : NULL;
     if (res == HCOMM_OK && (split || me == root))
         res = hcomm__x_tell_peers(x, reduce_range(x, all, send, out, off, len, dt, op, stream,
-                                                  me == root ? PUSH_NONE : root));
+                                                  me == root ? PUSH_NONE : root, tmp));
     if (res == HCOMM_OK)
         res = barrier(x);
+    free(tmp);
     free(all);
     return res;
 }

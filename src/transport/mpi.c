@@ -1426,11 +1426,22 @@ static bool probe_reads(uint64_t pid, uint64_t addr) {
            dst == cma_probe;
 }
 
-/* The address of cma_probe when this process may read its own memory through
- * process_vm_readv (a seccomp profile may forbid the call), else 0. */
+/* Where this process writes its own memory through process_vm_writev (peer_write: direct
+ * reduce writes its blocks into the root's output with it). */
+static volatile uint64_t cma_written;
+
+static bool self_writes(void) {
+    uint64_t v = cma_probe;
+    struct iovec local = {&v, sizeof v}, far = {(void *)(uintptr_t)&cma_written, sizeof v};
+    return process_vm_writev(getpid(), &local, 1, &far, 1, 0) == (ssize_t)sizeof v &&
+           cma_written == cma_probe;
+}
+
+/* The address of cma_probe when this process may read and write its own memory through
+ * process_vm_readv and process_vm_writev (a seccomp profile may forbid either), else 0. */
 static uint64_t cma_self(void) {
     uint64_t addr = (uint64_t)(uintptr_t)&cma_probe;
-    return probe_reads((uint64_t)getpid(), addr) ? addr : 0;
+    return probe_reads((uint64_t)getpid(), addr) && self_writes() ? addr : 0;
 }
 
 /* True when this rank can read the probe of every peer on its host: a ptrace policy (Yama's

@@ -347,10 +347,14 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
     return HCOMM_OK;
 }
 
-/* a ran its own algorithm (in deterministic mode as "NAME+deterministic"). */
+/* ran names the algorithm called name (in deterministic mode as "NAME+deterministic"). */
+static bool names_algo(const char *ran, const char *name) {
+    size_t n = strlen(name);
+    return !strncmp(ran, name, n) && (ran[n] == 0 || ran[n] == '+');
+}
+
 static bool ran_own(const algo_row_t *a) {
-    size_t n = strlen(a->name);
-    return !a->ran || (!strncmp(a->ran, a->name, n) && (a->ran[n] == 0 || a->ran[n] == '+'));
+    return !a->ran || names_algo(a->ran, a->name);
 }
 
 /* What a named row ran where its algorithm fell back to another (local has no shm, and its
@@ -472,7 +476,7 @@ static bool duplicate_row(const run_t *R, const algo_row_t *a, int ip) {
     for (int k = 0; ran && k < R->nalgos; k++) {
         const algo_row_t *b = &R->algos[k];
         if (b != a && b->kind == KIND_NAMED && !b->dead && b->rec[ip].measured &&
-            !b->rec[ip].chosen && !strcmp(b->name, ran))
+            !b->rec[ip].chosen && names_algo(ran, b->name))
             return true;
     }
     return false;
