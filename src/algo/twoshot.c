@@ -395,7 +395,9 @@ static bool root_writable(const hcomm__xfer_t *x) {
  * 145-225. Once the root's working set (its output and every input) leaves its 2 MiB L2, its
  * reads alone cost more than the split's writes; below, a benchmark's inputs, which no call
  * changes, stay in the root's cache. With 4 processes (2 cores) the split leads from 256 KiB
- * (shared 40-62 against 57-68, 1 MiB 175-181 against 238-295), and so with 4 local threads
+ * (shared 40-62 against 57-68, 1 MiB 175-181 against 238-295; on malloc's, where 3 processes
+ * write into the root's at once, at par at 256-512 KiB, 3 runs: 105-147 against 100-152 and
+ * 204-325 against 265-313, ahead at 1 MiB, 360-396 against 511-577), and so with 4 local threads
  * (256 KiB 47-49 against 62-64; from 64 KiB: 28-31 against 33-34) and 8 (256 KiB 168-177
  * against 202-224; at par at 64 KiB); 2 threads at par at 256 KiB, 33-52 against 44-110 at 1
  * MiB. */
