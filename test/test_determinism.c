@@ -33,9 +33,11 @@ static const spec_t specs[] = {
     {"reducescatter:ring", 1},
     {"reducescatter:rhd", 1},
     {"reducescatter:hier", 1},
+    {"reducescatter:direct", 1},
     {"reducescatterv:ring", 2},
     {"reducescatterv:rhd", 2},
     {"reduce:tree", 3},
+    {"reduce:direct", 3},
 };
 enum { NSPECS = sizeof specs / sizeof specs[0] };
 
@@ -220,7 +222,7 @@ static hcomm_result_t long_vectors(hcomm_comm_t *w, void *arg) {
     int p = t_size(w);
     size_t count = (size_t)p * (((size_t)4 << 20) / 8 / (size_t)p) + 7;
     static const spec_t rs = {"reducescatter:ring", 1}, ar = {"allreduce:ring", 0},
-                        arf = {"allreduce:rhd", 0};
+                        arf = {"allreduce:rhd", 0}, rd = {"reduce:direct", 3};
     T_TRY(hcomm_comm_set_deterministic(w, 1));
     size_t bad;
     T_TRY(hcomm_comm_set_algo(w, ar.algo));
@@ -232,6 +234,9 @@ static hcomm_result_t long_vectors(hcomm_comm_t *w, void *arg) {
     T_TRY(hcomm_comm_set_algo(w, rs.algo));
     tcase_t t3 = {w, &rs, HCOMM_F32, HCOMM_AVG, count / (size_t)p + 3, false};
     T_TRY(run_case(&t3, true, &bad));
+    T_TRY(hcomm_comm_set_algo(w, rd.algo)); /* past the split: every rank reduces its block */
+    tcase_t t4 = {w, &rd, HCOMM_F32, HCOMM_SUM, count, true};
+    T_TRY(run_case(&t4, true, &bad));
     T_TRY(hcomm_comm_set_algo(w, NULL));
     return hcomm_comm_set_deterministic(w, 0);
 }

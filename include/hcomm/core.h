@@ -426,7 +426,8 @@ HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spe
  *  sends (p-1)/p of the vector in the reduce phase) but p-1 messages at once instead of p-1 or
  *  log2 p steps, scratch of one segment per peer, and the reduction of a block serialised on its
  *  owner; rd moves p times the data (small messages only). The local backend's native
- *  collectives, shm and twoshot already reduce in rank order and run unchanged. Every rank of a
+ *  collectives, shm, twoshot and direct reduce_scatter and reduce already reduce in rank order
+ *  and run unchanged. Every rank of a
  *  call must use the same mode (it is part of the call's signature: else HCOMM_ERR_MISMATCH
  *  naming "+deterministic"). Local; not thread-safe with calls on @p comm.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (@p on neither 0 nor 1). */

@@ -946,12 +946,13 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo = with_twoshot(k, coll, bytes, algo, &why);
     algo = with_board(k, coll, bytes, algo, &why);
     algo = with_native(k, coll, algo, &why);
-    /* The shared-memory native collectives, twoshot and direct reduce_scatter reduce in rank
-     * order already. */
+    /* The shared-memory native collectives, twoshot, shm and direct reduce_scatter and reduce
+     * reduce in rank order already. */
     if (k->c->deterministic && is_reduction(coll) &&
         !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT &&
         algo != HCOMM__ALGO_SHM &&
-        !(coll == HCOMM__COLL_REDUCESCATTER && algo == HCOMM__ALGO_DIRECT))
+        !((coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCE) &&
+          algo == HCOMM__ALGO_DIRECT))
         algo |= HCOMM__ALGO_DET;
     if (k->c->one_node)
         a->last_choice = (choice_t){.valid = true,
