@@ -45,6 +45,9 @@ struct hcomm__xfer {
 /* The communicator's scratch (hcomm__scratch) of at least bytes: one per communicator, so one
  * algorithm at a time may hold it. NULL: out of memory. */
 void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes);
+/* Two buffers of bytes each in that scratch, the second starting on a cache line of its own;
+ * both NULL: out of memory. */
+void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t bytes, void **first, void **second);
 
 /* Block r of count elements over p ranks: *off and *len in elements. */
 void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
@@ -189,11 +192,12 @@ hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, void *tmp, 
  * in rank order (one node, transport.peer_read_ok: the root reads all of it, or from
  * hcomm__reduce_split_bytes(p) each rank reduces its block and writes it into the root's
  * output); recv is significant on root only and may alias send there. */
-size_t hcomm__reduce_split_bytes(int p);
 hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
 hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root);
+/* Bytes from which direct reduce among p ranks splits its work (the cost model prices it). */
+size_t hcomm__reduce_split_bytes(int p);
 /* gather / scatter of bytes per rank down (up) a binomial tree; the root's own block is
  * copied by the caller, or by these. */
 hcomm_result_t hcomm__gather_tree(const hcomm__xfer_t *x, const void *send, void *recv,

@@ -282,6 +282,13 @@ void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
     return hcomm__scratch(&((call_t *)x->call)->a->scratch, bytes);
 }
 
+void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t bytes, void **first, void **second) {
+    size_t room = (bytes + 63) & ~(size_t)63;
+    char *p = hcomm__x_scratch(x, 2 * room);
+    *first = p;
+    *second = p ? p + room : NULL;
+}
+
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
                                  hcomm_op_t op, int root, uint64_t count) {
     k->c = c;
@@ -929,6 +936,18 @@ static int chosen(call_t *k, int algo) {
     return algo;
 }
 
+/* Algorithms that reduce every element's inputs in rank order already, which deterministic
+ * mode runs as they are: the shared-memory native collectives, twoshot, shm, and direct
+ * reduce_scatter and reduce. */
+static bool rank_ordered(hcomm_comm_t *c, int coll, int algo) {
+    if (algo == HCOMM__ALGO_TWOSHOT || algo == HCOMM__ALGO_SHM)
+        return true;
+    if (algo == HCOMM__ALGO_NATIVE)
+        return shm_coll(c);
+    return algo == HCOMM__ALGO_DIRECT &&
+           (coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCE);
+}
+
 /* The cost model decides where the topology is known (cost.h); elsewhere the defaults. */
 static int choose(call_t *k, int coll, size_t bytes) {
     const char *why = "cost model";
@@ -946,13 +965,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo = with_twoshot(k, coll, bytes, algo, &why);
     algo = with_board(k, coll, bytes, algo, &why);
     algo = with_native(k, coll, algo, &why);
-    /* The shared-memory native collectives, twoshot, shm and direct reduce_scatter and reduce
-     * reduce in rank order already. */
-    if (k->c->deterministic && is_reduction(coll) &&
-        !(shm_coll(k->c) && algo == HCOMM__ALGO_NATIVE) && algo != HCOMM__ALGO_TWOSHOT &&
-        algo != HCOMM__ALGO_SHM &&
-        !((coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCE) &&
-          algo == HCOMM__ALGO_DIRECT))
+    if (k->c->deterministic && is_reduction(coll) && !rank_ordered(k->c, coll, algo))
         algo |= HCOMM__ALGO_DET;
     if (k->c->one_node)
         a->last_choice = (choice_t){.valid = true,
@@ -1237,11 +1250,13 @@ static hcomm_result_t run_reduce(red_t *r) {
         return hcomm__reduce_rhd(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
     if (r->algo == HCOMM__ALGO_DIRECT)
         return hcomm__reduce_direct(&x, r->send, r->recv, r->in, r->dt, r->op, r->root);
-    size_t room = (bytes + 63) & ~(size_t)63;
-    char *tmp = hcomm__x_scratch(&x, root ? room : 2 * room);
+    void *tmp, *buf = r->recv;
+    if (root)
+        tmp = hcomm__x_scratch(&x, bytes);
+    else
+        hcomm__x_scratch_pair(&x, bytes, &tmp, &buf);
     if (!tmp)
         return nomem(r->k);
-    void *buf = root ? r->recv : tmp + room;
     if (buf != r->send && bytes)
         memcpy(buf, r->send, bytes);
     return hcomm__reduce_tree(&x, buf, tmp, r->in, r->dt, r->op, r->root);

@@ -297,9 +297,10 @@ hcomm_result_t hcomm__rs_hier(const hcomm__xfer_t *x, const void *send, void *re
     HCOMM__TRY(view_make(x, &v));
     int p = v.t->size, me = x->c->rank;
     size_t es = hcomm__dtype_size(dt), bytes = (size_t)p * m * es;
-    size_t room = (bytes + 63) & ~(size_t)63; /* tmp starts on a line of its own */
-    char *a = hcomm__x_scratch(x, 2 * room), *tmp = a ? a + room : NULL;
-    hcomm_result_t res = a ? HCOMM_OK : nomem(x, 2 * room);
+    void *pa, *ptmp;
+    hcomm__x_scratch_pair(x, bytes, &pa, &ptmp);
+    char *a = pa, *tmp = ptmp;
+    hcomm_result_t res = a ? HCOMM_OK : nomem(x, 2 * bytes);
     for (int r = 0; res == HCOMM_OK && m && r < p; r++) /* send copied in lane order */
         memcpy(a + v.pos[r] * m * es, (const char *)send + (size_t)r * m * es, m * es);
     if (res == HCOMM_OK) {

@@ -81,8 +81,10 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
     }
     /* The scratch copy leaves send untouched and lets recv alias it; the communicator's
      * scratch is kept between calls (a fresh 32 MiB+ malloc faults). */
-    size_t room = offs ? (offs[p] * es + 63) & ~(size_t)63 : 0;
-    char *acc = offs ? hcomm__x_scratch(x, 2 * room) : NULL, *tmp = acc ? acc + room : NULL;
+    void *pacc = NULL, *ptmp = NULL;
+    if (offs)
+        hcomm__x_scratch_pair(x, offs[p] * es, &pacc, &ptmp);
+    char *acc = pacc, *tmp = ptmp;
     hcomm_result_t res = tmp ? HCOMM_OK
                              : hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
                                           "out of memory for reduce_scatter scratch");

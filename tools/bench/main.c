@@ -353,14 +353,10 @@ static bool names_algo(const char *ran, const char *name) {
     return !strncmp(ran, name, n) && (ran[n] == 0 || ran[n] == '+');
 }
 
-static bool ran_own(const algo_row_t *a) {
-    return !a->ran || names_algo(a->ran, a->name);
-}
-
 /* What a named row ran where its algorithm fell back to another (local has no shm, and its
  * native gather is direct, say), else NULL. */
 static const char *ran_instead(const algo_row_t *a) {
-    return a->kind == KIND_NAMED && !ran_own(a) ? a->ran : NULL;
+    return a->kind == KIND_NAMED && a->ran && !names_algo(a->ran, a->name) ? a->ran : NULL;
 }
 
 static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wrong, double sec,
