@@ -2,7 +2,8 @@
  * hcomm__reduce_stream (the same through non-temporal stores) must give, for every dtype and
  * op and any length or alignment, the bits of hcomm__reduce (dst op= src), also where dst is a
  * or b itself; half precision must match an element-wise reference; and hcomm__widen /
- * hcomm__narrow must be the element conversions. */
+ * hcomm__narrow must be the element conversions, and the f32 accumulation of half precision
+ * (hcomm__accumulate_half, hcomm__reduce_many) the element-wise one. */
 #include "harness.h"
 #include "core/internal.h"
 
@@ -144,6 +145,77 @@ static void check_half_reference(hcomm_dtype_t dt, hcomm_op_t op, size_t n) {
             n, bf ? "bf16" : "f16", (int)op);
 }
 
+/* One more input of an f32 accumulation (hcomm__accumulate_half, the vector path under
+ * twoshot's and direct's f16/bf16 reductions): every 16-bit pattern, at an odd byte address,
+ * against acc op from_half(x) element by element, for accumulators that include NaN, inf and
+ * subnormals. */
+static void check_accumulate(void) {
+    enum { N = 65536 };
+    static float acc[N], want[N];
+    static unsigned char raw[2 * N + 1];
+    static const hcomm_op_t acc_ops[] = {HCOMM_SUM, HCOMM_PROD, HCOMM_AVG, HCOMM_MAX, HCOMM_MIN};
+    for (int bf = 0; bf < 2; bf++) {
+        hcomm_dtype_t dt = bf ? HCOMM_BF16 : HCOMM_F16;
+        for (size_t i = 0; i < N; i++) {
+            uint16_t u = (uint16_t)i;
+            memcpy(raw + 1 + 2 * i, &u, 2);
+        }
+        for (size_t o = 0; o < sizeof acc_ops / sizeof acc_ops[0]; o++) {
+            hcomm_op_t op = acc_ops[o];
+            long bad = 0;
+            for (size_t i = 0; i < N; i++) {
+                unsigned h = (unsigned)(i * 2654435761u);
+                float a = (float)((int)(h % 4001) - 2000) / 16.0f;
+                a = h % 251 == 0 ? (float)NAN : h % 253 == 0 ? INFINITY : h % 255 == 0 ? 1e-40f : a;
+                float x = from_half((uint16_t)i, bf);
+                acc[i] = a;
+                if (op == HCOMM_MAX || op == HCOMM_MIN)
+                    want[i] = isnan(a) || isnan(x) ? (isnan(a) ? a : x)
+                              : op == HCOMM_MAX    ? (a > x ? a : x)
+                                                   : (a < x ? a : x);
+                else
+                    want[i] = op == HCOMM_PROD ? a * x : a + x;
+            }
+            hcomm__accumulate_half(acc, raw + 1, N, dt, op);
+            for (size_t i = 0; i < N; i++)
+                bad += memcmp(&acc[i], &want[i], 4) != 0 && !(isnan(acc[i]) && isnan(want[i]));
+            T_CHECK(bad == 0, "%ld of 65536 %s accumulations (op=%d) differ from a op x", bad,
+                    bf ? "bf16" : "f16", (int)op);
+        }
+    }
+}
+
+/* hcomm__reduce_many on three f16/bf16 inputs: widened, combined in input order in f32, AVG
+ * divided by 3, rounded once, element by element. */
+static void check_many_half(hcomm_dtype_t dt, hcomm_op_t op, size_t n) {
+    static uint16_t in[3][MAX_ELEMS], got[MAX_ELEMS];
+    bool bf = dt == HCOMM_BF16;
+    for (int r = 0; r < 3; r++)
+        fill((unsigned char *)in[r], n, dt, 7u + (unsigned)r);
+    const void *srcs[3] = {in[0], in[1], in[2]};
+    hcomm__reduce_many(got, srcs, 3, 0, n, dt, op);
+    long bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float r = from_half(in[0][i], bf);
+        for (int q = 1; q < 3; q++) {
+            float x = from_half(in[q][i], bf);
+            if (op == HCOMM_PROD)
+                r = r * x;
+            else if (op == HCOMM_MAX || op == HCOMM_MIN)
+                r = isnan(r) || isnan(x) ? (isnan(r) ? r : x)
+                    : op == HCOMM_MAX    ? (r > x ? r : x)
+                                         : (r < x ? r : x);
+            else
+                r = r + x;
+        }
+        if (op == HCOMM_AVG)
+            r = r / 3.0f;
+        bad += got[i] != to_half(r, bf);
+    }
+    T_CHECK(bad == 0, "%ld of %zu %s elements of reduce_many (op=%d) differ from the reference",
+            bad, n, bf ? "bf16" : "f16", (int)op);
+}
+
 int main(void) {
     static const hcomm_dtype_t dts[] = {HCOMM_F32, HCOMM_F64, HCOMM_F16, HCOMM_BF16,
                                         HCOMM_I8,  HCOMM_U8,  HCOMM_I32, HCOMM_I64};
@@ -158,5 +230,11 @@ int main(void) {
         for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
                 check_half_reference(bf ? HCOMM_BF16 : HCOMM_F16, ops[o], ns[k]);
+    check_accumulate();
+    static const hcomm_op_t many_ops[] = {HCOMM_SUM, HCOMM_PROD, HCOMM_AVG, HCOMM_MAX, HCOMM_MIN};
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t o = 0; o < sizeof many_ops / sizeof many_ops[0]; o++)
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+                check_many_half(bf ? HCOMM_BF16 : HCOMM_F16, many_ops[o], ns[k]);
     return t_finish("test_kernels");
 }

@@ -4,6 +4,7 @@
  * whether a peer's buffer is mapped, read with cross-memory attach, or a mix of both across the
  * ranks. HCOMM_TEST_MPI */
 #include "harness.h"
+#include "core/internal.h"
 #include "transport/transport.h"
 
 #include <stdint.h>
@@ -94,6 +95,34 @@ static hcomm_result_t run_ops(hcomm_comm_t *w, bool shared, size_t n) {
     return HCOMM_OK;
 }
 
+/* bf16 all_reduce (AVG), reduce_scatter and reduce (SUM) on buffers of one kind: twoshot and
+ * direct accumulate each piece in f32 wherever it is read from, and AVG divides before the one
+ * rounding. The inputs are small integers, so every sum is exact and only the mean rounds. */
+static hcomm_result_t run_half(hcomm_comm_t *w, bool shared, size_t n) {
+    int p = t_size(w), r = t_rank(w);
+    size_t total = n * (size_t)p;
+    uint16_t *in = alloc(total * 2, shared), *out = alloc(total * 2, shared);
+    T_CHECK(in && out, "out of memory");
+    long bad = 0;
+    for (size_t i = 0; i < total; i++)
+        in[i] = hcomm__f32_to_bf16((float)(r + (int)(i % 5)));
+    float base = (float)p * (float)(p - 1) / 2;
+    T_TRY(hcomm_all_reduce(w, in, out, total, HCOMM_BF16, HCOMM_AVG));
+    for (size_t i = 0; i < total; i++)
+        bad += out[i] != hcomm__f32_to_bf16((base + (float)(p * (int)(i % 5))) / (float)p);
+    T_TRY(hcomm_reduce_scatter(w, in, out, n, HCOMM_BF16, HCOMM_SUM));
+    for (size_t i = 0; i < n; i++)
+        bad += out[i] != hcomm__f32_to_bf16(base + (float)(p * (int)(((size_t)r * n + i) % 5)));
+    T_TRY(hcomm_reduce(w, in, out, total, HCOMM_BF16, HCOMM_SUM, p - 1));
+    for (size_t i = 0; i < total && r == p - 1; i++)
+        bad += out[i] != hcomm__f32_to_bf16(base + (float)(p * (int)(i % 5)));
+    release(in, shared);
+    release(out, shared);
+    T_CHECK(bad == 0, "%ld wrong bf16 elements (%s buffers, n=%zu)", bad,
+            shared ? "shared" : "private", n);
+    return HCOMM_OK;
+}
+
 static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
     (void)arg;
     int r = t_rank(w);
@@ -117,6 +146,8 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
             T_TRY(run_ops(w, true, sizes[s]));
             T_TRY(run_ops(w, false, sizes[s]));
             T_TRY(run_ops(w, r % 2 == 0, sizes[s])); /* mapped from some peers, read from others */
+            T_TRY(run_half(w, true, sizes[s]));
+            T_TRY(run_half(w, r % 2 == 0, sizes[s]));
         }
     }
     T_TRY(hcomm_comm_set_algo(w, NULL));

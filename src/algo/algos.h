@@ -6,9 +6,11 @@
  * Blocks: a vector of count elements split over p ranks gives the first count % p ranks
  * ceil(count / p) elements and the rest floor(count / p) (hcomm__block); offsets are size_t.
  * Reductions take SUM, PROD, MAX or MIN (the caller turns AVG into SUM plus a division and
- * widens f16/bf16 to f32 first). Every algorithm computes each output element on one rank and
- * copies it to the others, so all ranks get identical bits; the association of operands
- * differs between algorithms (ops are commutative):
+ * widens f16/bf16 to f32 first), but twoshot and direct reduce_scatter and reduce take f16/bf16
+ * as they are, AVG included, and reduce them in f32 themselves (twoshot.c). Every algorithm
+ * computes each output element on one rank and copies it to the others, so all ranks get
+ * identical bits; the association of operands differs between algorithms (ops are
+ * commutative):
  *   ring   reduce_scatter + all_gather around the ring (Patarasuk & Yuan 2009), chunked;
  *   rhd    recursive halving reduce_scatter + recursive doubling all_gather (Rabenseifner;
  *          Thakur, Rabenseifner & Gropp 2005), extra ranks of a non-power-of-two group folded

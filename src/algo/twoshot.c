@@ -133,6 +133,40 @@ static hcomm_result_t call_room(const hcomm__xfer_t *x, bool scratch, hcomm__buf
                                              x->c->size, scratch ? RANGE_SCRATCH : 0));
 }
 
+/* reduce_range for f16/bf16 sums, products and means (hcomm__sums_in_f32): every rank's piece
+ * is accumulated in f32 in rank order (scratch piece 1), AVG divides there, and the sum is
+ * rounded once: the bits of the serial reduction widened to f32, with no input widened whole
+ * and 2 bytes per element read from each peer. The rounded piece goes to out, or (streamed, or
+ * out NULL) to scratch piece 2 first. */
+static hcomm_result_t reduce_range_f32(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                       const void *send, void *out, size_t off, size_t len,
+                                       hcomm_dtype_t dt, hcomm_op_t op, bool stream, int push,
+                                       unsigned char *tmp) {
+    size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / sizeof(float);
+    float *acc = (float *)(void *)(tmp + PIECE_BYTES);
+    bool stage = !out || (stream && push == PUSH_NONE);
+    for (size_t done = 0; done < len; done += step) {
+        size_t n = len - done < step ? len - done : step, at = (off + done) * es;
+        void *dst = stage ? (void *)(tmp + 2 * PIECE_BYTES) : (char *)out + done * es;
+        for (int q = 0; q < x->c->size; q++) {
+            const void *in;
+            HCOMM__TRY(piece_of(x, all, q, at, (const char *)send + at, tmp, n * es, &in));
+            if (q == 0)
+                hcomm__widen(acc, in, n, dt);
+            else
+                hcomm__accumulate_half(acc, in, n, dt, op);
+        }
+        hcomm__round_half(dst, acc, n, dt, op, x->c->size);
+        if (stage && out)
+            hcomm__copy_stream((char *)out + done * es, dst, n * es);
+        if (push != PUSH_NONE)
+            HCOMM__TRY(push_piece(x, all, dst, at, n * es, stream, push));
+    }
+    if (stream)
+        hcomm__stream_fence(); /* before the barrier tells the peers to read it */
+    return HCOMM_OK;
+}
+
 /* Elements [off, off + len) of the result, piece by piece, into out (element 0 of out is
  * element off; NULL: pieces are only pushed); send is this rank's whole input, tmp holds
  * RANGE_SCRATCH bytes. Streamed, partial results of a piece stay in a third scratch piece and
@@ -142,6 +176,8 @@ static hcomm_result_t reduce_range(const hcomm__xfer_t *x, const hcomm__buf_pair
                                    const void *send, void *out, size_t off, size_t len,
                                    hcomm_dtype_t dt, hcomm_op_t op, bool stream, int push,
                                    unsigned char *tmp) {
+    if (hcomm__sums_in_f32(dt, op))
+        return reduce_range_f32(x, all, send, out, off, len, dt, op, stream, push, tmp);
     bool stream_out = stream;
     stream = stream && push == PUSH_NONE; /* pushed pieces are copied from cache */
     size_t es = hcomm__dtype_size(dt), step = PIECE_BYTES / es;

@@ -237,11 +237,59 @@ static __attribute__((target("avx2"))) void avx2_narrow_bf16(char *h, const floa
     for (; i < n; i++)
         store_u16(h + 2 * i, f32_to_bf16(src[i]));
 }
+
+/* bf16 to f32 is a 16-bit shift: 8 lanes per step (SSE2 code handles 4). */
+static __attribute__((target("avx2"))) __m256 bf16_widen8(const char *h) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)h));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+
+static __attribute__((target("avx2"))) void avx2_widen_bf16(float *dst, const char *h, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, bf16_widen8(h + 2 * i));
+    for (; i < n; i++)
+        dst[i] = bf16_to_f32(load_u16(h + 2 * i));
+}
+
+/* acc op= widen(h) in one pass over acc (sum or product, as reduce_float: acc first). */
+static __attribute__((target("avx2"))) void avx2_accumulate_bf16(float *acc, const char *h,
+                                                                 size_t n, bool prod) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(acc + i), v = bf16_widen8(h + 2 * i);
+        _mm256_storeu_ps(acc + i, prod ? _mm256_mul_ps(a, v) : _mm256_add_ps(a, v));
+    }
+    for (; i < n; i++) {
+        float v = bf16_to_f32(load_u16(h + 2 * i));
+        acc[i] = prod ? acc[i] * v : acc[i] + v;
+    }
+}
+
+static __attribute__((target("avx,f16c"))) void f16c_accumulate(float *acc, const char *h, size_t n,
+                                                                bool prod) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(acc + i),
+               v = canonical_nan(_mm256_cvtph_ps(_mm_loadu_si128((const void *)(h + 2 * i))));
+        _mm256_storeu_ps(acc + i, prod ? _mm256_mul_ps(a, v) : _mm256_add_ps(a, v));
+    }
+    for (; i < n; i++) {
+        float v = f16_to_f32(load_u16(h + 2 * i));
+        acc[i] = prod ? acc[i] * v : acc[i] + v;
+    }
+}
 #endif
 
 void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
     const char *h = src;
     if (dt == HCOMM_BF16) {
+#ifdef HCOMM__HAVE_X86_PATHS
+        if (avx2_usable()) {
+            avx2_widen_bf16(dst, h, n);
+            return;
+        }
+#endif
         for (size_t i = 0; i < n; i++)
             dst[i] = bf16_to_f32(load_u16(h + 2 * i));
         return;
@@ -337,22 +385,52 @@ void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm
     hcomm__reduce_to(dst, dst, src, n, dt, op);
 }
 
+bool hcomm__sums_in_f32(hcomm_dtype_t dt, hcomm_op_t op) {
+    return (dt == HCOMM_F16 || dt == HCOMM_BF16) && op != HCOMM_MAX && op != HCOMM_MIN;
+}
+
+void hcomm__accumulate_half(float *acc, const void *src, size_t n, hcomm_dtype_t dt,
+                            hcomm_op_t op) {
+    hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
+#ifdef HCOMM__HAVE_X86_PATHS
+    if (aop == HCOMM_SUM || aop == HCOMM_PROD) {
+        if (dt == HCOMM_BF16 && avx2_usable()) {
+            avx2_accumulate_bf16(acc, src, n, aop == HCOMM_PROD);
+            return;
+        }
+        if (dt == HCOMM_F16 && f16c_usable()) {
+            f16c_accumulate(acc, src, n, aop == HCOMM_PROD);
+            return;
+        }
+    }
+#endif
+    float v[HALF_BLOCK];
+    for (size_t b = 0; b < n; b += HALF_BLOCK) {
+        size_t m = n - b < HALF_BLOCK ? n - b : HALF_BLOCK;
+        hcomm__widen(v, (const uint16_t *)src + b, m, dt);
+        reduce_float(acc + b, acc + b, v, m, aop);
+    }
+}
+
+void hcomm__round_half(void *dst, float *acc, size_t n, hcomm_dtype_t dt, hcomm_op_t op,
+                       int inputs) {
+    if (op == HCOMM_AVG)
+        div_float(acc, n, inputs);
+    hcomm__narrow(dst, acc, n, dt);
+}
+
 /* Half precision over n inputs: accumulated in f32 in input order, divided (AVG) and rounded
- * once, so the result does not depend on how many partial roundings a layout would cause. */
+ * once, so the result does not depend on how many partial roundings a layout would cause. A
+ * block at a time, so the accumulator stays in the first-level cache. */
 static void reduce_many_half(uint16_t *dst, const void *const *srcs, int n, size_t off,
                              size_t count, hcomm_op_t op, hcomm_dtype_t dt) {
-    float acc[HALF_BLOCK], v[HALF_BLOCK];
-    hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
+    float acc[HALF_BLOCK];
     for (size_t b = 0; b < count; b += HALF_BLOCK) {
         size_t m = count - b < HALF_BLOCK ? count - b : HALF_BLOCK;
         hcomm__widen(acc, (const uint16_t *)srcs[0] + off + b, m, dt);
-        for (int r = 1; r < n; r++) {
-            hcomm__widen(v, (const uint16_t *)srcs[r] + off + b, m, dt);
-            reduce_float(acc, acc, v, m, aop);
-        }
-        if (op == HCOMM_AVG)
-            div_float(acc, m, n);
-        hcomm__narrow(dst + b, acc, m, dt);
+        for (int r = 1; r < n; r++)
+            hcomm__accumulate_half(acc, (const uint16_t *)srcs[r] + off + b, m, dt, op);
+        hcomm__round_half(dst + b, acc, m, dt, op, n);
     }
 }
 

@@ -81,6 +81,17 @@ uint16_t hcomm__f32_to_bf16(float f);
 void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt);
 void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt);
 
+/* True where f16/bf16 values are reduced in f32 and rounded once (SUM, PROD, AVG; MAX and MIN
+ * are exact in any width). */
+bool hcomm__sums_in_f32(hcomm_dtype_t dt, hcomm_op_t op);
+/* acc[i] = acc[i] op widen(src[i]) for i < n: one more input of an f32 accumulation of f16/bf16
+ * (dt) values, as hcomm__reduce_many accumulates (AVG sums; MAX and MIN as hcomm__reduce). */
+void hcomm__accumulate_half(float *acc, const void *src, size_t n, hcomm_dtype_t dt, hcomm_op_t op);
+/* Ends that accumulation: AVG divides acc by inputs in f32, then dst[0..n) = acc rounded once
+ * to dt. acc is overwritten. */
+void hcomm__round_half(void *dst, float *acc, size_t n, hcomm_dtype_t dt, hcomm_op_t op,
+                       int inputs);
+
 /* memcpy with non-temporal stores (SSE2; plain memcpy elsewhere): for copies far larger than
  * the cache, whose destination is not read again soon, it saves the read of every destination
  * line before its write, as glibc's memcpy does from about 3/4 of the last-level cache. src and
