@@ -192,13 +192,15 @@ hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, void *tmp, 
                                   hcomm_dtype_t dt, hcomm_op_t op, int root);
 /* reduce to root by Rabenseifner's reduce_scatter + gather, and by direct reads of every input
  * in rank order (one node, transport.peer_read_ok: the root reads all of it, or from
- * hcomm__reduce_split_bytes(p) each rank reduces its block and writes it into the root's
- * output); recv is significant on root only and may alias send there. */
+ * hcomm__reduce_split_bytes(p), and for f16/bf16 sums at every size, each rank reduces its
+ * block and writes it into the root's output); recv is significant on root only and may alias
+ * send there. */
 hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
 hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root);
-/* Bytes from which direct reduce among p ranks splits its work (the cost model prices it). */
+/* Bytes from which direct reduce among p ranks splits its work (the cost model prices it;
+ * f16/bf16 sums split at every size, which the model, blind to the dtype, does not see). */
 size_t hcomm__reduce_split_bytes(int p);
 /* gather / scatter of bytes per rank down (up) a binomial tree; the root's own block is
  * copied by the caller, or by these. */

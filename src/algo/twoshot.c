@@ -436,7 +436,11 @@ static bool root_writable(const hcomm__xfer_t *x) {
  * 204-325 against 265-313, ahead at 1 MiB, 360-396 against 511-577), and so with 4 local threads
  * (256 KiB 47-49 against 62-64; from 64 KiB: 28-31 against 33-34) and 8 (256 KiB 168-177
  * against 202-224; at par at 64 KiB); 2 threads at par at 256 KiB, 33-52 against 44-110 at 1
- * MiB. */
+ * MiB.
+ * f16/bf16 sums (hcomm__sums_in_f32) split at every size: widening and rounding make the root's
+ * work alone cost more than the pushes (bf16, 2 processes, split against root alone, 2 runs:
+ * 8 KiB 3.0-3.1 against 3.8-4.6 us, 64 KiB 11 against 17-23, 256 KiB 37-40 against 62-87; 4
+ * processes at par to 32 KiB and ahead from 128 KiB, 54-76 against 78-87). */
 #define REDUCE_SPLIT_BYTES_2 ((size_t)512 << 10)
 #define REDUCE_SPLIT_BYTES ((size_t)256 << 10)
 
@@ -448,7 +452,8 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
     int p = x->c->size, me = x->c->rank;
     size_t es = hcomm__dtype_size(dt), bytes = count * es, off = 0, len = count;
-    bool split = root_writable(x) && bytes >= hcomm__reduce_split_bytes(p),
+    bool split = root_writable(x) &&
+                 (bytes >= hcomm__reduce_split_bytes(p) || hcomm__sums_in_f32(dt, op)),
          stream = bytes >= STREAM_MIN_BYTES;
     hcomm__buf_pair_t *all;
     unsigned char *tmp;
