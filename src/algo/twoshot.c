@@ -331,7 +331,11 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
  * Out of place, a benchmark's input that no call changes stays in the readers' caches. shm,
  * whose readers load the board rather than the caller's buffer, leads in place at 32-64 KiB
  * (3.6-3.7 and 6.2 us), and selection cannot follow: ranks may differ in whether they run in
- * place. */
+ * place. The cost is the benchmark's: in place, each call's input is the last call's output,
+ * written on another core, and shm moves those lines too. Copying block 0 aside before the
+ * addresses go out (so no rank writes a line another reads) left 32 KiB where it was (5.1-5.3
+ * against 5.0-5.1 us), and in another of the machine's modes direct and shm ran at par (4 runs
+ * of 400 calls: 5.0-5.5 against 4.2-5.2 at 32 KiB, 7.7-8.7 against 7.5-9.4 at 64 KiB). */
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op) {
     int p = x->c->size, me = x->c->rank;
