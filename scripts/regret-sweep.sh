@@ -15,6 +15,7 @@
 #   CONFIGS  backend:ranks[:off] entries (default "local:2 local:4 local:8 mpi:2 mpi:4 mpi:2:off
 #            mpi:4:off"; ':off' runs with HCOMM_CHECK=off, where auto/raw must be <= 1.10)
 #   OPS      collectives (default "all_reduce all_gather reduce_scatter broadcast")
+#   DTYPE    element type of every run (default f32; bf16, f16, ... as hcomm-bench -d takes)
 #   REPS     repetitions (default 3), MIN/MAX sizes (8, 128M), WARMUP iterations per size (2)
 #   ITERS    timed iterations per size above SPLIT (default 10), ITERS_SMALL up to SPLIT (default
 #            40, SPLIT 128K): small calls are cheap, and under load their medians need more
@@ -55,7 +56,7 @@ run_one() { # rep config op
     local rep=$1 cfg=$2 op=$3 backend ranks check
     IFS=: read -r backend ranks check <<<"$cfg"
     local base="$out/$backend-$ranks-${check:-on}-$op-r$rep" common=(-f 4 -w "${WARMUP:-2}" -c 0
-        --algo all) lo hi split
+        -d "${DTYPE:-f32}" --algo all) lo hi split
     lo=$(to_bytes "${MIN:-8}") hi=$(to_bytes "${MAX:-128M}") split=$(to_bytes "${SPLIT:-128K}")
     if ((lo <= split)); then
         bench_run "$base-small.json" "$cfg" "$op" -b "$lo" -e "$((hi < split ? hi : split))" \
