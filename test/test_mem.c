@@ -95,27 +95,44 @@ static hcomm_result_t run_ops(hcomm_comm_t *w, bool shared, size_t n) {
     return HCOMM_OK;
 }
 
-/* bf16 all_reduce (AVG), reduce_scatter and reduce (SUM) on buffers of one kind: twoshot and
- * direct accumulate each piece in f32 wherever it is read from, and AVG divides before the one
- * rounding. The inputs are small integers, so every sum is exact and only the mean rounds. */
+/* bf16 all_reduce (AVG, out of place and in place), reduce_scatter and reduce (SUM) on
+ * buffers of one kind: twoshot and direct accumulate each piece in f32 wherever it is read
+ * from (a view or a cross-memory copy), and AVG divides before the one rounding. The inputs
+ * 1 + k/128 are exact in bf16 and their sums exact in f32, so the reference is that sum
+ * (divided by p) rounded once. all_reduce and reduce take one element more than the group
+ * divides. (The order of division and rounding on random values is test_determinism's.) */
+static float half_in(int r, size_t i) {
+    return 1.0f + (float)(r + 1 + (int)(i % 7)) / 128.0f;
+}
+
+static float half_sum(int p, size_t i) {
+    float s = 0;
+    for (int q = 0; q < p; q++)
+        s += half_in(q, i);
+    return s;
+}
+
 static hcomm_result_t run_half(hcomm_comm_t *w, bool shared, size_t n) {
     int p = t_size(w), r = t_rank(w);
-    size_t total = n * (size_t)p;
-    uint16_t *in = alloc(total * 2, shared), *out = alloc(total * 2, shared);
+    size_t total = n * (size_t)p, odd = total + 1;
+    uint16_t *in = alloc(odd * 2, shared), *out = alloc(odd * 2, shared);
     T_CHECK(in && out, "out of memory");
     long bad = 0;
-    for (size_t i = 0; i < total; i++)
-        in[i] = hcomm__f32_to_bf16((float)(r + (int)(i % 5)));
-    float base = (float)p * (float)(p - 1) / 2;
-    T_TRY(hcomm_all_reduce(w, in, out, total, HCOMM_BF16, HCOMM_AVG));
-    for (size_t i = 0; i < total; i++)
-        bad += out[i] != hcomm__f32_to_bf16((base + (float)(p * (int)(i % 5))) / (float)p);
+    for (size_t i = 0; i < odd; i++)
+        in[i] = hcomm__f32_to_bf16(half_in(r, i));
+    T_TRY(hcomm_all_reduce(w, in, out, odd, HCOMM_BF16, HCOMM_AVG));
+    for (size_t i = 0; i < odd; i++)
+        bad += out[i] != hcomm__f32_to_bf16(half_sum(p, i) / (float)p);
+    memcpy(out, in, odd * 2);
+    T_TRY(hcomm_all_reduce(w, out, out, odd, HCOMM_BF16, HCOMM_AVG));
+    for (size_t i = 0; i < odd; i++)
+        bad += out[i] != hcomm__f32_to_bf16(half_sum(p, i) / (float)p);
     T_TRY(hcomm_reduce_scatter(w, in, out, n, HCOMM_BF16, HCOMM_SUM));
     for (size_t i = 0; i < n; i++)
-        bad += out[i] != hcomm__f32_to_bf16(base + (float)(p * (int)(((size_t)r * n + i) % 5)));
-    T_TRY(hcomm_reduce(w, in, out, total, HCOMM_BF16, HCOMM_SUM, p - 1));
-    for (size_t i = 0; i < total && r == p - 1; i++)
-        bad += out[i] != hcomm__f32_to_bf16(base + (float)(p * (int)(i % 5)));
+        bad += out[i] != hcomm__f32_to_bf16(half_sum(p, (size_t)r * n + i));
+    T_TRY(hcomm_reduce(w, in, out, odd, HCOMM_BF16, HCOMM_SUM, p - 1));
+    for (size_t i = 0; i < odd && r == p - 1; i++)
+        bad += out[i] != hcomm__f32_to_bf16(half_sum(p, i));
     release(in, shared);
     release(out, shared);
     T_CHECK(bad == 0, "%ld wrong bf16 elements (%s buffers, n=%zu)", bad,
@@ -147,6 +164,7 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
             T_TRY(run_ops(w, false, sizes[s]));
             T_TRY(run_ops(w, r % 2 == 0, sizes[s])); /* mapped from some peers, read from others */
             T_TRY(run_half(w, true, sizes[s]));
+            T_TRY(run_half(w, false, sizes[s]));
             T_TRY(run_half(w, r % 2 == 0, sizes[s]));
         }
     }

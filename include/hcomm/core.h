@@ -83,7 +83,9 @@ typedef enum hcomm_dtype {
  *  division, truncating toward zero, for integer dtypes). f16/bf16 SUM, PROD and AVG accumulate
  *  in f32 and round once, AVG dividing before the rounding, so a representable mean never
  *  overflows (3 ranks' f16 AVG of 40000 is 40000). MAX and MIN of floats are NaN when any
- *  rank's element is NaN. */
+ *  rank's element is NaN. Where two NaNs meet in a SUM, PROD or AVG, which sign and payload
+ *  the NaN result carries is not specified (IEEE 754 leaves it open) and may differ between
+ *  algorithms, deterministic mode included. */
 typedef enum hcomm_op {
     HCOMM_SUM = 0,
     HCOMM_PROD,

@@ -1131,9 +1131,15 @@ static bool reduces_half(const red_t *r, red_run_t run) {
            (run == run_reduce_scatter || run == run_reduce);
 }
 
+/* The widened copies kept between calls: up to this much stays (a fresh malloc of 32 MiB or
+ * more faults every page each call); a larger call, which only reduce_scatter and reduce make
+ * (all_reduce widens a segment at a time), frees its copies after it, so a 1 GiB bf16 bucket
+ * does not pin 6 GiB of f32 for the communicator's life. */
+#define WIDEN_KEEP_BYTES ((size_t)64 << 20)
+
 /* Widens one reduction: f16/bf16 in -> f32, run, (AVG: divide), round once into recv. The f32
- * copies live in the communicator's scratch for widening, kept between calls: the algorithm's
- * own scratch may move while it runs. */
+ * copies live in the communicator's scratch for widening: the algorithm's own scratch may move
+ * while it runs. */
 static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
     hcomm_dtype_t dt = r->dt;
     void *recv = r->recv;
@@ -1153,6 +1159,7 @@ static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
         hcomm__scale_div(wout, r->out, HCOMM_F32, r->k->c->size);
     if (res == HCOMM_OK)
         hcomm__narrow(recv, wout, r->out, dt);
+    hcomm__scratch_trim(&r->k->a->widened, WIDEN_KEEP_BYTES);
     return res;
 }
 
@@ -1281,11 +1288,21 @@ static hcomm_result_t run_reduce(red_t *r) {
 
 /* --- the collectives --- */
 
+/* The size selection weighs a reduction by: f16/bf16 sums as f32 of the same count. The
+ * algorithms that move partial sums move them widened, and twoshot and direct, which read
+ * halves, convert every element they read, so a half costs about what an f32 element costs,
+ * not half of it. A bf16 sweep (scripts/regret-sweep.sh, 2 repetitions, selection by the
+ * bytes themselves) lost in both at 8 KiB all_reduce on 2 processes (shm, 1.15-1.18 behind
+ * twoshot) and 32 KiB on 4 unchecked (shm, 1.12-1.21 behind twoshot). */
+static size_t reduction_bytes(size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
+    return count * (hcomm__sums_in_f32(dt, op) ? sizeof(float) : hcomm__dtype_size(dt));
+}
+
 hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_ALL_REDUCE, dt, op, 0, count));
-    int algo = choose(&k, HCOMM__COLL_ALLREDUCE, count * hcomm__dtype_size(dt));
+    int algo = choose(&k, HCOMM__COLL_ALLREDUCE, reduction_bytes(count, dt, op));
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE) /* reduces AVG and halves in one pass */
         RUN_POSTED(&k, c->tr->native->all_reduce(c, sendbuf, recvbuf, count, dt, op));
     if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */
@@ -1353,7 +1370,7 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTER, dt, op, 0, count));
     int algo =
-        choose(&k, HCOMM__COLL_REDUCESCATTER, count * hcomm__dtype_size(dt) * (size_t)c->size);
+        choose(&k, HCOMM__COLL_REDUCESCATTER, reduction_bytes(count, dt, op) * (size_t)c->size);
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE)
         RUN_POSTED(&k, c->tr->native->reduce_scatter(c, sendbuf, recvbuf, count, dt, op));
     if (algo == HCOMM__ALGO_SHM) {
@@ -1397,7 +1414,7 @@ hcomm_result_t hcomm__coll_reduce(hcomm_comm_t *c, const void *sendbuf, void *re
                                   hcomm_dtype_t dt, hcomm_op_t op, int root) {
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE, dt, op, root, count));
-    int algo = choose(&k, HCOMM__COLL_REDUCE, count * hcomm__dtype_size(dt));
+    int algo = choose(&k, HCOMM__COLL_REDUCE, reduction_bytes(count, dt, op));
     if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */
         hcomm__xfer_t x = xfer_of(&k);
         return call_end(&k, hcomm__reduce_shm(&x, sendbuf, recvbuf, count, dt, op, root));
@@ -1507,7 +1524,7 @@ hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf,
     call_t k = {0};
     HCOMM__TRY(call_begin(c, &k, CALL_REDUCE_SCATTERV, dt, op, 0, 0));
     counts_sig(&k, counts, c->size);
-    int algo = choose(&k, HCOMM__COLL_REDUCESCATTERV, k.sig.count * hcomm__dtype_size(dt));
+    int algo = choose(&k, HCOMM__COLL_REDUCESCATTERV, reduction_bytes(k.sig.count, dt, op));
     if (shm_coll(c) && algo == HCOMM__ALGO_NATIVE) /* reduces AVG and halves in one pass */
         RUN_POSTED(&k, c->tr->native->reduce_scatterv(c, sendbuf, recvbuf, counts, dt, op));
     if (algo == HCOMM__ALGO_SHM) { /* checks in its meetings; AVG and halves in one pass too */

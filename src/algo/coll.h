@@ -9,8 +9,10 @@
  *   - or whatever HCOMM_ALGO / hcomm_comm_set_algo narrow the choice to (select.h): hcomm's
  *     algorithms over p2p (algos.h), preceded on shared-memory transports by a meeting in the
  *     posted slots. The chosen algorithm is part of the signature.
- * Reductions: f16/bf16 SUM, PROD and AVG travel in f32 and round once; AVG divides before
- * rounding (the shared-memory native path does the same in one pass over every input).
+ * Reductions: f16/bf16 SUM, PROD and AVG accumulate in f32 and round once; AVG divides before
+ * rounding. twoshot and direct (and the shared-memory native path) do it as they read each
+ * piece of every input; every other algorithm runs on widened f32 copies, so partial sums
+ * travel in f32.
  * A rank whose own argument checks failed calls hcomm__coll_fail: its peers in the same call
  * fail with HCOMM_ERR_PEER (naming it and its message) instead of waiting for a timeout. */
 #ifndef HCOMM_C_ALGO_COLL_H_

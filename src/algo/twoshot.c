@@ -113,8 +113,8 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t
 static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
                                  const void *piece, size_t at, size_t bytes, bool stream, int to);
 
-/* reduce_range's scratch: a piece read out of a peer, a copy of the own piece, and one for
- * partial results (streamed, or pieces only pushed). */
+/* reduce_range's scratch: a piece read out of a peer, a copy of the own piece (for halves:
+ * the f32 accumulator), and one for partial results (streamed, or pieces only pushed). */
 #define RANGE_SCRATCH (3 * PIECE_BYTES)
 
 /* The room for every rank's addresses and (with scratch) reduce_range's, taken before any

@@ -537,6 +537,14 @@ void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
     }
 }
 
+void hcomm__scratch_trim(hcomm__scratch_t *s, size_t keep) {
+    if (s->cap > keep) {
+        free(s->p);
+        s->p = NULL;
+        s->cap = 0;
+    }
+}
+
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes) {
     if (bytes > s->cap || !s->p) {
         free(s->p);

@@ -115,6 +115,8 @@ typedef struct hcomm__scratch {
 } hcomm__scratch_t;
 /* At least bytes of s (the previous content is not kept); NULL: out of memory. */
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes);
+/* Frees s's buffer when it holds more than keep bytes (s stays usable). */
+void hcomm__scratch_trim(hcomm__scratch_t *s, size_t keep);
 
 /* How a waiter spends a wait: it spins first (longer where every rank of this node has a
  * core), then yields its core to peers (ranks may outnumber cores), then naps;
