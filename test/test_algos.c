@@ -567,7 +567,7 @@ static void test_parse(void) {
     T_CHECK(getenv("HCOMM_ALGO") || algo == HCOMM__ALGO_NATIVE, "default local allreduce: %s",
             hcomm__algo_name(algo));
     /* reduce: tree for small vectors, the root's direct reads above (mpi 4 KiB; local 4 KiB with
-     * 2 ranks, 128 KiB with up to 4, 256 KiB with more); gather and scatter direct (local) or
+     * 2 ranks, 64 KiB with up to 4, 256 KiB with more); gather and scatter direct (local) or
      * native (mpi); each overridable */
     static const struct {
         int coll;
@@ -579,8 +579,8 @@ static void test_parse(void) {
                   {HCOMM__COLL_REDUCE, 4096, 4, false, HCOMM__ALGO_DIRECT},
                   {HCOMM__COLL_REDUCE, 4095, 2, true, HCOMM__ALGO_TREE},
                   {HCOMM__COLL_REDUCE, 4096, 2, true, HCOMM__ALGO_DIRECT},
-                  {HCOMM__COLL_REDUCE, (128 << 10) - 1, 4, true, HCOMM__ALGO_TREE},
-                  {HCOMM__COLL_REDUCE, 128 << 10, 4, true, HCOMM__ALGO_DIRECT},
+                  {HCOMM__COLL_REDUCE, (64 << 10) - 1, 4, true, HCOMM__ALGO_TREE},
+                  {HCOMM__COLL_REDUCE, 64 << 10, 4, true, HCOMM__ALGO_DIRECT},
                   {HCOMM__COLL_REDUCE, (256 << 10) - 1, 8, true, HCOMM__ALGO_TREE},
                   {HCOMM__COLL_REDUCE, 256 << 10, 8, true, HCOMM__ALGO_DIRECT},
                   {HCOMM__COLL_GATHER, 1 << 20, 4, false, HCOMM__ALGO_NATIVE},
