@@ -400,8 +400,8 @@ static int many_default(int coll, size_t bytes) {
  * at 4 KiB, 2.6-3.0 against 3.9-4.1 at 8 KiB, 4.0 against 8.0-8.5 at 32 KiB; tree 2.0-2.1
  * against 2.7-2.8 at 1 KiB); with 4, direct from 64 KiB (3 runs of 100 calls: 31-36 against
  * 35-38 us, at par in 4 more of 200, 32.6-37.4 against 32.6-36.6; 32 KiB 31-43 against 26-34;
- * 128 KiB 42-58 against 52-65), and so bf16 from 32 KiB,
- * sized as f32 (coll.c: 31-38 against tree's 39-48); with 8, tree still leads at 128 KiB.
+ * 128 KiB 42-58 against 52-65), and so bf16 from 32 KiB, sized as f32 (coll.c: 31-38 against
+ * tree's 39-48); with 8, tree still leads at 128 KiB.
  * Rabenseifner's reduce (rhd) trails both here. Gather and scatter stay direct: tree is behind it
  * at every size measured (4 local ranks, 1 KiB to 4 MiB). */
 #define REDUCE_DIRECT_BYTES ((size_t)4 << 10)
