@@ -285,10 +285,7 @@ void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
 }
 
 void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t bytes, void **first, void **second) {
-    size_t room = (bytes + 63) & ~(size_t)63;
-    char *p = hcomm__x_scratch(x, 2 * room);
-    *first = p;
-    *second = p ? p + room : NULL;
+    *first = hcomm__scratch_two(&((call_t *)x->call)->a->scratch, bytes, bytes, second);
 }
 
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
@@ -1146,14 +1143,14 @@ static bool reduces_half(const red_t *r, red_run_t run) {
 static hcomm_result_t run_widened(red_t *r, red_run_t run, hcomm_op_t op) {
     hcomm_dtype_t dt = r->dt;
     void *recv = r->recv;
-    size_t room = (r->in * 4 + 63) & ~(size_t)63;
-    float *win = hcomm__scratch(&r->k->a->widened, room + r->out * 4), *wout = NULL;
+    void *at_out;
+    float *win = hcomm__scratch_two(&r->k->a->widened, r->in * 4, r->out * 4, &at_out),
+          *wout = at_out;
     hcomm_result_t res = HCOMM_OK;
     if (!win)
         res = hcomm__err(HCOMM_ERR_NOMEM, r->k->c->call_fn, "cannot allocate %zu bytes",
-                         room + r->out * 4);
+                         (r->in + r->out) * 4);
     if (res == HCOMM_OK) {
-        wout = (float *)(void *)((char *)win + room);
         hcomm__widen(win, r->send, r->in, dt);
         red_t w = {r->k, r->algo, r->root, win, wout, r->in, r->out, r->counts, HCOMM_F32, r->op};
         res = run(&w);

@@ -537,6 +537,13 @@ void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
     }
 }
 
+void *hcomm__scratch_two(hcomm__scratch_t *s, size_t first, size_t second, void **at_second) {
+    size_t room = (first + 63) & ~(size_t)63;
+    char *p = hcomm__scratch(s, room + second);
+    *at_second = p ? p + room : NULL;
+    return p;
+}
+
 void hcomm__scratch_trim(hcomm__scratch_t *s, size_t keep) {
     if (s->cap > keep) {
         free(s->p);

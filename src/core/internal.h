@@ -115,6 +115,9 @@ typedef struct hcomm__scratch {
 } hcomm__scratch_t;
 /* At least bytes of s (the previous content is not kept); NULL: out of memory. */
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes);
+/* Two buffers of first and second bytes in s, the second on a cache line of its own: returns
+ * the first and sets *at_second (both NULL: out of memory). */
+void *hcomm__scratch_two(hcomm__scratch_t *s, size_t first, size_t second, void **at_second);
 /* Frees s's buffer when it holds more than keep bytes (s stays usable). */
 void hcomm__scratch_trim(hcomm__scratch_t *s, size_t keep);
 
