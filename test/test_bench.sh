@@ -245,6 +245,13 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
         fail "mpirun: hcomm/raw per size and placement"
     "$PY" -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["algo"]=="raw"]; assert len(r)==6 and all(x["wrong"]==0 and x["world"]==2 for x in r), r' \
         "$tmp/m.json" || fail "mpirun: raw json records"
+    # from 32 MiB raw is timed in a block after hcomm's rows: still one checked, timed row (a
+    # 33 MiB call takes far more than 10 us)
+    out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
+        -b 33M -e 33M -n 2 -w 1 -c 1)
+    echo "$out" | check_rows all_reduce 2 both || { echo "$out"; fail "mpirun 33 MiB rows"; }
+    echo "$out" | rows | awk '$6 == "raw" && $7 > 10 && $11 > 10 && $10 == 0 && $14 == 0 {n++} END {exit n != 1}' ||
+        { echo "$out"; fail "mpirun 33 MiB: a checked raw row"; }
     for op in reduce_scatterv all_to_allv broadcast; do
         out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 3 "$bench" $op \
             -b 8 -e 512 -f 8 -n 1 -w 0 -r 1)

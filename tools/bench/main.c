@@ -8,7 +8,7 @@
  * starts after a barrier. With several algorithms the iterations are interleaved (one call of
  * each in turn), so their medians see the same noise; "auto" is hcomm's own choice, named in
  * brackets, and its regret is its time over the best algorithm's. On mpi, "raw" calls MPI directly
- * on the same buffers. */
+ * on the same buffers (from 32 MiB timed after the other rows: RAW_APART_BYTES). */
 #include "bench.h"
 #include "compare.h"
 
@@ -314,36 +314,58 @@ static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int
     order[to] = autorow;
 }
 
+/* From 32 MiB (glibc's largest mmap threshold on 64-bit) a temporary buffer MPI allocates of the
+ * message's size is a fresh mapping each call, faulted in during the call (inside
+ * process_vm_readv) and unmapped after it. Interleaved with such raw calls, hcomm's rows slowed
+ * down though their own code and buffers were unchanged: 2 processes, twoshot out of place took
+ * 24 ms at 256 MiB in a run without raw and 100-167 ms interleaved with it (128 MiB: 13 against
+ * 17-150 ms; 32 MiB: 2.5-3.4 ms without raw, 12 interleaved in one run of three). A malloc,
+ * memset and free of 256 MiB between calls did not do it (9 ms at 128 MiB), so the cause is in the
+ * engine's call, not in hcomm. From there raw's iterations run after the others', in a block of
+ * their own: the same run and buffers, without the engine's side effects in hcomm's times. */
+#define RAW_APART_BYTES ((size_t)32 << 20)
+
+static bool timed_now(const algo_row_t *a, const bench_case_t *c, bool raw_pass) {
+    bool apart = a->kind == KIND_RAW && c->bytes >= RAW_APART_BYTES;
+    return !a->dead && apart == raw_pass;
+}
+
+/* One timed call of a: every rank starts together. */
+static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
+                               const char **chosen) {
+    HCOMM__TRY(select_algo(R, a));
+    /* The previous algorithm's imbalance between ranks (a root that finishes last) must not land
+     * in this one's time. */
+    HCOMM__TRY(hcomm_barrier(R->w));
+    hcomm__coll_take_algo(R->w);
+    double t0 = hcomm__now();
+    HCOMM__TRY(call(R, a, c));
+    double dt = hcomm__now() - t0;
+    if (i >= 0)
+        a->t[i] = dt;
+    const char *got = hcomm__coll_take_algo(R->w);
+    /* A primitive without rows of collective algorithms (moe, pp) has no choice to name: the
+     * collective run inside it is not a row --algo could pick. */
+    if (got && R->op->coll && a->kind == KIND_AUTO)
+        *chosen = got;
+    if (got && R->op->coll && a->kind == KIND_NAMED)
+        a->ran = got;
+    return HCOMM_OK;
+}
+
 /* Warm-up and timed iterations, one call of each live algorithm in turn, in shuffled order
- * (auto one row from its twin). Every rank knows the same chosen name: the choice is collective. */
+ * (auto one row from its twin); then, at large sizes, raw's own (RAW_APART_BYTES). Every rank
+ * knows the same chosen name: the choice is collective. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
     int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS];
-    for (int i = -R->o->warmup; i < iters; i++) {
-        shuffle(order, n, i + R->o->warmup);
-        pair_auto(R, order, n, *chosen, i + R->o->warmup);
-        for (int j = 0; j < n; j++) {
-            algo_row_t *a = &R->algos[order[j]];
-            if (a->dead)
-                continue;
-            HCOMM__TRY(select_algo(R, a));
-            /* Every call starts together: the previous algorithm's imbalance between ranks
-             * (a root that finishes last) must not land in this one's time. */
-            HCOMM__TRY(hcomm_barrier(R->w));
-            hcomm__coll_take_algo(R->w);
-            double t0 = hcomm__now();
-            HCOMM__TRY(call(R, a, c));
-            double dt = hcomm__now() - t0;
-            if (i >= 0)
-                a->t[i] = dt;
-            const char *got = hcomm__coll_take_algo(R->w);
-            /* A primitive without rows of collective algorithms (moe, pp) has no choice to name:
-             * the collective run inside it is not a row --algo could pick. */
-            if (got && R->op->coll && a->kind == KIND_AUTO)
-                *chosen = got;
-            if (got && R->op->coll && a->kind == KIND_NAMED)
-                a->ran = got;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = -R->o->warmup; i < iters; i++) {
+            shuffle(order, n, i + R->o->warmup);
+            pair_auto(R, order, n, *chosen, i + R->o->warmup);
+            for (int j = 0; j < n; j++)
+                if (timed_now(&R->algos[order[j]], c, pass))
+                    HCOMM__TRY(time_one(R, &R->algos[order[j]], c, i, chosen));
         }
-    }
     return HCOMM_OK;
 }
 
