@@ -832,12 +832,18 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * calls direct (9.6-14.3 against 14.0-15.7): it stays direct. reduce with 4 processes at 64 KiB
  * (f32, 100 calls, 2 runs checked and 2 unchecked): shm 22.0-28.1 us against direct's 27.9-33.3,
  * at 128 KiB 36.6-51.3 against 32.7-48.7: shm up to 64 KiB (bf16, sized as f32 of its count,
- * then up to 32 KiB, where shm ran 20-24 against direct's 28-47). */
+ * then up to 32 KiB, where shm ran 20-24 against direct's 28-47). On a later machine (AVX-512,
+ * memcpy 14-20 GB/s per rank with both copying, against 7-8.5) 2 processes' all_reduce, 300
+ * calls, 2 runs each: unchecked shm 1.22-1.29 us against twoshot's 1.83-1.92 at 8 KiB, 1.92-1.97
+ * against 2.07-2.10 at 16 KiB, 3.25-3.31 against 2.57-2.67 at 32 KiB (checked alike: 1.34-1.40
+ * against 2.08-2.12, 1.97-2.05 against 2.26-2.33, 3.23-3.35 against 2.73-2.86), and a sweep lost
+ * 1.17 with twoshot at 8 KiB in place unchecked in both repetitions: shm up to 8 KiB whether
+ * checked or not (16 KiB stays twoshot: within 1.08 here, and 1.4x ahead on the first machine). */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? (off ? 4 : 8) : 32) << 10;
+        return (size_t)(two ? 8 : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
