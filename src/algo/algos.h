@@ -47,9 +47,10 @@ struct hcomm__xfer {
 /* The communicator's scratch (hcomm__scratch) of at least bytes: one per communicator, so one
  * algorithm at a time may hold it. NULL: out of memory. */
 void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes);
-/* Two buffers of bytes each in that scratch, the second starting on a cache line of its own;
- * both NULL: out of memory. */
-void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t bytes, void **first, void **second);
+/* Two buffers in that scratch, of first_bytes and second_bytes, the second starting on a cache
+ * line of its own; both NULL: out of memory. */
+void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t first_bytes, size_t second_bytes,
+                           void **first, void **second);
 
 /* Block r of count elements over p ranks: *off and *len in elements. */
 void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);

@@ -284,8 +284,10 @@ void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
     return hcomm__scratch(&((call_t *)x->call)->a->scratch, bytes);
 }
 
-void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t bytes, void **first, void **second) {
-    *first = hcomm__scratch_two(&((call_t *)x->call)->a->scratch, bytes, bytes, second);
+void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t first_bytes, size_t second_bytes,
+                           void **first, void **second) {
+    *first =
+        hcomm__scratch_two(&((call_t *)x->call)->a->scratch, first_bytes, second_bytes, second);
 }
 
 static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, hcomm_dtype_t dt,
@@ -1284,7 +1286,7 @@ static hcomm_result_t run_reduce(red_t *r) {
     if (root)
         tmp = hcomm__x_scratch(&x, bytes);
     else
-        hcomm__x_scratch_pair(&x, bytes, &tmp, &buf);
+        hcomm__x_scratch_pair(&x, bytes, bytes, &tmp, &buf);
     if (!tmp)
         return nomem(r->k);
     if (buf != r->send && bytes)

@@ -298,7 +298,7 @@ hcomm_result_t hcomm__rs_hier(const hcomm__xfer_t *x, const void *send, void *re
     int p = v.t->size, me = x->c->rank;
     size_t es = hcomm__dtype_size(dt), bytes = (size_t)p * m * es;
     void *pa, *ptmp;
-    hcomm__x_scratch_pair(x, bytes, &pa, &ptmp);
+    hcomm__x_scratch_pair(x, bytes, bytes, &pa, &ptmp);
     char *a = pa, *tmp = ptmp;
     hcomm_result_t res = a ? HCOMM_OK : nomem(x, 2 * bytes);
     for (int r = 0; res == HCOMM_OK && m && r < p; r++) /* send copied in lane order */

@@ -83,7 +83,7 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
      * scratch is kept between calls (a fresh 32 MiB+ malloc faults). */
     void *pacc = NULL, *ptmp = NULL;
     if (offs)
-        hcomm__x_scratch_pair(x, offs[p] * es, &pacc, &ptmp);
+        hcomm__x_scratch_pair(x, offs[p] * es, offs[p] * es, &pacc, &ptmp);
     char *acc = pacc, *tmp = ptmp;
     hcomm_result_t res = tmp ? HCOMM_OK
                              : hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
