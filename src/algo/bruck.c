@@ -49,7 +49,9 @@ hcomm_result_t hcomm__agv_rd(const hcomm__xfer_t *x, void *buf, const size_t *by
 hcomm_result_t hcomm__agv_bruck(const hcomm__xfer_t *x, void *buf, const size_t *bytes) {
     int p = x->c->size, me = x->c->rank;
     size_t *offs = prefix(bytes, p, 0), *rot = prefix(bytes, p, me);
-    char *tmp = offs && rot ? malloc(offs[p] + 1) : NULL, *b = buf;
+    /* The communicator's scratch, kept between calls (ring.c: Open MPI's cross-memory attach
+     * crawls on memory malloc mapped anew, as it does each call from 32 MiB). */
+    char *tmp = offs && rot ? hcomm__x_scratch(x, offs[p]) : NULL, *b = buf;
     hcomm_result_t res = tmp ? HCOMM_OK : nomem(x);
     if (res == HCOMM_OK && bytes[me])
         memcpy(tmp, b + offs[me], bytes[me]);
@@ -63,7 +65,6 @@ hcomm_result_t hcomm__agv_bruck(const hcomm__xfer_t *x, void *buf, const size_t 
         if (bytes[r])
             memcpy(b + offs[r], tmp + rot[j], bytes[r]);
     }
-    free(tmp);
     free(rot);
     free(offs);
     return res;

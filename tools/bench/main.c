@@ -8,7 +8,7 @@
  * starts after a barrier. With several algorithms the iterations are interleaved (one call of
  * each in turn), so their medians see the same noise; "auto" is hcomm's own choice, named in
  * brackets, and its regret is its time over the best algorithm's. On mpi, "raw" calls MPI directly
- * on the same buffers (from 32 MiB timed after the other rows: RAW_APART_BYTES). */
+ * on the same buffers (from 32 MiB timed after the other rows: ENGINE_APART_BYTES). */
 #include "bench.h"
 #include "compare.h"
 
@@ -315,19 +315,28 @@ static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int
 }
 
 /* From 32 MiB (glibc's largest mmap threshold on 64-bit) a temporary buffer MPI allocates of the
- * message's size is a fresh mapping each call, faulted in during the call (inside
- * process_vm_readv) and unmapped after it. Interleaved with such raw calls, hcomm's rows slowed
- * down though their own code and buffers were unchanged: 2 processes, twoshot out of place took
- * 24 ms at 256 MiB in a run without raw and 100-167 ms interleaved with it (128 MiB: 13 against
- * 17-150 ms; 32 MiB: 2.5-3.4 ms without raw, 12 interleaved in one run of three). A malloc,
- * memset and free of 256 MiB between calls did not do it (9 ms at 128 MiB), so the cause is in the
- * engine's call, not in hcomm. From there raw's iterations run after the others', in a block of
- * their own: the same run and buffers, without the engine's side effects in hcomm's times. */
-#define RAW_APART_BYTES ((size_t)32 << 20)
+ * message's size is a fresh mapping each call, and Open MPI's cross-memory attach crawls on
+ * memory mapped that recently (0.3 GB/s against 9 into a buffer used before, in a plain MPI
+ * program). Interleaved with such calls (raw MPI, and native: Open MPI's collective under
+ * hcomm), hcomm's rows slowed down though their own code and buffers were unchanged: 2
+ * processes, twoshot out of place took 24 ms at 256 MiB in a run without raw and 100-167 ms
+ * interleaved with it (128 MiB: 13 against 17-150 ms; 32 MiB: 2.5-3.4 ms without raw, 12
+ * interleaved in one run of three); a 32 MiB reduce_scatter sweep had auto(direct) at 13-28 ms
+ * beside direct's own row at 4. A malloc, memset and free of 256 MiB between calls did not do
+ * it (9 ms at 128 MiB), so the cause is in the engine's call, not in hcomm. From there the rows
+ * that run Open MPI's collectives are timed after the others, in a block of their own: the
+ * same run and buffers, without the engine's side effects in hcomm's times (and without
+ * hcomm's in the engine's). */
+#define ENGINE_APART_BYTES ((size_t)32 << 20)
 
-static bool timed_now(const algo_row_t *a, const bench_case_t *c, bool raw_pass) {
-    bool apart = a->kind == KIND_RAW && c->bytes >= RAW_APART_BYTES;
-    return !a->dead && apart == raw_pass;
+static bool runs_engine(const run_t *R, const algo_row_t *a) {
+    return a->kind == KIND_RAW || (R->mpi && a->kind == KIND_NAMED && !strcmp(a->name, "native"));
+}
+
+static bool timed_now(const run_t *R, const algo_row_t *a, const bench_case_t *c,
+                      bool engine_pass) {
+    bool apart = c->bytes >= ENGINE_APART_BYTES && runs_engine(R, a);
+    return !a->dead && apart == engine_pass;
 }
 
 /* One timed call of a: every rank starts together. */
@@ -354,7 +363,8 @@ static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
 }
 
 /* Warm-up and timed iterations, one call of each live algorithm in turn, in shuffled order
- * (auto one row from its twin); then, at large sizes, raw's own (RAW_APART_BYTES). Every rank
+ * (auto one row from its twin); then, at large sizes, those of the rows that run Open MPI's
+ * collectives (ENGINE_APART_BYTES). Every rank
  * knows the same chosen name: the choice is collective. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
     int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS];
@@ -363,7 +373,7 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             shuffle(order, n, i + R->o->warmup);
             pair_auto(R, order, n, *chosen, i + R->o->warmup);
             for (int j = 0; j < n; j++)
-                if (timed_now(&R->algos[order[j]], c, pass))
+                if (timed_now(R, &R->algos[order[j]], c, pass))
                     HCOMM__TRY(time_one(R, &R->algos[order[j]], c, i, chosen));
         }
     return HCOMM_OK;
