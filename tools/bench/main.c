@@ -364,8 +364,8 @@ static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
 
 /* Warm-up and timed iterations, one call of each live algorithm in turn, in shuffled order
  * (auto one row from its twin); then, at large sizes, those of the rows that run Open MPI's
- * collectives (ENGINE_APART_BYTES). Every rank
- * knows the same chosen name: the choice is collective. */
+ * collectives (ENGINE_APART_BYTES). Every rank knows the same chosen name: the choice is
+ * collective. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
     int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS];
     for (int pass = 0; pass < 2; pass++)
