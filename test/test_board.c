@@ -174,18 +174,22 @@ static hcomm_result_t own_check_fails(hcomm_comm_t *w) {
     return HCOMM_OK;
 }
 
-enum { ALL_REDUCE, BROADCAST, GATHER, SCATTER };
+enum { ALL_REDUCE, BROADCAST, GATHER, SCATTER, ALL_GATHER };
 
-/* The algorithm the default picks for a call (above) of bytes in all (for gather and scatter:
- * bytes / size per rank; buf holds bytes + 4). */
+/* The algorithm the default picks for a call (above) of bytes in all (for gather, scatter and
+ * all_gather: bytes / size per rank; buf holds bytes + 4, and all_gather's input after
+ * BOARD_PICK_SEND). */
+#define BOARD_PICK_SEND ((size_t)512 << 10)
+
 static const char *picked(hcomm_comm_t *w, int call, size_t bytes, void *buf) {
     size_t per = bytes / (size_t)t_size(w);
     char *mine = (char *)buf + per * (size_t)t_rank(w);
     hcomm__coll_take_algo(w);
     hcomm_result_t r = call == BROADCAST ? hcomm_broadcast(w, buf, bytes, 0)
                        : call == GATHER  ? hcomm_gather(w, mine, buf, per, 0)
-                       : call == SCATTER
-                           ? hcomm_scatter(w, buf, mine, per, 0)
+                       : call == SCATTER ? hcomm_scatter(w, buf, mine, per, 0)
+                       : call == ALL_GATHER
+                           ? hcomm_all_gather(w, (char *)buf + BOARD_PICK_SEND, buf, per)
                            : hcomm_all_reduce(w, buf, buf, bytes / 4, HCOMM_F32, HCOMM_SUM);
     const char *a = hcomm__coll_take_algo(w);
     return r == HCOMM_OK && a ? a : "(failed)";
@@ -195,7 +199,7 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     bool two = t_size(w) == 2;
     bool off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     size_t ar = two ? 8 << 10 : 32 << 10, bc = two ? 4 << 10 : 64 << 10;
-    float *buf = calloc(256 << 10, 1);
+    float *buf = calloc(2 * BOARD_PICK_SEND, 1);
     if (!buf)
         return HCOMM_ERR_NOMEM;
     const char *a = picked(w, ALL_REDUCE, ar, buf), *b = picked(w, ALL_REDUCE, ar + 4, buf);
@@ -207,6 +211,10 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     a = hcomm__coll_take_algo(w);
     T_CHECK(r == HCOMM_OK && a && strcmp(a, "shm"), "bf16 all_reduce of %zu bytes on %d: %s",
             ar / 2 + 4, t_size(w), a ? a : "(failed)");
+    size_t ag = two ? (off ? 16 << 10 : 32 << 10) : 256 << 10; /* the total gathered */
+    a = picked(w, ALL_GATHER, ag, buf), b = picked(w, ALL_GATHER, ag + 4 * (size_t)t_size(w), buf);
+    T_CHECK(!strcmp(a, "shm") && strcmp(b, "shm"), "all_gather of %zu / %zu bytes on %d: %s / %s",
+            ag, ag + 4 * (size_t)t_size(w), t_size(w), a, b);
     a = picked(w, BROADCAST, bc, buf), b = picked(w, BROADCAST, bc + 4, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
             "broadcast of %zu / %zu bytes on %d: %s / %s", bc, bc + 4, t_size(w), a, b);

@@ -840,7 +840,11 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * against 2.07-2.10 at 16 KiB, 3.25-3.31 against 2.57-2.67 at 32 KiB (checked alike: 1.34-1.40
  * against 2.08-2.12, 1.97-2.05 against 2.26-2.33, 3.23-3.35 against 2.73-2.86), and a sweep lost
  * 1.17 with twoshot at 8 KiB in place unchecked in both repetitions: shm up to 8 KiB whether
- * checked or not (16 KiB stays twoshot: within 1.08 here, and 1.4x ahead on the first machine). */
+ * checked or not (16 KiB stays twoshot: within 1.08 here, and 1.4x ahead on the first machine).
+ * all_gather there at 32 KiB, checked: shm 1.21-1.28x ahead of direct in both repetitions of a
+ * sweep, and 2.53-2.57 us against 2.64-2.83 in 2 runs of 200 calls in the machine's other mode
+ * (the first machine had them at par: 4.7 against 4.6); unchecked direct leads (2.16-2.39
+ * against 2.44-2.65): checked, shm up to 32 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
@@ -849,7 +853,7 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
-        return (size_t)(two ? 16 : 256) << 10;
+        return (size_t)(two ? (off ? 16 : 32) : 256) << 10;
     case HCOMM__COLL_REDUCESCATTER:
         return (size_t)(two ? 16 : 64) << 10;
     case HCOMM__COLL_REDUCE:
