@@ -842,7 +842,7 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * 1.17 with twoshot at 8 KiB in place unchecked in both repetitions: shm up to 8 KiB whether
  * checked or not (16 KiB stays twoshot: within 1.08 here, and 1.4x ahead on the first machine).
  * all_gather there at 32 KiB, checked: shm 1.21-1.28x ahead of direct in both repetitions of a
- * sweep, and 2.53-2.57 us against 2.64-2.83 in 2 runs of 200 calls in the machine's other mode
+ * sweep, and 2.42-2.57 us against 2.59-2.83 in 2 runs of 200 calls in the machine's other mode
  * (the first machine had them at par: 4.7 against 4.6); unchecked direct leads (2.16-2.39
  * against 2.44-2.65): checked, shm up to 32 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
