@@ -677,14 +677,14 @@ static hcomm_result_t rd_reduce_scatter(call_t *k, const void *send, void *recv,
                                         hcomm_dtype_t dt, hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt), total = count * (size_t)k->c->size;
     _Alignas(16) unsigned char small[RD_MAX_BYTES];
-    unsigned char *all = total * es <= sizeof small ? small : malloc(total * es);
+    /* the communicator's scratch above that: malloc maps 32 MiB and more anew each call (ring.c) */
+    unsigned char *all =
+        total * es <= sizeof small ? small : hcomm__scratch(&k->a->scratch, total * es);
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, k->c->call_fn, "cannot allocate %zu bytes", total * es);
     hcomm_result_t res = rd_all_reduce(k, send, all, total, dt, op);
     if (res == HCOMM_OK && count)
         memcpy(recv, all + (size_t)k->c->rank * count * es, count * es);
-    if (all != small)
-        free(all);
     return res;
 }
 
