@@ -330,7 +330,8 @@ static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int
 #define ENGINE_APART_BYTES ((size_t)32 << 20)
 
 static bool runs_engine(const run_t *R, const algo_row_t *a) {
-    return a->kind == KIND_RAW || (R->mpi && a->kind == KIND_NAMED && !strcmp(a->name, "native"));
+    return a->kind == KIND_RAW || (R->mpi && a->kind == KIND_NAMED &&
+                                   !strcmp(a->name, hcomm__algo_name(HCOMM__ALGO_NATIVE)));
 }
 
 static bool timed_now(const run_t *R, const algo_row_t *a, const bench_case_t *c,
@@ -367,8 +368,10 @@ static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
  * collectives (ENGINE_APART_BYTES). Every rank knows the same chosen name: the choice is
  * collective. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
-    int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS];
-    for (int pass = 0; pass < 2; pass++)
+    int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS], passes = 1;
+    for (int k = 0; k < n; k++)
+        passes = timed_now(R, &R->algos[k], c, true) ? 2 : passes;
+    for (int pass = 0; pass < passes; pass++)
         for (int i = -R->o->warmup; i < iters; i++) {
             shuffle(order, n, i + R->o->warmup);
             pair_auto(R, order, n, *chosen, i + R->o->warmup);
