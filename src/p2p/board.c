@@ -37,6 +37,7 @@ _Static_assert(HDR_BYTES + 2 * HCOMM__BOARD_ROOM <= HCOMM__BOARD_BYTES, "the reg
 
 typedef struct board {
     uint64_t last[2]; /* the meeting each half of this rank's region held last */
+    uint64_t *seen;   /* [size] the latest meeting each member was seen to have posted */
     uint64_t id;      /* the current meeting */
     uint32_t seq, wraps;
     unsigned half;     /* the half the next (or current) post takes */
@@ -51,14 +52,16 @@ static region_t *region(hcomm_comm_t *c, int r) {
 static void board_free(void *p) {
     board_t *b = p;
     free(b->at);
+    free(b->seen);
     free(b);
 }
 
 static board_t *board_of(hcomm_comm_t *c) {
     if (!c->layer[HCOMM__LAYER_BOARD]) {
         board_t *b = calloc(1, sizeof *b);
-        if (b && !(b->at = calloc((size_t)c->size, 1))) {
-            free(b);
+        if (b && (!(b->at = calloc((size_t)c->size, 1)) ||
+                  !(b->seen = calloc((size_t)c->size, sizeof *b->seen)))) {
+            board_free(b);
             b = NULL;
         }
         c->layer[HCOMM__LAYER_BOARD] = b;
@@ -87,32 +90,37 @@ static bool reached(const region_t *g, uint64_t id, bool arrive) {
            atomic_load_explicit(&g->arrive, memory_order_acquire) > id;
 }
 
-/* Waits as p2p's waits do (hcomm__backoff: spin, yield the core to peers, nap), checking the
- * verdict every 256 rounds: a meeting's waits are short, and the check polls the backend. */
+/* One round of a wait for rank r (hcomm__backoff: spin, yield the core to peers, nap), checking
+ * the verdict every 256 rounds: a meeting's waits are short, and the check polls the backend. */
+static hcomm_result_t pause_for(hcomm_comm_t *c, uint32_t seq, int r, hcomm__backoff_t *k) {
+    double waited = hcomm__backoff(k);
+    if ((k->iter & 255) != 0)
+        return HCOMM_OK;
+    char what[64];
+    snprintf(what, sizeof what, "rank %d in shared memory", r);
+    return hcomm__coll_wait_verdict(c, seq, what, waited);
+}
+
 static hcomm_result_t await(hcomm_comm_t *c, uint32_t seq, int r, uint64_t id, bool arrive) {
     const region_t *g = region(c, r);
-    hcomm__backoff_t b;
-    hcomm__backoff_init(&b);
-    while (!reached(g, id, arrive)) {
-        double waited = hcomm__backoff(&b);
-        if ((b.iter & 255) == 0) {
-            char what[64];
-            snprintf(what, sizeof what, "rank %d in shared memory", r);
-            HCOMM__TRY(hcomm__coll_wait_verdict(c, seq, what, waited));
-        }
-    }
+    hcomm__backoff_t k;
+    hcomm__backoff_init(&k);
+    while (!reached(g, id, arrive))
+        HCOMM__TRY(pause_for(c, seq, r, &k));
     return HCOMM_OK;
 }
 
 /* Makes this rank's next half writable: no peer still reads what it held. A comm the backend
- * gave up on stays unusable here too (core.h), though a meeting would not touch the backend. */
+ * gave up on stays unusable here too (core.h), though a meeting would not touch the backend.
+ * A peer seen to have posted a later meeting has left that one (reached): its line is not
+ * loaded again, which took one cross-core load off every meeting of a loop of calls. */
 static hcomm_result_t reserve(hcomm_comm_t *c, board_t *b, uint32_t seq) {
     if (b->reserved)
         return HCOMM_OK;
     if (c->tr->usable)
         HCOMM__TRY(c->tr->usable(c));
     for (int r = 0; r < c->size; r++)
-        if (r != c->rank)
+        if (r != c->rank && b->seen[r] <= b->last[b->half])
             HCOMM__TRY(await(c, seq, r, b->last[b->half], false));
     b->reserved = true;
     return HCOMM_OK;
@@ -142,15 +150,41 @@ static bool find_post(hcomm_comm_t *c, board_t *b, int r, uint64_t id) {
     return false;
 }
 
+/* The post's id is stored last, with release: a peer that loads it (acquire) sees the post
+ * and the payload written before it, without waiting for arrive's line too. */
 static void post(region_t *g, unsigned half, uint64_t id, const hcomm__posted_sig_t *sig) {
     post_t *p = &g->post[half];
-    atomic_store_explicit(&p->id, id, memory_order_relaxed);
     memcpy(p->words, sig->words, sizeof p->words);
     p->failed = sig->failed;
     p->text[0] = '\0';
     if (sig->failed != HCOMM_OK && sig->failed_text)
         snprintf(p->text, sizeof p->text, "%s", sig->failed_text);
+    atomic_store_explicit(&p->id, id, memory_order_release);
     atomic_store_explicit(&g->arrive, id, memory_order_release);
+}
+
+/* Waits for rank r's post of meeting id. Ranks that make the same calls post each meeting in
+ * the same half, so that post's line is watched first: it holds the id and the signature, one
+ * cross-core load where arrive's line and then the post's took two in turn. Only where r went
+ * on in the other half (or past id) does it fall back to arrive and both halves. */
+static hcomm_result_t await_post(hcomm_comm_t *c, board_t *b, uint32_t seq, int r, uint64_t id,
+                                 bool *found) {
+    const region_t *g = region(c, r);
+    unsigned char h = b->at[c->rank];
+    hcomm__backoff_t k;
+    hcomm__backoff_init(&k);
+    for (;;) {
+        if (atomic_load_explicit(&g->post[h].id, memory_order_acquire) == id) {
+            b->at[r] = h;
+            *found = true;
+            return HCOMM_OK;
+        }
+        if (reached(g, id, true))
+            break;
+        HCOMM__TRY(pause_for(c, seq, r, &k));
+    }
+    *found = find_post(c, b, r, id);
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
@@ -171,8 +205,11 @@ hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
     for (int r = 0; wait && res == HCOMM_OK && r < c->size; r++) {
         if (r == c->rank || (wait_for >= 0 && r != wait_for))
             continue;
-        res = await(c, seq, r, b->id, true);
-        if (res == HCOMM_OK && !find_post(c, b, r, b->id))
+        bool found = false;
+        res = await_post(c, b, seq, r, b->id, &found);
+        if (res == HCOMM_OK && found && b->id > b->seen[r])
+            b->seen[r] = b->id;
+        if (res == HCOMM_OK && !found)
             res = hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn,
                              "rank %d went past this call (seq %u) without joining it: the ranks' "
                              "calls differ (HCOMM_CHECK=first lets a rank skip the check of a "
