@@ -5,9 +5,9 @@
  * reduce_scatter, gather, scatter, all_to_all (p-1)/p; broadcast, reduce, send_recv 1), so
  * busbw compares with the hardware's bandwidth whatever the rank count. Time is the median over
  * iterations of the slowest rank's time (-a chooses rank 0, mean, min or max); each timed call
- * starts after a barrier. With several algorithms the iterations are interleaved (one call of
- * each in turn), so their medians see the same noise; "auto" is hcomm's own choice, named in
- * brackets, and its regret is its time over the best algorithm's. On mpi, "raw" calls MPI directly
+ * starts after a barrier. With several algorithms the rows take turns (BLOCK_CALLS calls each),
+ * so their medians see the same noise; "auto" is hcomm's own choice, named in brackets, and its
+ * regret is its time over the best algorithm's. On mpi, "raw" calls MPI directly
  * on the same buffers (from 32 MiB timed after the other rows: ENGINE_APART_BYTES). */
 #include "bench.h"
 #include "compare.h"
@@ -266,9 +266,9 @@ static hcomm_result_t drop_failed(run_t *R, algo_row_t *a, hcomm_result_t res) {
     return HCOMM_OK;
 }
 
-/* The order of iteration i's calls: a shuffle every rank computes alike (the seed is i). A
- * fixed order would give each row the cache state its predecessor leaves: at 128 KiB-2 MiB
- * auto after bruck measured 10-20% behind the same native call after raw. */
+/* The order of turn i's rows (time_all): a shuffle every rank computes alike (the seed is i). A
+ * fixed order would give each row's first call the cache state one predecessor leaves: at 128
+ * KiB-2 MiB auto after bruck measured 10-20% behind the same native call after raw. */
 static void shuffle(int *order, int n, int i) {
     uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     for (int k = 0; k < n; k++)
@@ -279,39 +279,6 @@ static void shuffle(int *order, int n, int i) {
         order[k] = order[j];
         order[j] = t;
     }
-}
-
-/* Moves auto near the row of the algorithm it runs (chosen), so the two run in the same moment
- * of the machine's noise: apart, the medians of 20 calls on 2 shared cores differed by 10-26%
- * (mpi, 4 processes, 2-8 MiB) in either direction, which read as auto's regret. They are the
- * same code, so whichever ran right after the other found its caches warm: 2 local ranks, 256
- * KiB twoshot, rank 0's median 13 us second against 18 first, and each row's median fell in the
- * gap between the two (auto's "regret" 1.24 at 512 KiB in place, in both repetitions of a
- * sweep). So one other row runs between them: auto, row, twin on even iterations, twin, row,
- * auto on odd ones (adjacent where there is no third row). */
-static void pair_auto(const run_t *R, int *order, int n, const char *chosen, int i) {
-    int at = -1, twin = -1;
-    for (int j = 0; j < n; j++) {
-        const algo_row_t *a = &R->algos[order[j]];
-        at = a->kind == KIND_AUTO ? j : at;
-        twin = chosen && a->kind == KIND_NAMED && !strcmp(a->name, chosen) ? j : twin;
-    }
-    if (at < 0 || twin < 0)
-        return;
-    int autorow = order[at], m = n - 1, to;
-    memmove(&order[at], &order[at + 1], sizeof *order * (size_t)(m - at));
-    twin -= twin > at;
-    if (m >= 3) { /* rotate the shuffled order so the twin has a row on either side */
-        int shift = (twin - 1 + m) % m, tmp[BENCH_MAX_ALGOS];
-        for (int j = 0; j < m; j++)
-            tmp[j] = order[(j + shift) % m];
-        memcpy(order, tmp, sizeof *order * (size_t)m);
-        to = (i & 1) ? 3 : 0; /* auto, row, twin / twin, row, auto */
-    } else {
-        to = twin + (i & 1); /* before the twin on even iterations, after it on odd ones */
-    }
-    memmove(&order[to + 1], &order[to], sizeof *order * (size_t)(m - to));
-    order[to] = autorow;
 }
 
 /* From 32 MiB (glibc's largest mmap threshold on 64-bit) a temporary buffer MPI allocates of the
@@ -363,21 +330,59 @@ static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
     return HCOMM_OK;
 }
 
-/* Warm-up and timed iterations, one call of each live algorithm in turn, in shuffled order
- * (auto one row from its twin); then, at large sizes, those of the rows that run Open MPI's
+/* Calls each row makes back to back before the next row's turn: a row's median is then the
+ * time of its own calls one after another, as a run of that algorithm alone (nccl-tests' way)
+ * and a program's loop of one size measure it, while the rows still take turns against the
+ * machine's drift. With one call per turn every call found the buffers as another algorithm had
+ * left them, and that state, not the algorithm, decided: 2 mpi processes, 128 KiB, twoshot 5.5
+ * us alone against hier's 7.5, but interleaved call by call 14-15 against 10-13 (twoshot after
+ * hier 15.8, after ring 5.3; hier after twoshot 10.4, after ring 9.6, after native 18.8); in
+ * turns of 10 calls 4.4 against 17. The first call of a turn still pays its predecessor's state
+ * and is one sample in BLOCK_CALLS. */
+#define BLOCK_CALLS 5
+
+/* The row of the algorithm auto runs (chosen), or -1. Auto and that row (its twin) share their
+ * turns, one call of each in turn (the first alternating between turns): they are the same code,
+ * so each then finds the buffers as the same algorithm left them, at the same moment of the
+ * machine's noise. In turns of their own, the medians of 20 calls on 2 shared cores differed by
+ * 10-26% (mpi, 4 processes, 2-8 MiB) in either direction, which read as auto's regret. */
+static int twin_of(const run_t *R, const char *chosen) {
+    for (int k = 0; chosen && k < R->nalgos; k++)
+        if (R->algos[k].kind == KIND_NAMED && !strcmp(R->algos[k].name, chosen))
+            return k;
+    return -1;
+}
+
+/* Row a's calls of one turn (iterations i0 .. i0 + BLOCK_CALLS), with its twin's (-1: none). */
+static hcomm_result_t time_turn(run_t *R, bench_case_t *c, int a, int twin, bool twin_first, int i0,
+                                bool pass, const char **chosen) {
+    for (int i = i0; i < i0 + BLOCK_CALLS && i < R->o->iters; i++)
+        for (int step = 0; step < 2; step++) {
+            int k = (step == 0) == twin_first ? twin : a;
+            if (k >= 0 && timed_now(R, &R->algos[k], c, pass))
+                HCOMM__TRY(time_one(R, &R->algos[k], c, i, chosen));
+        }
+    return HCOMM_OK;
+}
+
+/* Warm-up and timed iterations, BLOCK_CALLS calls of each live algorithm in turn, in shuffled
+ * order (auto with its twin); then, at large sizes, those of the rows that run Open MPI's
  * collectives (ENGINE_APART_BYTES). Every rank knows the same chosen name: the choice is
  * collective. */
 static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
-    int iters = R->o->iters, n = R->nalgos, order[BENCH_MAX_ALGOS], passes = 1;
+    int n = R->nalgos, order[BENCH_MAX_ALGOS], passes = 1;
     for (int k = 0; k < n; k++)
         passes = timed_now(R, &R->algos[k], c, true) ? 2 : passes;
     for (int pass = 0; pass < passes; pass++)
-        for (int i = -R->o->warmup; i < iters; i++) {
-            shuffle(order, n, i + R->o->warmup);
-            pair_auto(R, order, n, *chosen, i + R->o->warmup);
-            for (int j = 0; j < n; j++)
-                if (timed_now(R, &R->algos[order[j]], c, pass))
-                    HCOMM__TRY(time_one(R, &R->algos[order[j]], c, i, chosen));
+        for (int turn = 0, i0 = -R->o->warmup; i0 < R->o->iters; turn++, i0 += BLOCK_CALLS) {
+            int twin = twin_of(R, *chosen); /* known from the first turn on */
+            shuffle(order, n, turn);
+            for (int j = 0; j < n; j++) {
+                bool with_twin = R->algos[order[j]].kind == KIND_AUTO;
+                if (order[j] != twin)
+                    HCOMM__TRY(time_turn(R, c, order[j], with_twin ? twin : -1, turn & 1, i0, pass,
+                                         chosen));
+            }
         }
     return HCOMM_OK;
 }
