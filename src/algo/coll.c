@@ -844,12 +844,16 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * all_gather there at 32 KiB, checked: shm 1.21-1.28x ahead of direct in both repetitions of a
  * sweep, and 2.42-2.57 us against 2.59-2.83 in 2 runs of 200 calls in the machine's other mode
  * (the first machine had them at par: 4.7 against 4.6); unchecked direct leads (2.16-2.39
- * against 2.44-2.65): checked, shm up to 32 KiB. */
+ * against 2.44-2.65): checked, shm up to 32 KiB. Once hcomm-bench timed each row's calls back
+ * to back (turns of 5: a call no longer finds the buffers as another algorithm left them), 2
+ * processes' all_reduce at 8 KiB ran twoshot 1.06-1.17 us against shm's 1.15-1.49 unchecked and
+ * 1.25-1.35 against 1.27-1.54 checked (2 runs of 100 calls each; 4 KiB shm 0.81-0.97 against
+ * 1.01-1.22), and a sweep lost 1.17-1.20 with shm there in both of two runs: shm up to 4 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? 8 : 32) << 10;
+        return (size_t)(two ? 4 : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
