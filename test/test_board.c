@@ -174,23 +174,25 @@ static hcomm_result_t own_check_fails(hcomm_comm_t *w) {
     return HCOMM_OK;
 }
 
-enum { ALL_REDUCE, BROADCAST, GATHER, SCATTER, ALL_GATHER };
+enum { ALL_REDUCE, BROADCAST, GATHER, SCATTER, ALL_GATHER, REDUCE_SCATTER };
 
-/* The algorithm the default picks for a call (above) of bytes in all (for gather, scatter and
- * all_gather: bytes / size per rank; buf holds bytes + 4, and all_gather's input after
- * BOARD_PICK_SEND). */
+/* The algorithm the default picks for a call (above) of bytes in all (for gather, scatter,
+ * all_gather and reduce_scatter: bytes / size per rank; buf holds bytes + 4, and all_gather's
+ * input and reduce_scatter's output after BOARD_PICK_SEND). */
 #define BOARD_PICK_SEND ((size_t)512 << 10)
 
 static const char *picked(hcomm_comm_t *w, int call, size_t bytes, void *buf) {
     size_t per = bytes / (size_t)t_size(w);
     char *mine = (char *)buf + per * (size_t)t_rank(w);
     hcomm__coll_take_algo(w);
-    hcomm_result_t r = call == BROADCAST ? hcomm_broadcast(w, buf, bytes, 0)
-                       : call == GATHER  ? hcomm_gather(w, mine, buf, per, 0)
-                       : call == SCATTER ? hcomm_scatter(w, buf, mine, per, 0)
-                       : call == ALL_GATHER
-                           ? hcomm_all_gather(w, (char *)buf + BOARD_PICK_SEND, buf, per)
-                           : hcomm_all_reduce(w, buf, buf, bytes / 4, HCOMM_F32, HCOMM_SUM);
+    hcomm_result_t r =
+        call == BROADCAST        ? hcomm_broadcast(w, buf, bytes, 0)
+        : call == GATHER         ? hcomm_gather(w, mine, buf, per, 0)
+        : call == SCATTER        ? hcomm_scatter(w, buf, mine, per, 0)
+        : call == ALL_GATHER     ? hcomm_all_gather(w, (char *)buf + BOARD_PICK_SEND, buf, per)
+        : call == REDUCE_SCATTER ? hcomm_reduce_scatter(w, buf, (char *)buf + BOARD_PICK_SEND,
+                                                        per / 4, HCOMM_F32, HCOMM_SUM)
+                                 : hcomm_all_reduce(w, buf, buf, bytes / 4, HCOMM_F32, HCOMM_SUM);
     const char *a = hcomm__coll_take_algo(w);
     return r == HCOMM_OK && a ? a : "(failed)";
 }
@@ -218,6 +220,10 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     a = picked(w, BROADCAST, bc, buf), b = picked(w, BROADCAST, bc + 4, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
             "broadcast of %zu / %zu bytes on %d: %s / %s", bc, bc + 4, t_size(w), a, b);
+    size_t rs = two ? 16 << 10 : 128 << 10, rs_step = 4 * (size_t)t_size(w);
+    a = picked(w, REDUCE_SCATTER, rs, buf), b = picked(w, REDUCE_SCATTER, rs + rs_step, buf);
+    T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
+            "reduce_scatter of %zu / %zu bytes on %d: %s / %s", rs, rs + rs_step, t_size(w), a, b);
     /* shm up to these, direct above; checked with 2, shm stops at 2 KiB */
     size_t ga = two ? (off ? 4 << 10 : 2 << 10) : 32 << 10;
     a = picked(w, GATHER, ga, buf), b = picked(w, GATHER, 2 * ga, buf);

@@ -848,7 +848,11 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * to back (turns of 5: a call no longer finds the buffers as another algorithm left them), 2
  * processes' all_reduce at 8 KiB ran twoshot 1.06-1.17 us against shm's 1.15-1.49 unchecked and
  * 1.25-1.35 against 1.27-1.54 checked (2 runs of 100 calls each; 4 KiB shm 0.81-0.97 against
- * 1.01-1.22), and a sweep lost 1.17-1.20 with shm there in both of two runs: shm up to 4 KiB. */
+ * 1.01-1.22), and a sweep lost 1.17-1.20 with shm there in both of two runs: shm up to 4 KiB.
+ * reduce_scatter with 4 processes, timed so, lost 1.23-1.29 at 128 KiB with direct in both
+ * repetitions of a sweep; 2 runs of 40 calls, checked and unchecked: shm 41.2-49.3 us against
+ * direct's 45.1-64.7 there, 20-22 against 44-57 at 64 KiB, 84-97 against 53-70 at 256 KiB:
+ * shm up to 128 KiB. */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
@@ -859,7 +863,7 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_ALLGATHER:
         return (size_t)(two ? (off ? 16 : 32) : 256) << 10;
     case HCOMM__COLL_REDUCESCATTER:
-        return (size_t)(two ? 16 : 64) << 10;
+        return (size_t)(two ? 16 : 128) << 10;
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 8 : 64) << 10;
     case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
