@@ -200,7 +200,7 @@ static const char *picked(hcomm_comm_t *w, int call, size_t bytes, void *buf) {
 static hcomm_result_t defaults(hcomm_comm_t *w) {
     bool two = t_size(w) == 2;
     bool off = hcomm__check_mode() == HCOMM__CHECK_OFF;
-    size_t ar = two ? 4 << 10 : 32 << 10, bc = two ? 4 << 10 : 64 << 10;
+    size_t ar = two ? (off ? 4 << 10 : 8 << 10) : 32 << 10, bc = two ? 4 << 10 : 64 << 10;
     float *buf = calloc(2 * BOARD_PICK_SEND, 1);
     if (!buf)
         return HCOMM_ERR_NOMEM;

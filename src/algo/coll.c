@@ -849,6 +849,10 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * processes' all_reduce at 8 KiB ran twoshot 1.06-1.17 us against shm's 1.15-1.49 unchecked and
  * 1.25-1.35 against 1.27-1.54 checked (2 runs of 100 calls each; 4 KiB shm 0.81-0.97 against
  * 1.01-1.22), and a sweep lost 1.17-1.20 with shm there in both of two runs: shm up to 4 KiB.
+ * Once board meetings loaded two of the peer's lines instead of four (board.c), a sweep of 2
+ * repetitions had checked 8 KiB in place lose 1.18-1.22 with twoshot in both (shm 2.17-2.38 us
+ * against 2.65-2.82; out of place at par), unchecked mixed (shm 1.19x ahead in one, twoshot
+ * 1.17x in the other): checked, shm up to 8 KiB again; unchecked up to 4 KiB.
  * reduce_scatter with 4 processes, timed so, lost 1.23-1.29 at 128 KiB with direct in both
  * repetitions of a sweep; 2 runs of 40 calls, checked and unchecked: shm 41.2-49.3 us against
  * direct's 45.1-64.7 there, 20-22 against 44-57 at 64 KiB, 84-97 against 53-70 at 256 KiB:
@@ -857,7 +861,7 @@ static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
     case HCOMM__COLL_ALLREDUCE:
-        return (size_t)(two ? 4 : 32) << 10;
+        return (size_t)(two ? (off ? 4 : 8) : 32) << 10;
     case HCOMM__COLL_BROADCAST: /* above: direct on the board (hcomm__bc_board_direct) */
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_ALLGATHER:
