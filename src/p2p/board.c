@@ -207,7 +207,7 @@ hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
             continue;
         bool found = false;
         res = await_post(c, b, seq, r, b->id, &found);
-        if (res == HCOMM_OK && found && b->id > b->seen[r])
+        if (res == HCOMM_OK && found) /* meeting ids only grow */
             b->seen[r] = b->id;
         if (res == HCOMM_OK && !found)
             res = hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn,
