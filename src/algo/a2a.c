@@ -836,7 +836,7 @@ hcomm_result_t hcomm__a2a_shm(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int
     board_post_t *posts = p <= 16 ? stack : malloc(sizeof *posts * (size_t)p);
     void *space = NULL;
     hcomm_result_t res =
-        posts ? hcomm__board_space(c, (uint32_t)x->tag, &space)
+        posts ? hcomm__board_space(c, (uint32_t)x->tag, HCOMM__BOARD_ROOM, &space)
               : hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for %d posts", p);
     if (res != HCOMM_OK) { /* the peers wait in the meeting: they fail with this instead */
         if (posts != stack)

@@ -324,18 +324,18 @@ static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
 
 static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s) {
     hcomm__posted_sig_t p = {.words = {s->call | (uint64_t)(uint32_t)s->algo << 32,
-                                       (uint64_t)(int64_t)s->dtype, (uint64_t)(int64_t)s->op,
+                                       (uint32_t)s->dtype | (uint64_t)(uint32_t)s->op << 32,
                                        (uint64_t)(int64_t)s->root, s->count, s->extra}};
     return p;
 }
 
 static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
     return (hcomm__sig_t){.call = (uint32_t)p->words[0],
-                          .dtype = (int32_t)p->words[1],
-                          .op = (int32_t)p->words[2],
-                          .root = (int32_t)p->words[3],
-                          .count = p->words[4],
-                          .extra = p->words[5],
+                          .dtype = (int32_t)(uint32_t)p->words[1],
+                          .op = (int32_t)(p->words[1] >> 32),
+                          .root = (int32_t)p->words[2],
+                          .count = p->words[3],
+                          .extra = p->words[4],
                           .algo = (int32_t)(p->words[0] >> 32)};
 }
 
@@ -426,7 +426,7 @@ static hcomm_result_t board_checked(call_t *k, uint32_t step) {
 static hcomm_result_t board_sum(call_t *k, const int64_t *mine, int64_t *all, int n) {
     hcomm_comm_t *c = k->c;
     void *space;
-    HCOMM__TRY(hcomm__board_space(c, k->seq, &space));
+    HCOMM__TRY(hcomm__board_space(c, k->seq, sizeof *mine * (size_t)n, &space));
     memcpy(space, mine, sizeof *mine * (size_t)n);
     HCOMM__TRY(board_checked(k, 0));
     memset(all, 0, sizeof *all * (size_t)n);

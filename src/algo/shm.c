@@ -25,7 +25,7 @@ static void payloads(hcomm_comm_t *c, const void **srcs) {
 static hcomm_result_t post_step(const hcomm__xfer_t *x, uint32_t step, const void *src, size_t n,
                                 int from, int to) {
     void *space;
-    HCOMM__TRY(hcomm__board_space(x->c, (uint32_t)x->tag, &space));
+    HCOMM__TRY(hcomm__board_space(x->c, (uint32_t)x->tag, n, &space));
     if (n)
         memcpy(space, src, n);
     return x->meet(x, step, from, to);

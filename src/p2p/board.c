@@ -13,22 +13,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A member's post of one meeting. */
+#define INLINE_BYTES 8u
+
+/* A member's post of one meeting: one cache line, so that a meeting of payloads up to
+ * INLINE_BYTES (a loss, a norm, a count) loads one line of each peer's, not two. */
 typedef struct post {
-    _Atomic uint64_t id; /* the meeting it belongs to */
-    uint64_t words[6];   /* the caller's signature */
-    int32_t failed;      /* HCOMM_OK, or why the poster's own checks failed */
-    char text[512];      /* then: its message */
+    _Alignas(64) _Atomic uint64_t id; /* the meeting it belongs to */
+    uint64_t words[5];                /* the caller's signature */
+    int32_t failed;                   /* HCOMM_OK, or why the poster's own checks failed */
+    uint32_t small;                   /* the payload is `inl`, not the half's room */
+    _Alignas(8) unsigned char inl[INLINE_BYTES];
 } post_t;
 
 /* The head of a member's region; the two halves of payload follow at HDR_BYTES. */
 typedef struct region {
     _Alignas(64) _Atomic uint64_t arrive; /* the meeting this member posted last */
     _Alignas(64) _Atomic uint64_t leave;  /* the meeting whose reading it finished last */
-    _Alignas(64) post_t post[2];
+    post_t post[2];
+    char text[2][512]; /* a failed post's message */
 } region_t;
 
 #define HDR_BYTES 4096u
+_Static_assert(sizeof(post_t) == 64, "a post is one cache line");
 _Static_assert(sizeof(region_t) <= HDR_BYTES, "the head fits before the payload");
 _Static_assert(HDR_BYTES + 2 * HCOMM__BOARD_ROOM <= HCOMM__BOARD_BYTES, "the region holds both");
 
@@ -42,6 +48,7 @@ typedef struct board {
     uint32_t seq, wraps;
     unsigned half;     /* the half the next (or current) post takes */
     bool reserved;     /* hcomm__board_space made that half writable already */
+    bool small;        /* and put the payload in that half's post */
     unsigned char *at; /* [size] the half holding each member's post of id */
 } board_t;
 
@@ -126,12 +133,15 @@ static hcomm_result_t reserve(hcomm_comm_t *c, board_t *b, uint32_t seq) {
     return HCOMM_OK;
 }
 
-hcomm_result_t hcomm__board_space(hcomm_comm_t *c, uint32_t seq, void **data) {
+hcomm_result_t hcomm__board_space(hcomm_comm_t *c, uint32_t seq, size_t bytes, void **data) {
     board_t *b = board_of(c);
     if (!b)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for the board");
     HCOMM__TRY(reserve(c, b, seq));
-    *data = (char *)region(c, c->rank) + HDR_BYTES + b->half * HCOMM__BOARD_ROOM;
+    region_t *g = region(c, c->rank);
+    b->small = bytes <= INLINE_BYTES;
+    *data = b->small ? (void *)g->post[b->half].inl
+                     : (char *)g + HDR_BYTES + b->half * HCOMM__BOARD_ROOM;
     return HCOMM_OK;
 }
 
@@ -152,13 +162,15 @@ static bool find_post(hcomm_comm_t *c, board_t *b, int r, uint64_t id) {
 
 /* The post's id is stored last, with release: a peer that loads it (acquire) sees the post
  * and the payload written before it, without waiting for arrive's line too. */
-static void post(region_t *g, unsigned half, uint64_t id, const hcomm__posted_sig_t *sig) {
+static void post(region_t *g, unsigned half, uint64_t id, const hcomm__posted_sig_t *sig,
+                 bool small) {
     post_t *p = &g->post[half];
     memcpy(p->words, sig->words, sizeof p->words);
     p->failed = sig->failed;
-    p->text[0] = '\0';
+    p->small = small;
+    g->text[half][0] = '\0';
     if (sig->failed != HCOMM_OK && sig->failed_text)
-        snprintf(p->text, sizeof p->text, "%s", sig->failed_text);
+        snprintf(g->text[half], sizeof g->text[half], "%s", sig->failed_text);
     atomic_store_explicit(&p->id, id, memory_order_release);
     atomic_store_explicit(&g->arrive, id, memory_order_release);
 }
@@ -195,11 +207,11 @@ hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
     HCOMM__TRY(reserve(c, b, seq));
     region_t *mine = region(c, c->rank);
     b->id = meeting_id(b, seq, step);
-    post(mine, b->half, b->id, sig);
+    post(mine, b->half, b->id, sig, b->small);
     b->at[c->rank] = (unsigned char)b->half;
     b->last[b->half] = b->id;
     b->half ^= 1;
-    b->reserved = false;
+    b->reserved = b->small = false;
     hcomm_result_t res = HCOMM_OK;
     bool wait = wait_for != HCOMM__MEET_NONE && wait_for != c->rank;
     for (int r = 0; wait && res == HCOMM_OK && r < c->size; r++) {
@@ -228,10 +240,11 @@ void hcomm__board_peer(hcomm_comm_t *c, int r, hcomm__posted_sig_t *sig, const v
     if (sig) {
         memcpy(sig->words, p->words, sizeof sig->words);
         sig->failed = (hcomm_result_t)p->failed;
-        sig->failed_text = p->text;
+        sig->failed_text = g->text[b->at[r]];
     }
     if (data)
-        *data = (const char *)g + HDR_BYTES + b->at[r] * HCOMM__BOARD_ROOM;
+        *data = p->small ? (const void *)p->inl
+                         : (const char *)g + HDR_BYTES + b->at[r] * HCOMM__BOARD_ROOM;
 }
 
 void hcomm__board_leave(hcomm_comm_t *c) {

@@ -148,8 +148,9 @@ size_t hcomm__unexpected_bytes(hcomm_comm_t *c);
  * checks failed) and need not join calls its peers do not meet in. Waits end as hcomm__wait's
  * do: a peer's failure notice for seq, an abort, or HCOMM_TIMEOUT. */
 bool hcomm__board_on(hcomm_comm_t *c);
-/* Where this rank writes the payload of its next meeting (before hcomm__board_meet). */
-hcomm_result_t hcomm__board_space(hcomm_comm_t *c, uint32_t seq, void **data);
+/* Where this rank writes the payload of its next meeting (before hcomm__board_meet): room for
+ * `bytes`, at most HCOMM__BOARD_ROOM; up to 8 bytes travel in the post's own cache line. */
+hcomm_result_t hcomm__board_space(hcomm_comm_t *c, uint32_t seq, size_t bytes, void **data);
 /* Whose posts hcomm__board_meet waits for: every member's, none, or (a rank >= 0) that one's. */
 enum { HCOMM__MEET_ALL = -1, HCOMM__MEET_NONE = -2 };
 /* Posts sig (failed and failed_text too) for meeting (seq, step); waits for the posts of

@@ -94,7 +94,7 @@ typedef struct hcomm__native_ops {
 /* A shared-memory transport checks calls itself: each rank posts its call's signature next to
  * its buffers, so a collective there needs no signature message at all. */
 typedef struct hcomm__posted_sig {
-    uint64_t words[6];       /* the algorithms layer's signature, compared word by word */
+    uint64_t words[5];       /* the algorithms layer's signature, compared word by word */
     hcomm_result_t failed;   /* HCOMM_OK, or why this rank's own checks failed */
     const char *failed_text; /* its message, valid until the call returns */
 } hcomm__posted_sig_t;
