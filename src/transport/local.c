@@ -20,6 +20,7 @@
 #include "core/topo_spec.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -67,9 +68,20 @@ typedef struct local_slot {
  * while slower peers still read this one; the one after can reuse this post only once every
  * peer posted the next, and so finished reading this one. */
 typedef struct local_post {
-    hcomm__posted_sig_t sig;
+    /* The post count it was written at, stored last (release): the small all_reduce waits on
+     * its peers' seq instead of a barrier, and finds their signature and the first 16 bytes
+     * of their input in the same cache line, where the barrier's counter, its generation, the
+     * signature and the input took four transfers of a line in turn. */
+    _Alignas(64) _Atomic unsigned seq;
+    int32_t failed; /* as in hcomm__posted_sig_t */
+    uint64_t words[5];
     _Alignas(16) unsigned char data[SMALL_REDUCE_BYTES];
+    const char *failed_text;
 } local_post_t;
+
+_Static_assert(sizeof(((local_post_t *)0)->words) == sizeof(((hcomm__posted_sig_t *)0)->words),
+               "a post holds the whole signature");
+_Static_assert(offsetof(local_post_t, data) == 48, "a small input starts in the seq's line");
 
 typedef struct local_shared {
     local_world_t *world;
@@ -92,7 +104,8 @@ typedef struct local_comm {
      * (grown to the largest, freed with the communicator): a fresh malloc per call above
      * glibc's mmap threshold page-faulted every 4 KiB of it, 1.5-4x the call at 32-128 MiB. */
     hcomm__scratch_t scratch;
-    unsigned posts; /* calls posted on this comm: the parity picks the local_post_t */
+    unsigned posts;              /* calls posted on this comm: the parity picks the local_post_t */
+    hcomm__posted_sig_t views[]; /* [size]: the posts as local_posted_sig hands them out */
 } local_comm_t;
 
 typedef struct local_tx {
@@ -153,7 +166,7 @@ static void shared_release(local_shared_t *sh) {
 }
 
 static local_comm_t *lc_new(local_shared_t *sh, int size) {
-    local_comm_t *lc = calloc(1, sizeof *lc);
+    local_comm_t *lc = calloc(1, sizeof *lc + (size_t)size * sizeof lc->views[0]);
     if (!lc)
         return NULL;
     lc->sh = sh;
@@ -467,27 +480,32 @@ static local_post_t *post_of(hcomm_comm_t *c, int r) {
     return &shared_of(c)->posts[2 * (size_t)r + lc_of(c)->posts % 2];
 }
 
-/* Posts this rank's slot and the signature the algorithms layer set; both are published to
- * peers by the barrier that follows. */
-static void post(hcomm_comm_t *c, local_slot_t slot) {
-    lc_of(c)->posts++;
-    post_of(c, c->rank)->sig = c->posted ? *c->posted : (hcomm__posted_sig_t){{0}};
+/* Posts this rank's slot, the signature the algorithms layer set and `bytes` of data; the
+ * barrier that follows publishes them to peers, or the seq stored last (wait_posts). */
+static void post(hcomm_comm_t *c, local_slot_t slot, const void *data, size_t bytes) {
+    unsigned n = ++lc_of(c)->posts;
+    local_post_t *p = post_of(c, c->rank);
+    hcomm__posted_sig_t sig = c->posted ? *c->posted : (hcomm__posted_sig_t){{0}};
+    memcpy(p->words, sig.words, sizeof p->words);
+    p->failed = sig.failed;
+    p->failed_text = sig.failed_text;
+    if (bytes)
+        memcpy(p->data, data, bytes);
     shared_of(c)->slots[c->rank] = slot;
+    atomic_store_explicit(&p->seq, n, memory_order_release);
 }
 
-static bool same_sig(const hcomm__posted_sig_t *a, const hcomm__posted_sig_t *b) {
+static bool same_sig(const local_post_t *a, const local_post_t *b) {
     return memcmp(a->words, b->words, sizeof a->words) == 0;
 }
 
-/* The barrier after posting, then the check that every peer posted the same call. Every rank
- * sees the same slots, so all pass or all fail; a failing call leaves the slots for the caller
- * to read until posted_release. */
-static hcomm_result_t arrive(hcomm_comm_t *c) {
-    HCOMM__TRY(barrier(c));
+/* Whether every rank posted the same call; every rank sees the same posts, so all agree. A
+ * failing call leaves the posts for the caller to read until posted_release. */
+static hcomm_result_t check_posts(hcomm_comm_t *c) {
     const local_post_t *first = post_of(c, 0);
     for (int r = 0; r < c->size; r++) {
         const local_post_t *p = post_of(c, r);
-        if (p->sig.failed != HCOMM_OK || !same_sig(&p->sig, &first->sig)) {
+        if (p->failed != HCOMM_OK || !same_sig(p, first)) {
             c->posted_held = true;
             return HCOMM_ERR_MISMATCH;
         }
@@ -495,13 +513,51 @@ static hcomm_result_t arrive(hcomm_comm_t *c) {
     return HCOMM_OK;
 }
 
+/* The barrier after posting, then the check that every peer posted the same call. */
+static hcomm_result_t arrive(hcomm_comm_t *c) {
+    HCOMM__TRY(barrier(c));
+    return check_posts(c);
+}
+
+/* Waits for every peer's post of this rank's current call, without a barrier; a rank that
+ * finished the call before this one read the posts of the one before that, so a post's
+ * reuse two calls later needs no wait. */
+static hcomm_result_t wait_posts(hcomm_comm_t *c) {
+    unsigned n = lc_of(c)->posts;
+    for (int r = 0; r < c->size; r++) {
+        const local_post_t *p = post_of(c, r);
+        hcomm__backoff_t b;
+        hcomm__backoff_init(&b);
+        while (atomic_load_explicit(&p->seq, memory_order_acquire) != n) {
+            for (int q = 0; lc_of(c)->ovf_count > 0 && q < c->size; q++)
+                flush_overflow(c, q);
+            double waited = hcomm__backoff(&b);
+            if ((b.iter & 63) == 0 && atomic_load_explicit(&p->seq, memory_order_acquire) != n)
+                HCOMM__TRY(wait_verdict(c, waited, "every rank of the group to arrive"));
+        }
+    }
+    hcomm_result_t res = check_posts(c);
+    /* Peers that made another call wait in arrive's barrier: meet them there, so that both
+     * sides' posted_release barriers pair up. */
+    if (res == HCOMM_ERR_MISMATCH) {
+        hcomm_result_t bar = barrier(c);
+        return bar != HCOMM_OK ? bar : res;
+    }
+    return res;
+}
+
 static hcomm_result_t local_posted_only(hcomm_comm_t *c) {
-    post(c, (local_slot_t){0});
+    post(c, (local_slot_t){0}, NULL, 0);
     return arrive(c);
 }
 
 static const hcomm__posted_sig_t *local_posted_sig(hcomm_comm_t *c, int rank) {
-    return &post_of(c, rank)->sig;
+    const local_post_t *p = post_of(c, rank);
+    hcomm__posted_sig_t *v = &lc_of(c)->views[rank];
+    memcpy(v->words, p->words, sizeof v->words);
+    v->failed = p->failed;
+    v->failed_text = p->failed_text;
+    return v;
 }
 
 static hcomm_result_t local_posted_release(hcomm_comm_t *c) {
@@ -542,10 +598,8 @@ static hcomm_result_t reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size
  * barrier: one meeting per call (see local_post_t). */
 static hcomm_result_t small_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    post(c, (local_slot_t){0});
-    if (count > 0)
-        memcpy(post_of(c, c->rank)->data, sendbuf, count * hcomm__dtype_size(dt));
-    HCOMM__TRY(arrive(c));
+    post(c, (local_slot_t){0}, sendbuf, count * hcomm__dtype_size(dt));
+    HCOMM__TRY(wait_posts(c));
     return reduce_posted(c, recvbuf, 0, count, dt, op, true);
 }
 
@@ -558,7 +612,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     void *mine = hcomm__scratch(&lc_of(c)->scratch, (hi - lo) * es);
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", (hi - lo) * es);
-    post(c, (local_slot_t){.send = sendbuf, .aux = mine});
+    post(c, (local_slot_t){.send = sendbuf, .aux = mine}, NULL, 0);
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
         red = reduce_posted(c, mine, lo, hi - lo, dt, op, false);
@@ -591,7 +645,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
                                       : hcomm__scratch(&lc_of(c)->scratch, n * es);
     if (!mine)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
-    post(c, (local_slot_t){.send = sendbuf});
+    post(c, (local_slot_t){.send = sendbuf}, NULL, 0);
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
         red = reduce_posted(c, mine, lo, n, dt, op, false);
@@ -613,7 +667,7 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
  * posted input to its place, blocks back to back in rank order. */
 static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                     const size_t *each, size_t equal) {
-    post(c, (local_slot_t){.send = sendbuf});
+    post(c, (local_slot_t){.send = sendbuf}, NULL, 0);
     HCOMM__TRY(arrive(c));
     size_t off = 0;
     for (int r = 0; r < c->size; r++) {
@@ -648,7 +702,7 @@ static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf
 }
 
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
-    post(c, (local_slot_t){.send = buf});
+    post(c, (local_slot_t){.send = buf}, NULL, 0);
     HCOMM__TRY(arrive(c));
     if (c->rank != root && bytes > 0)
         memcpy(buf, slot_of(c, root)->send, bytes);
@@ -675,8 +729,10 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                         const size_t *sendcounts, const size_t *sdispls,
                                         void *recvbuf, const size_t *recvcounts,
                                         const size_t *rdispls) {
-    post(c, (local_slot_t){
-                .send = sendbuf, .counts = sendcounts, .displs = sdispls, .rcounts = recvcounts});
+    post(c,
+         (local_slot_t){
+             .send = sendbuf, .counts = sendcounts, .displs = sdispls, .rcounts = recvcounts},
+         NULL, 0);
     HCOMM__TRY(arrive(c));
     hcomm_result_t bad = check_pair_counts(c);
     if (bad != HCOMM_OK) {
@@ -752,7 +808,7 @@ static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, cons
 static hcomm_result_t local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
     *out = NULL;
     member_t *mem = malloc(sizeof *mem * (size_t)c->size);
-    post(c, (local_slot_t){.color = color < 0 ? -1 : color, .key = key});
+    post(c, (local_slot_t){.color = color < 0 ? -1 : color, .key = key}, NULL, 0);
     hcomm_result_t res = arrive(c);
     if (res != HCOMM_OK) {
         free(mem);
