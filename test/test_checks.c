@@ -111,6 +111,16 @@ static hcomm_result_t mismatches(hcomm_comm_t *c) {
     expect_mismatch(c, hcomm_all_reduce(c, a, b, r == 0 ? BIG : BIG / 2, HCOMM_F32, HCOMM_SUM),
                     "hcomm_all_reduce", "count=2000", "count=1000");
     T_TRY(all_reduce_works(c, "a large count mismatch"));
+    /* Rank 0's call is small (the local backend's posted path, no barrier), the others' is
+     * not: the check still pairs the ranks' waits. */
+    expect_mismatch(c, hcomm_all_reduce(c, a, b, r == 0 ? 8 : BIG, HCOMM_F32, HCOMM_SUM),
+                    "hcomm_all_reduce", "count=8", "count=2000");
+    T_TRY(all_reduce_works(c, "a small against a large all_reduce"));
+    hcomm_result_t got =
+        r == 0 ? hcomm_all_reduce(c, a, b, 2, HCOMM_F32, HCOMM_SUM) : hcomm_broadcast(c, a, 8, 0);
+    const char *called[1] = {"rank 0 called all_reduce but rank 1 called broadcast"};
+    expect_error(got, HCOMM_ERR_MISMATCH, "all_reduce against broadcast", r, t_size(c), called, 1);
+    T_TRY(all_reduce_works(c, "an all_reduce against a broadcast"));
     expect_mismatch(c, hcomm_all_reduce(c, a, b, 8, r == 0 ? HCOMM_F32 : HCOMM_I32, HCOMM_SUM),
                     "hcomm_all_reduce", "dtype=f32", "dtype=i32");
     T_TRY(all_reduce_works(c, "a dtype mismatch"));
