@@ -753,10 +753,18 @@ static bool is_reduction(int coll) {
  * hcomm-bench --algo all run (30 calls, out of place / in place): 2 ranks 32 KiB 5.4 / 5.0
  * against native 7.0 / 8.0, 8 KiB 4.0 / 3.9 against 3.0 / 3.5; 4 ranks 512 KiB 123 / 97 against
  * 150 / 130, 128 KiB 50 / 46 against 38 / 44; 8 ranks 2 MiB 1.54 / 1.17 ms against 1.69 / 1.40,
- * 512 KiB 361 / 355 against 300 / 297. */
+ * 512 KiB 361 / 355 against 300 / 297. Once local's native all_reduce reduced each chunk
+ * into its owner's output and pushed it into the peers' (local.c: two barriers, no scratch), it
+ * led twoshot, whose addresses and barriers travel as messages, up to 256 KiB at every size
+ * (one run of 20 calls, out of place / in place: 2 ranks 16 KiB 1.2 / 1.2 us against 2.4 / 2.4,
+ * 256 KiB 11.1 / 9.6 against 12.3 / 10.4; 4 ranks 256 KiB 32 / 34 against 52 / 52; 8 ranks 1 MiB
+ * 687 / 283 against 725 / 354), ran at par at 1 MiB with 2 and 4 ranks (46 / 39 against 48 / 37;
+ * 158 / 120 against 134 / 129) and behind from 4 MiB, most at 64 MiB (twoshot's streaming
+ * stores: 2 ranks 9.8 / 6.3 ms against 8.2 / 4.6). Before that change a sweep had lost 1.30 /
+ * 1.72 with native at 8 KiB (2 ranks) and 1.42 in place at 128 KiB (4). */
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
-        return p <= 2 ? (size_t)32 << 10 : p <= 4 ? (size_t)512 << 10 : (size_t)2 << 20;
+        return p <= 4 ? (size_t)1 << 20 : (size_t)2 << 20;
     return p <= 2 ? (size_t)4 << 10 : (size_t)16 << 10;
 }
 

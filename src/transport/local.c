@@ -603,29 +603,27 @@ static hcomm_result_t small_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     return reduce_posted(c, recvbuf, 0, count, dt, op, true);
 }
 
+/* Larger messages: every rank reduces its chunk of every input in rank order straight into
+ * its own output, then writes it into every peer's output, and a barrier closes the call (as
+ * twoshot pushes, twoshot.c). Only a chunk's owner reads that chunk of any input, so its place
+ * is free once reduced, in place too. Two barriers; before, the chunk went through scratch and
+ * every rank read every chunk after a second barrier: three, and in place a rank's next call
+ * read inputs its peers had just written (2 ranks, 16 KiB in place 12.6 us against twoshot's
+ * 5.6). */
 static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt), lo, hi;
     if (count * es <= SMALL_REDUCE_BYTES)
         return small_all_reduce(c, sendbuf, recvbuf, count, dt, op);
     chunk(count, c->size, c->rank, &lo, &hi);
-    void *mine = hcomm__scratch(&lc_of(c)->scratch, (hi - lo) * es);
-    if (!mine)
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", (hi - lo) * es);
-    post(c, (local_slot_t){.send = sendbuf, .aux = mine}, NULL, 0);
-    hcomm_result_t res = arrive(c), red = HCOMM_OK;
-    if (res == HCOMM_OK) {
-        red = reduce_posted(c, mine, lo, hi - lo, dt, op, false);
-        res = barrier(c); /* every chunk done; every input read */
-    }
-    for (int r = 0; res == HCOMM_OK && r < c->size; r++) {
-        size_t rlo, rhi;
-        chunk(count, c->size, r, &rlo, &rhi);
-        if (rhi > rlo)
-            memcpy((char *)recvbuf + rlo * es, slot_of(c, r)->aux, (rhi - rlo) * es);
-    }
-    if (res == HCOMM_OK)
-        res = barrier(c); /* nobody reads my chunk any more */
+    post(c, (local_slot_t){.send = sendbuf, .aux = recvbuf}, NULL, 0);
+    HCOMM__TRY(arrive(c));
+    char *mine = (char *)recvbuf + lo * es;
+    hcomm_result_t red = reduce_posted(c, mine, lo, hi - lo, dt, op, false);
+    for (int r = 0; red == HCOMM_OK && hi > lo && r < c->size; r++)
+        if (r != c->rank)
+            memcpy((char *)slot_of(c, r)->aux + lo * es, mine, (hi - lo) * es);
+    hcomm_result_t res = barrier(c); /* every chunk written; every input read */
     return res != HCOMM_OK ? res : red;
 }
 
