@@ -760,11 +760,13 @@ static bool is_reduction(int coll) {
  * 256 KiB 11.1 / 9.6 against 12.3 / 10.4; 4 ranks 256 KiB 32 / 34 against 52 / 52; 8 ranks 1 MiB
  * 687 / 283 against 725 / 354), ran at par at 1 MiB with 2 and 4 ranks (46 / 39 against 48 / 37;
  * 158 / 120 against 134 / 129) and behind from 4 MiB, most at 64 MiB (twoshot's streaming
- * stores: 2 ranks 9.8 / 6.3 ms against 8.2 / 4.6). Before that change a sweep had lost 1.30 /
- * 1.72 with native at 8 KiB (2 ranks) and 1.42 in place at 128 KiB (4). */
+ * stores: 2 ranks 9.8 / 6.3 ms against 8.2 / 4.6). A sweep of 2 repetitions then had 8 ranks
+ * lose 1.17 / 1.36 with twoshot at 2 MiB in both, and twoshot at par from 8 MiB: with more than
+ * 4 ranks twoshot from 4 MiB (native 3.8 / 2.6 ms against 3.6 / 2.4 there). Before that change a
+ * sweep had lost 1.30 / 1.72 with native at 8 KiB (2 ranks) and 1.42 in place at 128 KiB (4). */
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
-        return p <= 4 ? (size_t)1 << 20 : (size_t)2 << 20;
+        return p <= 4 ? (size_t)1 << 20 : (size_t)4 << 20;
     return p <= 2 ? (size_t)4 << 10 : (size_t)16 << 10;
 }
 
