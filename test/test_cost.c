@@ -32,7 +32,7 @@ static bool can_run(int coll, int algo, const char *topo) {
                        (algo == HCOMM__ALGO_DIRECT &&
                         (coll == HCOMM__COLL_ALLTOALLV || coll == HCOMM__COLL_ALLGATHER ||
                          coll == HCOMM__COLL_ALLGATHERV || coll == HCOMM__COLL_REDUCESCATTER ||
-                         coll == HCOMM__COLL_BROADCAST))));
+                         coll == HCOMM__COLL_REDUCESCATTERV || coll == HCOMM__COLL_BROADCAST))));
 }
 
 static hcomm_result_t every_pair_finite(hcomm_comm_t *w, const char *topo) {

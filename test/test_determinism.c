@@ -36,6 +36,7 @@ static const spec_t specs[] = {
     {"reducescatter:direct", 1},
     {"reducescatterv:ring", 2},
     {"reducescatterv:rhd", 2},
+    {"reducescatterv:direct", 2},
     {"reduce:tree", 3},
     {"reduce:direct", 3},
 };

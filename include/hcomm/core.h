@@ -338,14 +338,16 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
  * on local with 2 ranks, 128 KiB with 3 or 4, 256 KiB with more), or as Rabenseifner's
  * reduce_scatter + gather (hcomm_comm_set_algo "reduce:rhd"); gather and scatter with the root
  * exchanging with each rank directly on local (or down a binomial tree: "tree") and as Open MPI's
- * own on mpi across hosts; on mpi on one host the small ones (reduce up to 8 KiB with 2 processes,
- * 32 KiB with more; gather up to 2 KiB (4 KiB with HCOMM_CHECK=off) or 32 KiB; scatter up to 4 KiB
- * or 64 KiB) run shm through the communicator's board, and larger gathers and scatters copy each
+ * own on mpi across hosts; on mpi on one host the small ones (reduce up to 4 KiB with 2 processes,
+ * 64 KiB with more; gather up to 2 KiB or 32 KiB; scatter up to 2 KiB or 64 KiB) run shm through
+ * the communicator's board, and larger gathers and scatters copy each
  * block once from the buffer it lies in (direct reads of hcomm_mem_alloc buffers, else cross-memory
  * attach). all_gatherv and reduce_scatterv run as the local backend's own (each rank copies, or
  * reduces in rank order, straight from the posted inputs), on mpi on one host through the board
- * (shm; all_gatherv above 16 KiB with 2 processes or 256 KiB with more by one copy of each block
- * from its owner's input), and across hosts around a ring (Patarasuk & Yuan 2009). The common rules
+ * (shm), above 8 KiB with 2 processes (all_gatherv; 4 KiB with HCOMM_CHECK=off) or 16 KiB
+ * (reduce_scatterv), 128 KiB or 64 KiB with more, directly: one copy of each block from its
+ * owner's input, or each rank reducing its block of every input in rank order; across hosts
+ * around a ring (Patarasuk & Yuan 2009). The common rules
  * and errors above apply (every rank calls, same order; a rank whose check fails makes its peers
  * fail with HCOMM_ERR_PEER); f16/bf16 SUM, PROD and AVG are accumulated in f32 and rounded once.
  * Operands associate differently in different algorithms (the ops are commutative); every rank that
@@ -396,7 +398,7 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  *  rhd (recursive halving-doubling; reduce_scatter(v) by recursive halving; reduce as that
  *  halving then a gather to the root), naive (reduce to rank 0 in rank order, then broadcast:
  *  the deterministic reference), tree (binomial: broadcast, reduce, gather, scatter), direct
- *  (gather, scatter; on one node all_gather, reduce_scatter, broadcast, reduce, and on mpi
+ *  (gather, scatter; on one node all_gather, reduce_scatter(v), broadcast, reduce, and on mpi
  *  gather and scatter, by reads of the peers' buffers), hier (two levels over the nodes of
  * hcomm/topo.h: allreduce, allgather, reducescatter, alltoallv), twoshot (allreduce), bruck
  * (all_gather(v) and all_to_allv, Bruck et al. 1997), chain (pipelined broadcast),

@@ -137,6 +137,10 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
 hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                 hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__ag_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
+/* reduce_scatterv's: counts[r] elements to rank r, blocks back to back in rank order; in
+ * place the result lands at the start of the buffer. */
+hcomm_result_t hcomm__rsv_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 /* all_gatherv's: bytes[r] from rank r, blocks back to back in rank order. */
 hcomm_result_t hcomm__agv_direct(const hcomm__xfer_t *x, const void *send, void *recv,
                                  const size_t *bytes);

@@ -784,8 +784,8 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
     }
     if (algo == HCOMM__ALGO_DIRECT && !peer_reads(k->c) &&
         (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_ALLGATHERV ||
-         coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_BROADCAST ||
-         coll == HCOMM__COLL_REDUCE)) {
+         coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCESCATTERV ||
+         coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_REDUCE)) {
         bool dflt = strcmp(*why, "default") == 0; /* else forced: as twoshot, ring */
         *why = "direct needs every rank on one node with cross-memory reads";
         return coll == HCOMM__COLL_REDUCE      ? HCOMM__ALGO_TREE
@@ -866,7 +866,22 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * reduce_scatter with 4 processes, timed so, lost 1.23-1.29 at 128 KiB with direct in both
  * repetitions of a sweep; 2 runs of 40 calls, checked and unchecked: shm 41.2-49.3 us against
  * direct's 45.1-64.7 there, 20-22 against 44-57 at 64 KiB, 84-97 against 53-70 at 256 KiB:
- * shm up to 128 KiB. */
+ * shm up to 128 KiB.
+ * The rooted and v-calls, swept once the transports' waits and meetings had been made cheaper
+ * (scripts/regret-sweep.sh, then 2 runs of 100 calls each, checked and unchecked, 2 processes):
+ * direct led shm at 8 KiB reduce (1.35-1.48 us against 1.50-1.91 checked; unchecked 1.17 against
+ * 1.52 in one run, 1.95 against 1.70 in the other), at 4 KiB gather and scatter (0.44-0.65
+ * against 0.53-0.77 in all 8; at 2 KiB at par), and from 16 KiB all_gatherv checked (1.37 against
+ * 1.64; at 8 KiB shm 0.91 against 1.23), from 8 KiB unchecked (2.73 against 3.73 in the machine's
+ * slow mode, at par in its fast one; 4 KiB shm): reduce up to 4 KiB, gather and scatter 2 KiB,
+ * all_gatherv 8 / 4 KiB. 4 processes (40 calls, 2 runs each way): all_gatherv at 256 KiB direct
+ * 33-48 us against shm 35-109, at 128 KiB mixed (direct 1.4x ahead and 1.45x behind): up to 128
+ * KiB. reduce_scatterv had no direct form and ran shm at every size: from 512 KiB 1.1-1.7x behind
+ * ring and rhd and 1.15-1.47x behind raw MPI_Reduce_scatter (2 processes); hcomm__rsv_direct
+ * (reduce_scatter's direct over per-rank counts) then ran 2 processes' 128 KiB in 3.3 us against
+ * shm's 18.7, 32 MiB in 2.9 ms against 18.6 and raw's 41: as reduce_scatter, shm up to 16 KiB,
+ * and with 4 up to 64 KiB (128 KiB direct 28-35 us against shm 37-106 in 4 runs; 64 KiB shm
+ * 23-27 against 26-38 in 3 of 4). */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
@@ -878,16 +893,16 @@ static size_t shm_max_bytes(int coll, int p) {
         return (size_t)(two ? (off ? 16 : 32) : 256) << 10;
     case HCOMM__COLL_REDUCESCATTER:
         return (size_t)(two ? 16 : 128) << 10;
+    case HCOMM__COLL_REDUCESCATTERV: /* above: direct (hcomm__rsv_direct) */
+        return (size_t)(two ? 16 : 64) << 10;
     case HCOMM__COLL_REDUCE:
-        return (size_t)(two ? 8 : 64) << 10;
-    case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
-        return (size_t)(two ? (off ? 4 : 2) : 32) << 10;
-    case HCOMM__COLL_SCATTER:
         return (size_t)(two ? 4 : 64) << 10;
+    case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
+        return (size_t)(two ? 2 : 32) << 10;
+    case HCOMM__COLL_SCATTER:
+        return (size_t)(two ? 2 : 64) << 10;
     case HCOMM__COLL_ALLGATHERV: /* above: direct (hcomm__agv_direct) */
-        return (size_t)(two ? 16 : 256) << 10;
-    case HCOMM__COLL_REDUCESCATTERV: /* no direct form: shm at every size */
-        return SIZE_MAX;
+        return (size_t)(two ? (off ? 4 : 8) : 128) << 10;
     default:
         return 0;
     }
@@ -924,7 +939,8 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
         return HCOMM__ALGO_SHM;
     }
     bool reads_after_shm = coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_GATHER ||
-                           coll == HCOMM__COLL_SCATTER || coll == HCOMM__COLL_ALLGATHERV;
+                           coll == HCOMM__COLL_SCATTER || coll == HCOMM__COLL_ALLGATHERV ||
+                           coll == HCOMM__COLL_REDUCESCATTERV;
     if (strcmp(*why, "default") == 0 && reads_after_shm && peer_reads(k->c) && board_on(k->c) &&
         hcomm__algo_allowed(over, coll, HCOMM__ALGO_DIRECT)) {
         *why = "default: on a board, above shm's sizes";
@@ -981,7 +997,8 @@ static bool rank_ordered(hcomm_comm_t *c, int coll, int algo) {
     if (algo == HCOMM__ALGO_NATIVE)
         return shm_coll(c);
     return algo == HCOMM__ALGO_DIRECT &&
-           (coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCE);
+           (coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCESCATTERV ||
+            coll == HCOMM__COLL_REDUCE);
 }
 
 /* The cost model decides where the topology is known (cost.h); elsewhere the defaults. */
@@ -1161,8 +1178,7 @@ static hcomm_result_t run_reduce(red_t *r);
 static bool reduces_half(const red_t *r, red_run_t run) {
     if (r->algo == HCOMM__ALGO_TWOSHOT)
         return run == run_all_reduce;
-    return r->algo == HCOMM__ALGO_DIRECT && !r->counts &&
-           (run == run_reduce_scatter || run == run_reduce);
+    return r->algo == HCOMM__ALGO_DIRECT && (run == run_reduce_scatter || run == run_reduce);
 }
 
 /* The widened copies kept between calls: up to this much stays (a fresh malloc of 32 MiB or
@@ -1274,6 +1290,8 @@ static hcomm_result_t run_reduce_scatter(red_t *r) {
     if (r->algo == HCOMM__ALGO_NATIVE) /* agreed already */
         return c->tr->native->reduce_scatter(c, r->send, r->recv, r->out, r->dt, r->op);
     hcomm__xfer_t x = xfer_of(r->k);
+    if (r->counts && r->algo == HCOMM__ALGO_DIRECT)
+        return hcomm__rsv_direct(&x, r->send, r->recv, r->counts, r->dt, r->op);
     if (r->counts)
         return hcomm__rsv_run(&x, r->algo, r->send, r->recv, r->counts, r->dt, r->op);
     if (on_pair_lane(r->k, r->algo))

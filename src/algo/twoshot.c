@@ -336,11 +336,14 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
  * addresses go out (so no rank writes a line another reads) left 32 KiB where it was (5.1-5.3
  * against 5.0-5.1 us), and in another of the machine's modes direct and shm ran at par (4 runs
  * of 400 calls: 5.0-5.5 against 4.2-5.2 at 32 KiB, 7.7-8.7 against 7.5-9.4 at 64 KiB). */
-hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
-                                hcomm_dtype_t dt, hcomm_op_t op) {
-    int p = x->c->size, me = x->c->rank;
-    size_t bytes = count * hcomm__dtype_size(dt);
-    bool staged = send == recv && me != 0 && bytes > 0;
+/* Block `mine` (`len` elements at element offset `off`, of `total` per input). In place,
+ * the result's place is the input's start, which the ranks whose blocks lie there read until
+ * the barrier: a rank whose block starts elsewhere reduces into scratch first. */
+static hcomm_result_t rs_block_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                      size_t off, size_t len, size_t total, hcomm_dtype_t dt,
+                                      hcomm_op_t op) {
+    size_t es = hcomm__dtype_size(dt), bytes = len * es;
+    bool staged = send == recv && off != 0 && bytes > 0;
     void *out = staged ? hcomm__x_scratch(x, bytes) : recv;
     if (!out) /* the peers wait for this rank's addresses: they fail with this */
         return hcomm__x_tell_peers(
@@ -348,10 +351,10 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     hcomm__buf_pair_t *all;
     unsigned char *tmp;
     HCOMM__TRY(call_room(x, true, &all, &tmp));
-    hcomm_result_t res = exchange_addrs(x, send, bytes * (size_t)p, recv, bytes, all);
+    hcomm_result_t res = exchange_addrs(x, send, total * es, recv, bytes, all);
     if (res == HCOMM_OK)
-        res = hcomm__x_tell_peers(x, reduce_range(x, all, send, out, (size_t)me * count, count, dt,
-                                                  op, false, PUSH_NONE, tmp));
+        res = hcomm__x_tell_peers(
+            x, reduce_range(x, all, send, out, off, len, dt, op, false, PUSH_NONE, tmp));
     if (res == HCOMM_OK)
         res = barrier(x);
     if (res == HCOMM_OK && staged)
@@ -359,6 +362,23 @@ hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *
     free(tmp);
     free(all);
     return res;
+}
+
+hcomm_result_t hcomm__rs_direct(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t p = (size_t)x->c->size;
+    return rs_block_direct(x, send, recv, (size_t)x->c->rank * count, count, p * count, dt, op);
+}
+
+hcomm_result_t hcomm__rsv_direct(const hcomm__xfer_t *x, const void *send, void *recv,
+                                 const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
+    size_t off = 0, total = 0;
+    for (int q = 0; q < x->c->size; q++) {
+        if (q == x->c->rank)
+            off = total;
+        total += counts[q];
+    }
+    return rs_block_direct(x, send, recv, off, counts[x->c->rank], total, dt, op);
 }
 
 /* all_gather(v) by reads: block q (each[q] bytes, or equal bytes where each is NULL) lies at
