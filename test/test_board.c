@@ -14,10 +14,15 @@
  *       (all_reduce, broadcast, gather);
  *   (f) (a), (b) and (e) hold under HCOMM_CHECK=off too (test_board_off_*), where a root
  *       whose payload its peers read does not wait for them, and ranks that only feed a root
- *       leave at once. */
+ *       leave at once;
+ *   (g) near shm's switch the first calls of a size alternate between shm and the algorithm
+ *       on the other side in runs (tune.h), every rank alike, then every rank keeps one and
+ *       the same; a call that failed (a mismatch of counts between the ranks, in the middle
+ *       of the runs) leaves the schedule where it was on every rank. */
 #include "harness.h"
 
 #include "algo/coll.h"
+#include "algo/tune.h"
 #include "core/env.h"
 #include "p2p/p2p.h"
 
@@ -233,6 +238,64 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     return HCOMM_OK;
 }
 
+/* The algorithm every rank ran, or NULL where they differ (their names' first letters). */
+static const char *same_everywhere(hcomm_comm_t *w, const char *a) {
+    int32_t mine = a ? a[0] : 0, hi, lo;
+    if (hcomm_all_reduce(w, &mine, &hi, 1, HCOMM_I32, HCOMM_MAX) != HCOMM_OK ||
+        hcomm_all_reduce(w, &mine, &lo, 1, HCOMM_I32, HCOMM_MIN) != HCOMM_OK)
+        return NULL;
+    return hi == lo ? a : NULL;
+}
+
+/* (g): an all_reduce just above shm's switch, default and rival alternating in runs. */
+static hcomm_result_t timed_choice(hcomm_comm_t *w, bool mismatch) {
+    bool two = t_size(w) == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
+    size_t n = (two ? (off ? 4 << 10 : 8 << 10) : 32 << 10) / 4 + 3 +
+               mismatch; /* sizes no call before made */
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    if (!a || !b)
+        return HCOMM_ERR_NOMEM;
+    const char *first = NULL, *kept = NULL;
+    for (int call = 0; call < HCOMM__TUNE_CALLS + 6; call++) {
+        if (mismatch && call == HCOMM__TUNE_CALLS / 2) { /* fails on every rank */
+            hcomm_result_t r =
+                hcomm_all_reduce(w, a, b, n - (size_t)t_rank(w) % 2, HCOMM_F32, HCOMM_SUM);
+            T_CHECK(r == HCOMM_ERR_MISMATCH, "counts differ: rank %d got %s", t_rank(w),
+                    hcomm_result_name(r));
+        }
+        for (size_t i = 0; i < n; i++)
+            a[i] = (float)((t_rank(w) + (int)i) % 5);
+        hcomm__coll_take_algo(w);
+        T_TRY(hcomm_all_reduce(w, a, b, n, HCOMM_F32, HCOMM_SUM));
+        const char *got = same_everywhere(w, hcomm__coll_take_algo(w));
+        T_CHECK(got != NULL, "call %d of %zu floats: the ranks ran different algorithms", call, n);
+        for (size_t i = 0; i < n; i += 997) {
+            float want = 0;
+            for (int q = 0; q < t_size(w); q++)
+                want += (float)((q + (int)i) % 5);
+            T_CHECK(b[i] == want, "call %d: [%zu] = %g, expected %g", call, i, (double)b[i],
+                    (double)want);
+        }
+        if (!got)
+            break;
+        int run = call / HCOMM__TUNE_RUN;
+        if (call == 0)
+            first = got;
+        else if (call < HCOMM__TUNE_CALLS) /* runs of the default, then of its rival */
+            T_CHECK((strcmp(got, first) == 0) == (run % 2 == 0),
+                    "call %d (run %d): %s, the first ran %s", call, run, got, first);
+        else if (call == HCOMM__TUNE_CALLS)
+            kept = got;
+        else
+            T_CHECK(strcmp(got, kept) == 0, "call %d: %s after keeping %s", call, got, kept);
+    }
+    T_CHECK(first && strcmp(first, "shm") != 0, "%zu floats on %d ranks began with %s", n,
+            t_size(w), first ? first : "(none)");
+    free(a);
+    free(b);
+    return HCOMM_OK;
+}
+
 /* Under HCOMM_CHECK=off (its own CTest entries) meetings wait only where a call's shape needs
  * it, and mismatches are the caller's to avoid: only (a), (b) and (e) run. */
 static bool unchecked(void) {
@@ -243,8 +306,12 @@ static bool unchecked(void) {
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     (void)arg;
     T_TRY(has_board(w));
-    if (hcomm__board_on(w) && !getenv("HCOMM_ALGO"))
+    if (hcomm__board_on(w) && !getenv("HCOMM_ALGO")) {
         T_TRY(defaults(w));
+        T_TRY(timed_choice(w, false));
+        if (t_size(w) > 1 && !unchecked())
+            T_TRY(timed_choice(w, true));
+    }
     T_TRY(mixed_sequence(w));
     if (t_size(w) > 1 && !unchecked()) {
         T_TRY(differ(w, "", 4));

@@ -6,6 +6,7 @@
 #include "algo/algos.h"
 #include "algo/cost.h"
 #include "algo/select.h"
+#include "algo/tune.h"
 #include "algo/variants.h"
 #include "core/env.h"
 #include "core/log.h"
@@ -82,6 +83,7 @@ typedef struct algo {
     uint64_t agreements;  /* signature agreements run before native calls (hcomm__coll_counts) */
     hcomm__scratch_t scratch; /* hcomm__x_scratch */
     hcomm__scratch_t widened; /* run_widened's f32 copies */
+    hcomm__tune_t tune;       /* choices timed near a switch (tune.h) */
 } algo_t;
 
 static void algo_free(void *p) {
@@ -278,6 +280,7 @@ typedef struct call {
     flight_t *f;
     uint32_t seq;
     const size_t *vcounts; /* the v-calls' per-rank counts, for a mismatch message */
+    hcomm__probe_t probe;  /* this call times a candidate (tune.h) */
 } call_t;
 
 void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
@@ -311,7 +314,13 @@ static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, h
     return HCOMM_OK;
 }
 
+static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s);
+
 static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
+    if (k->probe.active && res == HCOMM_OK) {
+        hcomm__posted_sig_t ps = posted_of(&k->sig);
+        res = hcomm__tune_record(&k->a->tune, k->c, k->seq, &ps, &k->probe);
+    }
     hcomm__coll_done(k->c, k->seq);
     k->f->state = res == HCOMM_OK ? "done" : hcomm_result_name(res);
     k->f->timed_out = res == HCOMM_ERR_TIMEOUT;
@@ -918,7 +927,7 @@ static bool shm_runs(hcomm_comm_t *c) {
 
 /* shm where the comm has a board and the call is small (every rank decides alike); a forced
  * shm elsewhere runs what the transport does best without one. */
-static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **why) {
+static int board_pick(call_t *k, int coll, size_t bytes, int algo, const char **why, bool small) {
     const hcomm__algo_set_t *over = k->a->has_over ? &k->a->over : NULL;
     if (algo == HCOMM__ALGO_SHM && !shm_runs(k->c)) {
         *why = "shm needs a board: every rank of the mpi backend on one node";
@@ -933,7 +942,7 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
                : coll == HCOMM__COLL_ALLREDUCE && bytes <= 4096 ? HCOMM__ALGO_RD
                                                                 : HCOMM__ALGO_RING;
     }
-    if (strcmp(*why, "default") == 0 && shm_default(coll, bytes, k->c->size) && shm_runs(k->c) &&
+    if (strcmp(*why, "default") == 0 && small && shm_runs(k->c) &&
         hcomm__algo_allowed(over, coll, HCOMM__ALGO_SHM)) {
         *why = "default: small, on a board";
         return HCOMM__ALGO_SHM;
@@ -947,6 +956,33 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
         return HCOMM__ALGO_DIRECT;
     }
     return algo;
+}
+
+static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **why) {
+    return board_pick(k, coll, bytes, algo, why, shm_default(coll, bytes, k->c->size));
+}
+
+/* Within a factor of TUNED_BAND of shm's switch the default choice is timed against the one
+ * on the other side of it (tune.h): on a board, where nothing forced either. The band spans
+ * the sizes where the two were seen to trade places with the host's placement of the
+ * processes (2 processes' all_reduce: shm ahead to 16 KiB in one, twoshot from 8 KiB in the
+ * other). */
+#define TUNED_BAND 4
+
+static int with_timing(call_t *k, int coll, size_t bytes, int pre, const char *pre_why, int algo,
+                       const char **why) {
+    size_t max = shm_max_bytes(coll, k->c->size);
+    if (strcmp(pre_why, "default") != 0 || max == 0 || bytes <= max / TUNED_BAND ||
+        bytes > max * TUNED_BAND || !shm_runs(k->c))
+        return algo;
+    const char *w = pre_why;
+    int shm = board_pick(k, coll, bytes, pre, &w, true);
+    w = pre_why;
+    int other = board_pick(k, coll, bytes, pre, &w, false);
+    if (shm != HCOMM__ALGO_SHM || other == HCOMM__ALGO_SHM)
+        return algo; /* excluded by HCOMM_ALGO or hcomm_comm_set_algo */
+    return hcomm__tune_pick(&k->a->tune, coll, bytes, k->c->deterministic, algo,
+                            algo == shm ? other : shm, &k->probe, why);
 }
 
 /* The rooted calls' native algorithm where the transport offers it; elsewhere what its default
@@ -1016,12 +1052,15 @@ static int choose(call_t *k, int coll, size_t bytes) {
     if (algo < 0)
         algo = hcomm__algo_choose(over, coll, bytes, k->c->size, shm_coll(k->c), &why);
     algo = with_twoshot(k, coll, bytes, algo, &why);
+    int pre = algo;
+    const char *pre_why = why;
     algo = with_board(k, coll, bytes, algo, &why);
+    algo = with_timing(k, coll, bytes, pre, pre_why, algo, &why);
     algo = with_native(k, coll, algo, &why);
     if (k->c->deterministic && is_reduction(coll) && !rank_ordered(k->c, coll, algo))
         algo |= HCOMM__ALGO_DET;
-    if (k->c->one_node)
-        a->last_choice = (choice_t){.valid = true,
+    if (k->c->one_node) /* not while a probe alternates */
+        a->last_choice = (choice_t){.valid = !k->probe.active,
                                     .deterministic = k->c->deterministic,
                                     .coll = coll,
                                     .algo = algo,

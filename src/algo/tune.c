@@ -1,0 +1,100 @@
+/* Online choice near a switch (tune.h). */
+#include "algo/tune.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A rival must win by this much to replace the measured default: the two halves of a probe
+ * see the same noise, and a tie keeps the choice the tables were measured for. */
+#define TUNE_MARGIN 0.05
+
+/* The last step of a call's meetings: after every algorithm's own (each at most a few
+ * thousand pieces of the board's room on the sizes probed). */
+#define TUNE_STEP 0xFFFFFFu
+
+static hcomm__tune_entry_t *find(hcomm__tune_t *t, const hcomm__tune_entry_t *key) {
+    for (int i = 0; i < t->n; i++) {
+        hcomm__tune_entry_t *e = &t->e[i];
+        if (e->coll == key->coll && e->bytes == key->bytes &&
+            e->deterministic == key->deterministic && e->cand[0] == key->cand[0] &&
+            e->cand[1] == key->cand[1])
+            return e;
+    }
+    return NULL;
+}
+
+int hcomm__tune_pick(hcomm__tune_t *t, int coll, size_t bytes, bool deterministic, int dflt,
+                     int other, hcomm__probe_t *probe, const char **why) {
+    hcomm__tune_entry_t key = {.coll = coll,
+                               .bytes = bytes,
+                               .deterministic = deterministic,
+                               .cand = {dflt, other},
+                               .decided = -1};
+    hcomm__tune_entry_t *e = find(t, &key);
+    if (!e && t->n == HCOMM__TUNE_SLOTS)
+        return dflt;
+    if (e && e->decided >= 0) {
+        *why = "the faster of two, timed on this communicator's first calls of this size";
+        return e->cand[e->decided];
+    }
+    unsigned calls = e ? e->calls : 0, run = calls / HCOMM__TUNE_RUN;
+    *probe = (hcomm__probe_t){.active = true,
+                              .e = e,
+                              .key = key,
+                              .idx = (int)(run % 2),
+                              .timed = calls % HCOMM__TUNE_RUN != 0,
+                              .t0 = hcomm__now()};
+    *why = "timing two candidates on this communicator's first calls of this size";
+    return key.cand[probe->idx];
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t median(int64_t *v, unsigned n) {
+    qsort(v, n, sizeof *v, cmp_i64);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Every rank's two medians added up, in one board meeting after the call's own. */
+static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_sig_t *sig,
+                             hcomm__tune_entry_t *e) {
+    int64_t mine[2] = {median(e->ns[0], e->n[0]), median(e->ns[1], e->n[1])}, all[2] = {0, 0};
+    void *space;
+    HCOMM__TRY(hcomm__board_space(c, seq, sizeof mine, &space));
+    memcpy(space, mine, sizeof mine);
+    HCOMM__TRY(hcomm__board_meet(c, seq, TUNE_STEP, sig, HCOMM__MEET_ALL));
+    for (int r = 0; r < c->size; r++) {
+        const void *theirs;
+        int64_t v[2];
+        hcomm__board_peer(c, r, NULL, &theirs);
+        memcpy(v, theirs, sizeof v);
+        all[0] += v[0];
+        all[1] += v[1];
+    }
+    hcomm__board_leave(c);
+    e->decided = (double)all[1] < (1.0 - TUNE_MARGIN) * (double)all[0] ? 1 : 0;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__tune_record(hcomm__tune_t *t, hcomm_comm_t *c, uint32_t seq,
+                                  const hcomm__posted_sig_t *sig, hcomm__probe_t *probe) {
+    hcomm__tune_entry_t *e = probe->e;
+    probe->active = false;
+    if (!e) { /* the size's first call: a slot was free when it began */
+        if (t->n == HCOMM__TUNE_SLOTS)
+            return HCOMM_OK;
+        e = &t->e[t->n++];
+        *e = probe->key;
+    }
+    if (probe->timed && e->n[probe->idx] < HCOMM__TUNE_SAMPLES)
+        e->ns[probe->idx][e->n[probe->idx]++] = (int64_t)((hcomm__now() - probe->t0) * 1e9);
+    if (++e->calls < HCOMM__TUNE_CALLS)
+        return HCOMM_OK;
+    hcomm_result_t res = decide(c, seq, sig, e);
+    if (res != HCOMM_OK)
+        e->decided = 0; /* the group is failing: no second meeting on later calls */
+    return res;
+}
