@@ -229,8 +229,8 @@ static hcomm_result_t defaults(hcomm_comm_t *w) {
     a = picked(w, REDUCE_SCATTER, rs, buf), b = picked(w, REDUCE_SCATTER, rs + rs_step, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"),
             "reduce_scatter of %zu / %zu bytes on %d: %s / %s", rs, rs + rs_step, t_size(w), a, b);
-    /* shm up to these, direct above; checked with 2, shm stops at 2 KiB */
-    size_t ga = two ? (off ? 4 << 10 : 2 << 10) : 32 << 10;
+    /* shm up to these, direct above */
+    size_t ga = two ? 1 << 10 : 32 << 10;
     a = picked(w, GATHER, ga, buf), b = picked(w, GATHER, 2 * ga, buf);
     T_CHECK(!strcmp(a, "shm") && !strcmp(b, "direct"), "gather of %zu / %zu bytes on %d: %s / %s",
             ga, 2 * ga, t_size(w), a, b);
@@ -248,16 +248,29 @@ static const char *same_everywhere(hcomm_comm_t *w, const char *a) {
 }
 
 /* (g): an all_reduce just above shm's switch, default and rival alternating in runs. */
+/* Whether calls [from, to) ran the probe's runs (tune.h: the default, then its rival) or
+ * all ran one algorithm, which *kept names. */
+static bool runs_or_one(const char *const *ran, int from, int to, const char **kept) {
+    bool runs = true, one = true;
+    for (int call = from; call < to; call++) {
+        runs = runs && (strcmp(ran[call], ran[0]) == 0) == (call / HCOMM__TUNE_RUN % 2 == 0);
+        one = one && strcmp(ran[call], ran[from]) == 0;
+    }
+    *kept = one ? ran[from] : NULL;
+    return runs || one;
+}
+
+/* (g): an all_reduce just above shm's switch. */
 static hcomm_result_t timed_choice(hcomm_comm_t *w, bool mismatch) {
+    enum { CALLS = HCOMM__TUNE_CALLS + 6, RUN2 = 2 * HCOMM__TUNE_RUN };
     bool two = t_size(w) == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
-    size_t n = (two ? (off ? 4 << 10 : 8 << 10) : 32 << 10) / 4 + 3 +
-               mismatch; /* sizes no call before made */
+    size_t n = (two ? (off ? 4 << 10 : 8 << 10) : 32 << 10) / 4 + 3 + mismatch; /* new sizes */
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    const char *ran[CALLS];
     if (!a || !b)
         return HCOMM_ERR_NOMEM;
-    const char *first = NULL, *kept = NULL;
-    for (int call = 0; call < HCOMM__TUNE_CALLS + 6; call++) {
-        if (mismatch && call == HCOMM__TUNE_CALLS / 2) { /* fails on every rank */
+    for (int call = 0; call < CALLS; call++) {
+        if (mismatch && call == HCOMM__TUNE_RUN + 1) { /* fails on every rank */
             hcomm_result_t r =
                 hcomm_all_reduce(w, a, b, n - (size_t)t_rank(w) % 2, HCOMM_F32, HCOMM_SUM);
             T_CHECK(r == HCOMM_ERR_MISMATCH, "counts differ: rank %d got %s", t_rank(w),
@@ -267,8 +280,9 @@ static hcomm_result_t timed_choice(hcomm_comm_t *w, bool mismatch) {
             a[i] = (float)((t_rank(w) + (int)i) % 5);
         hcomm__coll_take_algo(w);
         T_TRY(hcomm_all_reduce(w, a, b, n, HCOMM_F32, HCOMM_SUM));
-        const char *got = same_everywhere(w, hcomm__coll_take_algo(w));
-        T_CHECK(got != NULL, "call %d of %zu floats: the ranks ran different algorithms", call, n);
+        ran[call] = same_everywhere(w, hcomm__coll_take_algo(w));
+        T_CHECK(ran[call] != NULL, "call %d of %zu floats: the ranks ran different algorithms",
+                call, n);
         for (size_t i = 0; i < n; i += 997) {
             float want = 0;
             for (int q = 0; q < t_size(w); q++)
@@ -276,21 +290,22 @@ static hcomm_result_t timed_choice(hcomm_comm_t *w, bool mismatch) {
             T_CHECK(b[i] == want, "call %d: [%zu] = %g, expected %g", call, i, (double)b[i],
                     (double)want);
         }
-        if (!got)
-            break;
-        int run = call / HCOMM__TUNE_RUN;
-        if (call == 0)
-            first = got;
-        else if (call < HCOMM__TUNE_CALLS) /* runs of the default, then of its rival */
-            T_CHECK((strcmp(got, first) == 0) == (run % 2 == 0),
-                    "call %d (run %d): %s, the first ran %s", call, run, got, first);
-        else if (call == HCOMM__TUNE_CALLS)
-            kept = got;
-        else
-            T_CHECK(strcmp(got, kept) == 0, "call %d: %s after keeping %s", call, got, kept);
+        if (!ran[call]) {
+            free(a);
+            free(b);
+            return HCOMM_OK;
+        }
     }
-    T_CHECK(first && strcmp(first, "shm") != 0, "%zu floats on %d ranks began with %s", n,
-            t_size(w), first ? first : "(none)");
+    const char *early, *late;
+    T_CHECK(strcmp(ran[0], "shm") != 0, "%zu floats on %d ranks began with %s", n, t_size(w),
+            ran[0]);
+    /* a run of each; then more runs, or the one kept early (TUNE_EARLY); then one kept */
+    T_CHECK(runs_or_one(ran, 0, RUN2, &early) && !early, "calls 0-%d: not a run of each", RUN2 - 1);
+    T_CHECK(runs_or_one(ran, RUN2, HCOMM__TUNE_CALLS, &early), "calls %d-%d: %s ... %s", RUN2,
+            HCOMM__TUNE_CALLS - 1, ran[RUN2], ran[HCOMM__TUNE_CALLS - 1]);
+    runs_or_one(ran, HCOMM__TUNE_CALLS, CALLS, &late);
+    T_CHECK(late && (!early || strcmp(early, late) == 0), "after the probe: %s ... %s (early %s)",
+            ran[HCOMM__TUNE_CALLS], ran[CALLS - 1], early ? early : "none");
     free(a);
     free(b);
     return HCOMM_OK;

@@ -339,7 +339,7 @@ HCOMM_API hcomm_result_t hcomm_test(hcomm_request_t *req, int *done);
  * reduce_scatter + gather (hcomm_comm_set_algo "reduce:rhd"); gather and scatter with the root
  * exchanging with each rank directly on local (or down a binomial tree: "tree") and as Open MPI's
  * own on mpi across hosts; on mpi on one host the small ones (reduce up to 4 KiB with 2 processes,
- * 64 KiB with more; gather up to 2 KiB or 32 KiB; scatter up to 2 KiB or 64 KiB) run shm through
+ * 64 KiB with more; gather up to 1 KiB or 32 KiB; scatter up to 1 KiB or 64 KiB) run shm through
  * the communicator's board, and larger gathers and scatters copy each
  * block once from the buffer it lies in (direct reads of hcomm_mem_alloc buffers, else cross-memory
  * attach). all_gatherv and reduce_scatterv run as the local backend's own (each rank copies, or
@@ -408,10 +408,15 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  * works alike, or recursive doubling, ring, tree or direct). native of reduce, gather and scatter
  * is Open MPI's (on local: tree and direct). Where a communicator spans several nodes the allowed
  * algorithm with the smallest cost-model estimate runs (docs/architecture.md, "Cost model");
- * elsewhere the measured defaults. NULL or "" restores the default choice. Every rank must choose
- * the same (the algorithm is part of each call's signature: else HCOMM_ERR_MISMATCH). Local; not
- * thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (an unknown
- * name, listing the valid ones; a collective left without an algorithm). */
+ * elsewhere the measured defaults, except that on a board (mpi on one host), within 2x of a
+ * size where shm hands over to another algorithm, a communicator's first 12 calls of each size
+ * (16 sizes at most) alternate between the two in runs of 3 and every rank then keeps the one
+ * whose slowest rank was faster (after 6 calls where one is 1.3x faster): this host's
+ * placement of the processes decides which leads there. NULL or "" restores the default choice.
+ * Every rank must choose the same (the algorithm is part of each call's signature: else
+ * HCOMM_ERR_MISMATCH). Local; not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL,
+ * HCOMM_ERR_INVALID_ARG (an unknown name, listing the valid ones; a collective left without an
+ * algorithm). */
 HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spec);
 /** Turns deterministic mode on (@p on = 1) or off (0) for this rank's reductions on @p comm
  *  (all_reduce, reduce_scatter, reduce, reduce_scatterv, and the TP/DP primitives built on

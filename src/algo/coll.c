@@ -883,14 +883,15 @@ static int with_twoshot(call_t *k, int coll, size_t bytes, int algo, const char 
  * against 0.53-0.77 in all 8; at 2 KiB at par), and from 16 KiB all_gatherv checked (1.37 against
  * 1.64; at 8 KiB shm 0.91 against 1.23), from 8 KiB unchecked (2.73 against 3.73 in the machine's
  * slow mode, at par in its fast one; 4 KiB shm): reduce up to 4 KiB, gather and scatter 2 KiB,
- * all_gatherv 8 / 4 KiB. 4 processes (40 calls, 2 runs each way): all_gatherv at 256 KiB direct
- * 33-48 us against shm 35-109, at 128 KiB mixed (direct 1.4x ahead and 1.45x behind): up to 128
- * KiB. reduce_scatterv had no direct form and ran shm at every size: from 512 KiB 1.1-1.7x behind
- * ring and rhd and 1.15-1.47x behind raw MPI_Reduce_scatter (2 processes); hcomm__rsv_direct
- * (reduce_scatter's direct over per-rank counts) then ran 2 processes' 128 KiB in 3.3 us against
- * shm's 18.7, 32 MiB in 2.9 ms against 18.6 and raw's 41: as reduce_scatter, shm up to 16 KiB,
- * and with 4 up to 64 KiB (128 KiB direct 28-35 us against shm 37-106 in 4 runs; 64 KiB shm
- * 23-27 against 26-38 in 3 of 4). */
+ * all_gatherv 8 / 4 KiB. Three more sweeps then lost 1.10-1.27 with shm at 2 KiB gather and
+ * scatter, checked and not: up to 1 KiB. 4 processes (40 calls, 2 runs each way): all_gatherv at
+ * 256 KiB direct 33-48 us against shm 35-109, at 128 KiB mixed (direct 1.4x ahead and 1.45x
+ * behind): up to 128 KiB. reduce_scatterv had no direct form and ran shm at every size: from 512
+ * KiB 1.1-1.7x behind ring and rhd and 1.15-1.47x behind raw MPI_Reduce_scatter (2 processes);
+ * hcomm__rsv_direct (reduce_scatter's direct over per-rank counts) then ran 2 processes' 128 KiB
+ * in 3.3 us against shm's 18.7, 32 MiB in 2.9 ms against 18.6 and raw's 41: as reduce_scatter, shm
+ * up to 16 KiB, and with 4 up to 64 KiB (128 KiB direct 28-35 us against shm 37-106 in 4 runs; 64
+ * KiB shm 23-27 against 26-38 in 3 of 4). */
 static size_t shm_max_bytes(int coll, int p) {
     bool two = p == 2, off = hcomm__check_mode() == HCOMM__CHECK_OFF;
     switch (coll) {
@@ -907,9 +908,9 @@ static size_t shm_max_bytes(int coll, int p) {
     case HCOMM__COLL_REDUCE:
         return (size_t)(two ? 4 : 64) << 10;
     case HCOMM__COLL_GATHER: /* above: direct on the board (hcomm__gather_board_direct) */
-        return (size_t)(two ? 2 : 32) << 10;
+        return (size_t)(two ? 1 : 32) << 10;
     case HCOMM__COLL_SCATTER:
-        return (size_t)(two ? 2 : 64) << 10;
+        return (size_t)(two ? 1 : 64) << 10;
     case HCOMM__COLL_ALLGATHERV: /* above: direct (hcomm__agv_direct) */
         return (size_t)(two ? (off ? 4 : 8) : 128) << 10;
     default:
@@ -967,12 +968,12 @@ static int with_board(call_t *k, int coll, size_t bytes, int algo, const char **
  * the sizes where the two were seen to trade places with the host's placement of the
  * processes (2 processes' all_reduce: shm ahead to 16 KiB in one, twoshot from 8 KiB in the
  * other). */
-#define TUNED_BAND 4
+#define TUNED_BAND 2
 
 static int with_timing(call_t *k, int coll, size_t bytes, int pre, const char *pre_why, int algo,
                        const char **why) {
     size_t max = shm_max_bytes(coll, k->c->size);
-    if (strcmp(pre_why, "default") != 0 || max == 0 || bytes <= max / TUNED_BAND ||
+    if (strcmp(pre_why, "default") != 0 || max == 0 || bytes < max / TUNED_BAND ||
         bytes > max * TUNED_BAND || !shm_runs(k->c))
         return algo;
     const char *w = pre_why;

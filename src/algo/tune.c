@@ -7,6 +7,10 @@
 /* A rival must win by this much to replace the measured default: the two halves of a probe
  * see the same noise, and a tie keeps the choice the tables were measured for. */
 #define TUNE_MARGIN 0.05
+/* After one run of each, a candidate this much slower is dropped at once: the rival's calls
+ * cost the caller (a benchmark's median of 40 calls, of which the probe's runs of 4 took 14,
+ * came out 1.1-1.25x the best algorithm's). */
+#define TUNE_EARLY 1.3
 
 /* The last step of a call's meetings: after every algorithm's own (each at most a few
  * thousand pieces of the board's room on the sizes probed). */
@@ -58,9 +62,12 @@ static int64_t median(int64_t *v, unsigned n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Every rank's two medians added up, in one board meeting after the call's own. */
+/* The slowest rank's median of each, in one board meeting after the call's own: a call ends
+ * when its last rank does (summed, a rooted call's leaves that leave at once made shm look 4x
+ * cheaper than a direct reduce whose leaves wait for the root). Early, only a clear gap
+ * decides. */
 static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_sig_t *sig,
-                             hcomm__tune_entry_t *e) {
+                             hcomm__tune_entry_t *e, bool early) {
     int64_t mine[2] = {median(e->ns[0], e->n[0]), median(e->ns[1], e->n[1])}, all[2] = {0, 0};
     void *space;
     HCOMM__TRY(hcomm__board_space(c, seq, sizeof mine, &space));
@@ -71,11 +78,15 @@ static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_
         int64_t v[2];
         hcomm__board_peer(c, r, NULL, &theirs);
         memcpy(v, theirs, sizeof v);
-        all[0] += v[0];
-        all[1] += v[1];
+        all[0] = v[0] > all[0] ? v[0] : all[0];
+        all[1] = v[1] > all[1] ? v[1] : all[1];
     }
     hcomm__board_leave(c);
-    e->decided = (double)all[1] < (1.0 - TUNE_MARGIN) * (double)all[0] ? 1 : 0;
+    double t0 = (double)all[0], t1 = (double)all[1];
+    if (!early)
+        e->decided = t1 < (1.0 - TUNE_MARGIN) * t0 ? 1 : 0;
+    else if (t1 * TUNE_EARLY <= t0 || t0 * TUNE_EARLY <= t1)
+        e->decided = t1 < t0 ? 1 : 0;
     return HCOMM_OK;
 }
 
@@ -91,9 +102,10 @@ hcomm_result_t hcomm__tune_record(hcomm__tune_t *t, hcomm_comm_t *c, uint32_t se
     }
     if (probe->timed && e->n[probe->idx] < HCOMM__TUNE_SAMPLES)
         e->ns[probe->idx][e->n[probe->idx]++] = (int64_t)((hcomm__now() - probe->t0) * 1e9);
-    if (++e->calls < HCOMM__TUNE_CALLS)
+    bool early = ++e->calls == 2 * HCOMM__TUNE_RUN;
+    if (!early && e->calls < HCOMM__TUNE_CALLS)
         return HCOMM_OK;
-    hcomm_result_t res = decide(c, seq, sig, e);
+    hcomm_result_t res = decide(c, seq, sig, e, early);
     if (res != HCOMM_OK)
         e->decided = 0; /* the group is failing: no second meeting on later calls */
     return res;
