@@ -78,6 +78,7 @@ typedef struct algo {
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
     int last_algo;        /* 1 + the algorithm the last call chose; 0: none since last asked */
+    bool last_probed;     /* a call since last asked timed a candidate (tune.h) */
     uint32_t over_gen;    /* bumped by hcomm_comm_set_algo: the selection cache's key */
     choice_t last_choice; /* the one-node defaults' last answer (choose) */
     uint64_t agreements;  /* signature agreements run before native calls (hcomm__coll_counts) */
@@ -121,6 +122,14 @@ hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res) {
         dump_flight(c);
     c->call_fn = a->outer_fn ? a->outer_fn : "hcomm";
     return res;
+}
+
+bool hcomm__coll_take_probed(hcomm_comm_t *c) {
+    algo_t *a = algo_of(c);
+    bool probed = a && a->last_probed;
+    if (a)
+        a->last_probed = false;
+    return probed;
 }
 
 const char *hcomm__coll_take_algo(hcomm_comm_t *c) {
@@ -317,6 +326,7 @@ static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, h
 static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s);
 
 static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
+    k->a->last_probed |= k->probe.active;
     if (k->probe.active && res == HCOMM_OK) {
         hcomm__posted_sig_t ps = posted_of(&k->sig);
         res = hcomm__tune_record(&k->a->tune, k->c, k->seq, &ps, &k->probe);

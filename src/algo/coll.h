@@ -81,6 +81,11 @@ hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec);
  * none chose one), so hcomm-bench can report what the automatic choice picked. */
 const char *hcomm__coll_take_algo(hcomm_comm_t *c);
 
+/* True when a collective on c since the previous ask was one of the calls that time two
+ * candidates near a switch (tune.h): the same on every rank of c, so hcomm-bench can run auto
+ * past those calls before it times it. */
+bool hcomm__coll_take_probed(hcomm_comm_t *c);
+
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 /* True when algo, running coll (as HCOMM_ALGO names it) on c, moves data outside the links of a

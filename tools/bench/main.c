@@ -419,6 +419,29 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     rec->memcpy_gbs = R->memcpy_gbs;
 }
 
+/* Bound on auto's untimed calls in settle_auto; the tuner's probe takes 12. */
+#define SETTLE_MAX_CALLS 64
+
+/* On one host, auto's first calls of a size near a switch time two candidates against each
+ * other (hcomm__coll_take_probed, the same on every rank); a program's loop of one size pays
+ * them once, so they run before auto is timed. Otherwise the rival's calls fall among auto's
+ * samples, and in the warm-up and the first turns of auto and its twin the twin is unknown. */
+static hcomm_result_t settle_auto(run_t *R, bench_case_t *c) {
+    for (int k = 0; k < R->nalgos; k++) {
+        algo_row_t *a = &R->algos[k];
+        if (a->kind != KIND_AUTO || a->dead)
+            continue;
+        (void)hcomm__coll_take_probed(R->w);
+        for (int i = 0; i < SETTLE_MAX_CALLS; i++) {
+            HCOMM__TRY(select_algo(R, a));
+            HCOMM__TRY(call(R, a, c));
+            if (!hcomm__coll_take_probed(R->w))
+                break;
+        }
+    }
+    return HCOMM_OK;
+}
+
 /* Every algorithm at one size and placement. */
 static hcomm_result_t measure(run_t *R, bench_case_t *c) {
     const char *chosen = NULL;
@@ -429,6 +452,7 @@ static hcomm_result_t measure(run_t *R, bench_case_t *c) {
         if (!a->dead)
             HCOMM__TRY(drop_failed(R, a, check_algo(R, a, c, &wrong[k])));
     }
+    HCOMM__TRY(settle_auto(R, c));
     R->op->fill(c);
     HCOMM__TRY(time_all(R, c, &chosen));
     HCOMM__TRY(hcomm_comm_set_algo(R->w, NULL));
