@@ -56,7 +56,8 @@ typedef struct pending {
 
 /* What one rank posts for a native collective; valid from its first barrier to its last. */
 typedef struct local_slot {
-    const void *send;
+    /* A line per rank: packed, 2 ranks' slots shared one, which both wrote on every call. */
+    _Alignas(64) const void *send;
     void *aux;
     const size_t *counts, *displs, *rcounts;
     int color, key;
@@ -124,12 +125,23 @@ static local_shared_t *shared_of(hcomm_comm_t *c) {
     return lc_of(c)->sh;
 }
 
+/* Zeroed memory for n objects of `size` bytes that starts on a cache line: the structures
+ * peers poll keep their _Alignas(64) only there, and calloc's 16-byte alignment let one
+ * rank's post or ring counter share a line with another's. */
+static void *lines_calloc(size_t n, size_t size) {
+    size_t bytes = (n * size + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
 static local_shared_t *shared_new(local_world_t *world, int size) {
-    local_shared_t *sh = calloc(1, sizeof *sh);
+    local_shared_t *sh = lines_calloc(1, sizeof *sh);
     if (!sh)
         return NULL;
-    sh->slots = calloc((size_t)size, sizeof *sh->slots);
-    sh->posts = calloc(2 * (size_t)size, sizeof *sh->posts);
+    sh->slots = lines_calloc((size_t)size, sizeof *sh->slots);
+    sh->posts = lines_calloc(2 * (size_t)size, sizeof *sh->posts);
     sh->rings = calloc((size_t)size * (size_t)size, sizeof *sh->rings);
     if (!sh->slots || !sh->posts || !sh->rings) {
         free(sh->slots);
@@ -257,7 +269,7 @@ static ring_t *ring_to(hcomm_comm_t *c, int peer) {
     ring_t *r = atomic_load_explicit(cell, memory_order_acquire);
     if (r)
         return r;
-    r = calloc(1, sizeof *r);
+    r = lines_calloc(1, sizeof *r);
     if (r)
         atomic_store_explicit(cell, r, memory_order_release); /* only this rank writes it */
     return r;
