@@ -1077,10 +1077,13 @@ static int choose(call_t *k, int coll, size_t bytes) {
                                     .algo = algo,
                                     .bytes = bytes,
                                     .over_gen = a->over_gen};
+    char est_text[48] = "no cost estimate: measured tables";
+    if (est >= 0)
+        snprintf(est_text, sizeof est_text, "estimate %.4g us", est * 1e6);
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
-               "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, estimate %.4g us)", k->c->call_fn,
+               "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, %s)", k->c->call_fn,
                (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size, hcomm__algo_name(algo),
-               why, est * 1e6);
+               why, est_text);
     return chosen(k, algo);
 }
 
