@@ -3,7 +3,8 @@
  *   - 8 ranks' bf16 SUM of 1.0 and seven 2^-8, the 1.0 on rank i % size for element i: every
  *     element gives the bits of the f32 sum rounded once, wherever the 1.0 sits;
  *   - 3 ranks' f32 MIN / MAX of {1, NaN, 3} (and f64, f16, bf16) is NaN whichever rank holds it;
- *   - 3 ranks' f16 AVG of 40000 is 40000 (the f16 sum, 120000, would overflow).
+ *   - 3 ranks' f16 AVG of 40000 is 40000 (the f16 sum, 120000, would overflow);
+ *   - i8 AVG of 100 is the sum wrapped in i8, divided (integers keep their documented wrap).
  * Under mpirun (HCOMM_TEST_MPI) the same checks run on the job's processes. */
 #include "algo/coll.h"
 #include "harness.h"
@@ -92,6 +93,24 @@ static hcomm_result_t avg_f16(hcomm_comm_t *w, const char *spec) {
     return r;
 }
 
+/* i8 AVG of 100 on every rank: the sum wraps in i8 as SUM does, then divides, truncating
+ * (core.h): trunc(wrap(100 p) / p); 100 where the sum fits (p = 1). Every algorithm alike. */
+static hcomm_result_t avg_i8(hcomm_comm_t *w, const char *spec) {
+    int p = t_size(w);
+    int8_t v[COUNT];
+    memset(v, 100, sizeof v);
+    int8_t want = (int8_t)((int8_t)(uint8_t)(100 * p) / p);
+    hcomm_result_t r = hcomm_all_reduce(w, v, v, COUNT, HCOMM_I8, HCOMM_AVG);
+    T_CHECK(r == HCOMM_OK, "i8 avg: %s (%s)", hcomm_result_name(r), hcomm_last_error());
+    size_t i = 0;
+    while (r == HCOMM_OK && i < COUNT && v[i] == want)
+        i++;
+    T_CHECK(r != HCOMM_OK || i == COUNT,
+            "i8 avg of 100 on %d ranks (%s): element %zu is %d, expected %d", p,
+            spec[0] ? spec : "default", i, v[i % COUNT], want);
+    return r;
+}
+
 /* The same through reduce_scatter (native and ring) and reduce (tree): AVG of 40000. */
 static hcomm_result_t avg_f16_rooted(hcomm_comm_t *w) {
     int p = t_size(w);
@@ -122,6 +141,7 @@ static hcomm_result_t run(hcomm_comm_t *w, void *arg) {
         T_TRY(bf16_positions(w, specs[s], COUNT));
         T_TRY(nan_all(w, specs[s]));
         T_TRY(avg_f16(w, specs[s]));
+        T_TRY(avg_i8(w, specs[s]));
     }
     /* Past the 2^20-element segments that f16/bf16 are widened in, on ring and the default. */
     T_TRY(bf16_positions(w, "", ((size_t)1 << 21) + 3));

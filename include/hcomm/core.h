@@ -79,8 +79,10 @@ typedef enum hcomm_dtype {
     HCOMM_DTYPE_COUNT
 } hcomm_dtype_t;
 
-/** Reduction operators (all commutative). AVG is SUM divided by the group size (integer
- *  division, truncating toward zero, for integer dtypes). f16/bf16 SUM, PROD and AVG accumulate
+/** Reduction operators (all commutative). AVG is SUM divided by the group size; for integer
+ *  dtypes that is the SUM in the dtype's own wrap-around arithmetic, then an integer division
+ *  truncating toward zero (as NCCL's ncclAvg: exact while the sum fits the dtype; 3 ranks' i8
+ *  AVG of 100 is (300 mod 256 = 44) / 3 = 14). f16/bf16 SUM, PROD and AVG accumulate
  *  in f32 and round once, AVG dividing before the rounding, so a representable mean never
  *  overflows (3 ranks' f16 AVG of 40000 is 40000). MAX and MIN of floats are NaN when any
  *  rank's element is NaN. Where two NaNs meet in a SUM, PROD or AVG, which sign and payload

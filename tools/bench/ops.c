@@ -60,13 +60,13 @@ void bench_put(hcomm_dtype_t dt, void *buf, size_t i, double v) {
         ((uint16_t *)buf)[i] = hcomm__f32_to_bf16((float)v);
         break;
     case HCOMM_I8:
-        ((int8_t *)buf)[i] = (int8_t)v;
+        ((int8_t *)buf)[i] = (int8_t)(int64_t)v; /* wraps as hcomm's sum does */
         break;
     case HCOMM_U8:
-        ((uint8_t *)buf)[i] = (uint8_t)v;
+        ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; /* wraps as hcomm's sum does */
         break;
     case HCOMM_I32:
-        ((int32_t *)buf)[i] = (int32_t)v;
+        ((int32_t *)buf)[i] = (int32_t)(int64_t)v; /* wraps as hcomm's sum does */
         break;
     case HCOMM_I64:
         ((int64_t *)buf)[i] = (int64_t)v;
@@ -138,9 +138,13 @@ static double ref(const bench_case_t *c, size_t g) {
             break;
         }
     }
-    if (c->o->redop == HCOMM_AVG)
-        acc = hcomm__dtype_is_float(c->dt) ? acc / c->size : trunc(acc / c->size);
     double tmp[1];
+    if (c->o->redop == HCOMM_AVG && !hcomm__dtype_is_float(c->dt)) {
+        bench_put(c->dt, tmp, 0, acc); /* the sum wraps in the dtype, then divides (core.h) */
+        acc = trunc(bench_get(c->dt, tmp, 0) / c->size);
+    } else if (c->o->redop == HCOMM_AVG) {
+        acc /= c->size;
+    }
     bench_put(c->dt, tmp, 0, acc);
     return bench_get(c->dt, tmp, 0);
 }
