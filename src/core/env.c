@@ -89,6 +89,17 @@ int hcomm__check_mode(void) {
     return check_mode_value;
 }
 
+const char *hcomm__check_hint(bool compared) {
+    int mode = hcomm__check_mode();
+    if (compared || mode == HCOMM__CHECK_ALWAYS)
+        return "";
+    return mode == HCOMM__CHECK_FIRST
+               ? "; HCOMM_CHECK=first lets a rank skip the check of a call it made before"
+               : "; HCOMM_CHECK=off: calls are not compared before they run, so ranks whose calls "
+                 "differ can wait in different algorithms (HCOMM_CHECK=always names the "
+                 "difference)";
+}
+
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on) {
     static const char *const names[] = {"0", "1"};
     int v;

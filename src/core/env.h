@@ -19,6 +19,9 @@ hcomm_result_t hcomm__env_check(const char *fn, int *mode);
 /* This process's HCOMM_CHECK mode, read once (a malformed value counts as always:
  * hcomm_launch reports it). */
 int hcomm__check_mode(void);
+/* What HCOMM_CHECK's mode may explain of a mismatch or a wait that timed out, to append to the
+ * message ("" under always, or where the transport compares every call anyway: compared). */
+const char *hcomm__check_hint(bool compared);
 /* HCOMM_DETERMINISTIC: 0 (the default) or 1, every new world's deterministic mode. */
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on);
 /* s[0..*len) without the blanks around it (its start; *len shrinks): the settings' parsers

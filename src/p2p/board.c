@@ -7,6 +7,7 @@
 
 #include "p2p/p2p.h"
 
+#include "core/env.h"
 #include "core/internal.h"
 
 #include <stdio.h>
@@ -224,9 +225,8 @@ hcomm_result_t hcomm__board_meet(hcomm_comm_t *c, uint32_t seq, uint32_t step,
         if (res == HCOMM_OK && !found)
             res = hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn,
                              "rank %d went past this call (seq %u) without joining it: the ranks' "
-                             "calls differ (HCOMM_CHECK=first lets a rank skip the check of a "
-                             "call it made before)",
-                             r, (unsigned)seq);
+                             "calls differ%s",
+                             r, (unsigned)seq, hcomm__check_hint(false));
     }
     if (!wait || res != HCOMM_OK)
         hcomm__board_leave(c);

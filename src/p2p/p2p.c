@@ -2,6 +2,7 @@
  * p2p.h for the rules it keeps). */
 #include "p2p/p2p.h"
 
+#include "core/env.h"
 #include "core/log.h"
 
 #include <stdarg.h>
@@ -879,8 +880,9 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
                           what_awaited(r, what, sizeof what), p->ux_bytes, c->unexpected_cap);
     if (waited > c->timeout_s)
         return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
-                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT)", c->timeout_s,
-                          what_awaited(r, what, sizeof what), (unsigned)c->call_seq);
+                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT%s)", c->timeout_s,
+                          what_awaited(r, what, sizeof what), (unsigned)c->call_seq,
+                          hcomm__check_hint(c->tr->posted_only != NULL));
     return HCOMM_OK;
 }
 
@@ -1019,8 +1021,8 @@ hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const cha
         return aborted_in(c, true, seq);
     if (waited > c->timeout_s)
         return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
-                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT)", c->timeout_s, what,
-                          (unsigned)c->call_seq);
+                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT%s)", c->timeout_s, what,
+                          (unsigned)c->call_seq, hcomm__check_hint(c->tr->posted_only != NULL));
     return HCOMM_OK;
 }
 

@@ -204,8 +204,8 @@ static hcomm_result_t poll_until(hcomm_comm_t *c, const char *fn, const char *wh
                               what);
         if (waited > limit)
             return hcomm__err(HCOMM_ERR_TIMEOUT, fn,
-                              "%s: no matching peer after %g s (seq %u, HCOMM_TIMEOUT)", what,
-                              limit, c ? (unsigned)c->call_seq : 0u);
+                              "%s: no matching peer after %g s (seq %u, HCOMM_TIMEOUT%s)", what,
+                              limit, c ? (unsigned)c->call_seq : 0u, hcomm__check_hint(false));
     }
 }
 
