@@ -96,7 +96,7 @@ static void algo_free(void *p) {
 
 static algo_t *algo_of(hcomm_comm_t *c) {
     if (!c->layer[HCOMM__LAYER_ALGO]) {
-        c->layer[HCOMM__LAYER_ALGO] = calloc(1, sizeof(algo_t));
+        c->layer[HCOMM__LAYER_ALGO] = hcomm__calloc_lines(1, sizeof(algo_t));
         c->layer_free[HCOMM__LAYER_ALGO] = algo_free;
     }
     return c->layer[HCOMM__LAYER_ALGO];

@@ -3,6 +3,9 @@
 #include "core/internal.h"
 
 #include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -10,6 +13,16 @@
 
 /* Ranks of live worlds in this process and on this node, as the transports count them. */
 static atomic_int ranks_in_process, ranks_on_node;
+
+void *hcomm__calloc_lines(size_t n, size_t size) {
+    if (size && n > (SIZE_MAX - 63) / size)
+        return NULL;
+    size_t bytes = (n * size + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p)
+        memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
 
 double hcomm__now(void) {
     struct timespec ts;

@@ -88,7 +88,7 @@ static p2p_t *p2p_of(hcomm_comm_t *c) {
     p2p_t *p = c->layer[HCOMM__LAYER_P2P];
     if (p)
         return p;
-    p = calloc(1, sizeof *p);
+    p = hcomm__calloc_lines(1, sizeof *p);
     if (p) {
         c->layer[HCOMM__LAYER_P2P] = p;
         c->layer_free[HCOMM__LAYER_P2P] = p2p_free;

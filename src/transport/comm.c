@@ -31,7 +31,7 @@ hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *e
 
 hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int rank, int size,
                                 const hcomm_comm_t *parent) {
-    hcomm_comm_t *c = calloc(1, sizeof *c);
+    hcomm_comm_t *c = hcomm__calloc_lines(1, sizeof *c);
     int *wr = malloc(sizeof(int) * (size_t)(size > 0 ? size : 1));
     if (!c || !wr) {
         free(c);
