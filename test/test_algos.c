@@ -641,17 +641,23 @@ static hcomm_result_t differ(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
-/* A v-call's mismatch names one side's per-rank counts with its rank (rank 0's {2, 0, 1, ...}
- * or another's {1, 1, ...}) and the peer's as others of the same total, or, where the detecting
- * rank knows neither side, says which two ranks differ. */
+/* A v-call's mismatch of per-rank counts with the same total names both arrays with their
+ * ranks on every rank: "counts=[2, 0, 1] on rank 0 but counts=[1, 1, 1] on rank 1" (rank 0
+ * passed {2, 0, 1, ...}, the others {1, 1, ...}; ranks 0 and 1 send theirs to all). */
 static bool counts_named(const char *msg, const char *what, int p) {
-    char zero[64], other[64], neither[64];
-    snprintf(zero, sizeof zero, "%s=[2, 0%s", what, p > 2 ? ", 1" : "]");
-    snprintf(other, sizeof other, "%s=[1, 1", what);
-    snprintf(neither, sizeof neither, "per-rank %s (same total) differ between rank 0 and", what);
-    return strstr(msg, "hcomm_") == msg &&
-           (((strstr(msg, zero) || strstr(msg, other)) && strstr(msg, "with the same total")) ||
-            strstr(msg, neither));
+    char want[512];
+    size_t len = (size_t)snprintf(want, sizeof want, ": %s=[", what);
+    for (int i = 0; i < p; i++)
+        len += (size_t)snprintf(want + len, sizeof want - len, "%s%d", i ? ", " : "",
+                                i == 0   ? 2
+                                : i == 1 ? 0
+                                         : 1);
+    len += (size_t)snprintf(want + len, sizeof want - len, "] on rank 0 but %s=[", what);
+    for (int i = 0; i < p; i++)
+        len += (size_t)snprintf(want + len, sizeof want - len, "%s1", i ? ", " : "");
+    snprintf(want + len, sizeof want - len, "] on rank 1");
+    const char *at = strstr(msg, want);
+    return strstr(msg, "hcomm_") == msg && at && at[strlen(want)] == 0;
 }
 
 /* A rank whose arguments are bad fails with its own error, its peers with HCOMM_ERR_PEER; peers

@@ -358,17 +358,56 @@ static hcomm__sig_t sig_of_posted(const hcomm__posted_sig_t *p) {
                           .algo = (int32_t)(p->words[0] >> 32)};
 }
 
+/* "counts=[3, 4, 5]" (a v-call's per-rank array of p entries) into buf (n bytes). */
+static const char *vcounts_text(const call_t *k, const size_t *v, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "%s=[", vcall_unit(k->sig.call));
+    for (int r = 0; r < k->c->size && len < n - 24; r++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%zu", r ? ", " : "", v[r]);
+    snprintf(buf + len, n - len, "%s]", len >= n - 24 ? ", ..." : "");
+    return buf;
+}
+
 /* This rank's side of a differing extra field: a v-call's per-rank counts, formatted into buf
  * (n bytes) only on this error path, else what the primitive described. */
 static const char *extra_text(const call_t *k, char *buf, size_t n) {
-    size_t len = 0;
-    if (!k->vcounts)
-        return k->a->extra_desc;
-    len += (size_t)snprintf(buf, n, "%s=[", vcall_unit(k->sig.call));
-    for (int r = 0; r < k->c->size && len < n - 24; r++)
-        len += (size_t)snprintf(buf + len, n - len, "%s%zu", r ? ", " : "", k->vcounts[r]);
-    snprintf(buf + len, n - len, "%s]", len >= n - 24 ? ", ..." : "");
-    return buf;
+    return k->vcounts ? vcounts_text(k, k->vcounts, buf, n) : k->a->extra_desc;
+}
+
+/* A v-call whose per-rank arrays differ between rank 0 and rank r with the same total (the
+ * signature holds only their digest): ranks 0 and r send theirs to every rank, so that every
+ * rank names both arrays alike. Runs only on this error path, where every rank reached the
+ * same verdict from the same posts; if the exchange fails, the caller words it without. */
+static hcomm_result_t vcounts_mismatch(call_t *k, int r) {
+    hcomm_comm_t *c = k->c;
+    size_t bytes = sizeof(size_t) * (size_t)c->size;
+    size_t *theirs[2] = {malloc(bytes), malloc(bytes)};
+    int from[2] = {0, r};
+    hcomm_result_t res = theirs[0] && theirs[1] ? hcomm__group_start(c) : HCOMM_ERR_NOMEM;
+    bool started = res == HCOMM_OK;
+    for (int i = 0; res == HCOMM_OK && i < 2; i++) {
+        hcomm__req_t *req;
+        if (c->rank == from[i])
+            memcpy(theirs[i], k->vcounts, bytes);
+        for (int q = 0; res == HCOMM_OK && c->rank == from[i] && q < c->size; q++)
+            if (q != c->rank)
+                res =
+                    hcomm__isend(c, HCOMM__CH_CTRL, (int)k->seq, q, k->vcounts, bytes, NULL, &req);
+        if (res == HCOMM_OK && c->rank != from[i])
+            res = hcomm__irecv(c, HCOMM__CH_CTRL, (int)k->seq, from[i], theirs[i], bytes,
+                               HCOMM__RECV_EXACT, &req);
+    }
+    hcomm_result_t end = started ? hcomm__group_end(c) : res;
+    if (res == HCOMM_OK && end == HCOMM_OK) {
+        char a[200], b[200];
+        res = hcomm__err(HCOMM_ERR_MISMATCH, c->call_fn, "%s on rank 0 but %s on rank %d",
+                         vcounts_text(k, theirs[0], a, sizeof a),
+                         vcounts_text(k, theirs[1], b, sizeof b), r);
+    } else {
+        res = HCOMM_ERR_INTERNAL;
+    }
+    free(theirs[0]);
+    free(theirs[1]);
+    return res;
 }
 
 static bool on_one_node(hcomm_comm_t *c) {
@@ -414,6 +453,9 @@ static hcomm_result_t verdict_of(call_t *k, const hcomm__posted_sig_t *mine, pos
                                             r, p->failed_text ? p->failed_text : "");
         else if (memcmp(p->words, first->words, sizeof p->words) != 0) {
             hcomm__sig_t a = sig_of_posted(first), b = sig_of_posted(p);
+            if (k->vcounts && first_difference(&a, &b) == 5 &&
+                vcounts_mismatch(k, r) == HCOMM_ERR_MISMATCH)
+                return HCOMM_ERR_MISMATCH;
             char desc[200];
             const char *mine_desc = extra_text(k, desc, sizeof desc);
             res = c->rank == r ? mismatch(c, &b, r, &a, 0, mine_desc)
