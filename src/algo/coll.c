@@ -385,16 +385,17 @@ static hcomm_result_t vcounts_mismatch(call_t *k, int r) {
     hcomm_result_t res = theirs[0] && theirs[1] ? hcomm__group_start(c) : HCOMM_ERR_NOMEM;
     bool started = res == HCOMM_OK;
     for (int i = 0; res == HCOMM_OK && i < 2; i++) {
-        hcomm__req_t *req;
-        if (c->rank == from[i])
-            memcpy(theirs[i], k->vcounts, bytes);
-        for (int q = 0; res == HCOMM_OK && c->rank == from[i] && q < c->size; q++)
+        hcomm__req_t *req; /* completed and freed by group_end */
+        if (c->rank != from[i]) {
+            res = hcomm__irecv(c, HCOMM__CH_CTRL, (int)k->seq, from[i], theirs[i], bytes,
+                               HCOMM__RECV_EXACT, &req);
+            continue;
+        }
+        memcpy(theirs[i], k->vcounts, bytes);
+        for (int q = 0; res == HCOMM_OK && q < c->size; q++)
             if (q != c->rank)
                 res =
                     hcomm__isend(c, HCOMM__CH_CTRL, (int)k->seq, q, k->vcounts, bytes, NULL, &req);
-        if (res == HCOMM_OK && c->rank != from[i])
-            res = hcomm__irecv(c, HCOMM__CH_CTRL, (int)k->seq, from[i], theirs[i], bytes,
-                               HCOMM__RECV_EXACT, &req);
     }
     hcomm_result_t end = started ? hcomm__group_end(c) : res;
     if (res == HCOMM_OK && end == HCOMM_OK) {
@@ -1119,13 +1120,15 @@ static int choose(call_t *k, int coll, size_t bytes) {
                                     .algo = algo,
                                     .bytes = bytes,
                                     .over_gen = a->over_gen};
-    char est_text[48] = "no cost estimate: measured tables";
-    if (est >= 0)
-        snprintf(est_text, sizeof est_text, "estimate %.4g us", est * 1e6);
-    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
-               "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, %s)", k->c->call_fn,
-               (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size, hcomm__algo_name(algo),
-               why, est_text);
+    if (hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO)) {
+        char est_text[48] = "no cost estimate: measured tables";
+        if (est >= 0)
+            snprintf(est_text, sizeof est_text, "estimate %.4g us", est * 1e6);
+        hcomm__log(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
+                   "%s seq %u: %s of %zu bytes on %d ranks: %s (%s, %s)", k->c->call_fn,
+                   (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size,
+                   hcomm__algo_name(algo), why, est_text);
+    }
     return chosen(k, algo);
 }
 

@@ -104,13 +104,14 @@ void hcomm__reduce_stream(void *dst, const void *a, const void *b, size_t count,
                           hcomm_op_t op);
 void hcomm__stream_fence(void);
 
-/* Monotonic clock in seconds. */
 /* Zeroed memory for n objects of `size` bytes that starts on a cache line and fills whole
  * lines (free() releases it), or NULL: what one rank writes on every call (its communicator,
  * its transport state, the posts peers poll) must not share a line with another rank's, and
  * calloc's 16-byte alignment let the local backend's per-rank structures, allocated one after
  * another by the launching thread, do so. */
 void *hcomm__calloc_lines(size_t n, size_t size);
+
+/* Monotonic clock in seconds. */
 double hcomm__now(void);
 
 /* A buffer kept between calls and grown on demand: a malloc per call pays its page faults every

@@ -3,11 +3,11 @@
 #include "core/internal.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,10 +17,10 @@ static atomic_int ranks_in_process, ranks_on_node;
 void *hcomm__calloc_lines(size_t n, size_t size) {
     if (size && n > (SIZE_MAX - 63) / size)
         return NULL;
-    size_t bytes = (n * size + 63) / 64 * 64;
-    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    size_t bytes = n * size > 0 ? (n * size + 63) / 64 * 64 : 64;
+    void *p = aligned_alloc(64, bytes);
     if (p)
-        memset(p, 0, bytes ? bytes : 64);
+        memset(p, 0, bytes);
     return p;
 }
 

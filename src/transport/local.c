@@ -477,8 +477,13 @@ static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
 }
 
 /* Rank r's post of the current call (every member has posted as many calls). */
+/* Rank r's post of parity n (a post count). */
+static local_post_t *post_at(hcomm_comm_t *c, int r, unsigned n) {
+    return &shared_of(c)->posts[2 * (size_t)r + n % 2];
+}
+
 static local_post_t *post_of(hcomm_comm_t *c, int r) {
-    return &shared_of(c)->posts[2 * (size_t)r + lc_of(c)->posts % 2];
+    return post_at(c, r, lc_of(c)->posts);
 }
 
 /* Asks for this rank's next post line in exclusive state now, between calls: every peer
@@ -488,8 +493,7 @@ static local_post_t *post_of(hcomm_comm_t *c, int r) {
  * line's contents do not change. */
 static void own_next_post(hcomm_comm_t *c) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    const local_post_t *next =
-        &shared_of(c)->posts[2 * (size_t)c->rank + (lc_of(c)->posts + 1) % 2];
+    const local_post_t *next = post_at(c, c->rank, lc_of(c)->posts + 1);
     __asm__ volatile("prefetchw %0" : : "m"(*(const char *)next));
 #else
     (void)c;

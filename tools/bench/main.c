@@ -15,6 +15,7 @@
 #include "algo/coll.h"
 #include "algo/select.h"
 #include "core/internal.h"
+#include "core/topo_spec.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -335,9 +336,7 @@ static hcomm_result_t start_together(run_t *R) {
 static hcomm_result_t decide_window(run_t *R) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    uint64_t h = 1469598103934665603u; /* FNV-1a */
-    for (const char *p = host; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211u;
+    uint64_t h = hcomm__fnv(host, strlen(host), HCOMM__FNV_SEED);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t mine[3] = {(int64_t)(h >> 2), -(int64_t)(h >> 2), cores >= R->size}, all[3];
     HCOMM__TRY(hcomm_all_reduce(R->w, mine, all, 3, HCOMM_I64, HCOMM_MIN));
