@@ -60,9 +60,8 @@ typedef struct flight {
 /* One answer of the one-node defaults and what it depended on that can change per call. */
 typedef struct choice {
     bool valid, deterministic;
-    int coll, algo;
+    int algo;
     size_t bytes;
-    uint32_t over_gen;
 } choice_t;
 
 typedef struct algo {
@@ -77,11 +76,10 @@ typedef struct algo {
     char extra_desc[200];
     hcomm__algo_set_t over; /* hcomm_comm_set_algo, when has_over */
     bool has_over;
-    int last_algo;        /* 1 + the algorithm the last call chose; 0: none since last asked */
-    bool last_probed;     /* a call since last asked timed a candidate (tune.h) */
-    uint32_t over_gen;    /* bumped by hcomm_comm_set_algo: the selection cache's key */
-    choice_t last_choice; /* the one-node defaults' last answer (choose) */
-    uint64_t agreements;  /* signature agreements run before native calls (hcomm__coll_counts) */
+    int last_algo;    /* 1 + the algorithm the last call chose; 0: none since last asked */
+    bool last_probed; /* a call since last asked timed a candidate (tune.h) */
+    choice_t last_choice[HCOMM__COLL_COUNT]; /* the one-node defaults' last answers (choose) */
+    uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
     hcomm__scratch_t scratch; /* hcomm__x_scratch */
     hcomm__scratch_t widened; /* run_widened's f32 copies */
     hcomm__tune_t tune;       /* choices timed near a switch (tune.h) */
@@ -1057,17 +1055,21 @@ static int with_native(call_t *k, int coll, int algo, const char **why) {
                : HCOMM__ALGO_DIRECT;
 }
 
-/* The one-node defaults' last choice, where it answers this call: a loop of calls of one size
- * (the 8-byte all_reduce spent a sixth of hcomm's own instructions selecting). Debug logging
- * skips it, so that every choice is logged. */
+/* The one-node defaults' last choice for this collective, where it answers this call: a loop
+ * of calls of one size (the 8-byte all_reduce spent a sixth of hcomm's own instructions
+ * selecting). One per collective, so that calls of other collectives in between (hcomm-bench's
+ * 8-byte broadcast before every timed call) keep it; only choices made without
+ * hcomm_comm_set_algo's override are kept, and they stay valid while one comes and goes (the
+ * bench's rows set and clear one around every call). With one entry for all, auto's row paid
+ * the whole selection every call: 2 processes, 4 KiB, 1.04-1.08x the same algorithm's own row.
+ * Debug logging skips it, so that every choice is logged. */
 static bool cached_choice(call_t *k, int coll, size_t bytes, int *algo) {
-    const algo_t *a = k->a;
-    if (!a->last_choice.valid || !k->c->one_node || a->last_choice.coll != coll ||
-        a->last_choice.bytes != bytes || a->last_choice.over_gen != a->over_gen ||
-        a->last_choice.deterministic != k->c->deterministic ||
+    const choice_t *last = &k->a->last_choice[coll];
+    if (!last->valid || !k->c->one_node || k->a->has_over || last->bytes != bytes ||
+        last->deterministic != k->c->deterministic ||
         hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
         return false;
-    *algo = a->last_choice.algo;
+    *algo = last->algo;
     return true;
 }
 
@@ -1113,13 +1115,11 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo = with_native(k, coll, algo, &why);
     if (k->c->deterministic && is_reduction(coll) && !rank_ordered(k->c, coll, algo))
         algo |= HCOMM__ALGO_DET;
-    if (k->c->one_node) /* not while a probe alternates */
-        a->last_choice = (choice_t){.valid = !k->probe.active,
-                                    .deterministic = k->c->deterministic,
-                                    .coll = coll,
-                                    .algo = algo,
-                                    .bytes = bytes,
-                                    .over_gen = a->over_gen};
+    if (k->c->one_node && !a->has_over) /* not while a probe alternates */
+        a->last_choice[coll] = (choice_t){.valid = !k->probe.active,
+                                          .deterministic = k->c->deterministic,
+                                          .algo = algo,
+                                          .bytes = bytes};
     if (hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO)) {
         char est_text[48] = "no cost estimate: measured tables";
         if (est >= 0)
@@ -1694,14 +1694,12 @@ hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec) {
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
     if (!spec || !spec[0]) {
         a->has_over = false;
-        a->over_gen++;
         return HCOMM_OK;
     }
     hcomm__algo_set_t set;
     HCOMM__TRY(hcomm__algo_parse(c->call_fn, "algorithm spec", spec, &set));
     a->over = set;
     a->has_over = true;
-    a->over_gen++;
     return HCOMM_OK;
 }
 
