@@ -1,6 +1,9 @@
 /* Online choice near a switch (tune.h). */
 #include "algo/tune.h"
 
+#include "algo/select.h"
+#include "core/log.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +90,13 @@ static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_
         e->decided = t1 < (1.0 - TUNE_MARGIN) * t0 ? 1 : 0;
     else if (t1 * TUNE_EARLY <= t0 || t0 * TUNE_EARLY <= t1)
         e->decided = t1 < t0 ? 1 : 0;
+    HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
+               "%s of %zu bytes, timed on %s calls: %s %.2f us, %s %.2f us (slowest rank's "
+               "medians of %u and %u): %s",
+               hcomm__coll_name(e->coll), e->bytes, early ? "the first" : "all the probe's",
+               hcomm__algo_name(e->cand[0]), t0 / 1e3, hcomm__algo_name(e->cand[1]), t1 / 1e3,
+               e->n[0], e->n[1],
+               e->decided < 0 ? "no clear gap yet" : hcomm__algo_name(e->cand[e->decided]));
     return HCOMM_OK;
 }
 
