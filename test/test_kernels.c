@@ -225,6 +225,42 @@ static void check_many_half(hcomm_dtype_t dt, hcomm_op_t op, size_t n) {
             bad, n, bf ? "bf16" : "f16", (int)op);
 }
 
+/* hcomm__reduce_many on 4 f32 inputs of n elements, where dst is a separate buffer or input
+ * `into` itself (local's in-place reduce_scatter: a later input is staged through a piece of
+ * scratch): the bits of the serial ((a op b) op c) op d, across the pieces the kernel works in
+ * (256 KiB, and 16 KiB blocks where it cannot allocate). */
+static void check_many_into(size_t n, int into, hcomm_op_t op) {
+    enum { INPUTS = 4 };
+    float *in[INPUTS], *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    const void *srcs[INPUTS];
+    for (int r = 0; r < INPUTS; r++) {
+        in[r] = malloc(n * sizeof(float));
+        for (size_t i = 0; in[r] && i < n; i++) /* random bits of value: no order sums exactly */
+            in[r][i] = (float)((i * 2654435761u + (unsigned)r * 40503u) % 100003u) / 977.0f - 50.0f;
+        srcs[r] = in[r];
+    }
+    T_CHECK(want && got && in[0] && in[1] && in[2] && in[3], "out of memory for %zu floats", n);
+    if (!(want && got && in[0] && in[1] && in[2] && in[3]))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        float r = in[0][i];
+        for (int q = 1; q < INPUTS; q++)
+            r = op == HCOMM_PROD  ? r * in[q][i]
+                : op == HCOMM_MAX ? (r > in[q][i] ? r : in[q][i])
+                                  : r + in[q][i];
+        want[i] = r;
+    }
+    float *dst = into < 0 ? got : in[into];
+    hcomm__reduce_many(dst, srcs, INPUTS, 0, n, HCOMM_F32, op);
+    T_CHECK(memcmp(dst, want, n * sizeof *want) == 0,
+            "reduce_many of %zu f32 (op=%d) into %s%d differs from the serial reduction", n,
+            (int)op, into < 0 ? "a separate buffer" : "input ", into);
+    for (int r = 0; r < INPUTS; r++)
+        free(in[r]);
+    free(want);
+    free(got);
+}
+
 int main(void) {
     static const hcomm_dtype_t dts[] = {HCOMM_F32, HCOMM_F64, HCOMM_F16, HCOMM_BF16,
                                         HCOMM_I8,  HCOMM_U8,  HCOMM_I32, HCOMM_I64};
@@ -245,5 +281,10 @@ int main(void) {
         for (size_t o = 0; o < sizeof many_ops / sizeof many_ops[0]; o++)
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
                 check_many_half(bf ? HCOMM_BF16 : HCOMM_F16, many_ops[o], ns[k]);
+    static const size_t pieces[] = {4095, 4097, 65536, 3 * 65536 + 5};
+    static const hcomm_op_t f32_ops[] = {HCOMM_SUM, HCOMM_PROD, HCOMM_MAX};
+    for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++)
+        for (int into = -1; into < 4; into++)
+            check_many_into(pieces[k], into, f32_ops[(k + (size_t)into + 1) % 3]);
     return t_finish("test_kernels");
 }

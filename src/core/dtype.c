@@ -434,7 +434,7 @@ static void reduce_many_half(uint16_t *dst, const void *const *srcs, int n, size
     }
 }
 
-enum { MANY_BLOCK_BYTES = 16 << 10 };
+enum { MANY_BLOCK_BYTES = 16 << 10, MANY_PIECE_BYTES = 256 << 10 };
 
 /* Whether dst is element off of a source after the first two (which the first pass reads
  * before it writes each element). */
@@ -456,13 +456,20 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
         return;
     }
     hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
-    /* A block at a time, so that the result stays in cache while every source is folded in:
+    /* A piece at a time, so that the result stays in cache while every source is folded in:
      * over the whole vector at once dst went through memory n times (local backend, 2 ranks,
-     * 8 MiB reduce_scatter 562 us against 421 for the direct algorithm's pieces). Where dst is
-     * a later input, each block is reduced in tmp and copied over it after. */
-    _Alignas(64) unsigned char tmp[MANY_BLOCK_BYTES];
+     * 8 MiB reduce_scatter 562 us against 421 for the direct algorithm's pieces). Pieces of
+     * 256 KiB, as the direct algorithm's (twoshot.c): in 16 KiB blocks local's reduce_scatter
+     * ran 1.1-1.3x behind direct from 4 MiB with 4 and 8 ranks (4 ranks, 16 MiB 4.4-4.6 ms
+     * against 3.8-4.2, 64 MiB 17-19 against 14.5-15.8), and at par with it in 256 KiB pieces
+     * (3.2-3.7 against 3.0-3.5, 15.4-15.9 against 15.1-16.1). Where dst is a later input, each
+     * piece is reduced in scratch and copied over it after (16 KiB blocks on the stack where
+     * no scratch can be had; 8 ranks, 64 MiB in place: 42-46 ms against 36-38). */
+    _Alignas(64) unsigned char small[MANY_BLOCK_BYTES];
     bool staged = dst_is_later_source(dst, srcs, n, off, es);
-    size_t step = MANY_BLOCK_BYTES / es;
+    unsigned char *big = staged && count * es > sizeof small ? malloc(MANY_PIECE_BYTES) : NULL;
+    unsigned char *tmp = big ? big : small;
+    size_t step = (staged && !big ? MANY_BLOCK_BYTES : MANY_PIECE_BYTES) / es;
     for (size_t b = 0; b < count; b += step) {
         size_t m = count - b < step ? count - b : step, at = (off + b) * es;
         char *d = (char *)dst + b * es, *acc = staged ? (char *)tmp : d;
@@ -478,6 +485,7 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
         if (staged)
             memcpy(d, acc, m * es);
     }
+    free(big);
 }
 
 /* Divides in int64 (or double): k need not fit in T (a group of 256 is 0 as a u8). */
