@@ -58,6 +58,7 @@ typedef struct flight {
 } flight_t;
 
 /* One answer of the one-node defaults and what it depended on that can change per call. */
+#define CHOICE_WAYS 2
 typedef struct choice {
     bool valid, deterministic;
     int algo;
@@ -78,7 +79,10 @@ typedef struct algo {
     bool has_over;
     int last_algo;    /* 1 + the algorithm the last call chose; 0: none since last asked */
     bool last_probed; /* a call since last asked timed a candidate (tune.h) */
-    choice_t last_choice[HCOMM__COLL_COUNT]; /* the one-node defaults' last answers (choose) */
+    /* the one-node defaults' last answers (choose): CHOICE_WAYS sizes per collective, the
+     * oldest replaced first */
+    choice_t last_choice[HCOMM__COLL_COUNT][CHOICE_WAYS];
+    uint8_t choice_next[HCOMM__COLL_COUNT];
     uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
     hcomm__scratch_t scratch; /* hcomm__x_scratch */
     hcomm__scratch_t widened; /* run_widened's f32 copies */
@@ -1055,22 +1059,34 @@ static int with_native(call_t *k, int coll, int algo, const char **why) {
                : HCOMM__ALGO_DIRECT;
 }
 
-/* The one-node defaults' last choice for this collective, where it answers this call: a loop
- * of calls of one size (the 8-byte all_reduce spent a sixth of hcomm's own instructions
- * selecting). One per collective, so that calls of other collectives in between (hcomm-bench's
- * 8-byte broadcast before every timed call) keep it; only choices made without
- * hcomm_comm_set_algo's override are kept, and they stay valid while one comes and goes (the
- * bench's rows set and clear one around every call). With one entry for all, auto's row paid
- * the whole selection every call: 2 processes, 4 KiB, 1.04-1.08x the same algorithm's own row.
- * Debug logging skips it, so that every choice is logged. */
+/* The one-node defaults' recent choices, where one answers this call: a loop of calls of one
+ * size (the 8-byte all_reduce spent a sixth of hcomm's own instructions selecting). Kept per
+ * collective and for two sizes of each, so that other calls in between keep them (a training
+ * step's large and small all_reduce; hcomm-bench's 8-byte broadcast before every timed call);
+ * only choices made without hcomm_comm_set_algo's override are kept, and they stay valid while
+ * one comes and goes (the bench's rows set and clear one around every call). With one entry for
+ * all, auto's row paid the whole selection every call: 2 processes, 4 KiB all_reduce 1.04-1.08x
+ * the same algorithm's own row, 2-8 KiB broadcast 1.1-1.25x. Debug logging skips it, so that
+ * every choice is logged. */
 static bool cached_choice(call_t *k, int coll, size_t bytes, int *algo) {
-    const choice_t *last = &k->a->last_choice[coll];
-    if (!last->valid || !k->c->one_node || k->a->has_over || last->bytes != bytes ||
-        last->deterministic != k->c->deterministic ||
-        hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
+    if (!k->c->one_node || k->a->has_over || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
         return false;
-    *algo = last->algo;
-    return true;
+    for (int w = 0; w < CHOICE_WAYS; w++) {
+        const choice_t *e = &k->a->last_choice[coll][w];
+        if (e->valid && e->bytes == bytes && e->deterministic == k->c->deterministic) {
+            *algo = e->algo;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void keep_choice(call_t *k, int coll, size_t bytes, int algo) {
+    algo_t *a = k->a;
+    int w = a->choice_next[coll];
+    a->choice_next[coll] = (uint8_t)((w + 1) % CHOICE_WAYS);
+    a->last_choice[coll][w] = (choice_t){
+        .valid = true, .deterministic = k->c->deterministic, .algo = algo, .bytes = bytes};
 }
 
 static int chosen(call_t *k, int algo) {
@@ -1115,11 +1131,8 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo = with_native(k, coll, algo, &why);
     if (k->c->deterministic && is_reduction(coll) && !rank_ordered(k->c, coll, algo))
         algo |= HCOMM__ALGO_DET;
-    if (k->c->one_node && !a->has_over) /* not while a probe alternates */
-        a->last_choice[coll] = (choice_t){.valid = !k->probe.active,
-                                          .deterministic = k->c->deterministic,
-                                          .algo = algo,
-                                          .bytes = bytes};
+    if (k->c->one_node && !a->has_over && !k->probe.active) /* not while a probe alternates */
+        keep_choice(k, coll, bytes, algo);
     if (hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO)) {
         char est_text[48] = "no cost estimate: measured tables";
         if (est >= 0)
