@@ -10,10 +10,6 @@
 /* A rival must win by this much to replace the measured default: the two halves of a probe
  * see the same noise, and a tie keeps the choice the tables were measured for. */
 #define TUNE_MARGIN 0.05
-/* After one run of each, a candidate this much slower is dropped at once: the rival's calls
- * cost the caller (a benchmark's median of 40 calls, of which the probe's runs of 4 took 14,
- * came out 1.1-1.25x the best algorithm's). */
-#define TUNE_EARLY 1.3
 
 /* The last step of a call's meetings: after every algorithm's own (each at most a few
  * thousand pieces of the board's room on the sizes probed). */
@@ -49,7 +45,7 @@ int hcomm__tune_pick(hcomm__tune_t *t, int coll, size_t bytes, bool deterministi
                               .e = e,
                               .key = key,
                               .idx = (int)(run % 2),
-                              .timed = calls % HCOMM__TUNE_RUN != 0,
+                              .timed = calls % HCOMM__TUNE_RUN != 0 && run >= HCOMM__TUNE_WARM_RUNS,
                               .t0 = hcomm__now()};
     *why = "timing two candidates on this communicator's first calls of this size";
     return key.cand[probe->idx];
@@ -67,10 +63,10 @@ static int64_t median(int64_t *v, unsigned n) {
 
 /* The slowest rank's median of each, in one board meeting after the call's own: a call ends
  * when its last rank does (summed, a rooted call's leaves that leave at once made shm look 4x
- * cheaper than a direct reduce whose leaves wait for the root). Early, only a clear gap
- * decides. */
+ * cheaper than a direct reduce whose leaves wait for the root). An early decision after one
+ * run of each (at a 1.3x gap) went: a candidate's first calls of a size are its slowest. */
 static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_sig_t *sig,
-                             hcomm__tune_entry_t *e, bool early) {
+                             hcomm__tune_entry_t *e) {
     int64_t mine[2] = {median(e->ns[0], e->n[0]), median(e->ns[1], e->n[1])}, all[2] = {0, 0};
     void *space;
     HCOMM__TRY(hcomm__board_space(c, seq, sizeof mine, &space));
@@ -86,17 +82,13 @@ static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_
     }
     hcomm__board_leave(c);
     double t0 = (double)all[0], t1 = (double)all[1];
-    if (!early)
-        e->decided = t1 < (1.0 - TUNE_MARGIN) * t0 ? 1 : 0;
-    else if (t1 * TUNE_EARLY <= t0 || t0 * TUNE_EARLY <= t1)
-        e->decided = t1 < t0 ? 1 : 0;
+    e->decided = t1 < (1.0 - TUNE_MARGIN) * t0 ? 1 : 0;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO,
-               "%s of %zu bytes, timed on %s calls: %s %.2f us, %s %.2f us (slowest rank's "
-               "medians of %u and %u): %s",
-               hcomm__coll_name(e->coll), e->bytes, early ? "the first" : "all the probe's",
-               hcomm__algo_name(e->cand[0]), t0 / 1e3, hcomm__algo_name(e->cand[1]), t1 / 1e3,
-               e->n[0], e->n[1],
-               e->decided < 0 ? "no clear gap yet" : hcomm__algo_name(e->cand[e->decided]));
+               "%s of %zu bytes, timed: %s %.2f us, %s %.2f us (slowest rank's medians of %u "
+               "and %u calls): %s",
+               hcomm__coll_name(e->coll), e->bytes, hcomm__algo_name(e->cand[0]), t0 / 1e3,
+               hcomm__algo_name(e->cand[1]), t1 / 1e3, e->n[0], e->n[1],
+               hcomm__algo_name(e->cand[e->decided]));
     return HCOMM_OK;
 }
 
@@ -112,10 +104,9 @@ hcomm_result_t hcomm__tune_record(hcomm__tune_t *t, hcomm_comm_t *c, uint32_t se
     }
     if (probe->timed && e->n[probe->idx] < HCOMM__TUNE_SAMPLES)
         e->ns[probe->idx][e->n[probe->idx]++] = (int64_t)((hcomm__now() - probe->t0) * 1e9);
-    bool early = ++e->calls == 2 * HCOMM__TUNE_RUN;
-    if (!early && e->calls < HCOMM__TUNE_CALLS)
+    if (++e->calls < HCOMM__TUNE_CALLS)
         return HCOMM_OK;
-    hcomm_result_t res = decide(c, seq, sig, e, early);
+    hcomm_result_t res = decide(c, seq, sig, e);
     if (res != HCOMM_OK)
         e->decided = 0; /* the group is failing: no second meeting on later calls */
     return res;

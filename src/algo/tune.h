@@ -11,11 +11,15 @@
 
 /* Calls per run of one candidate (the first of each run is not timed: it finds the buffers
  * as the other candidate left them), and runs, alternating: the probe of one size takes
- * HCOMM__TUNE_CALLS calls. */
+ * HCOMM__TUNE_CALLS calls. The first run of each is not timed at all: a candidate's first
+ * calls of a size ran up to 2.7x its later ones (2 processes, 8 KiB reduce_scatter: shm
+ * 4.0-7.0 us against 1.5-3.8 later, while direct's were its usual 2.2-3.5), and deciding on
+ * them kept the slower. */
 #define HCOMM__TUNE_RUN 3
-#define HCOMM__TUNE_RUNS 4
+#define HCOMM__TUNE_RUNS 6
+#define HCOMM__TUNE_WARM_RUNS 2
 #define HCOMM__TUNE_CALLS (HCOMM__TUNE_RUN * HCOMM__TUNE_RUNS)
-#define HCOMM__TUNE_SAMPLES ((HCOMM__TUNE_RUN - 1) * HCOMM__TUNE_RUNS / 2)
+#define HCOMM__TUNE_SAMPLES ((HCOMM__TUNE_RUN - 1) * (HCOMM__TUNE_RUNS - HCOMM__TUNE_WARM_RUNS) / 2)
 #define HCOMM__TUNE_SLOTS 16
 
 typedef struct hcomm__tune_entry {
@@ -54,10 +58,9 @@ int hcomm__tune_pick(hcomm__tune_t *t, int coll, size_t bytes, bool deterministi
                      int other, hcomm__probe_t *probe, const char **why);
 
 /* After a probed call (probe->active) that succeeded on this rank (every rank of the group
- * then succeeded): records its time; after one run of each candidate, and after the last call
- * of the probe, the ranks meet on the board (seq, with the call's signature sig) to compare the
- * slowest rank's median of each, and all keep the faster (early: only where it is 1.3x faster).
- * A failed call is not counted, on any rank. */
+ * then succeeded): records its time; after the last call of the probe the ranks meet on the
+ * board (seq, with the call's signature sig) to compare the slowest rank's median of each, and
+ * all keep the faster. A failed call is not counted, on any rank. */
 hcomm_result_t hcomm__tune_record(hcomm__tune_t *t, hcomm_comm_t *c, uint32_t seq,
                                   const hcomm__posted_sig_t *sig, hcomm__probe_t *probe);
 

@@ -456,7 +456,7 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     rec->memcpy_gbs = R->memcpy_gbs;
 }
 
-/* Bound on auto's untimed calls in settle_auto; the tuner's probe takes 12. */
+/* Bound on auto's untimed calls in settle_auto; the tuner's probe takes HCOMM__TUNE_CALLS. */
 #define SETTLE_MAX_CALLS 64
 
 /* On one host, auto's first calls of a size near a switch time two candidates against each
