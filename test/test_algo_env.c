@@ -8,6 +8,7 @@
  *   - bad values fail hcomm_launch naming HCOMM_ALGO and the valid names (each in a child
  *     process, local backend only: the variable is read once per process).
  * HCOMM_TEST_MPI: the first two parts also run under mpirun. */
+#include "algo/coll.h"
 #include "algo/select.h"
 #include "harness.h"
 
@@ -69,6 +70,33 @@ static hcomm_result_t per_comm_wins(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
+/* A communicator's choices are cached per collective, size and override (coll.c): calls of one
+ * size that set, change and clear the override in turn must each run what it says, and the
+ * same as the first time under it where it does not name all_reduce (which then runs its
+ * default, not HCOMM_ALGO's: the communicator's spec replaces the environment's). */
+static hcomm_result_t overrides_cached(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    static const char *const specs[] = {"allreduce:ring", NULL, "allreduce:rhd",
+                                        "allreduce:ring", NULL, "broadcast:tree"};
+    const char *ran[] = {"ring", "naive", "rhd", "ring", "naive", NULL};
+    int p = t_size(w), me = t_rank(w);
+    double v[7];
+    for (int round = 0; round < 3; round++)
+        for (int s = 0; s < 6; s++) {
+            T_TRY(hcomm_comm_set_algo(w, specs[s]));
+            for (int i = 0; i < 7; i++)
+                v[i] = me + 1;
+            hcomm__coll_take_algo(w);
+            T_TRY(hcomm_all_reduce(w, v, v, 7, HCOMM_F64, HCOMM_SUM));
+            const char *got = hcomm__coll_take_algo(w);
+            ran[s] = ran[s] ? ran[s] : got;
+            T_CHECK(got && strcmp(got, ran[s]) == 0 && v[6] == p * (p + 1) / 2.0,
+                    "round %d, spec %s on %d ranks: ran %s, sum %g", round,
+                    specs[s] ? specs[s] : "none", p, got ? got : "nothing", v[6]);
+        }
+    return hcomm_comm_set_algo(w, NULL);
+}
+
 static hcomm_result_t nothing(hcomm_comm_t *w, void *arg) {
     (void)w;
     (void)arg;
@@ -110,5 +138,6 @@ int main(void) {
     setenv("HCOMM_ALGO", SPEC, 1);
     choices();
     t_for_each_world(per_comm_wins, NULL, 5);
+    t_for_each_world(overrides_cached, NULL, 5);
     return t_finish("test_algo_env");
 }

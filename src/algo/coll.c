@@ -58,9 +58,11 @@ typedef struct flight {
 } flight_t;
 
 /* One answer of the one-node defaults and what it depended on that can change per call. */
-#define CHOICE_WAYS 2
+#define CHOICE_WAYS 4
 typedef struct choice {
     bool valid, deterministic;
+    bool forced; /* made under hcomm_comm_set_algo's override, which allowed `allowed` */
+    uint32_t allowed;
     int algo;
     size_t bytes;
 } choice_t;
@@ -79,8 +81,8 @@ typedef struct algo {
     bool has_over;
     int last_algo;    /* 1 + the algorithm the last call chose; 0: none since last asked */
     bool last_probed; /* a call since last asked timed a candidate (tune.h) */
-    /* the one-node defaults' last answers (choose): CHOICE_WAYS sizes per collective, the
-     * oldest replaced first */
+    /* the one-node choices made last (choose): CHOICE_WAYS per collective, the oldest
+     * replaced first */
     choice_t last_choice[HCOMM__COLL_COUNT][CHOICE_WAYS];
     uint8_t choice_next[HCOMM__COLL_COUNT];
     uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
@@ -1059,21 +1061,25 @@ static int with_native(call_t *k, int coll, int algo, const char **why) {
                : HCOMM__ALGO_DIRECT;
 }
 
-/* The one-node defaults' recent choices, where one answers this call: a loop of calls of one
- * size (the 8-byte all_reduce spent a sixth of hcomm's own instructions selecting). Kept per
- * collective and for two sizes of each, so that other calls in between keep them (a training
- * step's large and small all_reduce; hcomm-bench's 8-byte broadcast before every timed call);
- * only choices made without hcomm_comm_set_algo's override are kept, and they stay valid while
- * one comes and goes (the bench's rows set and clear one around every call). With one entry for
- * all, auto's row paid the whole selection every call: 2 processes, 4 KiB all_reduce 1.04-1.08x
- * the same algorithm's own row, 2-8 KiB broadcast 1.1-1.25x. Debug logging skips it, so that
- * every choice is logged. */
+/* The one-node choices made last, where one answers this call: a loop of calls of one size
+ * (the 8-byte all_reduce spent a sixth of hcomm's own instructions selecting). Kept per
+ * collective, for CHOICE_WAYS (size, override) pairs of each, so that other calls in between
+ * keep them (a training step's large and small all_reduce; hcomm-bench's 8-byte broadcast
+ * before every timed call, and its rows, which set and clear an override around every call).
+ * An override (hcomm_comm_set_algo) enters the choice of a collective only through the set it
+ * allows for that collective, which is part of the key. With one entry for all, auto's row paid
+ * the whole selection every call: 2 processes, 4 KiB all_reduce 1.04-1.08x the same algorithm's
+ * own row, 2-8 KiB broadcast 1.1-1.25x; with overrides left out, the named rows paid it
+ * (2 processes, 8 B-2 KiB: auto 0.81-0.95x its own algorithm's row). Debug logging skips the
+ * cache, so that every choice is logged. */
 static bool cached_choice(call_t *k, int coll, size_t bytes, int *algo) {
-    if (!k->c->one_node || k->a->has_over || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
+    const algo_t *a = k->a;
+    if (!k->c->one_node || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
         return false;
     for (int w = 0; w < CHOICE_WAYS; w++) {
-        const choice_t *e = &k->a->last_choice[coll][w];
-        if (e->valid && e->bytes == bytes && e->deterministic == k->c->deterministic) {
+        const choice_t *e = &a->last_choice[coll][w];
+        if (e->valid && e->bytes == bytes && e->deterministic == k->c->deterministic &&
+            e->forced == a->has_over && (!e->forced || e->allowed == a->over.allowed[coll])) {
             *algo = e->algo;
             return true;
         }
@@ -1085,8 +1091,12 @@ static void keep_choice(call_t *k, int coll, size_t bytes, int algo) {
     algo_t *a = k->a;
     int w = a->choice_next[coll];
     a->choice_next[coll] = (uint8_t)((w + 1) % CHOICE_WAYS);
-    a->last_choice[coll][w] = (choice_t){
-        .valid = true, .deterministic = k->c->deterministic, .algo = algo, .bytes = bytes};
+    a->last_choice[coll][w] = (choice_t){.valid = true,
+                                         .deterministic = k->c->deterministic,
+                                         .forced = a->has_over,
+                                         .allowed = a->has_over ? a->over.allowed[coll] : 0,
+                                         .algo = algo,
+                                         .bytes = bytes};
 }
 
 static int chosen(call_t *k, int algo) {
@@ -1131,7 +1141,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo = with_native(k, coll, algo, &why);
     if (k->c->deterministic && is_reduction(coll) && !rank_ordered(k->c, coll, algo))
         algo |= HCOMM__ALGO_DET;
-    if (k->c->one_node && !a->has_over && !k->probe.active) /* not while a probe alternates */
+    if (k->c->one_node && !k->probe.active) /* not while a probe alternates */
         keep_choice(k, coll, bytes, algo);
     if (hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO)) {
         char est_text[48] = "no cost estimate: measured tables";
