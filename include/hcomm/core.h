@@ -411,10 +411,12 @@ HCOMM_API hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *s
  * is Open MPI's (on local: tree and direct). Where a communicator spans several nodes the allowed
  * algorithm with the smallest cost-model estimate runs (docs/architecture.md, "Cost model");
  * elsewhere the measured defaults, except that on a board (mpi on one host), within 2x of a
- * size where shm hands over to another algorithm, a communicator's first 12 calls of each size
- * (16 sizes at most) alternate between the two in runs of 3 and every rank then keeps the one
- * whose slowest rank was faster (after 6 calls where one is 1.3x faster): this host's
- * placement of the processes decides which leads there. NULL or "" restores the default choice.
+ * size where shm hands over to another algorithm, a communicator's first 18 calls of each size
+ * (16 sizes at most) alternate between the two in runs of 3 (the first run of each untimed)
+ * and every rank then keeps the one whose slowest rank was faster: this host's placement of
+ * the processes decides which leads there. @p spec replaces HCOMM_ALGO for this communicator
+ * as a whole: a collective it does not name runs its default choice. NULL or "" restores the
+ * default choice (HCOMM_ALGO's, where set).
  * Every rank must choose the same (the algorithm is part of each call's signature: else
  * HCOMM_ERR_MISMATCH). Local; not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL,
  * HCOMM_ERR_INVALID_ARG (an unknown name, listing the valid ones; a collective left without an
