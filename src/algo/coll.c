@@ -829,10 +829,14 @@ static bool is_reduction(int coll) {
  * stores: 2 ranks 9.8 / 6.3 ms against 8.2 / 4.6). A sweep of 2 repetitions then had 8 ranks
  * lose 1.17 / 1.36 with twoshot at 2 MiB in both, and twoshot at par from 8 MiB: with more than
  * 4 ranks twoshot from 4 MiB (native 3.8 / 2.6 ms against 3.6 / 2.4 there). Before that change a
- * sweep had lost 1.30 / 1.72 with native at 8 KiB (2 ranks) and 1.42 in place at 128 KiB (4). */
+ * sweep had lost 1.30 / 1.72 with native at 8 KiB (2 ranks) and 1.42 in place at 128 KiB (4).
+ * Once native reduced in 256 KiB pieces (core's hcomm__reduce_many), it led at 1 MiB too (3
+ * runs of 20 calls, out of place: 4 ranks 96-164 us against twoshot's 110-190, 3 ranks 90
+ * against 101, 2 ranks 39-41 against 39-43), and ran at par at 2 MiB (4 ranks 261-286 against
+ * 260-311; 3 ranks 289 against 271): native below 2 MiB with up to 4 ranks. */
 static size_t twoshot_min_bytes(int p, bool shm) {
     if (shm)
-        return p <= 4 ? (size_t)1 << 20 : (size_t)4 << 20;
+        return p <= 4 ? (size_t)2 << 20 : (size_t)4 << 20;
     return p <= 2 ? (size_t)4 << 10 : (size_t)16 << 10;
 }
 
