@@ -299,8 +299,8 @@ static hcomm_result_t timed_choice(hcomm_comm_t *w, bool mismatch) {
     const char *early, *late;
     T_CHECK(strcmp(ran[0], "shm") != 0, "%zu floats on %d ranks began with %s", n, t_size(w),
             ran[0]);
-    /* a run of each; then more runs (or, were a decision taken early, the one kept); then one
-     * kept */
+    /* a run of each; then more runs (the check still accepts one algorithm there, as when the
+     * tuner decided early, which it no longer does); then one kept */
     T_CHECK(runs_or_one(ran, 0, RUN2, &early) && !early, "calls 0-%d: not a run of each", RUN2 - 1);
     T_CHECK(runs_or_one(ran, RUN2, HCOMM__TUNE_CALLS, &early), "calls %d-%d: %s ... %s", RUN2,
             HCOMM__TUNE_CALLS - 1, ran[RUN2], ran[HCOMM__TUNE_CALLS - 1]);

@@ -226,8 +226,8 @@ static void check_many_half(hcomm_dtype_t dt, hcomm_op_t op, size_t n) {
 }
 
 /* hcomm__reduce_many on 4 f32 inputs of n elements, where dst is a separate buffer or input
- * `into` itself (local's in-place reduce_scatter: a later input is staged through a piece of
- * scratch): the bits of the serial ((a op b) op c) op d, across the pieces the kernel works in
+ * `into` itself (local's in-place reduce_scatter: a later input is staged through a malloc'd
+ * piece): the bits of the serial ((a op b) op c) op d, across the pieces the kernel works in
  * (256 KiB, and 16 KiB blocks where it cannot allocate). */
 static void check_many_into(size_t n, int into, hcomm_op_t op) {
     enum { INPUTS = 4 };

@@ -476,12 +476,12 @@ static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
     return &shared_of(c)->slots[r];
 }
 
-/* Rank r's post of the current call (every member has posted as many calls). */
 /* Rank r's post of parity n (a post count). */
 static local_post_t *post_at(hcomm_comm_t *c, int r, unsigned n) {
     return &shared_of(c)->posts[2 * (size_t)r + n % 2];
 }
 
+/* Rank r's post of the current call (every member has posted as many calls). */
 static local_post_t *post_of(hcomm_comm_t *c, int r) {
     return post_at(c, r, lc_of(c)->posts);
 }
