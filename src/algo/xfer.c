@@ -1,6 +1,7 @@
 /* Block arithmetic and the p2p exchanges every algorithm uses. */
 #include "algo/algos.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -88,8 +89,12 @@ hcomm_result_t hcomm__x_peer_copy(const hcomm__xfer_t *x, int peer, const hcomm_
     if (bytes == 0)
         return HCOMM_OK;
     if (r->at) {
-        if (r->at + off != dst)
-            memmove(dst, r->at + off, bytes);
+        const char *src = r->at + off;
+        uintptr_t a = (uintptr_t)src, b = (uintptr_t)dst;
+        if (a + bytes <= b || b + bytes <= a)
+            hcomm__copy_pieces(dst, src, bytes);
+        else if (src != dst)
+            memmove(dst, src, bytes);
         return HCOMM_OK;
     }
     return x->c->tr->peer_read(x->c, peer, (const char *)(uintptr_t)r->buf.addr + off, dst, bytes);

@@ -41,6 +41,19 @@ void hcomm__copy_stream(void *dst, const void *src, size_t bytes) {
 void hcomm__stream_fence(void) {}
 #endif
 
+/* Below this glibc's memcpy copies with `rep movsb`, above it with a vector loop (its stop
+ * threshold for rep movsb, the L2 size here): one core copying 128 MiB alone (AMD EPYC, 1 MiB
+ * L2) took 10.5-10.8 ms in 256-512 KiB pieces against 13.4 in one call and 13.7 in 1 MiB
+ * pieces; with every core copying at once (bound by memory) all ran at par. */
+#define COPY_PIECE_BYTES ((size_t)256 << 10)
+
+void hcomm__copy_pieces(void *dst, const void *src, size_t bytes) {
+    for (size_t done = 0; done < bytes; done += COPY_PIECE_BYTES) {
+        size_t n = bytes - done < COPY_PIECE_BYTES ? bytes - done : COPY_PIECE_BYTES;
+        memcpy((char *)dst + done, (const char *)src + done, n);
+    }
+}
+
 void hcomm__reduce_stream(void *dst, const void *a, const void *b, size_t count, hcomm_dtype_t dt,
                           hcomm_op_t op) {
     _Alignas(64) unsigned char block[4096];

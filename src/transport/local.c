@@ -694,7 +694,7 @@ static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *
         size_t n = each ? each[r] : equal;
         char *dst = (char *)recvbuf + off;
         if (n > 0 && dst != slot_of(c, r)->send) /* in place: peers read this very block */
-            memcpy(dst, slot_of(c, r)->send, n);
+            hcomm__copy_pieces(dst, slot_of(c, r)->send, n);
         off += n;
     }
     return barrier(c);
@@ -725,7 +725,7 @@ static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, 
     post(c, (local_slot_t){.send = buf}, NULL, 0);
     HCOMM__TRY(arrive(c));
     if (c->rank != root && bytes > 0)
-        memcpy(buf, slot_of(c, root)->send, bytes);
+        hcomm__copy_pieces(buf, slot_of(c, root)->send, bytes);
     return barrier(c);
 }
 
