@@ -329,8 +329,14 @@ static hcomm_result_t call_begin(hcomm_comm_t *c, call_t *k, call_kind_t kind, h
 
 static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s);
 
+static hcomm__xfer_t xfer_of(call_t *k);
+
 static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
     k->a->last_probed |= k->probe.active;
+    if (res == HCOMM_ERR_NOMEM) { /* peers may wait on this rank's messages: tell them */
+        hcomm__xfer_t x = xfer_of(k);
+        res = hcomm__x_tell_peers(&x, res);
+    }
     if (k->probe.active && res == HCOMM_OK) {
         hcomm__posted_sig_t ps = posted_of(&k->sig);
         res = hcomm__tune_record(&k->a->tune, k->c, k->seq, &ps, &k->probe);

@@ -561,7 +561,13 @@ void hcomm__scratch_trim(hcomm__scratch_t *s, size_t keep) {
     }
 }
 
+_Thread_local bool hcomm__scratch_fails_next;
+
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes) {
+    if (hcomm__scratch_fails_next) {
+        hcomm__scratch_fails_next = false;
+        return NULL;
+    }
     if (bytes > s->cap || !s->p) {
         free(s->p);
         s->p = malloc(bytes + 1);

@@ -125,6 +125,9 @@ typedef struct hcomm__scratch {
 } hcomm__scratch_t;
 /* At least bytes of s (the previous content is not kept); NULL: out of memory. */
 void *hcomm__scratch(hcomm__scratch_t *s, size_t bytes);
+/* Tests: the calling thread's next hcomm__scratch fails as out of memory would, on that rank
+ * alone (a process limit would hit ranks at random, and ASan reserves far more than it). */
+extern _Thread_local bool hcomm__scratch_fails_next;
 /* Two buffers of first and second bytes in s, the second on a cache line of its own: returns
  * the first and sets *at_second (both NULL: out of memory). */
 void *hcomm__scratch_two(hcomm__scratch_t *s, size_t first, size_t second, void **at_second);

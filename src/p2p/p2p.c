@@ -84,6 +84,11 @@ static const char *const channel_names[HCOMM__CH_COUNT] = {"user", "collective",
 
 static void p2p_free(void *p);
 
+/* comm.idle: a failure here shows again on the rank's next p2p wait. */
+static void idle_progress(hcomm_comm_t *c) {
+    (void)hcomm__progress(c);
+}
+
 static p2p_t *p2p_of(hcomm_comm_t *c) {
     p2p_t *p = c->layer[HCOMM__LAYER_P2P];
     if (p)
@@ -92,6 +97,7 @@ static p2p_t *p2p_of(hcomm_comm_t *c) {
     if (p) {
         c->layer[HCOMM__LAYER_P2P] = p;
         c->layer_free[HCOMM__LAYER_P2P] = p2p_free;
+        c->idle = idle_progress;
     }
     return p;
 }
@@ -192,8 +198,8 @@ static const char *last_error_text(const hcomm_comm_t *c) {
 static void drain_rndv(hcomm_comm_t *c, int src, const hcomm__env_t *env, const hcomm__rndv_t *rv) {
     p2p_t *p = p2p_of(c);
     uxm_t *u = calloc(1, sizeof *u);
-    void *sink = u ? malloc(env->bytes ? env->bytes : 1) : NULL;
-    if (!sink) {
+    void *sink = u && !c->tr->pull_discards ? malloc(env->bytes ? env->bytes : 1) : NULL;
+    if (!u || (!sink && !c->tr->pull_discards)) {
         free(u);
         HCOMM__LOG(HCOMM__LOG_WARN, HCOMM__SUB_P2P,
                    "out of memory draining a %llu-byte message from rank %d",
@@ -892,6 +898,26 @@ static hcomm_result_t report(hcomm__req_t *r) {
     return hcomm__err(r->res, r->c->call_fn, "%s", r->msg[0] ? r->msg : hcomm_strerror(r->res));
 }
 
+/* How long a receive whose payload is already being pulled may take to finish once its call
+ * failed elsewhere: its sender is alive, and a pull cancelled under way (MPI_Cancel of the
+ * payload's receive) would leave that sender waiting out HCOMM_TIMEOUT. */
+#define PULL_DRAIN_S 0.5
+
+/* Whether r completed, given a little time (PULL_DRAIN_S, at most HCOMM_TIMEOUT) where its
+ * payload is being pulled. */
+static bool finish_pull(hcomm__req_t *r) {
+    hcomm_comm_t *c = r->c;
+    if (hcomm__progress(c) == HCOMM_OK && advance(r))
+        return true;
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    double limit = c->timeout_s < PULL_DRAIN_S ? c->timeout_s : PULL_DRAIN_S;
+    while (r->is_recv && r->state == REQ_PULLING && hcomm__backoff(&b) <= limit)
+        if (hcomm__progress(c) == HCOMM_OK && advance(r))
+            return true;
+    return false;
+}
+
 /* Blocks until r is done or must be given up. A blocking send pulls unexpected rendezvous
  * messages into the unexpected budget at once (so two ranks that send to each other, then
  * receive, complete); any other wait does so once it has lasted 2 ms, so code that assumes
@@ -919,7 +945,7 @@ static hcomm_result_t complete(hcomm__req_t *r) {
         if ((b.iter & 63) == 0 && (res = wait_verdict(r, waited)) != HCOMM_OK) {
             char keep[512];
             snprintf(keep, sizeof keep, "%s", hcomm_last_error());
-            if (hcomm__progress(c) == HCOMM_OK && advance(r)) { /* it completed meanwhile */
+            if (finish_pull(r)) { /* it completed meanwhile */
                 res = HCOMM_OK;
                 break;
             }

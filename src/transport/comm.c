@@ -60,6 +60,7 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int ra
 void hcomm__comm_free(hcomm_comm_t *c) {
     if (!c)
         return;
+    c->idle = NULL; /* the p2p state goes below; the transport's last waits must not remake it */
     for (int l = HCOMM__LAYER_COUNT - 1; l >= 0; l--)
         if (c->layer[l] && c->layer_free[l])
             c->layer_free[l](c->layer[l]);

@@ -222,6 +222,8 @@ static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigne
             flush_overflow(c, p);
         double waited = hcomm__backoff(&b);
         if ((b.iter & 63) == 0) {
+            if (c->idle)
+                c->idle(c);
             hcomm_result_t v = wait_verdict(c, waited, "every rank of the group to arrive");
             /* The barrier may have completed while the abort was raised: it stands. */
             if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
@@ -552,8 +554,11 @@ static hcomm_result_t wait_posts(hcomm_comm_t *c) {
             for (int q = 0; lc_of(c)->ovf_count > 0 && q < c->size; q++)
                 flush_overflow(c, q);
             double waited = hcomm__backoff(&b);
-            if ((b.iter & 63) == 0 && atomic_load_explicit(&p->seq, memory_order_acquire) != n)
-                HCOMM__TRY(wait_verdict(c, waited, "every rank of the group to arrive"));
+            if ((b.iter & 63) != 0 || atomic_load_explicit(&p->seq, memory_order_acquire) == n)
+                continue;
+            if (c->idle)
+                c->idle(c);
+            HCOMM__TRY(wait_verdict(c, waited, "every rank of the group to arrive"));
         }
     }
     hcomm_result_t res = check_posts(c);
@@ -875,6 +880,7 @@ static const hcomm__transport_t local_tr = {
     .test_tx = local_test_tx,
     .poll = local_poll,
     .pull = local_pull,
+    .pull_discards = true,
     .test_rx = local_test_tx,
     .cancel = local_cancel,
     .world_aborted = local_world_aborted,

@@ -112,6 +112,9 @@ typedef struct hcomm__transport {
     /* Starts copying the rendezvous payload of a delivered frame into dst (bytes of it). */
     hcomm_result_t (*pull)(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
                            size_t bytes, hcomm__treq_t *rx);
+    /* pull takes dst NULL: the send completes and nothing is copied (local). A message nobody
+     * keeps is then dropped without a sink of its size, which out of memory may not give. */
+    bool pull_discards;
     bool (*test_rx)(hcomm_comm_t *c, hcomm__treq_t *rx, hcomm_result_t *res);
     /* Gives up a pending tx or rx (abort, timeout): afterwards the transport never touches its
      * buffer. Returns false when that cannot be promised (the communicator is then unusable). */
@@ -223,6 +226,10 @@ struct hcomm_comm {
     bool deterministic; /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);
+    /* Set by the p2p layer once it has state: its progress, which a transport's own waits (the
+     * local posted meetings) run now and then, so that a failed call's messages still reach
+     * their drain while this rank waits in its next call (their senders wait on that). */
+    void (*idle)(hcomm_comm_t *c);
 };
 
 /* Allocates a comm with world_ranks[size] and the settings of parent (or of the environment
