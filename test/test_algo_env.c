@@ -134,6 +134,9 @@ int main(void) {
         bad_at_launch("broadcast:^native,tree,chain,scatter_allgather,rd,direct,shm",
                       "leaves no algorithm");
         bad_at_launch("allgather:", "names no algorithm");
+        bad_at_launch("allgather:,", "names no algorithm");
+        /* empty names and entries are skipped, and parsing goes on past them */
+        bad_at_launch("allreduce:,ring,;;allgather:ringg", "\"ringg\" is not an algorithm");
     }
     setenv("HCOMM_ALGO", SPEC, 1);
     choices();

@@ -411,7 +411,7 @@ static void test_syntax(void) {
     spec_bad("mesh;ring", "second shape");
     spec_bad("inter=10us", "malformed link class");
     spec_bad("inter=10parsecs,1GB/s", "malformed link class");
-    spec_bad("intra=1us,0GB/s", "malformed link class");
+    spec_bad("intra=1us,0GB/s", "out of range");
     spec_ok(" nodes = 2 x 4 ; inter = 10 us , 1 GB/s ", HCOMM__TOPO_NODES, 8); /* blanks */
     spec_bad("inter=0x10us,1GB/s", "malformed link class");
     spec_bad("inter=10us,1GB/s;inter=20us,1GB/s", "declares a link class twice");

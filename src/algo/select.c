@@ -117,7 +117,7 @@ static void join(char *out, size_t cap, const char *const *names, int n, uint32_
         }
 }
 
-/* Parses "[^]name[,name...]" (len bytes) into a mask of algorithms. */
+/* Parses "[^]name[,name...]" (len bytes) into a mask of algorithms; empty names are skipped. */
 static hcomm_result_t parse_names(const char *fn, const char *var, const char *s, size_t len,
                                   uint32_t *mask, bool *exclude) {
     s = hcomm__strip(s, &len);
@@ -129,15 +129,16 @@ static hcomm_result_t parse_names(const char *fn, const char *var, const char *s
         const char *comma = memchr(s, ',', len), *name = s;
         size_t n = comma ? (size_t)(comma - s) : len, nlen = n;
         name = hcomm__strip(name, &nlen);
-        int a = find(algo_names, HCOMM__ALGO_COUNT, name, nlen);
-        if (a < 0) {
+        int a = nlen ? find(algo_names, HCOMM__ALGO_COUNT, name, nlen) : -2;
+        if (a == -1) {
             char list[256];
             join(list, sizeof list, algo_names, HCOMM__ALGO_COUNT, ~0u);
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
                               "%s: \"%.*s\" is not an algorithm; valid: %s", var, (int)nlen, name,
                               list);
         }
-        *mask |= BIT(a);
+        *mask |= a >= 0 ? BIT(a) : 0; /* an empty name (",ring", "ring,") is skipped, as an
+                                        empty entry is */
         s += n + (comma ? 1 : 0);
         len -= n + (comma ? 1 : 0);
     }

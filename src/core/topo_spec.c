@@ -85,9 +85,9 @@ static bool per_byte(const char *s, size_t len, double *out) {
     static const char *const units[] = {"B/s", "KB/s", "MB/s", "GB/s", NULL};
     static const double scale[] = {1.0, 1e3, 1e6, 1e9};
     double rate;
-    if (!number_unit(s, len, units, scale, &rate) || rate <= 0.0 || !isfinite(1.0 / rate))
+    if (!number_unit(s, len, units, scale, &rate))
         return false;
-    *out = 1.0 / rate;
+    *out = rate > 0.0 ? 1.0 / rate : INFINITY; /* 0 parses: link_plausible names its range */
     return true;
 }
 
