@@ -167,6 +167,9 @@ assert sorted({r["bytes"] for r in rows}) == [8, 512, 32768], {r["bytes"] for r 
 assert {r["inplace"] for r in rows} == {True, False}
 c = list(csv.DictReader(open(sys.argv[2])))
 assert len(c) == len(recs) and c[1]["algo"] == recs[1]["algo"], (len(c), len(recs))
+for j, r in zip(c, recs):  # the JSON record's fields, one column each
+    assert float(j["memcpy_gbs"]) == round(r["memcpy_gbs"], 6), (j, r)
+    assert (j["regret"] != "") == ("regret" in r) and j["best"] == r.get("best", ""), (j, r)
 EOF
 # A named algorithm that falls back to another row's (local has no board for shm, and no
 # native scatter: both run direct) is shown as NAME->RAN, recorded with "ran", and is never
@@ -288,6 +291,19 @@ expect_msg "--json needs a value" all_reduce --json -t 2
 expect_msg "--json $tmp/no/b.json: cannot write the file" all_reduce -t 2 -b 8 -e 8 --json "$tmp/no/b.json"
 expect_msg "-F $tmp/no/b.csv: cannot write the file" all_reduce -t 2 -b 8 -e 8 -F "$tmp/no/b.csv"
 expect_msg "--json $tmp/s.out and -F $tmp/s.out name the same file" all_reduce -t 2 --json "$tmp/s.out" -F "$tmp/s.out"
+expect_msg "--json $tmp/s.out and -F $tmp/./s.out name the same file" all_reduce -t 2 --json "$tmp/s.out" -F "$tmp/./s.out"
+expect_msg "--json - is not a file name" all_reduce --json -
+expect_msg "--plot $tmp/p.txt: the file name must end in .png" all_reduce --plot "$tmp/p.txt"
+expect_msg "--backend foo is not a backend (local or mpi)" all_reduce --backend foo
+expect_msg '-b "" is not a size' -b ''
+expect_msg "-b 1024 (the default) is larger than -e 64" -e 64
+expect_msg "--calibrate measures the cost model's links, not an operation" --calibrate all_reduce
+expect_msg "--calibrate measures the cost model's links, not an operation" all_reduce --calibrate
+expect_msg "--calibrate takes -t, --backend and --mem, not --json" --calibrate --json "$tmp/c.json"
+expect_msg "compare takes -b -e -f -i -n (and -t, --backend, --mem), not --algo" compare --algo ring
+expect_msg "compare runs alone" compare all_reduce
+expect_msg "moe_dispatch_combine does not reduce; -o max does not apply" moe_dispatch_combine -o max
+expect_msg "--algo rd does not run reduce (OP all, the default, runs every collective" --algo rd
 expect_msg "-e -1 is not a size" -e -1
 expect_msg "-e 65G is not a size" -e 65G
 expect_msg "-b 1073741824 is larger than -e 1024" -b 1G -e 1K

@@ -6,8 +6,10 @@
 
 #include "algo/select.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef enum { K_SIZE, K_INT, K_FACTOR, K_STR, K_OP, K_DTYPE, K_REDOP, K_ALGO } kind_t;
 
@@ -81,12 +83,14 @@ static void print_version(void) {
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: hcomm-bench [OP] [options]   (nccl-tests style; every flag also as --flag=value)\n"
+        "usage: hcomm-bench [OP...] [options]   (nccl-tests style; every flag also as "
+        "--flag=value)\n"
         "  OP                all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather,\n"
         "                    scatter, all_to_all, all_to_allv, all_gatherv, reduce_scatterv,\n"
         "                    tp_all_reduce, tp_all_gather, tp_reduce_scatter, pp_send_recv,\n"
         "                    moe_dispatch_combine, dp_all_reduce, all (every collective; the\n"
-        "                    default), or compare (hcomm against raw MPI and memcpy as ratios;\n"
+        "                    default; several OPs run one after another), or compare (hcomm "
+        "against raw MPI and memcpy as ratios;\n"
         "                    -b/-e/-f/-i set its pp_send_recv sizes, 8 B to 64 MiB by default,\n"
         "                    and -n every row's iterations, else its own per row)\n"
         "  --op OP           the same as OP\n"
@@ -98,7 +102,7 @@ static void usage(FILE *f) {
         "  -n, --iters N     timed iterations per size (default 20)\n"
         "  -w, --warmup_iters N  untimed iterations per size (default 3); auto first runs\n"
         "                    past the calls in which hcomm times two candidates near a switch\n"
-        "                    (one host, the first 12 of a size; a program's loop pays them once)\n"
+        "                    (one host, the first 18 of a size; a program's loop pays them once)\n"
         "  -c, --check N     checked iterations per size against a reference (default 1; 0: "
         "#wrong N/A)\n"
         "  -o, --redop OP    sum, prod, max, min, avg (default sum)\n"
@@ -146,13 +150,15 @@ static void usage(FILE *f) {
         "regret,\n"
         "  best and hcomm_over_raw; a named algorithm that fell back to another adds ran (the\n"
         "  table shows NAME->RAN, and regret leaves it out where that algorithm has its own\n"
-        "  row); one record with op \"memcpy\" is the baseline. -F: the same fields as CSV\n"
-        "  (chosen: auto's choice, or what a named row ran instead). A progress line goes to\n"
-        "  stderr in runs longer than a few seconds.\n");
+        "  row); one record with op \"memcpy\" is the baseline; memcpy_gbs is null for empty\n"
+        "  calls. -F: the same fields as CSV columns, empty where a record has none (chosen:\n"
+        "  auto's choice, or what a named row ran instead; auto_over_NAME: variant and\n"
+        "  auto_over_variant). A progress line goes to stderr in runs longer than a few "
+        "seconds.\n");
 }
 
 static int bad(const char *flag, const char *v, const char *why) {
-    fprintf(stderr, "hcomm-bench: %s %s %s\n", flag, v, why);
+    fprintf(stderr, "hcomm-bench: %s %s %s\n", flag, v[0] ? v : "\"\"", why);
     return -1;
 }
 
@@ -234,6 +240,7 @@ static int select_op(bench_opts_t *o, const char *flag, const char *v) {
         return 0;
     }
     if (!strcmp(v, "all")) {
+        o->ops_from_all = true;
         for (int i = 0; i < n && o->nops < BENCH_MAX_OPS; i++)
             if (!ops[i].primitive)
                 o->ops[o->nops++] = i;
@@ -273,6 +280,20 @@ static int parse_algo(const char *flag, const char *v, const char **out) {
     return 0;
 }
 
+/* An output file's name: not "-" (the tables go to stdout), and ending in suffix if given. */
+static int output_file(const char *flag, const char *v, const char *suffix, const char **out) {
+    size_t n = strlen(v), k = suffix ? strlen(suffix) : 0;
+    if (!strcmp(v, "-"))
+        return bad(flag, v, "is not a file name (the tables go to stdout)");
+    if (suffix && (n <= k || strcasecmp(v + n - k, suffix) != 0)) {
+        fprintf(stderr, "hcomm-bench: %s %s: the file name must end in %s (a PNG image)\n", flag,
+                v[0] ? v : "\"\"", suffix);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static int find_flag(const char *a, size_t len) {
     for (int f = 0; f < F_COUNT; f++) {
         const char *names[3] = {flags[f].s, flags[f].l, flags[f].alt};
@@ -287,6 +308,8 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     const flag_t *fl = &flags[f];
     switch (f) {
     case F_BACKEND:
+        if (strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
+            return bad(a, v, "is not a backend (local or mpi)");
         o->backend = v;
         return 0;
     case F_OP:
@@ -313,14 +336,11 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     case F_ALGO:
         return parse_algo(a, v, &o->algo);
     case F_CSV:
-        o->csv = v;
-        return 0;
+        return output_file(a, v, NULL, &o->csv);
     case F_JSON:
-        o->json = v;
-        return 0;
+        return output_file(a, v, NULL, &o->json);
     case F_PLOT:
-        o->plot = v;
-        return 0;
+        return output_file(a, v, ".png", &o->plot);
     case F_MEM:
         if (strcmp(v, "shared") != 0 && strcmp(v, "host") != 0) {
             fprintf(stderr, "hcomm-bench: %s=\"%s\" is not shared or host\n", a, v);
@@ -339,11 +359,18 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     return parse_int(a, v, dst[f], fl->min, fl->max);
 }
 
+/* An operation's name (or all, compare): never --calibrate's FILE. */
+static bool names_an_op(const char *v) {
+    return bench_op_find(v) >= 0 || !strcmp(v, "all") || !strcmp(v, "compare");
+}
+
 /* One argument (and its value, which may be the next one): returns how many were used, or -1. */
-static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor, bool *step) {
+static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor, bool *step,
+                     uint32_t *given) {
     const char *a = argv[i];
     if (!strncmp(a, "--calibrate", 11) && (a[11] == '\0' || a[11] == '=')) {
-        bool next = a[11] == '\0' && i + 1 < argc && argv[i + 1][0] != '-';
+        bool next =
+            a[11] == '\0' && i + 1 < argc && argv[i + 1][0] != '-' && !names_an_op(argv[i + 1]);
         o->calibrate = true;
         o->calibrate_file = a[11] == '=' ? a + 12 : next ? argv[i + 1] : NULL;
         if (o->calibrate_file && !o->calibrate_file[0])
@@ -374,7 +401,45 @@ static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor
     o->min_given |= f == F_MIN;
     o->max_given |= f == F_MAX;
     o->iters_given |= f == F_ITERS;
+    o->redop_given |= f == F_REDOP;
+    *given |= 1u << f;
     return set_flag(o, f, name, v) ? -1 : eq ? 1 : 2;
+}
+
+/* The first flag of mask among those given, by its spelling on the help page. */
+static const char *first_given(uint32_t given, uint32_t mask) {
+    for (int f = 0; f < F_COUNT; f++)
+        if (given & mask & (1u << f))
+            return flags[f].s ? flags[f].s : flags[f].l;
+    return NULL;
+}
+
+/* compare and --calibrate run rows of their own: a flag they would ignore is an error. */
+static int check_modes(const bench_opts_t *o, uint32_t given) {
+    const uint32_t sizes = 1u << F_MIN | 1u << F_MAX | 1u << F_FACTOR | 1u << F_STEP,
+                   common = 1u << F_BACKEND | 1u << F_RANKS | 1u << F_MEM;
+    const char *extra;
+    if (o->legacy && o->nops > 0) {
+        fprintf(stderr, "hcomm-bench: compare runs alone; leave out the other operations\n");
+        return -1;
+    }
+    if (o->legacy && (extra = first_given(given, ~(sizes | common | 1u << F_ITERS | 1u << F_OP)))) {
+        fprintf(stderr,
+                "hcomm-bench: compare takes -b -e -f -i -n (and -t, --backend, --mem), "
+                "not %s\n",
+                extra);
+        return -1;
+    }
+    if (o->calibrate && (o->nops > 0 || o->legacy)) {
+        fprintf(stderr, "hcomm-bench: --calibrate measures the cost model's links, not an "
+                        "operation; leave out OP\n");
+        return -1;
+    }
+    if (o->calibrate && (extra = first_given(given, ~common))) {
+        fprintf(stderr, "hcomm-bench: --calibrate takes -t, --backend and --mem, not %s\n", extra);
+        return -1;
+    }
+    return 0;
 }
 
 static int check_combination(const bench_opts_t *o, bool factor, bool step) {
@@ -383,7 +448,9 @@ static int check_combination(const bench_opts_t *o, bool factor, bool step) {
         return -1;
     }
     if (o->min_bytes > o->max_bytes && !o->legacy) { /* compare has defaults of its own */
-        fprintf(stderr, "hcomm-bench: -b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
+        fprintf(stderr, "hcomm-bench: -b %zu%s is larger than -e %zu%s\n", o->min_bytes,
+                o->min_given ? "" : " (the default)", o->max_bytes,
+                o->max_given ? "" : " (the default)");
         return -1;
     }
     return 0;
@@ -391,6 +458,7 @@ static int check_combination(const bench_opts_t *o, bool factor, bool step) {
 
 int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
     bool factor = false, step = false;
+    uint32_t given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
             return usage(stdout), 1;
@@ -398,12 +466,14 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
             return print_version(), 1;
     }
     for (int i = 1; i < argc;) {
-        int used = parse_one(o, i, argc, argv, &factor, &step);
+        int used = parse_one(o, i, argc, argv, &factor, &step, &given);
         if (used < 0)
             return -1;
         i += used;
     }
-    if (o->nops == 0 && !o->legacy)
+    if (check_modes(o, given) != 0)
+        return -1;
+    if (o->nops == 0 && !o->legacy && !o->calibrate)
         select_op(o, NULL, "all");
     o->step_given = factor || step;
     return check_combination(o, factor, step);

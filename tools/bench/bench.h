@@ -31,6 +31,8 @@ typedef struct bench_opts {
     const char *calibrate_file;            /* NULL: print only */
     bool min_given, max_given, step_given; /* -b, -e, -f or -i on the command line (compare) */
     bool iters_given;                      /* -n on the command line (compare) */
+    bool redop_given;                      /* -o on the command line */
+    bool ops_from_all;                     /* OP all (or none): every collective */
 } bench_opts_t;
 
 /* One operation's buffers and shape at one size on one rank. */

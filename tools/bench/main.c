@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { KIND_AUTO, KIND_NAMED, KIND_RAW, KIND_VARIANT };
@@ -149,6 +150,11 @@ static int check_algo_option(const bench_opts_t *o, bool mpi) {
                     bench_op_names[o->redop]);
             return -1;
         }
+        if (o->redop_given && !op->reduces && !o->ops_from_all && o->redop != HCOMM_SUM) {
+            fprintf(stderr, "hcomm-bench: %s does not reduce; -o %s does not apply\n", op->name,
+                    bench_op_names[o->redop]);
+            return -1;
+        }
         if (op->float_only && o->dtype_given && !hcomm__dtype_is_float(o->dtype)) {
             fprintf(stderr, "hcomm-bench: %s combines f32, f64, f16 or bf16, not -d %s\n", op->name,
                     dtype_name(o->dtype));
@@ -167,7 +173,9 @@ static int check_algo_option(const bench_opts_t *o, bool mpi) {
         while (k < HCOMM__ALGO_COUNT && strcmp(hcomm__algo_name(k), want))
             k++;
         if (k == HCOMM__ALGO_COUNT || !valid_for(op, k)) {
-            fprintf(stderr, "hcomm-bench: --algo %s does not run %s; valid: ", want, op->name);
+            fprintf(stderr, "hcomm-bench: --algo %s does not run %s%s; valid: ", want, op->name,
+                    o->ops_from_all ? " (OP all, the default, runs every collective: name one)"
+                                    : "");
             list_valid(op);
             return -1;
         }
@@ -621,8 +629,9 @@ static void print_summary(run_t *R, const algo_row_t *au) {
     size_t n = 0;
     for (int ip = 0; ip < 2 && au; ip++) {
         const bench_record_t *x = &au->rec[ip];
-        if (!x->measured || n >= sizeof line)
-            continue;
+        if (!x->measured || n >= sizeof line ||
+            !(x->regret > 0 || x->vs_raw > 0 || x->vs_variant > 0 || R->memcpy_gbs > 0))
+            continue; /* nothing to say about it (an empty call) */
         n += (size_t)snprintf(line + n, sizeof line - n, " %s:", place[ip]);
         if (x->regret > 0 && n < sizeof line)
             n += (size_t)snprintf(line + n, sizeof line - n, " regret %.2f (best %s)", x->regret,
@@ -636,9 +645,10 @@ static void print_summary(run_t *R, const algo_row_t *au) {
             n += (size_t)snprintf(line + n, sizeof line - n, " busbw/memcpy %.2f",
                                   x->busbw / R->memcpy_gbs);
     }
-    if (n < sizeof line)
+    if (R->memcpy_gbs > 0 && n < sizeof line)
         snprintf(line + n, sizeof line - n, " memcpy %.3f GB/s", R->memcpy_gbs);
-    printf("#%-28s%s\n", "", line);
+    if (line[0])
+        printf("#%-28s%s\n", "", line);
 }
 
 static void print_received(run_t *R, const bench_case_t *c) {
@@ -927,8 +937,8 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     R.mpi = !strcmp(backend, "mpi");
     R.rep = R.rank == 0 ? bench_report_open(o) : NULL;
     if (R.rank == 0 && R.mpi && o->nranks > 0 && o->nranks != R.size)
-        printf("# -t %d left aside: the %d processes of the MPI job are the ranks\n", o->nranks,
-               R.size);
+        printf("# -t %d left aside: the %d process%s of the MPI job %s the rank%s\n", o->nranks,
+               R.size, R.size == 1 ? "" : "es", R.size == 1 ? "is" : "are", R.size == 1 ? "" : "s");
     hcomm_result_t r = R.rep || R.rank != 0 ? check_root(&R) : HCOMM_ERR_NOMEM;
     if (r == HCOMM_OK)
         r = decide_window(&R);
@@ -947,6 +957,11 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     }
     if (R.rep && bench_report_close(R.rep, r == HCOMM_OK) != 0 && r == HCOMM_OK)
         r = hcomm__err(HCOMM_ERR_IO, "hcomm-bench", "an output file could not be written (above)");
+    if (r == HCOMM_ERR_NOMEM) /* the bench's own buffers leave no hcomm message */
+        fprintf(stderr,
+                "hcomm-bench: rank %d ran out of memory (-e %zu: two buffers of about that "
+                "size per rank, and the algorithms' scratch)\n",
+                R.rank, o->max_bytes);
     return r;
 }
 
@@ -996,12 +1011,37 @@ static bool quiet_unless_first(void) {
 }
 
 /* The output files name different paths: a second write would replace the first. */
+/* path's directory into dir (n bytes) and its last name. */
+static const char *split_path(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, n, ".");
+    else
+        snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return slash ? slash + 1 : path;
+}
+
+/* Whether two names reach one file ("x.json" and "./x.json"): the same inode where both exist,
+ * else the same name in the same directory. */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    char da[4096], db[4096];
+    if (!strcmp(a, b))
+        return true;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (strcmp(split_path(a, da, sizeof da), split_path(b, db, sizeof db)) != 0)
+        return false;
+    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 static bool distinct_files(const bench_opts_t *o) {
     const char *const path[] = {o->json, o->csv, o->plot, o->calibrate_file};
     const char *const flag[] = {"--json", "-F", "--plot", "--calibrate"};
     for (int i = 0; i < 4; i++)
         for (int j = i + 1; j < 4; j++)
-            if (path[i] && path[j] && !strcmp(path[i], path[j])) {
+            if (path[i] && path[j] && same_file(path[i], path[j])) {
                 fprintf(stderr, "hcomm-bench: %s %s and %s %s name the same file\n", flag[i],
                         path[i], flag[j], path[j]);
                 return false;
@@ -1058,6 +1098,10 @@ int main(int argc, char **argv) {
         o.backend = "mpi";
     const char *b = NULL;
     hcomm_result_t r = hcomm_launch_backend(o.backend, &b);
+    if (r != HCOMM_OK && o.backend) {
+        fprintf(stderr, "hcomm-bench: --backend %s: %s\n", o.backend, hcomm_last_error());
+        return 2;
+    }
     bool mpi = r == HCOMM_OK && !strcmp(b, "mpi");
     if (r == HCOMM_OK && check_algo_option(&o, mpi))
         return 2;
@@ -1067,7 +1111,8 @@ int main(int argc, char **argv) {
     if (atomic_load(&usage_error))
         return 2;
     if (r != HCOMM_OK) {
-        fprintf(stderr, "hcomm-bench: %s (%s)\n", hcomm_strerror(r), hcomm_last_error());
+        const char *why = hcomm_last_error();
+        fprintf(stderr, "hcomm-bench: %s\n", why[0] ? why : hcomm_strerror(r));
         return 1;
     }
     return 0;

@@ -303,6 +303,10 @@ static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m) {
 
 static void moe_note(const bench_case_t *c, char *line, size_t cap) {
     const moe_t *m = c->extra;
+    if (!(m->copy_gbs > 0)) { /* no rows to move: nothing was timed */
+        snprintf(line, cap, "no rows to permute at this size");
+        return;
+    }
     snprintf(line, cap,
              "permute %.3f GB/s (%.0f%% of memcpy), unpermute %.3f GB/s (%.0f%%), memcpy %.3f "
              "GB/s: %lld rows of %zu B, every rank at once; one dispatch: %llu collective calls "

@@ -2,6 +2,7 @@
  * (busbw against size per algorithm, drawn by gnuplot). Rank 0 keeps the records. */
 #include "bench.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -75,6 +76,8 @@ static void json_record(FILE *f, const bench_record_t *x) {
         fprintf(f, "%ld", x->wrong);
     if (x->memcpy_gbs > 0)
         fprintf(f, ", \"memcpy_gbs\": %.6f", x->memcpy_gbs);
+    else /* an empty call, or a copy too short to time */
+        fprintf(f, ", \"memcpy_gbs\": null");
     if (x->vs_raw > 0 && strcmp(x->algo, "auto")) /* the one algorithm asked for, on mpi */
         fprintf(f, ", \"hcomm_over_raw\": %.4f", x->vs_raw);
     if (strcmp(x->algo, "auto") && x->chosen) /* a named algorithm that fell back */
@@ -105,20 +108,38 @@ static int write_json(const bench_report_t *r, const char *path) {
     return fclose(f);
 }
 
+/* A ratio or bandwidth column, empty where the record has none. */
+static void csv_number(FILE *f, double v, int digits) {
+    if (v > 0)
+        fprintf(f, ",%.*f", digits, v);
+    else
+        fputc(',', f);
+}
+
+/* The JSON record's fields, one column each (empty where a record lacks one); ran and chosen
+ * share the chosen column, and auto_over_NAME is variant and auto_over_variant. */
 static int write_csv(const bench_report_t *r, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    fprintf(f, "op,algo,chosen,bytes,count,dtype,redop,world,inplace,time_us,algbw,busbw,wrong\n");
+    fprintf(f, "op,algo,chosen,bytes,count,dtype,redop,world,inplace,time_us,algbw,busbw,wrong,"
+               "memcpy_gbs,regret,best,hcomm_over_raw,variant,auto_over_variant\n");
     for (int i = 0; i < r->n; i++) {
         const bench_record_t *x = &r->recs[i];
         fprintf(f, "%s,%s,%s,%zu,%zu,%s,%s,%d,%d,%.4f,%.6f,%.6f,", x->op, x->algo,
                 x->chosen ? x->chosen : "", x->bytes, x->count, x->dtype,
                 x->redop ? x->redop : "none", x->world, x->inplace, x->time_us, x->algbw, x->busbw);
         if (x->wrong < 0)
-            fprintf(f, "N/A\n");
+            fprintf(f, "N/A");
         else
-            fprintf(f, "%ld\n", x->wrong);
+            fprintf(f, "%ld", x->wrong);
+        csv_number(f, x->memcpy_gbs, 6);
+        csv_number(f, x->regret, 4);
+        fprintf(f, ",%s", x->regret > 0 ? x->best : "");
+        csv_number(f, x->vs_raw, 4);
+        fprintf(f, ",%s", x->vs_variant > 0 && x->variant_name ? x->variant_name : "");
+        csv_number(f, x->vs_variant, 4);
+        fputc('\n', f);
     }
     return fclose(f);
 }
@@ -151,7 +172,8 @@ static int write_plot_data(const bench_report_t *r, FILE *f, plot_line_t *lines)
         lines[blocks++] = l;
         for (int j = i; j < r->n; j++) {
             const bench_record_t *y = &r->recs[j];
-            if (!strcmp(y->op, x->op) && !strcmp(y->algo, x->algo) && y->inplace == x->inplace)
+            if (!strcmp(y->op, x->op) && !strcmp(y->algo, x->algo) && y->inplace == x->inplace &&
+                y->bytes > 0) /* a log axis has no place for empty calls */
                 fprintf(f, "%zu %.6f\n", y->bytes, y->busbw);
         }
         fprintf(f, "\n\n");
@@ -167,18 +189,50 @@ static void put_quoted(FILE *g, const char *s) {
     fputc('\'', g);
 }
 
+/* Colour k (from 1) as #rrggbb: hues a golden angle apart, so no two series of a large plot
+ * share one (gnuplot's own list repeats after 8). */
+static const char *colour_of(int k, char rgb[8]) {
+    double h = fmod((k - 1) * 0.381966, 1.0) * 6, v = 0.85, s = k % 2 ? 0.9 : 0.6;
+    double f = h - floor(h), p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
+    double c[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
+    const double *x = c[(int)h % 6];
+    snprintf(rgb, 8, "#%02x%02x%02x", (int)(x[0] * 255), (int)(x[1] * 255), (int)(x[2] * 255));
+    return rgb;
+}
+
 static void plot_lines(FILE *g, const char *data, const plot_line_t *lines, int blocks) {
+    char rgb[8];
     fprintf(g, "plot ");
     for (int b = 0; b < blocks; b++) {
         fprintf(g, "%s", b ? ", " : "");
         put_quoted(g, data);
         fprintf(g,
-                " index %d using 1:2 with linespoints linecolor %d dashtype %d pointtype %d "
-                "title ",
-                b, lines[b].colour, lines[b].inplace ? 2 : 1, lines[b].inplace ? 6 : 7);
+                " index %d using 1:2 with linespoints linecolor rgb '%s' dashtype %d pointtype "
+                "%d title ",
+                b, colour_of(lines[b].colour, rgb), lines[b].inplace ? 2 : 1,
+                lines[b].inplace ? 6 : 7);
         put_quoted(g, lines[b].title);
     }
     fprintf(g, "%s\n", blocks ? "" : "0 notitle");
+}
+
+/* The x range around the sizes drawn (one size alone has no range of its own), and a key that
+ * leaves the plot its room: beside it for a few series, under it in columns for many. */
+static void plot_frame(FILE *g, const bench_report_t *r, int blocks) {
+    size_t lo = 0, hi = 0;
+    for (int i = 0; i < r->n; i++) {
+        size_t b = r->recs[i].bytes;
+        if (strcmp(r->recs[i].op, "memcpy") != 0 && b > 0) {
+            lo = lo == 0 || b < lo ? b : lo;
+            hi = b > hi ? b : hi;
+        }
+    }
+    if (lo > 0)
+        fprintf(g, "set xrange [%g:%g]\n", lo / 1.5, hi * 1.5);
+    if (blocks <= 12)
+        fprintf(g, "set key outside right\n");
+    else
+        fprintf(g, "set key outside below horizontal maxcolumns 4 font ',8'\n");
 }
 
 /* pngcairo draws dashes (libgd's png terminal ignores them); open points mark in-place too. */
@@ -196,14 +250,18 @@ static int draw_plot(const bench_report_t *r, const char *png) {
     fclose(f);
     FILE *g = popen("gnuplot", "w");
     if (g) {
-        fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size "
-                   "1000,640 noenhanced } else { set terminal png size 1000,640 noenhanced }\n");
+        int h = 640 + (blocks > 12 ? (blocks + 3) / 4 * 16 : 0); /* rows of the key below */
+        fprintf(g,
+                "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size "
+                "1000,%d noenhanced } else { set terminal png size 1000,%d noenhanced }\n",
+                h, h);
         fprintf(g, "set output ");
         put_quoted(g, png);
         fprintf(g, "\nset title 'hcomm-bench: busbw per algorithm (in-place: dashed, open "
                    "points)'\n");
         fprintf(g, "set logscale x 2\nset format x '%%.0b%%B'\nset xlabel 'size (bytes)'\n"
-                   "set ylabel 'busbw (GB/s)'\nset key outside right\nset grid\n");
+                   "set ylabel 'busbw (GB/s)'\nset grid\n");
+        plot_frame(g, r, blocks);
         plot_lines(g, data, lines, blocks);
     }
     int rc = g ? pclose(g) : -1;
