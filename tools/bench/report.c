@@ -156,7 +156,7 @@ static int write_plot_data(const bench_report_t *r, FILE *f, plot_line_t *lines)
     int blocks = 0, colours = 0;
     for (int i = 0; i < r->n; i++) {
         const bench_record_t *x = &r->recs[i];
-        if (!strcmp(x->op, "memcpy"))
+        if (!strcmp(x->op, "memcpy") || x->bytes == 0) /* a log axis has no place for 0 */
             continue;
         plot_line_t l = {.inplace = x->inplace};
         snprintf(l.key, sizeof l.key, "%s %s", x->op, x->algo);
@@ -173,7 +173,7 @@ static int write_plot_data(const bench_report_t *r, FILE *f, plot_line_t *lines)
         for (int j = i; j < r->n; j++) {
             const bench_record_t *y = &r->recs[j];
             if (!strcmp(y->op, x->op) && !strcmp(y->algo, x->algo) && y->inplace == x->inplace &&
-                y->bytes > 0) /* a log axis has no place for empty calls */
+                y->bytes > 0)
                 fprintf(f, "%zu %.6f\n", y->bytes, y->busbw);
         }
         fprintf(f, "\n\n");
@@ -229,6 +229,9 @@ static void plot_frame(FILE *g, const bench_report_t *r, int blocks) {
     }
     if (lo > 0)
         fprintf(g, "set xrange [%g:%g]\n", lo / 1.5, hi * 1.5);
+    else
+        fprintf(g, "set xrange [1:1024]\nset label 'no sizes above 0 bytes' at graph 0.5,0.5 "
+                   "center\n");
     if (blocks <= 12)
         fprintf(g, "set key outside right\n");
     else
