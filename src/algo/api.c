@@ -60,6 +60,9 @@ static hcomm_result_t broadcast_checks(hcomm_comm_t *c, void *buf, size_t bytes,
     if (bytes > 0 && buf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, "hcomm_broadcast",
                           "argument 'buf' is NULL with bytes=%zu", bytes);
+    if (bytes > SIZE_MAX / 2) /* as the other collectives: no buffer is that large */
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm_broadcast", "bytes=%zu is too large",
+                          bytes);
     return HCOMM_OK;
 }
 
@@ -133,8 +136,13 @@ static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
                           : !recvcounts ? "recvcounts"
                                         : "rdispls");
     for (int p = 0; p < c->size; p++)
-        if (sendcounts[p] > SIZE_MAX / 2 - sdispls[p] || recvcounts[p] > SIZE_MAX / 2 - rdispls[p])
-            return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "counts[%d] + displs[%d] overflows", p, p);
+        for (int k = 0; k < 2; k++) { /* SIZE_MAX/2 - displs wraps where displs is above it */
+            size_t n = k ? recvcounts[p] : sendcounts[p], d = k ? rdispls[p] : sdispls[p];
+            if (d > SIZE_MAX / 2 || n > SIZE_MAX / 2 - d)
+                return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                                  "%scounts[%d]=%zu + %sdispls[%d]=%zu is beyond any buffer",
+                                  k ? "recv" : "send", p, n, k ? "r" : "s", p, d);
+        }
     size_t out = extent(c->size, sendcounts, sdispls), in = extent(c->size, recvcounts, rdispls);
     if (out > 0 && sendbuf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with data to send");
@@ -244,7 +252,10 @@ static hcomm_result_t rooted_checks(const char *fn, hcomm_comm_t *c, const void 
     if (bytes > 0 && (sendbuf == NULL || recvbuf == NULL) &&
         (is_root || (gather ? sendbuf == NULL : recvbuf == NULL)))
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL with bytes=%zu",
-                          sendbuf ? "recvbuf" : "sendbuf", bytes);
+                          is_root  ? (sendbuf ? "recvbuf" : "sendbuf")
+                          : gather ? "sendbuf"
+                                   : "recvbuf",
+                          bytes);
     if (bytes > SIZE_MAX / (size_t)c->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "bytes=%zu times %d ranks overflows", bytes,
                           c->size);

@@ -668,7 +668,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
     void *mine = !overlap             ? recvbuf
                  : recvbuf == sendbuf ? (char *)recvbuf + lo * es
                                       : hcomm__scratch(&lc_of(c)->scratch, n * es);
-    if (!mine)
+    if (!mine && n > 0) /* an empty block may have no buffer at all */
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
     post(c, (local_slot_t){.send = sendbuf}, NULL, 0);
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
