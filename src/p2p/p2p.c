@@ -907,14 +907,13 @@ static hcomm_result_t report(hcomm__req_t *r) {
  * payload is being pulled. */
 static bool finish_pull(hcomm__req_t *r) {
     hcomm_comm_t *c = r->c;
-    if (hcomm__progress(c) == HCOMM_OK && advance(r))
-        return true;
+    double limit = c->timeout_s < PULL_DRAIN_S ? c->timeout_s : PULL_DRAIN_S;
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
-    double limit = c->timeout_s < PULL_DRAIN_S ? c->timeout_s : PULL_DRAIN_S;
-    while (r->is_recv && r->state == REQ_PULLING && hcomm__backoff(&b) <= limit)
+    do {
         if (hcomm__progress(c) == HCOMM_OK && advance(r))
             return true;
+    } while (r->is_recv && r->state == REQ_PULLING && hcomm__backoff(&b) <= limit);
     return false;
 }
 

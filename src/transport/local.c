@@ -184,8 +184,11 @@ static local_comm_t *lc_new(local_shared_t *sh, int size) {
 
 /* --- waiting --- */
 
-/* Why a wait must end now, or HCOMM_OK to keep waiting. what names the awaited event. */
+/* Why a wait must end now, or HCOMM_OK to keep waiting. what names the awaited event. Runs the
+ * layers' idle progress first (comm.idle). */
 static hcomm_result_t wait_verdict(hcomm_comm_t *c, double waited, const char *what) {
+    if (c->idle)
+        c->idle(c);
     if (atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed or timed out while this rank waited for %s", what);
@@ -222,8 +225,6 @@ static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigne
             flush_overflow(c, p);
         double waited = hcomm__backoff(&b);
         if ((b.iter & 63) == 0) {
-            if (c->idle)
-                c->idle(c);
             hcomm_result_t v = wait_verdict(c, waited, "every rank of the group to arrive");
             /* The barrier may have completed while the abort was raised: it stands. */
             if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
@@ -554,11 +555,8 @@ static hcomm_result_t wait_posts(hcomm_comm_t *c) {
             for (int q = 0; lc_of(c)->ovf_count > 0 && q < c->size; q++)
                 flush_overflow(c, q);
             double waited = hcomm__backoff(&b);
-            if ((b.iter & 63) != 0 || atomic_load_explicit(&p->seq, memory_order_acquire) == n)
-                continue;
-            if (c->idle)
-                c->idle(c);
-            HCOMM__TRY(wait_verdict(c, waited, "every rank of the group to arrive"));
+            if ((b.iter & 63) == 0 && atomic_load_explicit(&p->seq, memory_order_acquire) != n)
+                HCOMM__TRY(wait_verdict(c, waited, "every rank of the group to arrive"));
         }
     }
     hcomm_result_t res = check_posts(c);

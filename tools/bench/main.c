@@ -1010,7 +1010,6 @@ static bool quiet_unless_first(void) {
     return false;
 }
 
-/* The output files name different paths: a second write would replace the first. */
 /* path's directory into dir (n bytes) and its last name. */
 static const char *split_path(const char *path, char *dir, size_t n) {
     const char *slash = strrchr(path, '/');
@@ -1036,6 +1035,7 @@ static bool same_file(const char *a, const char *b) {
            sa.st_ino == sb.st_ino;
 }
 
+/* The output files name different paths: a second write would replace the first. */
 static bool distinct_files(const bench_opts_t *o) {
     const char *const path[] = {o->json, o->csv, o->plot, o->calibrate_file};
     const char *const flag[] = {"--json", "-F", "--plot", "--calibrate"};
