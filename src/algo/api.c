@@ -12,38 +12,50 @@
         return hcomm__leave(comm, res_);                                                           \
     } while (0)
 
-static hcomm_result_t check_reduce_args(const char *fn, size_t count, hcomm_dtype_t dt,
-                                        hcomm_op_t op, const void *sendbuf, const void *recvbuf) {
+/* count_name: what the call names its element count ("count", "recvcount"). */
+static hcomm_result_t check_reduce_args(const char *fn, const char *count_name, size_t count,
+                                        hcomm_dtype_t dt, hcomm_op_t op, const void *sendbuf,
+                                        const void *recvbuf) {
     if (!hcomm__dtype_valid(dt))
         return hcomm__err(HCOMM_ERR_DTYPE, fn, "dtype=%d is not a valid hcomm_dtype_t", (int)dt);
     if (!hcomm__op_valid(op))
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "op=%d is not a valid hcomm_op_t", (int)op);
     if (count > SIZE_MAX / 8)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "count=%zu is too large", count);
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=%zu is too large", count_name, count);
     if (count > 0 && sendbuf == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with count=%zu", count);
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with %s=%zu", count_name,
+                          count);
     if (count > 0 && recvbuf == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with count=%zu", count);
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with %s=%zu", count_name,
+                          count);
     return HCOMM_OK;
+}
+
+/* Input and output do not share a byte; remedy says what to pass instead. */
+static hcomm_result_t check_disjoint(const char *fn, const void *in, size_t in_bytes,
+                                     const void *out, size_t out_bytes, const char *remedy) {
+    if (!hcomm__overlaps(in, in_bytes, out, out_bytes))
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                      "sendbuf=%p (%zu bytes) overlaps recvbuf=%p (%zu bytes); pass %s", in,
+                      in_bytes, out, out_bytes, remedy);
 }
 
 /* Input and output are the same buffer (in place) or do not share a byte. */
 static hcomm_result_t check_overlap(const char *fn, const void *in, size_t in_bytes,
                                     const void *out, size_t out_bytes, const void *in_place) {
-    if (in == in_place || !hcomm__overlaps(in, in_bytes, out, out_bytes))
+    if (in == in_place)
         return HCOMM_OK;
-    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
-                      "sendbuf=%p (%zu bytes) partially overlaps recvbuf=%p (%zu bytes); pass "
-                      "the in-place form or separate buffers",
-                      in, in_bytes, out, out_bytes);
+    return check_disjoint(fn, in, in_bytes, out, out_bytes,
+                          "the in-place form or separate buffers");
 }
 
 static hcomm_result_t all_reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                         size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    (void)c;
-    HCOMM__TRY(check_reduce_args("hcomm_all_reduce", count, dt, op, sendbuf, recvbuf));
+    const char *fn = c->call_fn; /* hcomm_all_reduce or hcomm_iall_reduce */
+    HCOMM__TRY(check_reduce_args(fn, "count", count, dt, op, sendbuf, recvbuf));
     size_t bytes = count * hcomm__dtype_size(dt);
-    return check_overlap("hcomm_all_reduce", sendbuf, bytes, recvbuf, bytes, recvbuf);
+    return check_overlap(fn, sendbuf, bytes, recvbuf, bytes, recvbuf);
 }
 
 hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -74,7 +86,7 @@ hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int 
 
 static hcomm_result_t all_gather_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                         size_t bytes) {
-    const char *fn = "hcomm_all_gather";
+    const char *fn = c->call_fn; /* hcomm_all_gather or hcomm_iall_gather */
     if (bytes > 0 && (sendbuf == NULL || recvbuf == NULL))
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL with bytes=%zu",
                           sendbuf ? "recvbuf" : "sendbuf", bytes);
@@ -94,8 +106,8 @@ hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *r
 
 static hcomm_result_t reduce_scatter_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                             size_t recvcount, hcomm_dtype_t dt, hcomm_op_t op) {
-    const char *fn = "hcomm_reduce_scatter";
-    HCOMM__TRY(check_reduce_args(fn, recvcount, dt, op, sendbuf, recvbuf));
+    const char *fn = c->call_fn; /* hcomm_reduce_scatter or hcomm_ireduce_scatter */
+    HCOMM__TRY(check_reduce_args(fn, "recvcount", recvcount, dt, op, sendbuf, recvbuf));
     size_t bytes = recvcount * hcomm__dtype_size(dt);
     if (bytes > SIZE_MAX / (size_t)c->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "recvcount=%zu times %d ranks overflows",
@@ -148,7 +160,9 @@ static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with data to send");
     if (in > 0 && recvbuf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with data to receive");
-    return check_overlap(fn, sendbuf, out, recvbuf, in, NULL);
+    return check_disjoint(fn, sendbuf, out, recvbuf, in,
+                          "separate buffers (all_to_allv has no "
+                          "in-place form)");
 }
 
 hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
@@ -232,7 +246,7 @@ static hcomm_result_t reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *
     const char *fn = "hcomm_reduce";
     HCOMM__TRY(check_root(fn, c, root));
     bool is_root = c->rank == root;
-    HCOMM__TRY(check_reduce_args(fn, count, dt, op, sendbuf, is_root ? recvbuf : sendbuf));
+    HCOMM__TRY(check_reduce_args(fn, "count", count, dt, op, sendbuf, is_root ? recvbuf : sendbuf));
     size_t bytes = count * hcomm__dtype_size(dt);
     return is_root ? check_overlap(fn, sendbuf, bytes, recvbuf, bytes, recvbuf) : HCOMM_OK;
 }
@@ -331,7 +345,7 @@ static hcomm_result_t reduce_scatterv_checks(hcomm_comm_t *c, const void *sendbu
     size_t total = 0, off = 0;
     if (!counts)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'counts' is NULL");
-    HCOMM__TRY(check_reduce_args(fn, 0, dt, op, sendbuf, recvbuf));
+    HCOMM__TRY(check_reduce_args(fn, "count", 0, dt, op, sendbuf, recvbuf));
     size_t es = hcomm__dtype_size(dt);
     HCOMM__TRY(sum_counts(fn, c, counts, es, &total, &off));
     if (total > 0 && sendbuf == NULL)
