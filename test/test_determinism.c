@@ -315,7 +315,19 @@ static hcomm_result_t differ(hcomm_comm_t *w, void *arg) {
             "deterministic on rank 0 only gave %s (%s)", hcomm_result_name(r), hcomm_last_error());
     T_TRY(hcomm_comm_set_deterministic(w, 0));
     T_OK(hcomm_all_reduce(w, v, v, 16, HCOMM_F32, HCOMM_SUM)); /* still usable */
-    return hcomm_comm_set_algo(w, NULL);
+    T_TRY(hcomm_comm_set_algo(w, NULL));
+    /* The default algorithms, also those that run unchanged in the mode (rank-ordered). */
+    T_TRY(hcomm_comm_set_deterministic(w, t_rank(w) == 0));
+    const char *want = "deterministic=1 on rank 0 but deterministic=0 on rank 1";
+    r = hcomm_all_reduce(w, v, v, 16, HCOMM_F32, HCOMM_SUM);
+    T_CHECK(r == HCOMM_ERR_MISMATCH && strstr(hcomm_last_error(), want),
+            "all_reduce, deterministic on rank 0 only, gave %s (%s)", hcomm_result_name(r),
+            hcomm_last_error());
+    r = hcomm_reduce_scatter(w, v, v, 16 / (size_t)t_size(w), HCOMM_F32, HCOMM_SUM);
+    T_CHECK(r == HCOMM_ERR_MISMATCH && strstr(hcomm_last_error(), want),
+            "reduce_scatter, deterministic on rank 0 only, gave %s (%s)", hcomm_result_name(r),
+            hcomm_last_error());
+    return hcomm_comm_set_deterministic(w, 0);
 }
 
 static hcomm_result_t nothing(hcomm_comm_t *w, void *arg) {

@@ -1,6 +1,7 @@
 /* Nonblocking collectives: several in flight complete in issue order with the blocking calls'
  * results, blocking calls interleave with them, test() reports completion, a bad argument on
- * one rank fails its peers' request with HCOMM_ERR_PEER. HCOMM_TEST_MPI */
+ * one rank fails its peers' request with HCOMM_ERR_PEER, a first nonblocking call against a
+ * blocking one is a mismatch, hcomm_comm_abort() ends a pending operation. HCOMM_TEST_MPI */
 #include "harness.h"
 
 #include <stdlib.h>
@@ -62,6 +63,9 @@ static hcomm_result_t in_flight(hcomm_comm_t *w, void *arg) {
         T_TRY(hcomm_iall_reduce(w, in, out, 4, dt, HCOMM_SUM, &rq));
         hcomm_result_t res = hcomm_wait(rq);
         T_EQ_INT(res, r == p - 1 ? HCOMM_ERR_DTYPE : HCOMM_ERR_PEER);
+        if (r == p - 1) /* named as the call the rank made, not its blocking form */
+            T_CHECK(strncmp(hcomm_last_error(), "hcomm_iall_reduce: dtype=99", 27) == 0,
+                    "a bad dtype gave \"%s\"", hcomm_last_error());
         T_TRY(hcomm_iall_reduce(w, &one, &sum, 1, HCOMM_I32, HCOMM_SUM, &rq));
         T_TRY(hcomm_wait(rq));
         T_EQ_INT(sum, p);
@@ -99,7 +103,55 @@ static hcomm_result_t in_flight(hcomm_comm_t *w, void *arg) {
     return hcomm_barrier(w);
 }
 
+/* A first nonblocking call (it sets up the worker) against a blocking call elsewhere fails at
+ * once on every rank, named as what each rank called. */
+static hcomm_result_t first_mixed(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int p = t_size(w), r = t_rank(w);
+    if (p < 2)
+        return HCOMM_OK;
+    hcomm_comm_t *d = NULL;
+    T_TRY(hcomm_comm_split(w, 0, r, &d)); /* a comm without a worker yet */
+    T_TRY(hcomm_comm_set_timeout(d, 30));
+    float v = 1.0f;
+    hcomm_request_t *q = NULL;
+    hcomm_result_t res = r == 0 ? hcomm_iall_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM, &q)
+                                : hcomm_all_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM);
+    T_EQ_INT(res, HCOMM_ERR_MISMATCH);
+    T_CHECK(strstr(hcomm_last_error(),
+                   "rank 0 called a nonblocking collective but rank 1 called all_reduce") != NULL,
+            "gave \"%s\"", hcomm_last_error());
+    T_TRY(hcomm_comm_destroy(d));
+    return HCOMM_OK;
+}
+
+/* hcomm_comm_abort() ends a pending nonblocking operation at once (not at the timeout). */
+static hcomm_result_t abort_pending(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int p = t_size(w), r = t_rank(w);
+    if (p < 2)
+        return HCOMM_OK;
+    hcomm_comm_t *d = NULL;
+    T_TRY(hcomm_comm_split(w, 0, r, &d));
+    T_TRY(hcomm_comm_set_timeout(d, 60));
+    float v = 1.0f;
+    hcomm_request_t *q = NULL;
+    T_TRY(hcomm_iall_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM, &q)); /* the worker */
+    T_TRY(hcomm_wait(q));
+    if (r == 0) { /* its peers never make this call */
+        T_TRY(hcomm_iall_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM, &q));
+        T_TRY(hcomm_comm_abort(d));
+        hcomm_result_t res = hcomm_wait(q);
+        T_EQ_INT(res, HCOMM_ERR_ABORTED);
+    }
+    T_TRY(hcomm_barrier(w));
+    T_TRY(hcomm_comm_destroy(d));
+    return HCOMM_OK;
+}
+
 int main(void) {
     t_for_each_world(in_flight, NULL, 8);
+    t_for_each_world(first_mixed, NULL, 4);
+    t_for_each_world(abort_pending, NULL, 4);
     return t_finish("test_icoll");
 }

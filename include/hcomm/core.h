@@ -83,8 +83,9 @@ typedef enum hcomm_dtype {
  *  dtypes that is the SUM in the dtype's own wrap-around arithmetic, then an integer division
  *  truncating toward zero (as NCCL's ncclAvg: exact while the sum fits the dtype; 3 ranks' i8
  *  AVG of 100 is (300 mod 256 = 44) / 3 = 14). f16/bf16 SUM, PROD and AVG accumulate
- *  in f32 and round once, AVG dividing before the rounding, so a representable mean never
- *  overflows (3 ranks' f16 AVG of 40000 is 40000). MAX and MIN of floats are NaN when any
+ *  in f32 and round once, AVG dividing before the rounding, so an f16 mean never overflows
+ *  (3 ranks' f16 AVG of 40000 is 40000). bf16 has f32's range: its AVG, like f32's, is inf
+ *  where the sum passes the f32 range (3 ranks' AVG of 3e38), whatever the mean. MAX and MIN of floats are NaN when any
  *  rank's element is NaN. Where two NaNs meet in a SUM, PROD or AVG, which sign and payload
  *  the NaN result carries is not specified (IEEE 754 leaves it open) and may differ between
  *  algorithms, deterministic mode included. */
@@ -152,7 +153,8 @@ HCOMM_API hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key
  *  domain context. Errors: HCOMM_ERR_STATE (world communicator). */
 HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
 /** Makes every pending and later communicating call on @p comm fail at once with
- *  HCOMM_ERR_ABORTED (for example from a watchdog thread when a peer is known dead). The
+ *  HCOMM_ERR_ABORTED (for example from a watchdog thread when a peer is known dead), its
+ *  pending nonblocking collectives included (their hcomm_wait() returns it). The
  *  communicator stays unusable; destroy it. Local to the calling rank; the one hcomm call that
  *  may be made on a communicator from another thread while the owning thread is inside a call.
  *  Errors: HCOMM_ERR_NULL. */
@@ -441,9 +443,10 @@ HCOMM_API hcomm_result_t hcomm_comm_set_algo(hcomm_comm_t *comm, const char *spe
  *  owner; rd moves p times the data (small messages only). The local backend's native
  *  collectives, shm, twoshot and direct reduce_scatter and reduce already reduce in rank order
  *  and run unchanged. Every rank of a
- *  call must use the same mode (it is part of the call's signature: else HCOMM_ERR_MISMATCH
- *  naming "+deterministic"). Local; not thread-safe with calls on @p comm.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (@p on neither 0 nor 1). */
+ *  call must use the same mode (it is part of the call's signature: else HCOMM_ERR_MISMATCH,
+ *  "deterministic=1 on rank 0 but deterministic=0 on rank 1", where the call is checked). Local;
+ * not thread-safe with calls on @p comm. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (@p on
+ * neither 0 nor 1). */
 HCOMM_API hcomm_result_t hcomm_comm_set_deterministic(hcomm_comm_t *comm, int on);
 
 /** A rank's body for hcomm_launch(): called once per rank, on that rank's thread (local) or

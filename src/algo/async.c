@@ -34,7 +34,7 @@ struct hcomm_request {
 };
 
 typedef struct async {
-    hcomm_comm_t *dup;
+    hcomm_comm_t *comm, *dup; /* the user's communicator, the worker's duplicate of it */
     pthread_t worker;
     bool started, stop;
     pthread_mutex_t mu;
@@ -103,6 +103,8 @@ static void *worker_main(void *arg) {
 /* Stops the worker once it has drained its queue, then frees the duplicate. */
 static void async_free(void *p) {
     async_t *a = p;
+    if (a->comm)
+        atomic_store(&a->comm->abort_with, NULL);
     if (a->started) {
         pthread_mutex_lock(&a->mu);
         a->stop = true;
@@ -126,7 +128,7 @@ static hcomm_result_t executor(hcomm_comm_t *c, async_t **out) {
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for a nonblocking executor");
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
-    hcomm_result_t r = hcomm__coll_split(c, 0, c->rank, &a->dup);
+    hcomm_result_t r = hcomm__coll_worker_dup(c, &a->dup);
     if (r == HCOMM_OK && pthread_create(&a->worker, NULL, worker_main, a) != 0)
         r = hcomm__err(HCOMM_ERR_BACKEND, c->call_fn, "cannot start the nonblocking executor");
     a->started = r == HCOMM_OK;
@@ -134,6 +136,10 @@ static hcomm_result_t executor(hcomm_comm_t *c, async_t **out) {
         async_free(a);
         return r;
     }
+    a->comm = c; /* hcomm_comm_abort(c) ends the worker's operations too */
+    atomic_store(&c->abort_with, a->dup);
+    if (atomic_load(&c->aborted))
+        atomic_store(&a->dup->aborted, 1);
     c->layer[HCOMM__LAYER_ASYNC] = a;
     c->layer_free[HCOMM__LAYER_ASYNC] = async_free;
     *out = a;

@@ -35,16 +35,20 @@ typedef enum {
     CALL_SCATTER,
     CALL_ALL_GATHERV,
     CALL_REDUCE_SCATTERV,
+    CALL_WORKER_SPLIT, /* a first nonblocking call, which splits off its worker's duplicate */
     CALL_KINDS
 } call_kind_t;
 
-static const char *const call_names[CALL_KINDS] = {
-    "(failed call)", "all_reduce",  "reduce_scatter", "all_gather", "broadcast",
-    "all_to_allv",   "barrier",     "split",          "reduce",     "gather",
-    "scatter",       "all_gatherv", "reduce_scatterv"};
+static const char *const call_names[CALL_KINDS] = {"(failed call)",   "all_reduce",
+                                                   "reduce_scatter",  "all_gather",
+                                                   "broadcast",       "all_to_allv",
+                                                   "barrier",         "split",
+                                                   "reduce",          "gather",
+                                                   "scatter",         "all_gatherv",
+                                                   "reduce_scatterv", "a nonblocking collective"};
 static const char *const count_names[CALL_KINDS] = {
-    "count", "count", "recvcount", "bytes", "bytes",       "count",      "count",
-    "count", "count", "bytes",     "bytes", "total bytes", "total count"};
+    "count", "count", "recvcount", "bytes", "bytes",       "count",       "count",
+    "count", "count", "bytes",     "bytes", "total bytes", "total count", "count"};
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
 enum { FLIGHT = 16, SEEN = 64 };
@@ -86,6 +90,7 @@ typedef struct algo {
     choice_t last_choice[HCOMM__COLL_COUNT][CHOICE_WAYS];
     uint8_t choice_next[HCOMM__COLL_COUNT];
     uint64_t agreements; /* signature agreements run before native calls (hcomm__coll_counts) */
+    bool nonblocking;    /* the comm issued nonblocking calls or is their worker's duplicate */
     hcomm__scratch_t scratch; /* hcomm__x_scratch */
     hcomm__scratch_t widened; /* run_widened's f32 copies */
     hcomm__tune_t tune;       /* choices timed near a switch (tune.h) */
@@ -233,8 +238,11 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
         else
             snprintf(buf, n, "a different tensor list");
         break;
-    default:
+    case 6:
         snprintf(buf, n, "algo=%s", hcomm__algo_name(s->algo));
+        break;
+    default:
+        snprintf(buf, n, "deterministic=%d", (s->algo & HCOMM__ALGO_DET) != 0);
         break;
     }
 }
@@ -252,6 +260,8 @@ static int first_difference(const hcomm__sig_t *a, const hcomm__sig_t *b) {
         return 4;
     if (a->extra != b->extra)
         return 5;
+    if ((a->algo ^ b->algo) == HCOMM__ALGO_DET)
+        return 7;
     if (a->algo != b->algo)
         return 6;
     return -1;
@@ -331,6 +341,17 @@ static hcomm__posted_sig_t posted_of(const hcomm__sig_t *s);
 
 static hcomm__xfer_t xfer_of(call_t *k);
 
+/* Blocking and nonblocking calls run on different communicators (the worker's duplicate):
+ * ranks that mix the forms wait for each other in two places until the timeout. */
+static hcomm_result_t timeout_hint(hcomm_result_t res) {
+    char text[768];
+    snprintf(text, sizeof text,
+             "%s (a blocking call matches only a blocking call on the other ranks, and "
+             "hcomm_iall_reduce etc. only the same nonblocking call)",
+             hcomm_last_error());
+    return hcomm__err_text(res, text);
+}
+
 static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
     k->a->last_probed |= k->probe.active;
     if (res == HCOMM_ERR_NOMEM) { /* peers may wait on this rank's messages: tell them */
@@ -344,6 +365,8 @@ static hcomm_result_t call_end(call_t *k, hcomm_result_t res) {
     hcomm__coll_done(k->c, k->seq);
     k->f->state = res == HCOMM_OK ? "done" : hcomm_result_name(res);
     k->f->timed_out = res == HCOMM_ERR_TIMEOUT;
+    if (res == HCOMM_ERR_TIMEOUT && k->a->nonblocking)
+        res = timeout_hint(res);
     if (res != HCOMM_OK)
         HCOMM__LOG(HCOMM__LOG_INFO, HCOMM__SUB_ALGO, "%s", hcomm_last_error());
     return res;
@@ -383,9 +406,9 @@ static const char *extra_text(const call_t *k, char *buf, size_t n) {
     return k->vcounts ? vcounts_text(k, k->vcounts, buf, n) : k->a->extra_desc;
 }
 
-/* A v-call whose per-rank arrays differ between rank 0 and rank r with the same total (the
- * signature holds only their digest): ranks 0 and r send theirs to every rank, so that every
- * rank names both arrays alike. Runs only on this error path, where every rank reached the
+/* A v-call whose per-rank arrays differ between rank 0 and rank r (the signature holds only
+ * their total and digest): ranks 0 and r send theirs to every rank, so that every rank names
+ * both arrays alike. Runs only on this error path, where every rank reached the
  * same verdict from the same posts; if the exchange fails, the caller words it without. */
 static hcomm_result_t vcounts_mismatch(call_t *k, int r) {
     hcomm_comm_t *c = k->c;
@@ -464,8 +487,8 @@ static hcomm_result_t verdict_of(call_t *k, const hcomm__posted_sig_t *mine, pos
                                             r, p->failed_text ? p->failed_text : "");
         else if (memcmp(p->words, first->words, sizeof p->words) != 0) {
             hcomm__sig_t a = sig_of_posted(first), b = sig_of_posted(p);
-            if (k->vcounts && first_difference(&a, &b) == 5 &&
-                vcounts_mismatch(k, r) == HCOMM_ERR_MISMATCH)
+            int f = first_difference(&a, &b); /* 4: the totals, 5: the arrays' digests */
+            if (k->vcounts && (f == 4 || f == 5) && vcounts_mismatch(k, r) == HCOMM_ERR_MISMATCH)
                 return HCOMM_ERR_MISMATCH;
             char desc[200];
             const char *mine_desc = extra_text(k, desc, sizeof desc);
@@ -1109,9 +1132,12 @@ static void keep_choice(call_t *k, int coll, size_t bytes, int algo) {
                                          .bytes = bytes};
 }
 
-static int chosen(call_t *k, int algo) {
-    k->sig.algo = algo;
-    k->f->sig.algo = algo;
+/* The signature names deterministic mode even where the algorithm runs unchanged in it (a
+ * rank-ordered one), so that ranks that differ in the mode fail with HCOMM_ERR_MISMATCH. */
+static int chosen(call_t *k, int coll, int algo) {
+    int sig = algo | (k->c->deterministic && is_reduction(coll) ? HCOMM__ALGO_DET : 0);
+    k->sig.algo = sig;
+    k->f->sig.algo = sig;
     k->a->last_algo = algo + 1;
     return algo;
 }
@@ -1135,7 +1161,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
     algo_t *a = k->a;
     int algo;
     if (cached_choice(k, coll, bytes, &algo))
-        return chosen(k, algo);
+        return chosen(k, coll, algo);
     const hcomm__algo_set_t *over = a->has_over ? &a->over : NULL;
     double est = -1.0;
     algo = k->c->one_node ? -1
@@ -1162,7 +1188,7 @@ static int choose(call_t *k, int coll, size_t bytes) {
                    (unsigned)k->seq, hcomm__coll_name(coll), bytes, k->c->size,
                    hcomm__algo_name(algo), why, est_text);
     }
-    return chosen(k, algo);
+    return chosen(k, coll, algo);
 }
 
 static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__env_t *env) {
@@ -2020,15 +2046,35 @@ hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c) {
     return call_end(&k, meet_all(&k));
 }
 
-hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
+static hcomm_result_t split_as(hcomm_comm_t *c, call_kind_t kind, int color, int key,
+                               hcomm_comm_t **out) {
     call_t k = {0};
-    HCOMM__TRY(call_begin(c, &k, CALL_SPLIT, HCOMM_U8, HCOMM_SUM, 0, 0));
+    HCOMM__TRY(call_begin(c, &k, kind, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (shm_coll(c))
         RUN_POSTED(&k, c->tr->split(c, color, key, out));
     hcomm_result_t res = meet_all(&k);
     if (res == HCOMM_OK) /* every rank has arrived: the backend's blocking split cannot hang */
         res = c->tr->split(c, color, key, out);
     return call_end(&k, res);
+}
+
+hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
+    return split_as(c, CALL_SPLIT, color, key, out);
+}
+
+hcomm_result_t hcomm__coll_worker_dup(hcomm_comm_t *c, hcomm_comm_t **out) {
+    algo_t *a = algo_of(c);
+    if (a)
+        a->nonblocking = true;
+    HCOMM__TRY(split_as(c, CALL_WORKER_SPLIT, 0, c->rank, out));
+    algo_t *d = algo_of(*out);
+    if (!d) {
+        hcomm__comm_free(*out);
+        *out = NULL;
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
+    }
+    d->nonblocking = true;
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm__coll_fail(hcomm_comm_t *c, hcomm_result_t res) {

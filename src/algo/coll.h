@@ -64,6 +64,9 @@ hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf,
                                            const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c);
 hcomm_result_t hcomm__coll_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
+/* The duplicate of c that a nonblocking worker owns (collective: a first nonblocking call,
+ * named so in a mismatch). */
+hcomm_result_t hcomm__coll_worker_dup(hcomm_comm_t *c, hcomm_comm_t **out);
 
 /* This rank's checks failed with res (its message is the thread's last error): joins the call
  * its peers are making so they fail with HCOMM_ERR_PEER, and returns res with the message. */

@@ -41,6 +41,7 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int ra
     *c = (hcomm_comm_t){
         .tr = tr, .impl = impl, .rank = rank, .size = size, .world_ranks = wr, .call_fn = "hcomm"};
     atomic_init(&c->aborted, 0);
+    atomic_init(&c->abort_with, NULL);
     if (parent) {
         c->timeout_s = parent->timeout_s;
         c->eager_limit = parent->eager_limit;
@@ -114,7 +115,8 @@ hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm) {
 
 hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm) {
     HCOMM__CHECK_NULL(comm);
-    atomic_store(&comm->aborted, 1);
+    for (hcomm_comm_t *c = comm; c; c = atomic_load(&c->abort_with))
+        atomic_store(&c->aborted, 1);
     return HCOMM_OK;
 }
 

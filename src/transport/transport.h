@@ -212,6 +212,9 @@ struct hcomm_comm {
     size_t eager_limit;    /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
     atomic_int aborted;    /* hcomm_comm_abort() was called */
+    /* A communicator that hcomm_comm_abort() aborts with this one (the nonblocking worker's
+     * duplicate, set by the algorithms layer; cleared before that duplicate is freed). */
+    _Atomic(struct hcomm_comm *) abort_with;
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
     bool posted_held;    /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
