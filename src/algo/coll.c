@@ -163,11 +163,6 @@ void hcomm__coll_clear_extra(hcomm_comm_t *c) {
         a->extra = 0;
 }
 
-bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn) {
-    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
-    return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
-}
-
 /* --- the flight recorder: each comm's last calls, printed when one times out --- */
 
 static flight_t *flight_begin(algo_t *a, hcomm_comm_t *c, const hcomm__sig_t *sig) {

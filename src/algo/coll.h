@@ -89,8 +89,6 @@ const char *hcomm__coll_take_algo(hcomm_comm_t *c);
  * past those calls before it times it. */
 bool hcomm__coll_take_probed(hcomm_comm_t *c);
 
-/* True when [a, a+an) and [b, b+bn) share a byte. */
-bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 /* True when algo, running coll (as HCOMM_ALGO names it) on c, moves data outside the links of a
  * simulated multi-node machine (HCOMM_TOPO nodes= on the local backend): the algorithms the
  * cost model gives no estimate there (cost.c: the shared-memory native collectives, twoshot,

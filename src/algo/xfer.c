@@ -1,7 +1,6 @@
 /* Block arithmetic and the p2p exchanges every algorithm uses. */
 #include "algo/algos.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,8 +89,7 @@ hcomm_result_t hcomm__x_peer_copy(const hcomm__xfer_t *x, int peer, const hcomm_
         return HCOMM_OK;
     if (r->at) {
         const char *src = r->at + off;
-        uintptr_t a = (uintptr_t)src, b = (uintptr_t)dst;
-        if (a + bytes <= b || b + bytes <= a)
+        if (!hcomm__overlaps(src, bytes, dst, bytes))
             hcomm__copy_pieces(dst, src, bytes);
         else if (src != dst)
             memmove(dst, src, bytes);

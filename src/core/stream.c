@@ -47,6 +47,11 @@ void hcomm__stream_fence(void) {}
  * pieces; with every core copying at once (bound by memory) all ran at par. */
 #define COPY_PIECE_BYTES ((size_t)256 << 10)
 
+bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
+}
+
 void hcomm__copy_pieces(void *dst, const void *src, size_t bytes) {
     for (size_t done = 0; done < bytes; done += COPY_PIECE_BYTES) {
         size_t n = bytes - done < COPY_PIECE_BYTES ? bytes - done : COPY_PIECE_BYTES;

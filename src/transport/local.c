@@ -661,8 +661,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
                                        size_t lo, size_t n, size_t total, hcomm_dtype_t dt,
                                        hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt);
-    uintptr_t in = (uintptr_t)sendbuf, out = (uintptr_t)recvbuf;
-    bool overlap = n > 0 && out < in + total * es && in < out + n * es;
+    bool overlap = hcomm__overlaps(sendbuf, total * es, recvbuf, n * es);
     void *mine = !overlap             ? recvbuf
                  : recvbuf == sendbuf ? (char *)recvbuf + lo * es
                                       : hcomm__scratch(&lc_of(c)->scratch, n * es);

@@ -1056,16 +1056,11 @@ static hcomm__mem_kind_t mpi_mem_kind(hcomm_comm_t *c, const void *p) {
 
 /* --- collectives --- */
 
-static bool overlaps(const void *a, size_t an, const void *b, size_t bn) {
-    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
-    return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
-}
-
 /* MPI forbids aliased send and receive buffers: an overlapping send range is copied first. */
 static hcomm_result_t detach_send(const char *fn, const void **send, size_t sn, const void *recv,
                                   size_t rn, void **tmp) {
     *tmp = NULL;
-    if (!overlaps(*send, sn, recv, rn))
+    if (!hcomm__overlaps(*send, sn, recv, rn))
         return HCOMM_OK;
     *tmp = malloc(sn);
     if (!*tmp)
