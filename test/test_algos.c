@@ -7,11 +7,25 @@
  * digest of it is compared across ranks. Also: HCOMM_ALGO parsing, good and bad. */
 #include "algo/algos.h"
 #include "algo/coll.h"
-#include "algo/select.h"
+#include "algo/select_table.h"
+#include "core/env.h"
 #include "harness.h"
 
 #include <math.h>
 #include <stdint.h>
+
+
+/* The measured default (select_table.h) as the tests knew it: shm = a shared-memory transport. */
+static int choose_default(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,
+                          const char **why) {
+    unsigned has = (shm ? HCOMM__HAS_POSTED : 0) |
+                   (hcomm__check_mode() == HCOMM__CHECK_OFF ? HCOMM__HAS_OFF : 0);
+    hcomm__sel_t s = {coll, bytes, p, has, over};
+    hcomm__why_t w;
+    int algo = hcomm__select_default(&s, &w);
+    *why = hcomm__why_text(w);
+    return algo;
+}
 
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
@@ -564,12 +578,12 @@ static void test_parse(void) {
     const char *why;
     hcomm__algo_set_t set;
     T_OK(hcomm__algo_parse("test", "HCOMM_ALGO", "allreduce:^native,rd", &set));
-    algo = hcomm__algo_choose(&set, HCOMM__COLL_ALLREDUCE, 8, 4, false, &why);
+    algo = choose_default(&set, HCOMM__COLL_ALLREDUCE, 8, 4, false, &why);
     T_CHECK(algo == HCOMM__ALGO_RING, "allreduce:^native,rd chose %s", hcomm__algo_name(algo));
-    algo = hcomm__algo_choose(NULL, HCOMM__COLL_ALLREDUCE, 8, 4, false, &why);
+    algo = choose_default(NULL, HCOMM__COLL_ALLREDUCE, 8, 4, false, &why);
     T_CHECK(getenv("HCOMM_ALGO") || algo == HCOMM__ALGO_RD, "default small mpi allreduce: %s",
             hcomm__algo_name(algo));
-    algo = hcomm__algo_choose(NULL, HCOMM__COLL_ALLREDUCE, 8, 4, true, &why);
+    algo = choose_default(NULL, HCOMM__COLL_ALLREDUCE, 8, 4, true, &why);
     T_CHECK(getenv("HCOMM_ALGO") || algo == HCOMM__ALGO_NATIVE, "default local allreduce: %s",
             hcomm__algo_name(algo));
     /* reduce: tree for small vectors, the root's direct reads above (mpi 4 KiB; local 4 KiB with
@@ -594,16 +608,16 @@ static void test_parse(void) {
                   {HCOMM__COLL_SCATTER, 8, 4, false, HCOMM__ALGO_NATIVE},
                   {HCOMM__COLL_SCATTER, 8, 4, true, HCOMM__ALGO_DIRECT}};
     for (size_t i = 0; i < sizeof rooted / sizeof rooted[0] && !getenv("HCOMM_ALGO"); i++) {
-        algo = hcomm__algo_choose(NULL, rooted[i].coll, rooted[i].bytes, rooted[i].p, rooted[i].shm,
+        algo = choose_default(NULL, rooted[i].coll, rooted[i].bytes, rooted[i].p, rooted[i].shm,
                                   &why);
         T_CHECK(algo == rooted[i].want, "default %s of %zu bytes on %d ranks (shm %d): %s",
                 hcomm__coll_name(rooted[i].coll), rooted[i].bytes, rooted[i].p, (int)rooted[i].shm,
                 hcomm__algo_name(algo));
     }
     T_OK(hcomm__algo_parse("test", "HCOMM_ALGO", "reduce:rhd;gather:tree", &set));
-    algo = hcomm__algo_choose(&set, HCOMM__COLL_REDUCE, 1 << 20, 4, true, &why);
+    algo = choose_default(&set, HCOMM__COLL_REDUCE, 1 << 20, 4, true, &why);
     T_CHECK(algo == HCOMM__ALGO_RHD, "reduce:rhd chose %s", hcomm__algo_name(algo));
-    algo = hcomm__algo_choose(&set, HCOMM__COLL_GATHER, 8, 4, true, &why);
+    algo = choose_default(&set, HCOMM__COLL_GATHER, 8, 4, true, &why);
     T_CHECK(algo == HCOMM__ALGO_TREE, "gather:tree chose %s", hcomm__algo_name(algo));
 }
 

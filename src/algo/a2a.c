@@ -885,16 +885,3 @@ size_t hcomm__a2a_largest(const int64_t *sums) {
         bits--;
     return bits ? (size_t)1 << (bits - 1) : 0;
 }
-
-hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v) {
-    switch (algo & ~HCOMM__ALGO_DET) {
-    case HCOMM__ALGO_BRUCK:
-        return hcomm__a2a_bruck(x, v);
-    case HCOMM__ALGO_DIRECT:
-        return hcomm__a2a_direct(x, v);
-    case HCOMM__ALGO_HIER:
-        return hcomm__a2a_hier(x, v);
-    default:
-        return hcomm__a2a_pairwise(x, v);
-    }
-}

@@ -75,7 +75,4 @@ hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, si
  * else -1. */
 hcomm_result_t hcomm__a2a_shm(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int *fallback);
 
-/* Runs algo (pairwise, bruck, direct or hier; anything else: pairwise). */
-hcomm_result_t hcomm__a2a_run(const hcomm__xfer_t *x, int algo, const hcomm__a2a_t *v);
-
 #endif /* HCOMM_C_ALGO_A2A_H_ */

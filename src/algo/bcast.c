@@ -5,8 +5,7 @@
  *     rank instead of log2 p whole copies down the tree;
  *   chain: root -> root+1 -> ... in segments of CHAIN_SEGMENT bytes, each rank forwarding a
  *     segment while the next arrives, so the time tends to one copy plus p-2 segments. */
-#include "algo/select.h"
-#include "algo/variants.h"
+#include "algo/algos.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -90,14 +89,4 @@ hcomm_result_t hcomm__bc_chain(const hcomm__xfer_t *x, void *buf, size_t bytes, 
     }
     hcomm_result_t wres = pending ? hcomm__wait(pending, NULL, NULL) : HCOMM_OK;
     return res != HCOMM_OK ? res : wres;
-}
-
-hcomm_result_t hcomm__bc_run(const hcomm__xfer_t *x, int algo, void *buf, size_t bytes, int root) {
-    if (algo == HCOMM__ALGO_CHAIN)
-        return hcomm__bc_chain(x, buf, bytes, root);
-    if (algo == HCOMM__ALGO_SCATTER_ALLGATHER)
-        return hcomm__bc_scatter_allgather(x, buf, bytes, root);
-    if (algo == HCOMM__ALGO_DIRECT)
-        return hcomm__bc_direct(x, buf, bytes, root);
-    return hcomm__bc_tree(x, buf, bytes, root);
 }

@@ -1,15 +1,11 @@
-/* all_gatherv by recursive doubling (power-of-two groups) and by Bruck's algorithm (Bruck, Ho,
- * Kipnis, Upfal & Weathersby 1997; any group size), both in ceil(log2 p) steps, against the
- * ring's p-1: the choice for small blocks, where each step's latency dominates. */
-#include "algo/select.h"
-#include "algo/variants.h"
+/* all_gatherv by Bruck's algorithm (Bruck, Ho, Kipnis, Upfal & Weathersby 1997; any group size)
+ * in ceil(log2 p) steps against the ring's p-1: the choice for small blocks, where each step's
+ * latency dominates; and the all_gatherv of an algorithm name (rd for a power-of-two group, else
+ * Bruck; ring), which deterministic mode and the runners use. */
+#include "algo/algos.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static bool pow2(int p) {
-    return (p & (p - 1)) == 0;
-}
 
 /* offs[0..n]: offs[j] = the sum of sizes[first + j mod p] for the j blocks before j. */
 static size_t *prefix(const size_t *sizes, int p, int first) {
@@ -24,23 +20,6 @@ static size_t *prefix(const size_t *sizes, int p, int first) {
 
 static hcomm_result_t nomem(const hcomm__xfer_t *x) {
     return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for all_gather scratch");
-}
-
-/* Step mask exchanges the mask blocks each side has complete, in place. */
-hcomm_result_t hcomm__agv_rd(const hcomm__xfer_t *x, void *buf, const size_t *bytes) {
-    int p = x->c->size, me = x->c->rank;
-    size_t *offs = prefix(bytes, p, 0);
-    if (!offs)
-        return nomem(x);
-    char *b = buf;
-    hcomm_result_t res = HCOMM_OK;
-    for (int mask = 1; mask < p && res == HCOMM_OK; mask <<= 1) {
-        int peer = me ^ mask, mine = me & ~(mask - 1), theirs = peer & ~(mask - 1);
-        res = hcomm__x_sendrecv(x, peer, b + offs[mine], offs[mine + mask] - offs[mine], peer,
-                                b + offs[theirs], offs[theirs + mask] - offs[theirs]);
-    }
-    free(offs);
-    return res;
 }
 
 /* Bruck: scratch block j holds rank (me + j) mod p's data. Step dist sends blocks [0, n) to
@@ -72,7 +51,7 @@ hcomm_result_t hcomm__agv_bruck(const hcomm__xfer_t *x, void *buf, const size_t 
 
 hcomm_result_t hcomm__agv_run(const hcomm__xfer_t *x, int algo, void *buf, const size_t *bytes) {
     algo &= ~HCOMM__ALGO_DET;
-    if (algo == HCOMM__ALGO_RD && pow2(x->c->size))
+    if (algo == HCOMM__ALGO_RD && (x->c->size & (x->c->size - 1)) == 0)
         return hcomm__agv_rd(x, buf, bytes);
     if (algo == HCOMM__ALGO_RD || algo == HCOMM__ALGO_BRUCK)
         return hcomm__agv_bruck(x, buf, bytes);

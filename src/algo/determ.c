@@ -11,8 +11,7 @@
  *     vectors (Bruck) in pieces of DET_PIECE_BYTES and every rank reduces all of them itself;
  *     naive is deterministic as it is (rank 0 reduces in rank order, then broadcasts);
  *   - reduce (hcomm__reduce_det): the root receives the vectors in rank order. */
-#include "algo/select.h"
-#include "algo/variants.h"
+#include "algo/algos.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * each way, where an agreement and then the algorithm took two round trips, and Open MPI's
  * nonblocking collectives (the native path's, which stays abortable) about twice a blocking
  * call's time at small sizes. The same scheme as rd all_reduce on the lane (coll.c). */
-#include "algo/variants.h"
+#include "algo/algos.h"
 
 #include "core/internal.h"
 

@@ -1,8 +1,11 @@
-/* Recursive halving-doubling all_reduce (Rabenseifner; Thakur, Rabenseifner & Gropp 2005,
- * section 4.4): a reduce_scatter by recursive halving, then an all_gather by recursive
- * doubling, among the largest power of two pof2 <= p ranks. The first 2*(p - pof2) ranks pair
- * up first: each even one hands its vector to the odd one after it and gets the result back at
- * the end. Blocks are hcomm__block over pof2. */
+/* Rabenseifner's algorithms (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005), among the
+ * largest power of two pof2 <= p ranks, the first 2*(p - pof2) ranks paired up first (each even
+ * one hands its vector to the odd one after it and gets its result back at the end):
+ *   all_reduce      (4.4) a reduce_scatter by recursive halving, then an all_gather by
+ *                   recursive doubling; blocks are hcomm__block over pof2;
+ *   reduce_scatterv (4.2) recursive halving alone, virtual rank v standing for the contiguous
+ *                   real blocks of itself and its folded partner;
+ *   reduce          (4.3) that reduce_scatter, then the root gathers the blocks. */
 #include "algo/algos.h"
 
 #include <stdlib.h>
@@ -99,4 +102,129 @@ hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hc
                                                  "cannot allocate %zu bytes of scratch",
                                                  count * h.es));
     return rhd_run(&h);
+}
+
+/* --- reduce_scatterv by recursive halving --- */
+
+typedef struct rh {
+    const hcomm__xfer_t *x;
+    char *acc, *tmp;
+    const size_t *offs; /* p + 1 element offsets of the real blocks */
+    size_t es;
+    hcomm_dtype_t dt;
+    hcomm_op_t op;
+    int pof2, rem;
+} rh_t;
+
+/* Element offset of virtual block v (v == pof2: the end). */
+static size_t voff(const rh_t *h, int v) {
+    return h->offs[v < h->rem ? 2 * v : v + h->rem];
+}
+
+static int rh_real_rank(const rh_t *h, int v) {
+    return v < h->rem ? 2 * v + 1 : v + h->rem;
+}
+
+static hcomm_result_t rh_halve(const rh_t *h, int v) {
+    int lo = 0, hi = h->pof2;
+    for (int mask = h->pof2 / 2; mask > 0; mask >>= 1) {
+        int mid = lo + (hi - lo) / 2, peer = rh_real_rank(h, v ^ mask);
+        int klo = v & mask ? mid : lo, khi = v & mask ? hi : mid;
+        int slo = v & mask ? lo : mid, shi = v & mask ? mid : hi;
+        size_t ks = voff(h, klo), kn = voff(h, khi) - ks, ss = voff(h, slo), sn = voff(h, shi) - ss;
+        HCOMM__TRY(hcomm__x_sendrecv(h->x, peer, h->acc + ss * h->es, sn * h->es, peer, h->tmp,
+                                     kn * h->es));
+        hcomm__reduce(h->acc + ks * h->es, h->tmp, kn, h->dt, h->op);
+        lo = klo;
+        hi = khi;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_result_t rh_run(rh_t *h, void *recv) {
+    const hcomm__xfer_t *x = h->x;
+    int me = x->c->rank, p = x->c->size, v;
+    size_t total = h->offs[p], mine = h->offs[me + 1] - h->offs[me];
+    if (me < 2 * h->rem && me % 2 == 0) { /* folded: hand over, get this block back */
+        HCOMM__TRY(hcomm__x_send(x, me + 1, h->acc, total * h->es));
+        return hcomm__x_recv(x, me + 1, recv, mine * h->es);
+    }
+    if (me < 2 * h->rem) {
+        HCOMM__TRY(hcomm__x_recv(x, me - 1, h->tmp, total * h->es));
+        hcomm__reduce(h->acc, h->tmp, total, h->dt, h->op);
+        v = me / 2;
+    } else {
+        v = me - h->rem;
+    }
+    HCOMM__TRY(rh_halve(h, v));
+    if (v < h->rem) /* this rank holds its folded partner's block too */
+        HCOMM__TRY(hcomm__x_send(x, me - 1, h->acc + h->offs[me - 1] * h->es,
+                                 (h->offs[me] - h->offs[me - 1]) * h->es));
+    if (mine)
+        memcpy(recv, h->acc + h->offs[me] * h->es, mine * h->es);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *recv,
+                             const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
+    int p = x->c->size;
+    size_t es = hcomm__dtype_size(dt);
+    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
+    if (offs) {
+        offs[0] = 0;
+        for (int r = 0; r < p; r++)
+            offs[r + 1] = offs[r] + counts[r];
+    }
+    /* The scratch copy leaves send untouched and lets recv alias it; the communicator's
+     * scratch is kept between calls (a fresh 32 MiB+ malloc faults). */
+    void *pacc = NULL, *ptmp = NULL;
+    if (offs)
+        hcomm__x_scratch_pair(x, offs[p] * es, offs[p] * es, &pacc, &ptmp);
+    char *acc = pacc, *tmp = ptmp;
+    hcomm_result_t res = tmp ? HCOMM_OK
+                             : hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
+                                          "out of memory for reduce_scatter scratch");
+    if (res == HCOMM_OK) {
+        if (offs[p])
+            memcpy(acc, send, offs[p] * es);
+        rh_t h = {x, acc, tmp, offs, es, dt, op, 1, 0};
+        while (h.pof2 * 2 <= p)
+            h.pof2 *= 2;
+        h.rem = p - h.pof2;
+        res = rh_run(&h, recv);
+    }
+    free(offs);
+    return res;
+}
+
+/* Rabenseifner's reduce (Rabenseifner 2004; Thakur et al. 2005, section 4.3): a reduce_scatter
+ * by recursive halving leaves block r (hcomm__block) reduced on rank r, and the root gathers
+ * the blocks: about 2 (p-1)/p of the vector per rank where the tree moves clg vectors. */
+hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
+                                 hcomm_dtype_t dt, hcomm_op_t op, int root) {
+    int p = x->c->size, me = x->c->rank;
+    size_t es = hcomm__dtype_size(dt), off = 0, len = 0;
+    size_t *counts = malloc(sizeof(size_t) * (size_t)p);
+    hcomm__block(count, p, me, &off, &len);
+    void *mine = malloc(len * es + 1);
+    hcomm_result_t res = HCOMM_OK;
+    if (!counts || !mine)
+        res = hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", len * es);
+    for (int r = 0; res == HCOMM_OK && r < p; r++)
+        hcomm__block(count, p, r, &off, &counts[r]);
+    if (res == HCOMM_OK)
+        res = hcomm__rsv_rh(x, send, mine, counts, dt, op);
+    if (res == HCOMM_OK && me != root)
+        res = hcomm__x_send(x, root, mine, len * es);
+    for (int r = 0; res == HCOMM_OK && me == root && r < p; r++) {
+        hcomm__block(count, p, r, &off, &len);
+        char *dst = (char *)recv + off * es;
+        if (r != root)
+            res = hcomm__x_recv(x, r, dst, len * es);
+        else if (len)
+            memcpy(dst, mine, len * es);
+    }
+    free(counts);
+    free(mine);
+    return res;
 }

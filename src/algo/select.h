@@ -1,6 +1,7 @@
-/* Which algorithm runs a collective: the size-based default, narrowed by HCOMM_ALGO (read once
- * per process, validated at hcomm_launch) or a communicator's own setting
- * (hcomm_comm_set_algo), which wins. Syntax, as NCCL_ALGO: entries separated by ';', each
+/* The vocabulary of selection: hcomm's algorithms and collectives, what each collective can
+ * run, and the sets that HCOMM_ALGO (read once per process, validated at hcomm_launch) or a
+ * communicator's own setting (hcomm_comm_set_algo, which wins) allow; the defaults themselves
+ * are rows of select_table.h. Syntax, as NCCL_ALGO: entries separated by ';', each
  * "[collective:][^]name[,name...]": the names allowed for that collective (every collective
  * when none is named), or with '^' the names excluded. Example: "allreduce:ring;allgather:^ring".
  * The chosen algorithm is part of the call's signature, so ranks that chose differently fail
@@ -69,9 +70,8 @@ hcomm_result_t hcomm__algo_env_validate(const char *fn);
 uint32_t hcomm__algo_mask(const hcomm__algo_set_t *over, int coll);
 /* True when algo may run coll: valid for it, and allowed by over (else HCOMM_ALGO). */
 bool hcomm__algo_allowed(const hcomm__algo_set_t *over, int coll, int algo);
-/* The algorithm for coll moving bytes over p ranks; shm: the transport has shared-memory
- * collectives. over (may be NULL) narrows the choice, else HCOMM_ALGO does. *why says which. */
-int hcomm__algo_choose(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,
-                       const char **why);
+/* The first algorithm of allowed (a bit per hcomm__algo_t) in the order that stands in for an
+ * excluded default (ring first, native last); -1 for none. */
+int hcomm__algo_preferred(uint32_t allowed);
 
 #endif /* HCOMM_C_ALGO_SELECT_H_ */

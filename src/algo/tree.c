@@ -1,9 +1,6 @@
-/* Rooted algorithms: binomial trees (broadcast, reduce, gather, scatter), the naive all_reduce
- * (the serial reduction in rank order on rank 0, then a broadcast), direct gather / scatter and
- * Rabenseifner's reduce. */
+/* Binomial trees (MPICH; Thakur et al. 2005, sections 4.1 and 4.5): broadcast, reduce, gather
+ * and scatter, in ranks relative to the root, ceil(log2 p) rounds. */
 #include "algo/algos.h"
-#include "algo/select.h"
-#include "algo/variants.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,60 +41,6 @@ hcomm_result_t hcomm__reduce_tree(const hcomm__xfer_t *x, void *buf, void *tmp, 
         }
     }
     return res;
-}
-
-/* Rank 0 reduces everyone's vector in rank order, one at a time (memory stays 2 vectors). */
-static hcomm_result_t naive_reduce(const hcomm__xfer_t *x, void *buf, size_t count,
-                                   hcomm_dtype_t dt, hcomm_op_t op) {
-    size_t bytes = count * hcomm__dtype_size(dt);
-    if (x->c->rank != 0)
-        return hcomm__x_send(x, 0, buf, bytes);
-    void *tmp = hcomm__x_scratch(x, bytes); /* kept: see ring.c */
-    if (!tmp)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", bytes);
-    hcomm_result_t res = HCOMM_OK;
-    for (int r = 1; r < x->c->size && res == HCOMM_OK; r++) {
-        res = hcomm__x_recv(x, r, tmp, bytes);
-        if (res == HCOMM_OK)
-            hcomm__reduce(buf, tmp, count, dt, op);
-    }
-    return res;
-}
-
-hcomm_result_t hcomm__ar_naive(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
-                               hcomm_op_t op) {
-    HCOMM__TRY(naive_reduce(x, buf, count, dt, op));
-    return hcomm__bc_tree(x, buf, count * hcomm__dtype_size(dt), 0);
-}
-
-hcomm_result_t hcomm__gather_direct(const hcomm__xfer_t *x, const void *send, void *recv,
-                                    size_t bytes, int root) {
-    int p = x->c->size;
-    if (x->c->rank != root)
-        return hcomm__x_send(x, root, send, bytes);
-    hcomm_result_t res = HCOMM_OK;
-    for (int r = 0; r < p && res == HCOMM_OK; r++)
-        if (r != root)
-            res = hcomm__x_recv(x, r, (char *)recv + (size_t)r * bytes, bytes);
-    return res;
-}
-
-hcomm_result_t hcomm__scatter_direct(const hcomm__xfer_t *x, const void *send, void *recv,
-                                     size_t bytes, int root) {
-    int p = x->c->size;
-    if (x->c->rank != root)
-        return hcomm__x_recv(x, root, recv, bytes);
-    hcomm__req_t **reqs = calloc((size_t)p, sizeof *reqs);
-    if (!reqs)
-        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %d requests", p);
-    hcomm_result_t res = HCOMM_OK;
-    for (int r = 0; r < p && res == HCOMM_OK; r++)
-        if (r != root)
-            res = hcomm__isend(x->c, HCOMM__CH_COLL, x->tag, r,
-                               (const char *)send + (size_t)r * bytes, bytes, &x->desc, &reqs[r]);
-    hcomm_result_t wres = hcomm__wait_all(reqs, p);
-    free(reqs);
-    return res != HCOMM_OK ? res : wres;
 }
 
 /* The blocks a rank holds in a binomial gather or scatter, in relative ranks: its own and its
@@ -170,37 +113,5 @@ hcomm_result_t hcomm__scatter_tree(const hcomm__xfer_t *x, const void *send, voi
     if (res == HCOMM_OK && bytes)
         memcpy(recv, tmp, bytes);
     free(tmp);
-    return res;
-}
-
-/* Rabenseifner's reduce (Rabenseifner 2004; Thakur et al. 2005, section 4.3): a reduce_scatter
- * by recursive halving leaves block r (hcomm__block) reduced on rank r, and the root gathers
- * the blocks: about 2 (p-1)/p of the vector per rank where the tree moves clg vectors. */
-hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
-                                 hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    int p = x->c->size, me = x->c->rank;
-    size_t es = hcomm__dtype_size(dt), off = 0, len = 0;
-    size_t *counts = malloc(sizeof(size_t) * (size_t)p);
-    hcomm__block(count, p, me, &off, &len);
-    void *mine = malloc(len * es + 1);
-    hcomm_result_t res = HCOMM_OK;
-    if (!counts || !mine)
-        res = hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", len * es);
-    for (int r = 0; res == HCOMM_OK && r < p; r++)
-        hcomm__block(count, p, r, &off, &counts[r]);
-    if (res == HCOMM_OK)
-        res = hcomm__rsv_run(x, HCOMM__ALGO_RHD, send, mine, counts, dt, op);
-    if (res == HCOMM_OK && me != root)
-        res = hcomm__x_send(x, root, mine, len * es);
-    for (int r = 0; res == HCOMM_OK && me == root && r < p; r++) {
-        hcomm__block(count, p, r, &off, &len);
-        char *dst = (char *)recv + off * es;
-        if (r != root)
-            res = hcomm__x_recv(x, r, dst, len * es);
-        else if (len)
-            memcpy(dst, mine, len * es);
-    }
-    free(counts);
-    free(mine);
     return res;
 }

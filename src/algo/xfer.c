@@ -1,13 +1,16 @@
-/* Block arithmetic and the p2p exchanges every algorithm uses. */
-#include "algo/algos.h"
+/* The exchanges every algorithm uses (xfer.h). */
+#include "algo/xfer.h"
 
 #include <stdio.h>
 #include <string.h>
 
-void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
-    size_t base = count / (size_t)p, rem = count % (size_t)p, rr = (size_t)r;
-    *off = rr * base + (rr < rem ? rr : rem);
-    *len = base + (rr < rem ? 1 : 0);
+void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
+    return hcomm__scratch(x->scratch, bytes);
+}
+
+void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t first_bytes, size_t second_bytes,
+                           void **first, void **second) {
+    *first = hcomm__scratch_two(x->scratch, first_bytes, second_bytes, second);
 }
 
 hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes) {

@@ -98,6 +98,10 @@ void hcomm__round_half(void *dst, float *acc, size_t n, hcomm_dtype_t dt, hcomm_
  * dst must not overlap. The stores become visible to other cores and processes only after
  * hcomm__stream_fence(), which must come before anything that tells them the data is there. */
 void hcomm__copy_stream(void *dst, const void *src, size_t bytes);
+/* From this many bytes per vector, results are worth streaming (hcomm__copy_stream,
+ * hcomm__reduce_stream): the output then leaves every cache, and its lines are not read from
+ * memory before they are written (docs/tuning.md: stream-min). */
+#define HCOMM__STREAM_MIN_BYTES ((size_t)64 << 20)
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 /* memcpy a piece at a time (pieces of a few hundred KiB): large copies by one core run faster
@@ -115,6 +119,10 @@ void hcomm__stream_fence(void);
  * calloc's 16-byte alignment let the local backend's per-rank structures, allocated one after
  * another by the launching thread, do so. */
 void *hcomm__calloc_lines(size_t n, size_t size);
+
+/* Block r of count elements over p ranks, the first count % p ranks holding one more:
+ * *off and *len in elements. */
+void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
 
 /* Monotonic clock in seconds. */
 double hcomm__now(void);

@@ -1,0 +1,309 @@
+/* The selection tables (select_table.h). The measurements behind each row are in
+ * docs/tuning.md under its id; a changed threshold changes one row here and one line of
+ * test/test_select.c. */
+#include "algo/select_table.h"
+
+#define K(n) ((size_t)(n) << 10)
+#define M(n) ((size_t)(n) << 20)
+#define ALL SIZE_MAX
+
+/* Shorthands for the rows: the transport class and the check mode. */
+#define MPI 0, HCOMM__HAS_POSTED   /* no posted checks: mpi */
+#define LOCAL HCOMM__HAS_POSTED, 0 /* posted checks: local */
+#define ANYWHERE 0, 0              /* either */
+#define MPI_CHECKED 0, HCOMM__HAS_POSTED | HCOMM__HAS_OFF
+#define MPI_OFF HCOMM__HAS_OFF, HCOMM__HAS_POSTED
+
+enum {
+    AR = HCOMM__COLL_ALLREDUCE,
+    AG = HCOMM__COLL_ALLGATHER,
+    RS = HCOMM__COLL_REDUCESCATTER,
+    BC = HCOMM__COLL_BROADCAST,
+    RE = HCOMM__COLL_REDUCE,
+    GA = HCOMM__COLL_GATHER,
+    SC = HCOMM__COLL_SCATTER,
+    AGV = HCOMM__COLL_ALLGATHERV,
+    RSV = HCOMM__COLL_REDUCESCATTERV,
+    A2A = HCOMM__COLL_ALLTOALLV,
+};
+
+enum {
+    NATIVE = HCOMM__ALGO_NATIVE,
+    RD = HCOMM__ALGO_RD,
+    RHD = HCOMM__ALGO_RHD,
+    TREE = HCOMM__ALGO_TREE,
+    DIRECT = HCOMM__ALGO_DIRECT,
+    TWOSHOT = HCOMM__ALGO_TWOSHOT,
+    BRUCK = HCOMM__ALGO_BRUCK,
+    PAIRWISE = HCOMM__ALGO_PAIRWISE,
+    SHM = HCOMM__ALGO_SHM,
+};
+
+#define TWO HCOMM__P2
+#define NOT2 HCOMM__P_NOT2
+#define ANY HCOMM__P_ANY
+
+/* The measured defaults. Local's native collectives read peers' buffers in place and win
+ * everywhere but the rooted calls; without posted checks (mpi) small calls run hcomm's own
+ * exchanges, which carry the signature in their messages, and larger ones the backend's call
+ * or direct reads of the peers' buffers (which fall back where peers cannot be read). */
+const hcomm__rule_t hcomm__defaults[] = {
+    /* id                  coll  where        ranks  from      to      algo */
+    {"ar.pair.rd", AR, MPI, TWO, 0, K(8) - 1, RD, false},
+    {"ar.rd", AR, MPI, NOT2, 0, HCOMM__RD_ALL_REDUCE_MAX, RD, false},
+    {"ar.native", AR, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+
+    {"ag.pair.rd", AG, MPI, TWO, 0, K(8) - 1, RD, false},
+    {"ag.pair.direct", AG, MPI, TWO, K(8), ALL, DIRECT, false},
+    {"ag.rd", AG, MPI, NOT2, 0, 2048, RD, false},
+    {"ag.direct", AG, MPI_CHECKED, NOT2, K(16), ALL, DIRECT, false},
+    {"ag.direct.off", AG, MPI_OFF, NOT2, K(128), ALL, DIRECT, false},
+    {"ag.native", AG, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+
+    {"rs.pair.rhd", RS, MPI, TWO, 0, K(8) - 1, RHD, false},
+    {"rs.pair.direct", RS, MPI, TWO, K(8), ALL, DIRECT, false},
+    {"rs.rd", RS, MPI, NOT2, 0, 2048, RD, false},
+    {"rs.direct", RS, MPI, NOT2, K(8), ALL, DIRECT, false},
+    {"rs.native", RS, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+
+    {"bc.pair.tree", BC, MPI, TWO, 0, K(8) - 1, TREE, false},
+    {"bc.pair.direct", BC, MPI, TWO, K(8), ALL, DIRECT, false},
+    {"bc.rd", BC, MPI_CHECKED, NOT2, 0, 1024, RD, false},
+    {"bc.direct", BC, MPI_CHECKED, NOT2, K(512), ALL, DIRECT, false},
+    {"bc.direct.off", BC, MPI_OFF, NOT2, K(128), ALL, DIRECT, false},
+    {"bc.native", BC, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+
+    {"reduce.direct", RE, MPI, ANY, K(4), ALL, DIRECT, false},
+    {"reduce.local.pair.direct", RE, LOCAL, TWO, K(4), ALL, DIRECT, false},
+    {"reduce.local.direct", RE, LOCAL, HCOMM__P1 | HCOMM__P3_4, K(64), ALL, DIRECT, false},
+    {"reduce.local.many.direct", RE, LOCAL, HCOMM__P_FROM5, K(256), ALL, DIRECT, false},
+    {"reduce.tree", RE, ANYWHERE, ANY, 0, ALL, TREE, false},
+
+    {"gather.native", GA, MPI, ANY, 0, ALL, NATIVE, false},
+    {"gather.local.direct", GA, LOCAL, ANY, 0, ALL, DIRECT, false},
+    {"scatter.native", SC, MPI, ANY, 0, ALL, NATIVE, false},
+    {"scatter.local.direct", SC, LOCAL, ANY, 0, ALL, DIRECT, false},
+
+    {"agv.native", AGV, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+    {"rsv.native", RSV, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+
+    {"a2a.local.native", A2A, LOCAL, ANY, 0, ALL, NATIVE, false},
+    {"a2a.bruck", A2A, MPI, HCOMM__P8_, 0, 512, BRUCK, false},
+    {"a2a.pair.pairwise", A2A, MPI, HCOMM__P_UPTO2, 0, 2048, PAIRWISE, false},
+    {"a2a.pairwise", A2A, MPI, HCOMM__P_FROM3, 0, K(8), PAIRWISE, false},
+    {"a2a.pair.direct", A2A, MPI, HCOMM__P_UPTO2, 0, ALL, DIRECT, false},
+    {"a2a.native", A2A, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+};
+const int hcomm__ndefaults = (int)(sizeof hcomm__defaults / sizeof hcomm__defaults[0]);
+
+#define BOARD HCOMM__HAS_SHM, 0
+#define BOARD_CHECKED HCOMM__HAS_SHM, HCOMM__HAS_OFF
+#define BOARD_OFF HCOMM__HAS_SHM | HCOMM__HAS_OFF, 0
+#define BOARD_READS HCOMM__HAS_BOARD | HCOMM__HAS_READS, 0
+
+/* Where the communicator can do more than the default assumes. shm through the board up to the
+ * sizes where its two copies per byte stop paying for the messages they save (its switches move
+ * with the placement of the processes: timed); above them, on a board, the calls whose data
+ * one rank reads from another's buffer run direct; twoshot all_reduce where peers' inputs can
+ * be read and reduced in place. */
+const hcomm__rule_t hcomm__upgrades[] = {
+    /* id                  coll  where          ranks  from  to       algo     timed */
+    {"ar.shm.pair", AR, BOARD_CHECKED, TWO, 0, K(8), SHM, true},
+    {"ar.shm.pair.off", AR, BOARD_OFF, TWO, 0, K(4), SHM, true},
+    {"ar.shm", AR, BOARD, NOT2, 0, K(32), SHM, true},
+    {"bc.shm.pair", BC, BOARD, TWO, 0, K(4), SHM, true},
+    {"bc.shm", BC, BOARD, NOT2, 0, K(64), SHM, true},
+    {"ag.shm.pair", AG, BOARD_CHECKED, TWO, 0, K(32), SHM, true},
+    {"ag.shm.pair.off", AG, BOARD_OFF, TWO, 0, K(16), SHM, true},
+    {"ag.shm", AG, BOARD, NOT2, 0, K(256), SHM, true},
+    {"rs.shm.pair", RS, BOARD, TWO, 0, K(16), SHM, true},
+    {"rs.shm", RS, BOARD, NOT2, 0, K(128), SHM, true},
+    {"rsv.shm.pair", RSV, BOARD, TWO, 0, K(16), SHM, true},
+    {"rsv.shm", RSV, BOARD, NOT2, 0, K(64), SHM, true},
+    {"reduce.shm.pair", RE, BOARD, TWO, 0, K(4), SHM, true},
+    {"reduce.shm", RE, BOARD, NOT2, 0, K(64), SHM, true},
+    {"gather.shm.pair", GA, BOARD, TWO, 0, K(1), SHM, true},
+    {"gather.shm", GA, BOARD, NOT2, 0, K(32), SHM, true},
+    {"scatter.shm.pair", SC, BOARD, TWO, 0, K(1), SHM, true},
+    {"scatter.shm", SC, BOARD, NOT2, 0, K(64), SHM, true},
+    {"agv.shm.pair", AGV, BOARD_CHECKED, TWO, 0, K(8), SHM, true},
+    {"agv.shm.pair.off", AGV, BOARD_OFF, TWO, 0, K(4), SHM, true},
+    {"agv.shm", AGV, BOARD, NOT2, 0, K(128), SHM, true},
+
+    {"bc.board.direct", BC, BOARD_READS, ANY, 0, ALL, DIRECT, false},
+    {"gather.board.direct", GA, BOARD_READS, ANY, 0, ALL, DIRECT, false},
+    {"scatter.board.direct", SC, BOARD_READS, ANY, 0, ALL, DIRECT, false},
+    {"agv.board.direct", AGV, BOARD_READS, ANY, 0, ALL, DIRECT, false},
+    {"rsv.board.direct", RSV, BOARD_READS, ANY, 0, ALL, DIRECT, false},
+
+    {"ar.twoshot.pair", AR, HCOMM__HAS_READS, HCOMM__HAS_POSTED, HCOMM__P_UPTO2, K(4), ALL, TWOSHOT,
+     false},
+    {"ar.twoshot", AR, HCOMM__HAS_READS, HCOMM__HAS_POSTED, HCOMM__P_FROM3, K(16), ALL, TWOSHOT,
+     false},
+    {"ar.local.twoshot", AR, HCOMM__HAS_POSTED | HCOMM__HAS_READS, 0, HCOMM__P_UPTO4, M(2), ALL,
+     TWOSHOT, false},
+    {"ar.local.twoshot.many", AR, HCOMM__HAS_POSTED | HCOMM__HAS_READS, 0, HCOMM__P_FROM5, M(4),
+     ALL, TWOSHOT, false},
+};
+const int hcomm__nupgrades = (int)(sizeof hcomm__upgrades / sizeof hcomm__upgrades[0]);
+
+static const char *const why_texts[] = {
+    [HCOMM__WHY_DEFAULT] = "default",
+    [HCOMM__WHY_COST] = "cost model",
+    [HCOMM__WHY_ENV] = "HCOMM_ALGO",
+    [HCOMM__WHY_SET_ALGO] = "hcomm_comm_set_algo",
+    [HCOMM__WHY_UPGRADE_SHM] = "default: small, on a board",
+    [HCOMM__WHY_UPGRADE_BOARD] = "default: on a board, above shm's sizes",
+    [HCOMM__WHY_NO_READS] = "needs every rank on one node with cross-memory reads",
+    [HCOMM__WHY_NO_BOARD] = "shm needs a board: every rank of the mpi backend on one node",
+    [HCOMM__WHY_NO_NATIVE] = "the transport has no native call for it",
+    [HCOMM__WHY_TIMED] = "timed near a switch",
+};
+
+const char *hcomm__why_text(hcomm__why_t why) {
+    return why_texts[why];
+}
+
+static unsigned rank_class(int p) {
+    return p <= 1   ? HCOMM__P1
+           : p == 2 ? HCOMM__P2
+           : p <= 4 ? HCOMM__P3_4
+           : p <= 7 ? HCOMM__P5_7
+                    : HCOMM__P8_;
+}
+
+/* True when row r applies to s, its size range aside. */
+static bool row_fits(const hcomm__rule_t *r, const hcomm__sel_t *s) {
+    return r->coll == s->coll && (s->has & r->need) == r->need && (s->has & r->deny) == 0 &&
+           (r->ranks & rank_class(s->p)) != 0;
+}
+
+static bool row_holds(const hcomm__rule_t *r, const hcomm__sel_t *s) {
+    return row_fits(r, s) && s->bytes >= r->lo && s->bytes <= r->hi;
+}
+
+int hcomm__select_default(const hcomm__sel_t *s, hcomm__why_t *why) {
+    int algo = NATIVE;
+    for (int i = 0; i < hcomm__ndefaults; i++)
+        if (row_holds(&hcomm__defaults[i], s)) {
+            algo = hcomm__defaults[i].algo;
+            break;
+        }
+    *why = HCOMM__WHY_DEFAULT;
+    const hcomm__algo_set_t *set = s->over ? s->over : hcomm__algo_env();
+    if (!set || (set->allowed[s->coll] & (1u << algo)))
+        return algo;
+    *why = s->over ? HCOMM__WHY_SET_ALGO : HCOMM__WHY_ENV;
+    int pick = hcomm__algo_preferred(set->allowed[s->coll]);
+    return pick >= 0 ? pick : algo;
+}
+
+int hcomm__select_upgrade(const hcomm__sel_t *s, int dflt, bool skip_shm, hcomm__why_t *why) {
+    for (int i = 0; i < hcomm__nupgrades; i++) {
+        const hcomm__rule_t *r = &hcomm__upgrades[i];
+        if ((skip_shm && r->algo == SHM) || !row_holds(r, s) ||
+            !hcomm__algo_allowed(s->over, s->coll, r->algo))
+            continue;
+        if (r->algo == SHM)
+            *why = HCOMM__WHY_UPGRADE_SHM;
+        else if (r->algo == DIRECT)
+            *why = HCOMM__WHY_UPGRADE_BOARD;
+        return r->algo;
+    }
+    return dflt;
+}
+
+const hcomm__rule_t *hcomm__select_timed(const hcomm__sel_t *s) {
+    for (int i = 0; i < hcomm__nupgrades; i++) {
+        const hcomm__rule_t *r = &hcomm__upgrades[i];
+        if (r->timed && row_fits(r, s))
+            return s->bytes >= r->hi / HCOMM__TUNED_BAND && s->bytes <= r->hi * HCOMM__TUNED_BAND
+                       ? r
+                       : NULL;
+    }
+    return NULL;
+}
+
+/* --- what runs where the choice cannot --- */
+
+/* twoshot and direct need every rank's memory readable; a default direct falls back to what the
+ * tables measured next (native; tree for reduce; rhd for 2 ranks' reduce_scatter), a forced
+ * one to ring (tree for the rooted calls). */
+static int without_reads(int coll, int p, bool dflt) {
+    if (coll == HCOMM__COLL_REDUCE)
+        return HCOMM__ALGO_TREE;
+    if (coll == HCOMM__COLL_BROADCAST)
+        return dflt ? HCOMM__ALGO_NATIVE : HCOMM__ALGO_TREE;
+    if (!dflt)
+        return HCOMM__ALGO_RING;
+    return coll == HCOMM__COLL_REDUCESCATTER && p == 2 ? HCOMM__ALGO_RHD : HCOMM__ALGO_NATIVE;
+}
+
+/* shm needs a board: what the transport does best without one. */
+static int without_board(const hcomm__sel_t *s) {
+    bool posted = s->has & HCOMM__HAS_POSTED;
+    if (s->coll == HCOMM__COLL_REDUCE)
+        return HCOMM__ALGO_TREE;
+    if (s->coll == HCOMM__COLL_GATHER || s->coll == HCOMM__COLL_SCATTER)
+        return HCOMM__ALGO_DIRECT;
+    if (posted)
+        return HCOMM__ALGO_NATIVE;
+    if (s->coll == HCOMM__COLL_ALLGATHERV || s->coll == HCOMM__COLL_REDUCESCATTERV)
+        return HCOMM__ALGO_RING;
+    if (s->coll == HCOMM__COLL_BROADCAST)
+        return HCOMM__ALGO_TREE;
+    return s->coll == HCOMM__COLL_ALLREDUCE && s->bytes <= HCOMM__RD_ALL_REDUCE_MAX
+               ? HCOMM__ALGO_RD
+               : HCOMM__ALGO_RING;
+}
+
+static bool reads_needed(int coll, int algo) {
+    if (algo == HCOMM__ALGO_TWOSHOT)
+        return true;
+    return algo == HCOMM__ALGO_DIRECT &&
+           (coll == HCOMM__COLL_ALLGATHER || coll == HCOMM__COLL_ALLGATHERV ||
+            coll == HCOMM__COLL_REDUCESCATTER || coll == HCOMM__COLL_REDUCESCATTERV ||
+            coll == HCOMM__COLL_BROADCAST || coll == HCOMM__COLL_REDUCE);
+}
+
+bool hcomm__select_needs_offers(int coll, int algo) {
+    return reads_needed(coll, algo) || algo == HCOMM__ALGO_SHM;
+}
+
+static int runnable(const hcomm__sel_t *s, int algo, hcomm__why_t *why) {
+    if (reads_needed(s->coll, algo) && !(s->has & HCOMM__HAS_READS)) {
+        int other = algo == HCOMM__ALGO_TWOSHOT
+                        ? HCOMM__ALGO_RING
+                        : without_reads(s->coll, s->p, *why == HCOMM__WHY_DEFAULT);
+        *why = HCOMM__WHY_NO_READS;
+        return other;
+    }
+    if (algo == HCOMM__ALGO_SHM && !(s->has & HCOMM__HAS_SHM)) {
+        *why = HCOMM__WHY_NO_BOARD;
+        return without_board(s);
+    }
+    return algo;
+}
+
+/* Near a timed row's bound, on a board where nothing forced either side, the choice is timed
+ * against the algorithm on the other side of it: shm and what runs above it. */
+static int timed_rival(const hcomm__sel_t *s, int pre, int algo) {
+    if (!hcomm__select_timed(s) || !hcomm__algo_allowed(s->over, s->coll, HCOMM__ALGO_SHM))
+        return -1;
+    hcomm__why_t unused;
+    int above = hcomm__select_upgrade(s, pre, true, &unused);
+    return algo == HCOMM__ALGO_SHM ? above : HCOMM__ALGO_SHM;
+}
+
+int hcomm__select(const hcomm__sel_t *s, int algo, hcomm__why_t *why, int *rival) {
+    *rival = -1;
+    if (algo < 0)
+        algo = hcomm__select_default(s, why);
+    algo = runnable(s, algo, why);
+    if (*why != HCOMM__WHY_DEFAULT)
+        return algo;
+    int pre = algo;
+    algo = hcomm__select_upgrade(s, pre, false, why);
+    *rival = timed_rival(s, pre, algo);
+    return algo;
+}
