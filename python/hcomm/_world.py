@@ -12,6 +12,15 @@ from ._lib import call, lib
 # live handles that keep a group, MoE routings and DP reducers, freed before their groups).
 _state = threading.local()
 _launching = threading.Lock()
+# hcomm.dp, which Group.all_reduce and Group.reducer call. It sets this itself when imported (the
+# package imports it with the others), so that this module imports none of the modules above it.
+_dp = None
+
+
+def register_dp(module):
+    """Called once by hcomm.dp with itself: the module Group's DP shortcuts forward to."""
+    global _dp
+    _dp = module
 
 
 class Group:
@@ -46,14 +55,12 @@ class Group:
         """Reduces `grads` in place over this group with hcomm_dp_all_reduce_grads (bucketed,
         one all_reduce per bucket) and returns them. `grads`: a tensor, a list of tensors, or
         torch parameters (their .grad is reduced; those without one are skipped)."""
-        from . import dp
-        return dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self)
+        return _dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self)
 
     def reducer(self, grads, op="avg", bucket_bytes=0):
         """A DDP-style hcomm.dp.Reducer over this group: buckets reduced during backward as
         their gradients are marked ready (see hcomm.dp.Reducer). Collective."""
-        from . import dp
-        return dp.Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=self)
+        return _dp.Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=self)
 
 
 def _rank_state():
@@ -88,6 +95,14 @@ def check_backend(backend):
                          f"{', '.join(_lib.BACKENDS)}")
 
 
+def destroy_all():
+    """End of a rank: frees its MoE handles, then its contexts (collective, in one order)."""
+    for r in list(getattr(_state, "routings", None) or ()):
+        r.free()
+    for ctx in reversed(list(getattr(_state, "contexts", None) or [])):
+        ctx.destroy()
+
+
 def _note(exc, rank, n):
     exc.rank = rank
     exc.add_note(f"hcomm.launch: raised on rank {rank} of {n}")
@@ -117,8 +132,7 @@ def launch(fn, nranks=None, args=(), backend=None):
         _state.routings = weakref.WeakSet()
         try:
             results[w.rank] = fn(*args)
-            from . import context
-            context.destroy_all()  # collective: every rank frees its contexts in one order
+            destroy_all()  # collective: every rank frees its contexts in one order
             return 0
         except BaseException as e:  # noqa: B036 -- a rank's failure must reach the caller
             errors[w.rank] = e

@@ -4,6 +4,7 @@ import ctypes
 
 from . import _lib, _world
 from ._lib import ParallelConfig, call, lib
+from ._world import destroy_all  # noqa: F401  (hcomm.context.destroy_all, as before)
 
 # hcomm_group_kind_t, in the C enum's order; the attribute names of a Context.
 KINDS = ("tp", "pp", "dp", "cp", "dp_cp", "tp_pp", "ep", "etp", "edp", "embedding")
@@ -103,14 +104,6 @@ def default_group(kind, group):
         return group
     ctx = current()
     return getattr(ctx, kind) if ctx is not None else _world.world()
-
-
-def destroy_all():
-    """End of a rank: frees its MoE handles, then its contexts (collective, in one order)."""
-    for r in list(getattr(_world._state, "routings", None) or ()):
-        r.free()
-    for ctx in reversed(list(getattr(_world._state, "contexts", None) or [])):
-        ctx.destroy()
 
 
 def plan(world, tp=1, pp=1, dp=None, cp=1, ep=1, etp=None, num_experts=0, order=None):

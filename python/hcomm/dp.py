@@ -2,6 +2,7 @@
 DDP-style reducer that overlaps it with the backward pass (hcomm_dp_reducer_*)."""
 import contextlib
 import ctypes
+import sys
 
 from . import _lib, _tensor, _world
 from ._lib import Tensor, call, lib
@@ -164,3 +165,7 @@ class Reducer:
 def reducer(grads, op="avg", bucket_bytes=0, group=None):
     """A Reducer over the DP group (default: the current context's)."""
     return Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=group)
+
+
+# Group.all_reduce and Group.reducer (hcomm._world, below this module) forward to this module.
+_world.register_dp(sys.modules[__name__])

@@ -3,8 +3,8 @@ torch.autograd.Functions whose forward and backward are each one C call, and two
 tensor-parallel layers built on them (Megatron-LM's ColumnParallelLinear/RowParallelLinear)."""
 import torch
 
-from . import moe as _moe
-from . import tp as _tp
+from . import _moe_calls as _moe
+from . import _tp_calls as _tp
 from .context import default_group
 
 
