@@ -1,12 +1,9 @@
 #include "core/env.h"
-#include "core/log.h"
-#include "core/topo_spec.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,24 +111,4 @@ const char *hcomm__strip(const char *s, size_t *len) {
     while (*len > 0 && isspace((unsigned char)s[*len - 1]))
         (*len)--;
     return s;
-}
-
-static _Atomic(hcomm__env_check_fn) upper_check;
-
-hcomm_result_t hcomm__env_validate(const char *fn) {
-    double t;
-    int mode;
-    bool det;
-    HCOMM__TRY(hcomm__env_timeout(fn, &t));
-    HCOMM__TRY(hcomm__env_check(fn, &mode));
-    HCOMM__TRY(hcomm__env_deterministic(fn, &det));
-    HCOMM__TRY(hcomm__log_init(fn));
-    HCOMM__TRY(hcomm__topo_spec_env_validate(fn));
-    HCOMM__TRY(hcomm__tuning_validate(fn));
-    hcomm__env_check_fn upper = atomic_load(&upper_check);
-    return upper ? upper(fn) : HCOMM_OK;
-}
-
-void hcomm__env_register_check(hcomm__env_check_fn check) {
-    atomic_store(&upper_check, check);
 }
