@@ -708,18 +708,10 @@ static size_t board_arrays(int p) {
     return sizeof(board_hdr_t) + 3 * sizeof(uint64_t) * (size_t)p;
 }
 
-/* With 2 processes a block read where it lies (hcomm-bench, 100 calls, shared / malloc'd
- * buffers) costs about the board's two copies at 8 KiB (2.2 / 2.6 us against 1.9 / 2.6) and
- * wins above (16 KiB 2.1 / 2.9 against 3.3 / 3.4; raw MPI_Alltoallv 4.4 / 3.6). With more,
- * the board's two copies per byte in further meetings lost to Open MPI's call (4 processes,
- * 256 KiB per rank: 125 us against 89; 2 MiB 1.1 ms against 0.8). malloc'd buffers with more
- * than 2 processes went to Open MPI's nonblocking call, on the fear that several peers' reads
- * of one private buffer crawl as a scatter's do (shm.c); the staggered reads (board_reads) do
- * not: 2 runs of 30 calls, 4 processes, HCOMM_CHECK=off, reads against that call (raw
- * MPI_Alltoallv in the same run): 128 KiB 29-33 us against 49-53 (33-36), 512 KiB 106-114
- * against 143-166 (116-126), 2 MiB 474-502 against 557-570 (503-545); 3 processes 256 KiB 37
- * against 57 (47-52); 8 processes 256 KiB 178 against 279 (195-199), 4 MiB 2.04 against 2.32
- * ms (1.94-2.10). */
+/* How the board's all_to_allv moves each rank's blocks: in the post where they fit (8 KiB
+ * with 2 processes, above which a block read where it lies wins), else read where they lie
+ * (staggered, so several peers do not read one buffer at once), else the backend's call
+ * (docs/tuning.md: a2a.board). */
 static int board_by(const hcomm__xfer_t *x, size_t total) {
     hcomm_comm_t *c = x->c;
     int p = c->size;

@@ -39,7 +39,7 @@ hcomm_result_t hcomm__a2a_bruck(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
 /* Needs transport.peer_read_ok on every rank. */
 hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
 hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v);
-/* The agreement before an all_to_allv (coll.c) sums every rank's HCOMM__A2A_AGREE terms:
+/* The agreement before an all_to_allv (alltoallv.c) sums every rank's HCOMM__A2A_AGREE terms:
  * [0] the 32-bit digests of each (sender, receiver, bytes) this rank sends minus those it
  * expects (the group's sum is 0 when every pair's counts agree; sums stay inside an int64 up
  * to 2^15 ranks); [1 + b] 1 for b the bit length of this rank's largest block. */

@@ -60,7 +60,7 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
 hcomm_result_t hcomm__reduce_rhd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root);
 
-/* --- tree.c: binomial trees (MPICH; Thakur et al. 2005, 4.1 and 4.5) --- */
+/* --- tree.c: binomial trees (MPICH; Thakur et al. 2005, section 4) --- */
 hcomm_result_t hcomm__bc_tree(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 /* reduce to root in place on buf (significant on root after the call); tmp holds count
  * elements received from a child. */

@@ -5,7 +5,7 @@
  * algorithms run at the pace of the slowest link in the group (each step waits for its slowest
  * transfer), hierarchical ones pay the inter-node class only for their inter-node phase. On a
  * declared ring a message between non-neighbours costs the mean hops (hop); the ring and chain
- * schemes only talk to neighbours. S is the bytes the call hands to choose() (coll.c): the
+ * schemes only talk to neighbours. S is the bytes the call is selected by (coll.c): the
  * whole vector (all_reduce, reduce, broadcast), the whole result (all_gather(v), gather) or
  * the whole input (reduce_scatter(v), scatter). p ranks, lg = floor(log2 p), clg = ceil. */
 #include "algo/cost.h"
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #define RING_SEGMENT ((double)(4u << 20))    /* ring.c's all_reduce segment */
-#define RD_PIECE 4096.0                      /* coll.c's recursive-doubling piece */
+#define RD_PIECE 4096.0                      /* rd.c's piece */
 #define CHAIN_SEGMENT ((double)(128u << 10)) /* bcast.c's chain segment */
 
 typedef struct model {
@@ -56,7 +56,7 @@ static double rd_ar(const model_t *m, double S) {
                      fold(m, sz));
 }
 
-/* naive (tree.c): every rank sends its vector to rank 0 at once, each on its own link (one
+/* naive (linear.c): every rank sends its vector to rank 0 at once, each on its own link (one
  * per rank, as the simulated machine has), so their link times overlap; rank 0 takes and
  * reduces the p - 1 vectors in turn (the copies out of the receives are not charged: they run
  * at memory speed, which the reductions' gamma dominates); then a binomial broadcast from rank 0,
@@ -135,7 +135,7 @@ static double rd_ag(const model_t *m, double S) {
     return m->hop * (m->lg * m->flat.alpha + (m->p - 1.0) / m->p * S * m->flat.beta);
 }
 
-/* direct (one node, twoshot.c): p - 1 address messages, reads of `read` bytes, a barrier.
+/* direct (one node, direct.c): p - 1 address messages, reads of `read` bytes, a barrier.
  * all_gather reads (p-1)/p of S, reduce_scatter as much (S/p from every rank, reduced), and
  * broadcast all of S. Like twoshot, no candidate beyond one node. */
 static double direct_reads(const model_t *m, double read) {
@@ -160,7 +160,7 @@ static double ring_rs(const model_t *m, double S) {
     return ring_ag(m, S) + f * S * m->gamma + S * m->in.beta;
 }
 
-/* Recursive halving (Thakur et al. 2005, 4.2; rh.c): lg steps among pof2 ranks exchanging
+/* Recursive halving (Thakur et al. 2005, 4.2; rhd.c): lg steps among pof2 ranks exchanging
  * S/2, S/4, ..., each reduced; an extra rank of a non-power-of-two group first hands its
  * whole vector to its neighbour, which reduces it, and gets its block back at the end. */
 static double rh_rs(const model_t *m, double S) {
@@ -170,7 +170,7 @@ static double rh_rs(const model_t *m, double S) {
     return m->hop * (m->lg * m->flat.alpha + f * S * m->flat.beta + extra) + f * S * m->gamma;
 }
 
-/* rd: an all_reduce of the whole vector (coll.c's rd_reduce_scatter), this rank's block kept. */
+/* rd: an all_reduce of the whole vector (rd.c's hcomm__rs_rd), this rank's block kept. */
 static double reduce_scatter(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_RING  ? ring_rs(m, S)
            : algo == HCOMM__ALGO_RHD ? rh_rs(m, S)
@@ -201,8 +201,8 @@ static double chain_bc(const model_t *m, double S) {
     return (m->p - 2.0 + k) * (m->flat.alpha + S / k * m->flat.beta);
 }
 
-/* rd: recursive doubling over the whole buffer, partners merging what they hold (coll.c's
- * rd_broadcast): rd all_reduce's messages without its reduction. */
+/* rd: recursive doubling over the whole buffer, partners merging what they hold (rd.c's
+ * hcomm__bc_rd): rd all_reduce's messages without its reduction. */
 static double broadcast(const model_t *m, int algo, double S) {
     return algo == HCOMM__ALGO_TREE                ? tree_bc(m, S)
            : algo == HCOMM__ALGO_RD                ? rd_ar(m, S) - m->lg * S * m->gamma
@@ -237,7 +237,7 @@ static double reduce(const model_t *m, int algo, double S) {
 
 /* gather and scatter (S: the root's whole buffer). Direct: the root exchanges S/p with each
  * rank in turn; binomial tree: clg rounds, (p-1)/p of S through the root (Thakur et al. 2005,
- * 4.1 and 4.5; Chan et al. 2007). */
+ * section 4; Chan et al. 2007). */
 static double rooted_move(const model_t *m, int algo, double S) {
     double f = (m->p - 1.0) / m->p;
     if (algo == HCOMM__ALGO_DIRECT)
@@ -370,7 +370,7 @@ static double transfer(const model_t *m, int coll, int algo, double S) {
     }
 }
 
-/* The signature agreement before the call (coll.c): a meeting in the posted slots on
+/* The signature agreement before the call (agree.c): a meeting in the posted slots on
  * shared-memory transports (none for their native path), else an empty recursive doubling
  * (HCOMM_CHECK=always); rd needs none, its first exchange is the check. */
 static double agreement(const model_t *m, int algo) {
@@ -389,10 +389,10 @@ static double agreement(const model_t *m, int algo) {
  * copies of every block; on uneven ones a node-local pairwise, the node's blocks through its
  * leader and one inter-node message of G * G blocks per node pair; the backend's own as
  * pairwise (Open MPI) or one shared-memory read per block. Bruck's and hier's messages have
- * sizes the receiver learns by a probe; above the eager limit (A2A_BUNDLE_MAX) they measured
- * several times slower than pairwise (simulated 2x4, 32 KiB blocks: 1.4-1.6x; 128 KiB: 7x),
- * so the model charges them A2A_BUNDLE_PENALTY times there (finite: a forced choice still has
- * an estimate, but they never win). hier on one node runs the pairwise exchange. */
+ * sizes the receiver learns by a probe; above the eager limit (A2A_BUNDLE_MAX) they ran several
+ * times slower than pairwise (docs/tuning.md: cost.a2a-bundle), so the model charges them
+ * A2A_BUNDLE_PENALTY times there (finite: a forced choice still has an estimate, but they
+ * never win). hier on one node runs the pairwise exchange. */
 #define A2A_BUNDLE_MAX 65536.0
 #define A2A_BUNDLE_PENALTY 8.0
 
@@ -441,11 +441,10 @@ static double estimate(const model_t *m, int coll, int algo, double S) {
 
 /* A message between ranks that share cores waits for its receiver to be scheduled, so with
  * more ranks than cores the intra-node latency a ping-pong measures (two ranks, the others
- * idle) grows with the oversubscription: on a simulated 2x4 (8 local threads on 2 cores,
- * calibrated intra 2.9 us) hier's 9 message rounds took 147 us at 1 KiB where the model said
- * 70. A simulated inter-node message waits for that turn too, after its link time, so both
- * classes get the same added wait. Only on the local backend, whose ranks all read the same
- * host, so every rank chooses alike. */
+ * idle) grows with the oversubscription (docs/tuning.md: cost.oversubscribed). A simulated
+ * inter-node message waits for that turn too, after its link time, so both classes get the
+ * same added wait. Only on the local backend, whose ranks all read the same host, so every
+ * rank chooses alike. */
 static double oversubscription(const model_t *m) {
     int cores = 1, numa = 1;
     if (!m->shm)
@@ -492,9 +491,7 @@ static void read_every(void) {
 /* Band b holds sizes in [2^(b-1), 2^b); it is judged at its lower bound, so the choice depends
  * only on what every rank of the call shares. The schemes' own steps (rd's 4 KiB pieces, the
  * ring's and chain's segments, a board room) fall on powers of two, as do most tensors' sizes:
- * judged at its bound, a band sees each step where it happens (at 1.5 times the bound, the
- * 4 KiB band charged rd two pieces, and a 4 KiB all_reduce on a simulated 2x2 took hier at
- * 1.4-1.5 times rd's time). */
+ * judged at its bound, a band sees each step where it happens (docs/tuning.md: cost.bands). */
 static int band_of(size_t bytes, double *rep) {
     int b = 0;
     while (b < HCOMM__CHOICE_BANDS - 1 && ((size_t)1 << b) <= bytes)

@@ -7,7 +7,7 @@
 
 /* The algorithm for coll moving bytes on c among allowed (NULL: every valid one), with its
  * estimate in *est_s; -1 when no model applies (a communicator on one node keeps the measured
- * defaults of select.c unless "mesh" or "ring" was declared) or nothing allowed has a finite
+ * defaults of select_table.c unless "mesh" or "ring" was declared) or nothing allowed has a finite
  * estimate. Every collective of select.h has a model for each algorithm valid for it (for
  * all_to_allv, bytes is the largest block of a pair), except where the algorithm cannot run:
  * twoshot and direct beyond one node, and the shared-memory native collectives on a simulated

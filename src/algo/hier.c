@@ -223,7 +223,7 @@ static size_t ar_scratch_bytes(size_t count, int L, size_t es, bool direct) {
 
 /* all_reduce of send into recv (may alias). Where the node's ranks can read each other (the
  * local backend, mpi on one host under a declared topology) the node phases are twoshot's
- * (twoshot.c): each lane's representative reduces its block straight from its node's inputs,
+ * (peer_reduce.c): each lane's representative reduces its block straight from its node's inputs,
  * and after the lane phase every rank copies the other blocks from their owners; one pass per
  * byte and phase instead of the ring's copy and reduction per step. Barriers keep every input
  * alive until its block is reduced (in place, a rank's gather overwrites what its node's

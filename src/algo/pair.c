@@ -4,7 +4,7 @@
  * other's signature before it writes anything: the agreement and the data travel in one message
  * each way, where an agreement and then the algorithm took two round trips, and Open MPI's
  * nonblocking collectives (the native path's, which stays abortable) about twice a blocking
- * call's time at small sizes. The same scheme as rd all_reduce on the lane (coll.c). */
+ * call's time at small sizes. The same scheme as rd all_reduce on the lane (rd.c). */
 #include "algo/algos.h"
 
 #include "core/internal.h"

@@ -1,11 +1,11 @@
-/* Rabenseifner's algorithms (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005), among the
- * largest power of two pof2 <= p ranks, the first 2*(p - pof2) ranks paired up first (each even
- * one hands its vector to the odd one after it and gets its result back at the end):
- *   all_reduce      (4.4) a reduce_scatter by recursive halving, then an all_gather by
+/* Rabenseifner's algorithms (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005, section 4),
+ * among the largest power of two pof2 <= p ranks, the first 2*(p - pof2) ranks paired up first
+ * (each even one hands its vector to the odd one after it and gets its result back at the end):
+ *   all_reduce      a reduce_scatter by recursive halving, then an all_gather by
  *                   recursive doubling; blocks are hcomm__block over pof2;
- *   reduce_scatterv (4.2) recursive halving alone, virtual rank v standing for the contiguous
+ *   reduce_scatterv recursive halving alone, virtual rank v standing for the contiguous
  *                   real blocks of itself and its folded partner;
- *   reduce          (4.3) that reduce_scatter, then the root gathers the blocks. */
+ *   reduce          that reduce_scatter, then the root gathers the blocks. */
 #include "algo/algos.h"
 
 #include <stdlib.h>

@@ -131,8 +131,8 @@ hcomm_result_t hcomm__rsv_ring(const hcomm__xfer_t *x, const void *send, void *r
     for (int r = 0; offs && r < p; r++)
         maxb = counts[r] > maxb ? counts[r] : maxb;
     /* The communicator's scratch, kept between calls: malloc maps anything from 32 MiB anew
-     * each call, and Open MPI's cross-memory attach crawls on memory mapped that recently (2
-     * processes, 32 MiB reduce_scatter: 117 ms against 6.7 ms with the scratch; 8 MiB: 1.6). */
+     * each call, and Open MPI's cross-memory attach crawls on memory mapped that recently
+     * (docs/tuning.md: scratch.kept). */
     void *pacc = NULL, *ptmp = NULL;
     if (offs)
         hcomm__x_scratch_pair(x, offs[p] * es, maxb * es, &pacc, &ptmp);

@@ -235,8 +235,8 @@ hcomm_result_t hcomm__bc_board_direct(const hcomm__xfer_t *x, void *buf, size_t 
 
 /* A scatter's private root buffer among more than two ranks, whose simultaneous cross-memory
  * reads of it crawl (as broadcast's, above): the backend's own scatter, which led the board's
- * pieces (4 processes, 512 KiB: 36 us against 60; 8 MiB 583 against 1036, raw MPI_Scatter 790),
- * or those pieces where it has none. The call was checked in the meeting before. */
+ * pieces (docs/tuning.md: shm.scatter-private), or those pieces where it has none. The call was
+ * checked in the meeting before. */
 static hcomm_result_t scatter_private(const hcomm__xfer_t *x, const void *send, void *recv,
                                       size_t bytes, int root) {
     hcomm_comm_t *c = x->c;
@@ -250,11 +250,8 @@ static hcomm_result_t scatter_private(const hcomm__xfer_t *x, const void *send, 
  * be read lie (every rank's input for a gather, the root's for a scatter), the readers copy
  * their blocks once (through the views on hcomm_mem_alloc buffers, else with cross-memory
  * attach), and a second meeting lets the ranks whose buffers were read return; every rank
- * decides from the posts, so alike. The root's own block is the caller's copy. hcomm-bench
- * --algo all, 40 calls, against raw MPI_Gather / MPI_Scatter on the same buffers (shared /
- * malloc'd): 2 processes, gather 128 KiB 4.1 / 7.7 us against 6.3 / 8.0, 8 MiB 618 / 761
- * against 745 / 798; scatter 128 KiB 4.8 / 7.5 against 7.8 / 7.4; 4 processes, gather 512 KiB
- * 23 / 37 against 44 / 40, scatter 2 MiB 91 against 157 (shared). */
+ * decides from the posts, so alike. The root's own block is the caller's copy
+ * (docs/tuning.md: shm.rooted-direct). */
 static hcomm_result_t rooted_board_direct(const hcomm__xfer_t *x, bool gather, const void *send,
                                           void *recv, size_t bytes, int root) {
     hcomm_comm_t *c = x->c;

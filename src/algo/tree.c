@@ -1,4 +1,4 @@
-/* Binomial trees (MPICH; Thakur et al. 2005, sections 4.1 and 4.5): broadcast, reduce, gather
+/* Binomial trees (MPICH; Thakur et al. 2005, section 4): broadcast, reduce, gather
  * and scatter, in ranks relative to the root, ceil(log2 p) rounds. */
 #include "algo/algos.h"
 

@@ -62,9 +62,9 @@ static int64_t median(int64_t *v, unsigned n) {
 }
 
 /* The slowest rank's median of each, in one board meeting after the call's own: a call ends
- * when its last rank does (summed, a rooted call's leaves that leave at once made shm look 4x
- * cheaper than a direct reduce whose leaves wait for the root). An early decision after one
- * run of each (at a 1.3x gap) went: a candidate's first calls of a size are its slowest. */
+ * when its last rank does (summed, a rooted call's leaves that leave at once made shm look far
+ * cheaper than a direct reduce whose leaves wait for the root). No decision is taken early: a
+ * candidate's first calls of a size are its slowest (docs/tuning.md: tune.probe). */
 static hcomm_result_t decide(hcomm_comm_t *c, uint32_t seq, const hcomm__posted_sig_t *sig,
                              hcomm__tune_entry_t *e) {
     int64_t mine[2] = {median(e->ns[0], e->n[0]), median(e->ns[1], e->n[1])}, all[2] = {0, 0};

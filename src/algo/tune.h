@@ -1,9 +1,8 @@
-/* Online choice between two algorithms near a measured switch (tune.c). On this 2-vCPU host
- * the same pair of processes runs in one of two placements for its whole life, and the
- * one-node algorithms trade places with it: 2 processes' 8 KiB all_reduce ran shm 1.7 us
- * against twoshot's 1.1-1.3 in one, 1.25 against 1.9-2.0 in the other, so any fixed switch
- * loses up to 1.5x in one of them. Near each switch a communicator therefore times both
- * candidates on its first calls of a size and keeps the faster, every rank alike. */
+/* Online choice between two algorithms near a measured switch (tune.c): on a host where the
+ * same processes keep one of several placements for their whole life, the one-node algorithms
+ * trade places with it, so any fixed switch loses in one of them (docs/tuning.md: tune.probe).
+ * Near each switch a communicator therefore times both candidates on its first calls of a size
+ * and keeps the faster, every rank alike. */
 #ifndef HCOMM_C_ALGO_TUNE_H_
 #define HCOMM_C_ALGO_TUNE_H_
 
@@ -11,10 +10,8 @@
 
 /* Calls per run of one candidate (the first of each run is not timed: it finds the buffers
  * as the other candidate left them), and runs, alternating: the probe of one size takes
- * HCOMM__TUNE_CALLS calls. The first run of each is not timed at all: a candidate's first
- * calls of a size ran up to 2.7x its later ones (2 processes, 8 KiB reduce_scatter: shm
- * 4.0-7.0 us against 1.5-3.8 later, while direct's were its usual 2.2-3.5), and deciding on
- * them kept the slower. */
+ * HCOMM__TUNE_CALLS calls. The first runs of each (HCOMM__TUNE_WARM_RUNS) are not timed at all:
+ * a candidate's first calls of a size run well above its later ones. */
 #define HCOMM__TUNE_RUN 3
 #define HCOMM__TUNE_RUNS 6
 #define HCOMM__TUNE_WARM_RUNS 2
