@@ -18,7 +18,7 @@
  * dispatch adds one all_gather of a count row per member (which also carries each member's
  * status: a member whose EP exchange failed fails its etp peers instead of leaving them
  * waiting) and one all_gatherv of the rows. */
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -22,7 +22,7 @@
  * between its two ranks (as on the flat path): summing a token's slots per node before the
  * inter-node link would change the order of the f32 sum that makes combine deterministic and
  * layout-independent. */
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
 #include "topo/topo.h"
 
@@ -264,7 +264,7 @@ static void pack_intra(const hcomm_moe_handle_t *h, const char *raw, const size_
 }
 
 hcomm_result_t hcomm__moe_hier_keep(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
-    int w = META_COUNTS + h->size * h->num_local;
+    int w = hcomm__moe_meta_width(h);
     h->relay_rows = calloc((size_t)h->size, sizeof *h->relay_rows);
     h->src_k = calloc((size_t)h->size, sizeof *h->src_k);
     h->ids = malloc(sizeof *h->ids * (size_t)(h->n * h->k + 1));

@@ -4,7 +4,7 @@
  * a dispatch + combine). A pool keeps up to POOL_SLOTS freed buffers and hands out the
  * smallest one that fits. Handles hold a reference, so a handle freed after its group still
  * returns its buffers safely. */
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
 #include <pthread.h>
 #include <string.h>
