@@ -98,6 +98,9 @@ void hcomm__round_half(void *dst, float *acc, size_t n, hcomm_dtype_t dt, hcomm_
  * dst must not overlap. The stores become visible to other cores and processes only after
  * hcomm__stream_fence(), which must come before anything that tells them the data is there. */
 void hcomm__copy_stream(void *dst, const void *src, size_t bytes);
+/* From this many bytes a copy or result whose destination is not read again soon is written
+ * with non-temporal stores (hcomm__copy_stream), as glibc's memcpy streams a copy of that size. */
+#define HCOMM__STREAM_MIN_BYTES ((size_t)64 << 20)
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 /* memcpy a piece at a time (pieces of a few hundred KiB): large copies by one core run faster

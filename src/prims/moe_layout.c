@@ -138,9 +138,8 @@ done:
 /* ---- moving rows: the permutation kernels ---- */
 
 /* One row. Rows of 2 KiB and more go in fixed 256-byte pieces, which the compiler turns into
- * vector moves: glibc's memcpy takes `rep movsb` from 2 KiB on, and on the AMD EPYC hosts we
- * measured that ran a permutation of 14 KiB rows at 6-38% of memcpy's bandwidth (GLIBC_TUNABLES
- * moving the threshold gave 188%). */
+ * vector moves: glibc's memcpy takes `rep movsb` from 2 KiB on, which ran row permutations at a
+ * fraction of memcpy's bandwidth on AMD EPYC hosts (docs/tuning.md: moe.copy-row). */
 static inline void copy_row(char *restrict dst, const char *restrict src, size_t rb) {
     size_t i = 0;
     if (rb >= 2048)
@@ -149,16 +148,13 @@ static inline void copy_row(char *restrict dst, const char *restrict src, size_t
     memcpy(dst + i, src + i, rb - i);
 }
 
-/* A permutation larger than this leaves the cache behind it: its rows are streamed (stores
- * that bypass the cache), as glibc's memcpy does for a copy of that size. With cached stores,
- * dispatch's 470 MB permutation (T=4096, k=8, H=7168 bf16) measured 49% of memcpy's bandwidth
- * on the same bytes, which took the streaming path. */
-#define STREAM_MIN_BYTES ((size_t)64 << 20)
-
-/* Rows of 1 KiB and more: a scatter writes rows in random order, and a row that does not fill
- * its cache lines leaves partial write-combining flushes at its ends, costly on short rows. */
+/* A permutation of HCOMM__STREAM_MIN_BYTES and more leaves the cache behind it: its rows are
+ * streamed (stores that bypass the cache), as glibc's memcpy does for a copy of that size
+ * (docs/tuning.md: moe.stream-rows). Rows of 1 KiB and more: a scatter writes rows in random
+ * order, and a row that does not fill its cache lines leaves partial write-combining flushes at
+ * its ends, costly on short rows. */
 static bool streams(const void *dst, size_t rb, int64_t n) {
-    return (size_t)n * rb >= STREAM_MIN_BYTES && rb >= 1024 && rb % 16 == 0 &&
+    return (size_t)n * rb >= HCOMM__STREAM_MIN_BYTES && rb >= 1024 && rb % 16 == 0 &&
            (uintptr_t)dst % 16 == 0;
 }
 
