@@ -5,6 +5,8 @@
 #include "prims/moe_common.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 hcomm_result_t hcomm__moe_check_ids(const char *fn, const int32_t *ids, int64_t n, int k,
@@ -160,4 +162,16 @@ hcomm_result_t hcomm__moe_check_peers(const char *fn, const hcomm_moe_handle_t *
                               hcomm__dtype_str(h->dtype), (long long)h->h);
     }
     return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__moe_mismatch(const char *fn, hcomm_result_t res, const char *fmt, ...) {
+    if (res != HCOMM_ERR_MISMATCH)
+        return res;
+    char detail[512], more[512];
+    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(more, sizeof more, fmt, ap);
+    va_end(ap);
+    return hcomm__err(res, fn, "%s%s", detail, more);
 }

@@ -415,29 +415,62 @@ done:
     return res;
 }
 
+/* Weight gradients need the y of a combine with the same width and dtype. */
+static hcomm_result_t check_y(const pass_t *ps, const hcomm_moe_handle_t *h) {
+    if (ps->grad_w == NULL || (h->y && h->y_h == ps->in->shape[1] && h->y_dtype == ps->in->dtype))
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_STATE, ps->fn,
+                      "grad_weights needs a hcomm_moe_combine_topk of %s [*, %lld] before",
+                      hcomm__dtype_str(ps->in->dtype), (long long)ps->in->shape[1]);
+}
+
+/* ---- the public passes: each top-1 call and its _topk form run one pass (topk: summing) ---- */
+
+/* expert_out [r_all, C] -> out [n, C]. */
+static hcomm_result_t combine(const char *fn, hcomm_moe_handle_t *handle,
+                              const hcomm_tensor_t *expert_out, hcomm_tensor_t *out, bool topk) {
+    pass_t ps = {fn, expert_out, out, 0, NULL, true};
+    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r_all : 0, "out",
+                                    handle ? handle->n : 0, -1, topk);
+    return run_pass(handle, &ps, chk, combine_body);
+}
+
+/* grad_out [n, C] -> grad_expert_out [r_all, C]; grad_weights [n, k] (top-k, may be NULL). */
+static hcomm_result_t combine_bwd(const char *fn, hcomm_moe_handle_t *handle,
+                                  const hcomm_tensor_t *grad_out, hcomm_tensor_t *grad_expert_out,
+                                  float *grad_weights, bool topk) {
+    pass_t ps = {fn, grad_out, grad_expert_out, 0, grad_weights};
+    hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
+                                    "grad_expert_out", handle ? handle->r_all : 0, -1, topk);
+    if (chk == HCOMM_OK)
+        chk = check_y(&ps, handle);
+    return run_pass(handle, &ps, chk, combine_bwd_body);
+}
+
+/* grad_recv [r_all, H] -> grad_tokens [n, H]. */
+static hcomm_result_t dispatch_bwd(const char *fn, hcomm_moe_handle_t *handle,
+                                   const hcomm_tensor_t *grad_recv, hcomm_tensor_t *grad_tokens,
+                                   bool topk) {
+    pass_t ps = {fn, grad_recv, grad_tokens, 0, NULL, true};
+    hcomm_result_t chk =
+        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
+                   handle ? handle->n : 0, handle ? handle->h : 0, topk);
+    return run_pass(handle, &ps, chk, dispatch_bwd_body);
+}
+
 hcomm_result_t hcomm_moe_combine(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
                                  hcomm_tensor_t *out) {
-    pass_t ps = {__func__, expert_out, out, 0, NULL, true};
-    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r_all : 0, "out",
-                                    handle ? handle->n : 0, -1, false);
-    return run_pass(handle, &ps, chk, combine_body);
+    return combine(__func__, handle, expert_out, out, false);
 }
 
 hcomm_result_t hcomm_moe_combine_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_out,
                                      hcomm_tensor_t *grad_expert_out) {
-    pass_t ps = {__func__, grad_out, grad_expert_out, 0, NULL};
-    hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
-                                    "grad_expert_out", handle ? handle->r_all : 0, -1, false);
-    return run_pass(handle, &ps, chk, combine_bwd_body);
+    return combine_bwd(__func__, handle, grad_out, grad_expert_out, NULL, false);
 }
 
 hcomm_result_t hcomm_moe_dispatch_bwd(hcomm_moe_handle_t *handle, const hcomm_tensor_t *grad_recv,
                                       hcomm_tensor_t *grad_tokens) {
-    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL, true};
-    hcomm_result_t chk =
-        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
-                   handle ? handle->n : 0, handle ? handle->h : 0, false);
-    return run_pass(handle, &ps, chk, dispatch_bwd_body);
+    return dispatch_bwd(__func__, handle, grad_recv, grad_tokens, false);
 }
 
 hcomm_result_t hcomm_moe_redispatch(hcomm_moe_handle_t *handle, const hcomm_tensor_t *tokens,
@@ -452,38 +485,17 @@ hcomm_result_t hcomm_moe_redispatch(hcomm_moe_handle_t *handle, const hcomm_tens
 
 hcomm_result_t hcomm_moe_combine_topk(hcomm_moe_handle_t *handle, const hcomm_tensor_t *expert_out,
                                       hcomm_tensor_t *out) {
-    pass_t ps = {__func__, expert_out, out, 0, NULL, true};
-    hcomm_result_t chk = check_pass(&ps, handle, "expert_out", handle ? handle->r_all : 0, "out",
-                                    handle ? handle->n : 0, -1, true);
-    return run_pass(handle, &ps, chk, combine_body);
+    return combine(__func__, handle, expert_out, out, true);
 }
 
 hcomm_result_t hcomm_moe_dispatch_topk_bwd(hcomm_moe_handle_t *handle,
                                            const hcomm_tensor_t *grad_recv,
                                            hcomm_tensor_t *grad_tokens) {
-    pass_t ps = {__func__, grad_recv, grad_tokens, 0, NULL, true};
-    hcomm_result_t chk =
-        check_pass(&ps, handle, "grad_recv", handle ? handle->r_all : 0, "grad_tokens",
-                   handle ? handle->n : 0, handle ? handle->h : 0, true);
-    return run_pass(handle, &ps, chk, dispatch_bwd_body);
-}
-
-/* Weight gradients need the y of a combine with the same width and dtype. */
-static hcomm_result_t check_y(const pass_t *ps, const hcomm_moe_handle_t *h) {
-    if (ps->grad_w == NULL || (h->y && h->y_h == ps->in->shape[1] && h->y_dtype == ps->in->dtype))
-        return HCOMM_OK;
-    return hcomm__err(HCOMM_ERR_STATE, ps->fn,
-                      "grad_weights needs a hcomm_moe_combine_topk of %s [*, %lld] before",
-                      hcomm__dtype_str(ps->in->dtype), (long long)ps->in->shape[1]);
+    return dispatch_bwd(__func__, handle, grad_recv, grad_tokens, true);
 }
 
 hcomm_result_t hcomm_moe_combine_topk_bwd(hcomm_moe_handle_t *handle,
                                           const hcomm_tensor_t *grad_out,
                                           hcomm_tensor_t *grad_expert_out, float *grad_weights) {
-    pass_t ps = {__func__, grad_out, grad_expert_out, 0, grad_weights};
-    hcomm_result_t chk = check_pass(&ps, handle, "grad_out", handle ? handle->n : 0,
-                                    "grad_expert_out", handle ? handle->r_all : 0, -1, true);
-    if (chk == HCOMM_OK)
-        chk = check_y(&ps, handle);
-    return run_pass(handle, &ps, chk, combine_bwd_body);
+    return combine_bwd(__func__, handle, grad_out, grad_expert_out, grad_weights, true);
 }

@@ -180,6 +180,11 @@ void hcomm__moe_fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int
 /* Fails if a peer failed its checks or disagrees on the rows (meta: one row from each peer). */
 hcomm_result_t hcomm__moe_check_peers(const char *fn, const hcomm_moe_handle_t *h,
                                       const int64_t *meta);
+/* A mismatch (res) that a collective of fn found names only that collective's byte counts: it
+ * becomes the last error's text followed by fmt (which group, what its ranks must share). Any
+ * other res is returned as it is. */
+hcomm_result_t hcomm__moe_mismatch(const char *fn, hcomm_result_t res, const char *fmt, ...)
+    HCOMM__PRINTF(3, 4);
 
 /* ---- layout and permutation (moe_layout.c) ---- */
 

@@ -5,7 +5,6 @@
 #include "prims/moe_common.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 /* Capacity mode: the per-expert capacity from the largest T of any rank (GShard's
@@ -136,14 +135,11 @@ static hcomm_result_t exchange_meta(const char *fn, hcomm_moe_handle_t *h, const
                                     int64_t *recv) {
     hcomm_result_t res = hcomm__coll_all_to_all_checked(
         h->group, send, recv, (size_t)hcomm__moe_meta_width(h) * sizeof(int64_t));
-    if (res != HCOMM_ERR_MISMATCH)
-        return res;
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
-    return hcomm__err(res, fn,
-                      "%s in the count exchange over ep_group, whose rows hold %d + num_experts "
-                      "int64: do the ranks pass the same num_experts (%d on rank %d)?",
-                      detail, META_COUNTS, h->size * h->num_local, h->group->rank);
+    return hcomm__moe_mismatch(fn, res,
+                               " in the count exchange over ep_group, whose rows hold %d + "
+                               "num_experts int64: do the ranks pass the same num_experts (%d on "
+                               "rank %d)?",
+                               META_COUNTS, h->size * h->num_local, h->group->rank);
 }
 
 /* Byte counts and offsets of the first token exchange: each peer's rows, then their headers
