@@ -12,7 +12,7 @@
  * T=4096 H=7168 K=8 E=256 EP=2,4 for the issue's figures. No timing is asserted. */
 #include "harness.h"
 
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
 #include <math.h>
 #include <time.h>

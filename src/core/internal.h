@@ -98,9 +98,10 @@ void hcomm__round_half(void *dst, float *acc, size_t n, hcomm_dtype_t dt, hcomm_
  * dst must not overlap. The stores become visible to other cores and processes only after
  * hcomm__stream_fence(), which must come before anything that tells them the data is there. */
 void hcomm__copy_stream(void *dst, const void *src, size_t bytes);
-/* From this many bytes per vector, results are worth streaming (hcomm__copy_stream,
- * hcomm__reduce_stream): the output then leaves every cache, and its lines are not read from
- * memory before they are written (docs/tuning.md: stream-min). */
+/* From this many bytes a copy or result whose destination is not read again soon is written
+ * with non-temporal stores (hcomm__copy_stream, hcomm__reduce_stream), as glibc's memcpy streams
+ * a copy of that size: no line of the output is read from memory before it is written
+ * (docs/tuning.md: stream-min). */
 #define HCOMM__STREAM_MIN_BYTES ((size_t)64 << 20)
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
@@ -123,6 +124,13 @@ void *hcomm__calloc_lines(size_t n, size_t size);
 /* Block r of count elements over p ranks, the first count % p ranks holding one more:
  * *off and *len in elements. */
 void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
+
+/* A layer's state on one communicator, created on first use: *slot, or, while it is NULL, a new
+ * object of size zeroed bytes from alloc (calloc or hcomm__calloc_lines), with *slot_free set to
+ * free_fn, which frees it with the communicator. NULL when out of memory (the next call tries
+ * again). slot and slot_free are the layer's entries of the communicator's layer tables. */
+void *hcomm__layer_state(void **slot, void (**slot_free)(void *), size_t size,
+                         void *(*alloc)(size_t, size_t), void (*free_fn)(void *));
 
 /* Monotonic clock in seconds. */
 double hcomm__now(void);

@@ -18,9 +18,8 @@
  * dispatch adds one all_gather of a count row per member (which also carries each member's
  * status: a member whose EP exchange failed fails its etp peers instead of leaving them
  * waiting) and one all_gatherv of the rows. */
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* The count row each member contributes to the dispatch's gather (its place in its EP group
@@ -38,14 +37,8 @@ hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h,
 /* A mismatch in a pass's step across etp_group names only that collective's count and the
  * ranks of etp_group: say which group and what the members must share. */
 static hcomm_result_t etp_mismatch(const char *fn, hcomm_result_t res) {
-    if (res != HCOMM_ERR_MISMATCH)
-        return res;
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", hcomm__err_detail(fn));
-    return hcomm__err(res, fn,
-                      "%s (ranks of etp_group: its members pass tensors of the same width and "
-                      "dtype)",
-                      detail);
+    return hcomm__moe_mismatch(
+        fn, res, " (ranks of etp_group: its members pass tensors of the same width and dtype)");
 }
 
 /* Member-major blocks of rb-byte rows, one block of etp_rows[i] rows per member. */

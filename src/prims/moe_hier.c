@@ -22,7 +22,7 @@
  * between its two ranks (as on the flat path): summing a token's slots per node before the
  * inter-node link would change the order of the f32 sum that makes combine deterministic and
  * layout-independent. */
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
 #include "topo/topo.h"
 
@@ -104,12 +104,16 @@ void hcomm__moe_hier_meta(hcomm_moe_handle_t *h, const int32_t *ids, int64_t *me
     free(rows);
 }
 
-/* Byte counts and offsets of the two exchanges, [4][size] each as exchange_rows' v. */
+/* One hierarchical exchange: byte counts and offsets of its two exchanges ([4][size] each:
+ * send counts, send offsets, receive counts, receive offsets), the relay's counts and the
+ * pooled buffers. */
 typedef struct plan2 {
     size_t rb; /* bytes of one token row (headers come on top) */
     size_t *v1, *v2;
     int64_t *cnt;   /* [node size][size] rows the relay forwards to each node member per source */
     int64_t *stamp; /* [size] */
+    int64_t *node_rows; /* [3 * nnodes]: rows to each node, then pack_inter's cursors */
+    char *sbuf1, *raw1, *sbuf2, *raw2; /* each exchange's send and receive buffers */
 } plan2_t;
 
 static size_t row_bytes(size_t rb, int64_t k) {
@@ -264,7 +268,7 @@ static void pack_intra(const hcomm_moe_handle_t *h, const char *raw, const size_
 }
 
 hcomm_result_t hcomm__moe_hier_keep(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
-    int w = META_COUNTS + h->size * h->num_local;
+    int w = hcomm__moe_meta_width(h);
     h->relay_rows = calloc((size_t)h->size, sizeof *h->relay_rows);
     h->src_k = calloc((size_t)h->size, sizeof *h->src_k);
     h->ids = malloc(sizeof *h->ids * (size_t)(h->n * h->k + 1));
@@ -277,66 +281,85 @@ hcomm_result_t hcomm__moe_hier_keep(const char *fn, hcomm_moe_handle_t *h, const
     return HCOMM_OK;
 }
 
+/* The exchange's counts (g: ranks of this node). */
+static hcomm_result_t plan2_alloc(const char *fn, const hcomm_moe_handle_t *h, int g, plan2_t *pl) {
+    int p = h->size;
+    pl->node_rows = calloc(3 * (size_t)h->nnodes, sizeof *pl->node_rows);
+    pl->v1 = malloc(4 * (size_t)p * sizeof *pl->v1);
+    pl->v2 = malloc(4 * (size_t)p * sizeof *pl->v2);
+    pl->cnt = calloc((size_t)g * (size_t)p, sizeof *pl->cnt);
+    pl->stamp = malloc(sizeof *pl->stamp * (size_t)(p > 2 * g ? p : 2 * g));
+    if (!pl->node_rows || !pl->v1 || !pl->v2 || !pl->cnt || !pl->stamp)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the relay counts");
+    return HCOMM_OK;
+}
+
+static void plan2_free(const hcomm_moe_handle_t *h, plan2_t *pl) {
+    free(pl->node_rows);
+    free(pl->v1);
+    free(pl->v2);
+    free(pl->cnt);
+    free(pl->stamp);
+    hcomm__moe_pool_put(h->pool, pl->sbuf1);
+    hcomm__moe_pool_put(h->pool, pl->raw1);
+    hcomm__moe_pool_put(h->pool, pl->sbuf2);
+    hcomm__moe_pool_put(h->pool, pl->raw2);
+}
+
+/* Exchange 1: each token with a kept slot on a node goes to this rank's relay there, once. */
+static hcomm_result_t move_inter(const char *fn, const hcomm_moe_handle_t *h, const void *tokens,
+                                 const int32_t *ids, plan2_t *pl) {
+    int p = h->size, nn = h->nnodes;
+    size_t *v = pl->v1;
+    count_node_rows(h, ids, pl->node_rows, pl->node_rows + nn);
+    size_inter(h, pl->node_rows, pl->rb, v);
+    HCOMM__TRY(hcomm__moe_pool_get(h->pool, fn, v[2 * p - 1] + v[p - 1], (void **)&pl->sbuf1));
+    HCOMM__TRY(hcomm__moe_pool_get(h->pool, fn, v[4 * p - 1] + v[3 * p - 1], (void **)&pl->raw1));
+    pack_inter(h, tokens, ids, v, pl->node_rows, pl->node_rows + nn, pl->rb, pl->sbuf1);
+    /* The count exchange proved that every rank is in this dispatch with these counts. */
+    return hcomm__coll_all_to_allv_agreed(h->group, pl->sbuf1, v, v + p, pl->raw1, v + 2 * p,
+                                          v + 3 * p);
+}
+
+/* Exchange 2's sizes and send buffer from the rows this relay received in exchange 1 (g: ranks
+ * of this node); roff[s]: where source s's block will land. */
+static hcomm_result_t pack_relayed(const char *fn, const hcomm_moe_handle_t *h, int g, plan2_t *pl,
+                                   size_t *roff) {
+    int p = h->size;
+    HCOMM__TRY(count_intra(fn, h, pl->raw1, pl->v1, pl));
+    size_t *roff1 = malloc((size_t)(p + g) * sizeof *roff1); /* and g block cursors */
+    if (roff1 == NULL)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the relay counts");
+    memcpy(roff1, pl->v1 + 3 * p, (size_t)p * sizeof *roff1);
+    size_intra(h, pl, roff);
+    size_t *v = pl->v2;
+    hcomm_result_t res =
+        hcomm__moe_pool_get(h->pool, fn, v[2 * p - 1] + v[p - 1], (void **)&pl->sbuf2);
+    if (res == HCOMM_OK)
+        res = hcomm__moe_pool_get(h->pool, fn, v[4 * p - 1] + v[3 * p - 1], (void **)&pl->raw2);
+    if (res == HCOMM_OK)
+        pack_intra(h, pl->raw1, roff1, pl, roff1 + p, pl->sbuf2);
+    free(roff1);
+    return res;
+}
+
 hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const void *tokens,
                                     const int32_t *ids, size_t rb, size_t *roff,
                                     hcomm__moe_sink_t sink, void *arg) {
     const hcomm__topo_t *t = h->topo;
-    int p = h->size, nn = h->nnodes;
-    int g = t->node_off[t->node[h->group->rank] + 1] - t->node_off[t->node[h->group->rank]];
+    int p = h->size, mine = t->node[h->group->rank];
+    int g = t->node_off[mine + 1] - t->node_off[mine];
     plan2_t pl = {.rb = rb};
-    int64_t *node_rows = calloc(3 * (size_t)nn, sizeof *node_rows);
-    char *sbuf = NULL, *raw1 = NULL, *sbuf2 = NULL, *raw2 = NULL;
-    hcomm_result_t res = HCOMM_OK;
-    pl.v1 = malloc(4 * (size_t)p * sizeof *pl.v1);
-    pl.v2 = malloc(4 * (size_t)p * sizeof *pl.v2);
-    pl.cnt = calloc((size_t)g * (size_t)p, sizeof *pl.cnt);
-    pl.stamp = malloc(sizeof *pl.stamp * (size_t)(p > 2 * g ? p : 2 * g));
-    if (!node_rows || !pl.v1 || !pl.v2 || !pl.cnt || !pl.stamp) {
-        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the relay counts");
-        goto done;
-    }
-    count_node_rows(h, ids, node_rows, node_rows + nn);
-    size_inter(h, node_rows, rb, pl.v1);
-    HCOMM__TRY_GOTO(
-        hcomm__moe_pool_get(h->pool, fn, pl.v1[2 * p - 1] + pl.v1[p - 1], (void **)&sbuf), res,
-        done);
-    HCOMM__TRY_GOTO(
-        hcomm__moe_pool_get(h->pool, fn, pl.v1[4 * p - 1] + pl.v1[3 * p - 1], (void **)&raw1), res,
-        done);
-    pack_inter(h, tokens, ids, pl.v1, node_rows, node_rows + nn, rb, sbuf);
-    /* The count exchange proved that every rank is in this dispatch with these counts. */
-    HCOMM__TRY_GOTO(hcomm__coll_all_to_allv_agreed(h->group, sbuf, pl.v1, pl.v1 + p, raw1,
-                                                   pl.v1 + 2 * p, pl.v1 + 3 * p),
-                    res, done);
-    HCOMM__TRY_GOTO(count_intra(fn, h, raw1, pl.v1, &pl), res, done);
-    size_t *roff1 = malloc((size_t)(p + g) * sizeof *roff1); /* and g block cursors */
-    if (roff1 == NULL) {
-        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for the relay counts");
-        goto done;
-    }
-    memcpy(roff1, pl.v1 + 3 * p, (size_t)p * sizeof *roff1);
-    size_intra(h, &pl, roff);
-    res = hcomm__moe_pool_get(h->pool, fn, pl.v2[2 * p - 1] + pl.v2[p - 1], (void **)&sbuf2);
+    hcomm_result_t res = plan2_alloc(fn, h, g, &pl);
     if (res == HCOMM_OK)
-        res = hcomm__moe_pool_get(h->pool, fn, pl.v2[4 * p - 1] + pl.v2[3 * p - 1], (void **)&raw2);
+        res = move_inter(fn, h, tokens, ids, &pl);
     if (res == HCOMM_OK)
-        pack_intra(h, raw1, roff1, &pl, roff1 + p, sbuf2);
-    free(roff1);
-    if (res != HCOMM_OK)
-        goto done;
-    HCOMM__TRY_GOTO(hcomm__coll_all_to_allv_agreed(h->group, sbuf2, pl.v2, pl.v2 + p, raw2,
-                                                   pl.v2 + 2 * p, pl.v2 + 3 * p),
-                    res, done);
-    res = sink(fn, h, raw2, roff, rb, arg);
-done:
-    free(node_rows);
-    free(pl.v1);
-    free(pl.v2);
-    free(pl.cnt);
-    free(pl.stamp);
-    hcomm__moe_pool_put(h->pool, sbuf);
-    hcomm__moe_pool_put(h->pool, raw1);
-    hcomm__moe_pool_put(h->pool, sbuf2);
-    hcomm__moe_pool_put(h->pool, raw2);
+        res = pack_relayed(fn, h, g, &pl, roff);
+    if (res == HCOMM_OK) /* exchange 2: each relay fans the rows out over its node */
+        res = hcomm__coll_all_to_allv_agreed(h->group, pl.sbuf2, pl.v2, pl.v2 + p, pl.raw2,
+                                             pl.v2 + 2 * p, pl.v2 + 3 * p);
+    if (res == HCOMM_OK)
+        res = sink(fn, h, pl.raw2, roff, rb, arg);
+    plan2_free(h, &pl);
     return res;
 }

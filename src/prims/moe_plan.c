@@ -1,7 +1,7 @@
 /* Preallocated MoE dispatch: a plan fixes max_tokens_per_rank, H, k, E, the dtype and the
  * capacity options once, checked on every rank with one all_gather, and owns the worst-case
- * receive buffer and the handle its dispatches reuse (the dispatch itself is moe.c's). */
-#include "prims/moe_internal.h"
+ * receive buffer and the handle its dispatches reuse (the dispatch itself is moe_dispatch.c's). */
+#include "prims/moe_common.h"
 
 #include <math.h>
 #include <stdio.h>

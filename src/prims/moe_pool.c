@@ -1,10 +1,10 @@
 /* Scratch buffers of MoE dispatch and combine, kept per EP group and reused across calls.
  * Large buffers that are malloc'ed and freed per call come from fresh mmap'ed pages each time,
- * and zeroing those pages in the kernel cost more than moving the rows (measured: a third of
- * a dispatch + combine). A pool keeps up to POOL_SLOTS freed buffers and hands out the
- * smallest one that fits. Handles hold a reference, so a handle freed after its group still
- * returns its buffers safely. */
-#include "prims/moe_internal.h"
+ * and zeroing those pages in the kernel cost more than moving the rows (docs/tuning.md:
+ * moe.scratch-pool). A pool keeps up to POOL_SLOTS freed buffers and hands out the smallest one
+ * that fits. Handles hold a reference, so a handle freed after its group still returns its
+ * buffers safely. */
+#include "prims/moe_common.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -34,11 +34,8 @@ static void pp_state_free(void *p) {
 }
 
 static pp_state_t *state_of(hcomm_comm_t *g) {
-    if (!g->layer[HCOMM__LAYER_PRIMS]) {
-        g->layer[HCOMM__LAYER_PRIMS] = calloc(1, sizeof(pp_state_t));
-        g->layer_free[HCOMM__LAYER_PRIMS] = pp_state_free;
-    }
-    return g->layer[HCOMM__LAYER_PRIMS];
+    return hcomm__layer_state(&g->layer[HCOMM__LAYER_PRIMS], &g->layer_free[HCOMM__LAYER_PRIMS],
+                              sizeof(pp_state_t), calloc, pp_state_free);
 }
 
 static hcomm__env_t desc_of(const hcomm_tensor_t *t) {

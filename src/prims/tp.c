@@ -162,29 +162,29 @@ static hcomm_result_t tp_reduce_scatter_body(const tp_call_t *c, hcomm_comm_t *g
     return res;
 }
 
-static hcomm_result_t tp_all_reduce(const tp_call_t *c, hcomm_comm_t *group,
-                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, hcomm_op_t op) {
-    if (group == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
-    hcomm__enter(group, c->fn);
-    return hcomm__leave(group, tp_all_reduce_body(c, group, in, out, op));
+/* The three collectives, as data: one function runs any of them now, one on the worker. */
+typedef enum { TP_ALL_REDUCE, TP_ALL_GATHER, TP_REDUCE_SCATTER } tp_coll_t;
+
+/* The collective kind's body (dim and op where it has them). */
+static hcomm_result_t tp_body(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                              hcomm_tensor_t *out, tp_coll_t kind, int dim, hcomm_op_t op) {
+    switch (kind) {
+    case TP_ALL_REDUCE:
+        return tp_all_reduce_body(c, group, in, out, op);
+    case TP_ALL_GATHER:
+        return tp_all_gather_body(c, group, in, out, dim);
+    default:
+        return tp_reduce_scatter_body(c, group, in, out, dim, op);
+    }
 }
 
-static hcomm_result_t tp_all_gather(const tp_call_t *c, hcomm_comm_t *group,
-                                    const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
+/* Runs a collective now, as the call c->fn on group. */
+static hcomm_result_t tp_coll(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                              hcomm_tensor_t *out, tp_coll_t kind, int dim, hcomm_op_t op) {
     if (group == NULL)
         return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
     hcomm__enter(group, c->fn);
-    return hcomm__leave(group, tp_all_gather_body(c, group, in, out, dim));
-}
-
-static hcomm_result_t tp_reduce_scatter(const tp_call_t *c, hcomm_comm_t *group,
-                                        const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim,
-                                        hcomm_op_t op) {
-    if (group == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, c->fn, "argument 'group' is NULL");
-    hcomm__enter(group, c->fn);
-    return hcomm__leave(group, tp_reduce_scatter_body(c, group, in, out, dim, op));
+    return hcomm__leave(group, tp_body(c, group, in, out, kind, dim, op));
 }
 
 static hcomm_result_t tp_split(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
@@ -216,95 +216,72 @@ static hcomm_result_t tp_identity(const tp_call_t *c, hcomm_comm_t *group, const
     return HCOMM_OK;
 }
 
-hcomm_result_t hcomm_tp_all_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
-                                   hcomm_tensor_t *out, hcomm_op_t op) {
-    return tp_all_reduce(TP_CALL("in", "out"), group, in, out, op);
+/* The region mappings' collectives: all_reduce(sum), and all_gather along dim. */
+static hcomm_result_t tp_sum(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                             hcomm_tensor_t *out) {
+    return tp_coll(c, group, in, out, TP_ALL_REDUCE, 0, HCOMM_SUM);
 }
 
-hcomm_result_t hcomm_tp_all_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
-                                   hcomm_tensor_t *out, int dim) {
-    return tp_all_gather(TP_CALL("in", "out"), group, in, out, dim);
+static hcomm_result_t tp_gather(const tp_call_t *c, hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                hcomm_tensor_t *out, int dim) {
+    return tp_coll(c, group, in, out, TP_ALL_GATHER, dim, HCOMM_SUM);
+}
+
+/* --- the public calls: each runs one of the calls above under its own name, naming its tensors
+ * as its signature does (the parameter names are the names in the messages) --- */
+
+/* name(group, in, out) and name(group, in, out, dim) run body. */
+#define TP_ENTRY(name, body, in, out)                                                              \
+    hcomm_result_t name(hcomm_comm_t *group, const hcomm_tensor_t *in, hcomm_tensor_t *out) {      \
+        return body(TP_CALL(#in, #out), group, in, out);                                           \
+    }
+#define TP_ENTRY_DIM(name, body, in, out)                                                          \
+    hcomm_result_t name(hcomm_comm_t *group, const hcomm_tensor_t *in, hcomm_tensor_t *out,        \
+                        int dim) {                                                                 \
+        return body(TP_CALL(#in, #out), group, in, out, dim);                                      \
+    }
+
+hcomm_result_t hcomm_tp_all_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                   hcomm_tensor_t *out, hcomm_op_t op) {
+    return tp_coll(TP_CALL("in", "out"), group, in, out, TP_ALL_REDUCE, 0, op);
 }
 
 hcomm_result_t hcomm_tp_reduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                        hcomm_tensor_t *out, int dim, hcomm_op_t op) {
-    return tp_reduce_scatter(TP_CALL("in", "out"), group, in, out, dim, op);
+    return tp_coll(TP_CALL("in", "out"), group, in, out, TP_REDUCE_SCATTER, dim, op);
 }
 
-hcomm_result_t hcomm_tp_split(hcomm_comm_t *group, const hcomm_tensor_t *in, hcomm_tensor_t *out,
-                              int dim) {
-    return tp_split(TP_CALL("in", "out"), group, in, out, dim);
-}
+TP_ENTRY_DIM(hcomm_tp_all_gather, tp_gather, in, out)
+TP_ENTRY_DIM(hcomm_tp_split, tp_split, in, out)
 
-/* --- region mappings: forward and backward side by side --- */
-
-hcomm_result_t hcomm_tp_copy_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
-                                    hcomm_tensor_t *out) {
-    return tp_identity(TP_CALL("in", "out"), group, in, out);
-}
-
-hcomm_result_t hcomm_tp_copy_to_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
-                                    hcomm_tensor_t *grad_in) {
-    return tp_all_reduce(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, HCOMM_SUM);
-}
-
-hcomm_result_t hcomm_tp_reduce_from_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
-                                        hcomm_tensor_t *out) {
-    return tp_all_reduce(TP_CALL("in", "out"), group, in, out, HCOMM_SUM);
-}
-
-hcomm_result_t hcomm_tp_reduce_from_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
-                                        hcomm_tensor_t *grad_in) {
-    return tp_identity(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in);
-}
-
-hcomm_result_t hcomm_tp_scatter_to_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
-                                       hcomm_tensor_t *out, int dim) {
-    return tp_split(TP_CALL("in", "out"), group, in, out, dim);
-}
-
-hcomm_result_t hcomm_tp_scatter_to_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
-                                       hcomm_tensor_t *grad_in, int dim) {
-    return tp_all_gather(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, dim);
-}
-
-hcomm_result_t hcomm_tp_gather_from_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
-                                        hcomm_tensor_t *out, int dim) {
-    return tp_all_gather(TP_CALL("in", "out"), group, in, out, dim);
-}
-
-hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group, const hcomm_tensor_t *grad_out,
-                                        hcomm_tensor_t *grad_in, int dim) {
-    return tp_split(TP_CALL("grad_out", "grad_in"), group, grad_out, grad_in, dim);
-}
+/* Region mappings (Megatron's mappings.py), forward and backward side by side. */
+TP_ENTRY(hcomm_tp_copy_to_fwd, tp_identity, in, out)
+TP_ENTRY(hcomm_tp_copy_to_bwd, tp_sum, grad_out, grad_in)
+TP_ENTRY(hcomm_tp_reduce_from_fwd, tp_sum, in, out)
+TP_ENTRY(hcomm_tp_reduce_from_bwd, tp_identity, grad_out, grad_in)
+TP_ENTRY_DIM(hcomm_tp_scatter_to_fwd, tp_split, in, out)
+TP_ENTRY_DIM(hcomm_tp_scatter_to_bwd, tp_gather, grad_out, grad_in)
+TP_ENTRY_DIM(hcomm_tp_gather_from_fwd, tp_gather, in, out)
+TP_ENTRY_DIM(hcomm_tp_gather_from_bwd, tp_split, grad_out, grad_in)
 
 /* --- nonblocking forms: the whole body (checks, permutation) runs on the group's worker --- */
 
 typedef struct tp_icall {
     tp_call_t call;
     hcomm_tensor_t in, out;
+    tp_coll_t kind;
     int dim;
     hcomm_op_t op;
 } tp_icall_t;
 
-static hcomm_result_t run_iall_reduce(hcomm_comm_t *g, void *p) {
+static hcomm_result_t run_icall(hcomm_comm_t *g, void *p) {
     tp_icall_t *a = p;
-    return tp_all_reduce_body(&a->call, g, &a->in, &a->out, a->op);
-}
-
-static hcomm_result_t run_iall_gather(hcomm_comm_t *g, void *p) {
-    tp_icall_t *a = p;
-    return tp_all_gather_body(&a->call, g, &a->in, &a->out, a->dim);
-}
-
-static hcomm_result_t run_ireduce_scatter(hcomm_comm_t *g, void *p) {
-    tp_icall_t *a = p;
-    return tp_reduce_scatter_body(&a->call, g, &a->in, &a->out, a->dim, a->op);
+    return tp_body(&a->call, g, &a->in, &a->out, a->kind, a->dim, a->op);
 }
 
 /* Copies the descriptors (the caller's may go away; the data must not) and queues the body. */
 static hcomm_result_t tp_issue(const char *fn, hcomm_comm_t *group, const hcomm_tensor_t *in,
-                               hcomm_tensor_t *out, int dim, hcomm_op_t op, hcomm__icall_fn_t run,
+                               hcomm_tensor_t *out, tp_coll_t kind, int dim, hcomm_op_t op,
                                hcomm_request_t **req) {
     if (req == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'req' is NULL");
@@ -314,23 +291,24 @@ static hcomm_result_t tp_issue(const char *fn, hcomm_comm_t *group, const hcomm_
                           group == NULL ? "group"
                           : in == NULL  ? "in"
                                         : "out");
-    tp_icall_t a = {.call = {fn, "in", "out"}, .in = *in, .out = *out, .dim = dim, .op = op};
+    tp_icall_t a = {
+        .call = {fn, "in", "out"}, .in = *in, .out = *out, .kind = kind, .dim = dim, .op = op};
     hcomm__enter(group, fn);
-    return hcomm__leave(group, hcomm__icall(group, run, &a, sizeof a, req));
+    return hcomm__leave(group, hcomm__icall(group, run_icall, &a, sizeof a, req));
 }
 
 hcomm_result_t hcomm_tp_iall_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                     hcomm_tensor_t *out, hcomm_op_t op, hcomm_request_t **req) {
-    return tp_issue(__func__, group, in, out, 0, op, run_iall_reduce, req);
+    return tp_issue(__func__, group, in, out, TP_ALL_REDUCE, 0, op, req);
 }
 
 hcomm_result_t hcomm_tp_iall_gather(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                     hcomm_tensor_t *out, int dim, hcomm_request_t **req) {
-    return tp_issue(__func__, group, in, out, dim, HCOMM_SUM, run_iall_gather, req);
+    return tp_issue(__func__, group, in, out, TP_ALL_GATHER, dim, HCOMM_SUM, req);
 }
 
 hcomm_result_t hcomm_tp_ireduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                         hcomm_tensor_t *out, int dim, hcomm_op_t op,
                                         hcomm_request_t **req) {
-    return tp_issue(__func__, group, in, out, dim, op, run_ireduce_scatter, req);
+    return tp_issue(__func__, group, in, out, TP_REDUCE_SCATTER, dim, op, req);
 }

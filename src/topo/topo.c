@@ -34,11 +34,8 @@ static void state_free(void *p) {
 }
 
 static topo_state_t *state_of(hcomm_comm_t *c) {
-    if (!c->layer[HCOMM__LAYER_TOPO]) {
-        c->layer[HCOMM__LAYER_TOPO] = calloc(1, sizeof(topo_state_t));
-        c->layer_free[HCOMM__LAYER_TOPO] = state_free;
-    }
-    return c->layer[HCOMM__LAYER_TOPO];
+    return hcomm__layer_state(&c->layer[HCOMM__LAYER_TOPO], &c->layer_free[HCOMM__LAYER_TOPO],
+                              sizeof(topo_state_t), calloc, state_free);
 }
 
 static hcomm_result_t nomem(hcomm_comm_t *c) {

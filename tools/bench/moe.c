@@ -12,7 +12,7 @@
 
 #include "algo/coll.h"
 #include "core/internal.h"
-#include "prims/moe_internal.h"
+#include "prims/moe_common.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,36 @@
-/* What the MoE files share (moe.c: dispatch, combine and the passes; moe_pool.c: scratch kept
- * per group; moe_plan.c: preallocated plans and pad-to-capacity). */
-#ifndef HCOMM_C_PRIMS_MOE_INTERNAL_H_
-#define HCOMM_C_PRIMS_MOE_INTERNAL_H_
+/* What the MoE files share. Mixture-of-experts dispatch and combine over the EP group (GShard,
+ * Lepikhin et al. 2020; the data path of Megatron-Core's MoEAlltoAllTokenDispatcher; DeepEP's
+ * send-once layout).
+ *
+ * Dispatch: the layout step counts, per destination rank, the distinct tokens with a kept slot
+ * there and, per (rank, local expert), the slots. One count exchange (an all_to_allv of a meta
+ * row per peer, which also carries each rank's argument-check status) and one token exchange
+ * (each token once per destination rank, followed by a header of k local-expert ids per row)
+ * follow. The receiver expands every row into one row per slot, expert-major. The handle keeps
+ * three orders and the maps between them:
+ *   tokens [n]        the caller's order; slot t*k+j is (token t, slot j)
+ *   pairs  [npair]    slots sent, rank-major, then token, then slot (source side)
+ *   recv   [r]        slots received, expert-major, then source, then token, then slot
+ * Every later pass is a pure data path over one all_to_allv:
+ *   redispatch:            tokens -> (distinct rows) -> recv
+ *   combine, dispatch_bwd: recv -> pairs, then a slot-ordered sum per token at the source
+ *   combine_bwd:           pairs (w * grad) -> recv
+ * Summing at the source in slot order is what makes combine independent of the EP layout and
+ * of other ranks' batches; the price is that combine returns one row per slot.
+ *
+ * The files, each calling only those listed before it:
+ *   moe_pool.c      scratch buffers kept per EP group
+ *   moe_check.c     rank-local argument checks; the meta row that carries their verdict
+ *   moe_layout.c    counting and capacity drops (hcomm_moe_layout); the row permutation kernels
+ *   moe_handle.c    the routing handle: allocation, statistics, what callers read from it
+ *   moe_hier.c      the hierarchical (per node) token exchange
+ *   moe_etp.c       expert-TP with sequence-parallel tokens
+ *   moe_pad.c       pad-to-capacity dispatch (static shapes, no count exchange)
+ *   moe_dispatch.c  dispatch: count exchange, token exchange, expansion; the entry points
+ *   moe_plan.c      preallocated plans
+ *   moe_combine.c   combine, redispatch and the backward passes over a handle */
+#ifndef HCOMM_C_PRIMS_MOE_COMMON_H_
+#define HCOMM_C_PRIMS_MOE_COMMON_H_
 
 #include "hcomm/moe.h"
 #include "prims/prims.h"
@@ -21,7 +50,7 @@ hcomm_result_t hcomm__moe_pool_get(hcomm__moe_pool_t *pool, const char *fn, size
 /* Gives p (from hcomm__moe_pool_get; NULL is a no-op) back for reuse. */
 void hcomm__moe_pool_put(hcomm__moe_pool_t *pool, void *p);
 
-/* ---- dispatch (moe.c) and plans (moe_plan.c) ---- */
+/* ---- a dispatch: its arguments, plan, handle and meta row ---- */
 
 /* What a dispatch was asked to do. */
 typedef struct hcomm__moe_args {
@@ -48,7 +77,7 @@ struct hcomm_moe_plan {
     hcomm_moe_handle_t *handle;
 };
 
-/* Routing state of one dispatch (moe.c describes its three orders). */
+/* Routing state of one dispatch (its three orders: the top of this file). */
 struct hcomm_moe_handle {
     hcomm_comm_t *group;
     hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
@@ -120,11 +149,64 @@ enum {
     META_COUNTS
 };
 
-/* Expert-major placement of every source's rows (local expert, then source, then token) into
- * h->recv: source s's recv_rows[s] rows start at raw + roff[s], then their headers (its k
- * local expert ids per row, -1 for slots elsewhere). */
-hcomm_result_t hcomm__moe_expand_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
-                                     const char *raw, const size_t *roff, size_t rb);
+/* Meta rows are this wide: the fields above, then a count per expert of the group. */
+static inline int hcomm__moe_meta_width(const hcomm_moe_handle_t *h) {
+    return META_COUNTS + h->size * h->num_local;
+}
+
+/* Source row m's slots for this rank's local expert l. */
+static inline int64_t hcomm__moe_local_count(const hcomm_moe_handle_t *h, const int64_t *m, int l) {
+    return m[META_COUNTS + h->group->rank * h->num_local + l];
+}
+
+/* n zeroed int64 (at least one), or NULL. */
+static inline int64_t *hcomm__moe_alloc_i64(size_t n) {
+    return calloc(n ? n : 1, sizeof(int64_t));
+}
+
+/* ---- argument checks and the meta row (moe_check.c) ---- */
+
+/* Rank-local checks of options, and of T, k, E and the group size, worded for fn. */
+hcomm_result_t hcomm__moe_check_options(const char *fn, const hcomm_moe_options_t *o);
+hcomm_result_t hcomm__moe_check_layout_args(const char *fn, int64_t n, int k, int num_experts,
+                                            int ep_size);
+/* ids [n * k] are experts of 0..num_experts-1 (allow_empty: -1 too, the top-k form's wording). */
+hcomm_result_t hcomm__moe_check_ids(const char *fn, const int32_t *ids, int64_t n, int k,
+                                    int num_experts, bool allow_empty);
+/* A dispatch's rank-local checks of tokens, ids, weights and options (or the plan's limits). */
+hcomm_result_t hcomm__moe_check_dispatch(const hcomm__moe_args_t *a, const hcomm_moe_options_t *o);
+/* Fills the meta row for each peer (row p at meta + p * w; row 0's counts are filled). */
+void hcomm__moe_fill_meta(const hcomm_moe_handle_t *h, hcomm_result_t local, int64_t *meta, int w);
+/* Fails if a peer failed its checks or disagrees on the rows (meta: one row from each peer). */
+hcomm_result_t hcomm__moe_check_peers(const char *fn, const hcomm_moe_handle_t *h,
+                                      const int64_t *meta);
+/* A mismatch (res) that a collective of fn found names only that collective's byte counts: it
+ * becomes the last error's text followed by fmt (which group, what its ranks must share). Any
+ * other res is returned as it is. */
+hcomm_result_t hcomm__moe_mismatch(const char *fn, hcomm_result_t res, const char *fmt, ...)
+    HCOMM__PRINTF(3, 4);
+
+/* ---- layout and permutation (moe_layout.c) ---- */
+
+/* offsets[i] = counts[0] + ... + counts[i - 1]; returns the sum of all n. */
+int64_t hcomm__moe_scan(const int64_t *counts, int64_t *offsets, int n);
+/* keep[s]: slot s is routed (not empty, not dropped past h->capacity); counts the drops per
+ * expert in h->dropped. */
+hcomm_result_t hcomm__moe_mark_kept(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
+                                    uint8_t *keep);
+/* The local permutation of dispatch and combine: dst row i = src row idx[i] (gather) or
+ * dst row idx[i] = src row i (scatter), n rows of rb bytes. Tests time it against memcpy. */
+void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb);
+void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb);
+
+/* ---- the handle (moe_handle.c) ---- */
+
+/* A handle for n tokens of k slots each over g's experts (NULL: out of memory). */
+hcomm_moe_handle_t *hcomm__moe_handle_alloc(hcomm_comm_t *g, int num_local, int64_t n, int k);
+/* Frees a handle, also a plan's (NULL is a no-op). */
+void hcomm__moe_handle_release(hcomm_moe_handle_t *handle);
+/* Adds one source's meta row m to the group's statistics (counts and drops). */
+void hcomm__moe_add_stats(hcomm_moe_handle_t *h, const int64_t *m);
 
 /* ---- hierarchical token exchange (moe_hier.c) ---- */
 
@@ -144,16 +226,6 @@ hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const
                                     const int32_t *ids, size_t rb, size_t *roff,
                                     hcomm__moe_sink_t sink, void *arg);
 
-/* Checks (rank-local), allocates the handle and runs the collective part of a dispatch. */
-hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
-                                        const hcomm_moe_options_t *o, hcomm_moe_handle_t **out);
-/* Frees a handle, also a plan's (NULL is a no-op). */
-void hcomm__moe_handle_release(hcomm_moe_handle_t *handle);
-/* Rank-local checks of options, and of T, k, E and the group size, worded for fn. */
-hcomm_result_t hcomm__moe_check_options(const char *fn, const hcomm_moe_options_t *o);
-hcomm_result_t hcomm__moe_check_layout_args(const char *fn, int64_t n, int k, int num_experts,
-                                            int ep_size);
-
 /* ---- expert-TP with sequence-parallel tokens (moe_etp.c) ----
  * Each runs on h->etp (non-NULL), naming fn in errors; a local failure joins the peers' call
  * so they fail with HCOMM_ERR_PEER. */
@@ -172,9 +244,17 @@ hcomm_result_t hcomm__moe_etp_reduce(const char *fn, const hcomm_moe_handle_t *h
 /* Joins the etp group's next call as failed with res (no-op without etp or when res is OK). */
 hcomm_result_t hcomm__moe_etp_fail(const char *fn, const hcomm_moe_handle_t *h, hcomm_result_t res);
 
-/* The local permutation of dispatch and combine: dst row i = src row idx[i] (gather) or
- * dst row idx[i] = src row i (scatter), n rows of rb bytes. Tests time it against memcpy. */
-void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb);
-void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb);
+/* ---- pad-to-capacity (moe_pad.c) ---- */
 
-#endif /* HCOMM_C_PRIMS_MOE_INTERNAL_H_ */
+/* The padded dispatch of a plan with pad_to_capacity: one all_to_all of fixed blocks; local is
+ * this rank's check result, which every peer learns from its block's meta row. */
+hcomm_result_t hcomm__moe_dispatch_padded(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h,
+                                          hcomm_result_t local);
+
+/* ---- dispatch (moe_dispatch.c) ---- */
+
+/* Checks (rank-local), allocates the handle and runs the collective part of a dispatch. */
+hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t *a,
+                                        const hcomm_moe_options_t *o, hcomm_moe_handle_t **out);
+
+#endif /* HCOMM_C_PRIMS_MOE_COMMON_H_ */
