@@ -7,12 +7,18 @@
 #define M(n) ((size_t)(n) << 20)
 #define ALL SIZE_MAX
 
-/* Shorthands for the rows: the transport class and the check mode. */
-#define MPI 0, HCOMM__HAS_POSTED   /* no posted checks: mpi */
-#define LOCAL HCOMM__HAS_POSTED, 0 /* posted checks: local */
-#define ANYWHERE 0, 0              /* either */
-#define MPI_CHECKED 0, HCOMM__HAS_POSTED | HCOMM__HAS_OFF
-#define MPI_OFF HCOMM__HAS_OFF, HCOMM__HAS_POSTED
+/* Where a row holds, as (need, deny) pairs of HCOMM__HAS_* flags. */
+#define ANYWHERE 0, 0                                     /* either backend */
+#define LOCAL HCOMM__HAS_POSTED, 0                        /* posted checks: local */
+#define MPI 0, HCOMM__HAS_POSTED                          /* no posted checks: mpi */
+#define MPI_CHECKED 0, HCOMM__HAS_POSTED | HCOMM__HAS_OFF /* mpi, HCOMM_CHECK on */
+#define MPI_OFF HCOMM__HAS_OFF, HCOMM__HAS_POSTED         /* mpi, HCOMM_CHECK=off */
+#define MPI_READS HCOMM__HAS_READS, HCOMM__HAS_POSTED     /* mpi, peers readable */
+#define LOCAL_READS HCOMM__HAS_POSTED | HCOMM__HAS_READS, 0
+#define BOARD HCOMM__HAS_SHM, 0 /* mpi, shm runs on the board */
+#define BOARD_CHECKED HCOMM__HAS_SHM, HCOMM__HAS_OFF
+#define BOARD_OFF HCOMM__HAS_SHM | HCOMM__HAS_OFF, 0
+#define BOARD_READS HCOMM__HAS_BOARD | HCOMM__HAS_READS, 0 /* a board, peers readable */
 
 enum {
     AR = HCOMM__COLL_ALLREDUCE,
@@ -42,109 +48,111 @@ enum {
 #define TWO HCOMM__P2
 #define NOT2 HCOMM__P_NOT2
 #define ANY HCOMM__P_ANY
+#define UPTO2 HCOMM__P_UPTO2
+#define UPTO4 HCOMM__P_UPTO4
+#define FROM3 HCOMM__P_FROM3
+#define FROM5 HCOMM__P_FROM5
+#define P8 HCOMM__P8_
+#define P1_3_4 (HCOMM__P1 | HCOMM__P3_4)
+#define RD_MAX HCOMM__RD_ALL_REDUCE_MAX
+#define TIMED true
 
 /* The measured defaults. Local's native collectives read peers' buffers in place and win
  * everywhere but the rooted calls; without posted checks (mpi) small calls run hcomm's own
  * exchanges, which carry the signature in their messages, and larger ones the backend's call
  * or direct reads of the peers' buffers (which fall back where peers cannot be read). */
+/* clang-format off */
 const hcomm__rule_t hcomm__defaults[] = {
-    /* id                  coll  where        ranks  from      to      algo */
-    {"ar.pair.rd", AR, MPI, TWO, 0, K(8) - 1, RD, false},
-    {"ar.rd", AR, MPI, NOT2, 0, HCOMM__RD_ALL_REDUCE_MAX, RD, false},
-    {"ar.native", AR, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+    /* id                       coll where         ranks   from    to        algo */
+    {"ar.pair.rd",               AR,  MPI,         TWO,    0,      K(8) - 1, RD},
+    {"ar.rd",                    AR,  MPI,         NOT2,   0,      RD_MAX,   RD},
+    {"ar.native",                AR,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
 
-    {"ag.pair.rd", AG, MPI, TWO, 0, K(8) - 1, RD, false},
-    {"ag.pair.direct", AG, MPI, TWO, K(8), ALL, DIRECT, false},
-    {"ag.rd", AG, MPI, NOT2, 0, 2048, RD, false},
-    {"ag.direct", AG, MPI_CHECKED, NOT2, K(16), ALL, DIRECT, false},
-    {"ag.direct.off", AG, MPI_OFF, NOT2, K(128), ALL, DIRECT, false},
-    {"ag.native", AG, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+    {"ag.pair.rd",               AG,  MPI,         TWO,    0,      K(8) - 1, RD},
+    {"ag.pair.direct",           AG,  MPI,         TWO,    K(8),   ALL,      DIRECT},
+    {"ag.rd",                    AG,  MPI,         NOT2,   0,      2048,     RD},
+    {"ag.direct",                AG,  MPI_CHECKED, NOT2,   K(16),  ALL,      DIRECT},
+    {"ag.direct.off",            AG,  MPI_OFF,     NOT2,   K(128), ALL,      DIRECT},
+    {"ag.native",                AG,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
 
-    {"rs.pair.rhd", RS, MPI, TWO, 0, K(8) - 1, RHD, false},
-    {"rs.pair.direct", RS, MPI, TWO, K(8), ALL, DIRECT, false},
-    {"rs.rd", RS, MPI, NOT2, 0, 2048, RD, false},
-    {"rs.direct", RS, MPI, NOT2, K(8), ALL, DIRECT, false},
-    {"rs.native", RS, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+    {"rs.pair.rhd",              RS,  MPI,         TWO,    0,      K(8) - 1, RHD},
+    {"rs.pair.direct",           RS,  MPI,         TWO,    K(8),   ALL,      DIRECT},
+    {"rs.rd",                    RS,  MPI,         NOT2,   0,      2048,     RD},
+    {"rs.direct",                RS,  MPI,         NOT2,   K(8),   ALL,      DIRECT},
+    {"rs.native",                RS,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
 
-    {"bc.pair.tree", BC, MPI, TWO, 0, K(8) - 1, TREE, false},
-    {"bc.pair.direct", BC, MPI, TWO, K(8), ALL, DIRECT, false},
-    {"bc.rd", BC, MPI_CHECKED, NOT2, 0, 1024, RD, false},
-    {"bc.direct", BC, MPI_CHECKED, NOT2, K(512), ALL, DIRECT, false},
-    {"bc.direct.off", BC, MPI_OFF, NOT2, K(128), ALL, DIRECT, false},
-    {"bc.native", BC, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+    {"bc.pair.tree",             BC,  MPI,         TWO,    0,      K(8) - 1, TREE},
+    {"bc.pair.direct",           BC,  MPI,         TWO,    K(8),   ALL,      DIRECT},
+    {"bc.rd",                    BC,  MPI_CHECKED, NOT2,   0,      1024,     RD},
+    {"bc.direct",                BC,  MPI_CHECKED, NOT2,   K(512), ALL,      DIRECT},
+    {"bc.direct.off",            BC,  MPI_OFF,     NOT2,   K(128), ALL,      DIRECT},
+    {"bc.native",                BC,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
 
-    {"reduce.direct", RE, MPI, ANY, K(4), ALL, DIRECT, false},
-    {"reduce.local.pair.direct", RE, LOCAL, TWO, K(4), ALL, DIRECT, false},
-    {"reduce.local.direct", RE, LOCAL, HCOMM__P1 | HCOMM__P3_4, K(64), ALL, DIRECT, false},
-    {"reduce.local.many.direct", RE, LOCAL, HCOMM__P_FROM5, K(256), ALL, DIRECT, false},
-    {"reduce.tree", RE, ANYWHERE, ANY, 0, ALL, TREE, false},
+    {"reduce.direct",            RE,  MPI,         ANY,    K(4),   ALL,      DIRECT},
+    {"reduce.local.pair.direct", RE,  LOCAL,       TWO,    K(4),   ALL,      DIRECT},
+    {"reduce.local.direct",      RE,  LOCAL,       P1_3_4, K(64),  ALL,      DIRECT},
+    {"reduce.local.many.direct", RE,  LOCAL,       FROM5,  K(256), ALL,      DIRECT},
+    {"reduce.tree",              RE,  ANYWHERE,    ANY,    0,      ALL,      TREE},
 
-    {"gather.native", GA, MPI, ANY, 0, ALL, NATIVE, false},
-    {"gather.local.direct", GA, LOCAL, ANY, 0, ALL, DIRECT, false},
-    {"scatter.native", SC, MPI, ANY, 0, ALL, NATIVE, false},
-    {"scatter.local.direct", SC, LOCAL, ANY, 0, ALL, DIRECT, false},
+    {"gather.native",            GA,  MPI,         ANY,    0,      ALL,      NATIVE},
+    {"gather.local.direct",      GA,  LOCAL,       ANY,    0,      ALL,      DIRECT},
+    {"scatter.native",           SC,  MPI,         ANY,    0,      ALL,      NATIVE},
+    {"scatter.local.direct",     SC,  LOCAL,       ANY,    0,      ALL,      DIRECT},
+    {"agv.native",               AGV, ANYWHERE,    ANY,    0,      ALL,      NATIVE},
+    {"rsv.native",               RSV, ANYWHERE,    ANY,    0,      ALL,      NATIVE},
 
-    {"agv.native", AGV, ANYWHERE, ANY, 0, ALL, NATIVE, false},
-    {"rsv.native", RSV, ANYWHERE, ANY, 0, ALL, NATIVE, false},
-
-    {"a2a.local.native", A2A, LOCAL, ANY, 0, ALL, NATIVE, false},
-    {"a2a.bruck", A2A, MPI, HCOMM__P8_, 0, 512, BRUCK, false},
-    {"a2a.pair.pairwise", A2A, MPI, HCOMM__P_UPTO2, 0, 2048, PAIRWISE, false},
-    {"a2a.pairwise", A2A, MPI, HCOMM__P_FROM3, 0, K(8), PAIRWISE, false},
-    {"a2a.pair.direct", A2A, MPI, HCOMM__P_UPTO2, 0, ALL, DIRECT, false},
-    {"a2a.native", A2A, ANYWHERE, ANY, 0, ALL, NATIVE, false},
+    {"a2a.local.native",         A2A, LOCAL,       ANY,    0,      ALL,      NATIVE},
+    {"a2a.bruck",                A2A, MPI,         P8,     0,      512,      BRUCK},
+    {"a2a.pair.pairwise",        A2A, MPI,         UPTO2,  0,      2048,     PAIRWISE},
+    {"a2a.pairwise",             A2A, MPI,         FROM3,  0,      K(8),     PAIRWISE},
+    {"a2a.pair.direct",          A2A, MPI,         UPTO2,  0,      ALL,      DIRECT},
+    {"a2a.native",               A2A, ANYWHERE,    ANY,    0,      ALL,      NATIVE},
 };
+/* clang-format on */
 const int hcomm__ndefaults = (int)(sizeof hcomm__defaults / sizeof hcomm__defaults[0]);
-
-#define BOARD HCOMM__HAS_SHM, 0
-#define BOARD_CHECKED HCOMM__HAS_SHM, HCOMM__HAS_OFF
-#define BOARD_OFF HCOMM__HAS_SHM | HCOMM__HAS_OFF, 0
-#define BOARD_READS HCOMM__HAS_BOARD | HCOMM__HAS_READS, 0
 
 /* Where the communicator can do more than the default assumes. shm through the board up to the
  * sizes where its two copies per byte stop paying for the messages they save (its switches move
  * with the placement of the processes: timed); above them, on a board, the calls whose data
  * one rank reads from another's buffer run direct; twoshot all_reduce where peers' inputs can
  * be read and reduced in place. */
+/* clang-format off */
 const hcomm__rule_t hcomm__upgrades[] = {
-    /* id                  coll  where          ranks  from  to       algo     timed */
-    {"ar.shm.pair", AR, BOARD_CHECKED, TWO, 0, K(8), SHM, true},
-    {"ar.shm.pair.off", AR, BOARD_OFF, TWO, 0, K(4), SHM, true},
-    {"ar.shm", AR, BOARD, NOT2, 0, K(32), SHM, true},
-    {"bc.shm.pair", BC, BOARD, TWO, 0, K(4), SHM, true},
-    {"bc.shm", BC, BOARD, NOT2, 0, K(64), SHM, true},
-    {"ag.shm.pair", AG, BOARD_CHECKED, TWO, 0, K(32), SHM, true},
-    {"ag.shm.pair.off", AG, BOARD_OFF, TWO, 0, K(16), SHM, true},
-    {"ag.shm", AG, BOARD, NOT2, 0, K(256), SHM, true},
-    {"rs.shm.pair", RS, BOARD, TWO, 0, K(16), SHM, true},
-    {"rs.shm", RS, BOARD, NOT2, 0, K(128), SHM, true},
-    {"rsv.shm.pair", RSV, BOARD, TWO, 0, K(16), SHM, true},
-    {"rsv.shm", RSV, BOARD, NOT2, 0, K(64), SHM, true},
-    {"reduce.shm.pair", RE, BOARD, TWO, 0, K(4), SHM, true},
-    {"reduce.shm", RE, BOARD, NOT2, 0, K(64), SHM, true},
-    {"gather.shm.pair", GA, BOARD, TWO, 0, K(1), SHM, true},
-    {"gather.shm", GA, BOARD, NOT2, 0, K(32), SHM, true},
-    {"scatter.shm.pair", SC, BOARD, TWO, 0, K(1), SHM, true},
-    {"scatter.shm", SC, BOARD, NOT2, 0, K(64), SHM, true},
-    {"agv.shm.pair", AGV, BOARD_CHECKED, TWO, 0, K(8), SHM, true},
-    {"agv.shm.pair.off", AGV, BOARD_OFF, TWO, 0, K(4), SHM, true},
-    {"agv.shm", AGV, BOARD, NOT2, 0, K(128), SHM, true},
+    /* id                    coll where           ranks  from   to      algo     */
+    {"ar.shm.pair",           AR,  BOARD_CHECKED, TWO,   0,     K(8),   SHM,     TIMED},
+    {"ar.shm.pair.off",       AR,  BOARD_OFF,     TWO,   0,     K(4),   SHM,     TIMED},
+    {"ar.shm",                AR,  BOARD,         NOT2,  0,     K(32),  SHM,     TIMED},
+    {"bc.shm.pair",           BC,  BOARD,         TWO,   0,     K(4),   SHM,     TIMED},
+    {"bc.shm",                BC,  BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
+    {"ag.shm.pair",           AG,  BOARD_CHECKED, TWO,   0,     K(32),  SHM,     TIMED},
+    {"ag.shm.pair.off",       AG,  BOARD_OFF,     TWO,   0,     K(16),  SHM,     TIMED},
+    {"ag.shm",                AG,  BOARD,         NOT2,  0,     K(256), SHM,     TIMED},
+    {"rs.shm.pair",           RS,  BOARD,         TWO,   0,     K(16),  SHM,     TIMED},
+    {"rs.shm",                RS,  BOARD,         NOT2,  0,     K(128), SHM,     TIMED},
+    {"rsv.shm.pair",          RSV, BOARD,         TWO,   0,     K(16),  SHM,     TIMED},
+    {"rsv.shm",               RSV, BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
+    {"reduce.shm.pair",       RE,  BOARD,         TWO,   0,     K(4),   SHM,     TIMED},
+    {"reduce.shm",            RE,  BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
+    {"gather.shm.pair",       GA,  BOARD,         TWO,   0,     K(1),   SHM,     TIMED},
+    {"gather.shm",            GA,  BOARD,         NOT2,  0,     K(32),  SHM,     TIMED},
+    {"scatter.shm.pair",      SC,  BOARD,         TWO,   0,     K(1),   SHM,     TIMED},
+    {"scatter.shm",           SC,  BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
+    {"agv.shm.pair",          AGV, BOARD_CHECKED, TWO,   0,     K(8),   SHM,     TIMED},
+    {"agv.shm.pair.off",      AGV, BOARD_OFF,     TWO,   0,     K(4),   SHM,     TIMED},
+    {"agv.shm",               AGV, BOARD,         NOT2,  0,     K(128), SHM,     TIMED},
 
-    {"bc.board.direct", BC, BOARD_READS, ANY, 0, ALL, DIRECT, false},
-    {"gather.board.direct", GA, BOARD_READS, ANY, 0, ALL, DIRECT, false},
-    {"scatter.board.direct", SC, BOARD_READS, ANY, 0, ALL, DIRECT, false},
-    {"agv.board.direct", AGV, BOARD_READS, ANY, 0, ALL, DIRECT, false},
-    {"rsv.board.direct", RSV, BOARD_READS, ANY, 0, ALL, DIRECT, false},
+    {"bc.board.direct",       BC,  BOARD_READS,   ANY,   0,     ALL,    DIRECT},
+    {"gather.board.direct",   GA,  BOARD_READS,   ANY,   0,     ALL,    DIRECT},
+    {"scatter.board.direct",  SC,  BOARD_READS,   ANY,   0,     ALL,    DIRECT},
+    {"agv.board.direct",      AGV, BOARD_READS,   ANY,   0,     ALL,    DIRECT},
+    {"rsv.board.direct",      RSV, BOARD_READS,   ANY,   0,     ALL,    DIRECT},
 
-    {"ar.twoshot.pair", AR, HCOMM__HAS_READS, HCOMM__HAS_POSTED, HCOMM__P_UPTO2, K(4), ALL, TWOSHOT,
-     false},
-    {"ar.twoshot", AR, HCOMM__HAS_READS, HCOMM__HAS_POSTED, HCOMM__P_FROM3, K(16), ALL, TWOSHOT,
-     false},
-    {"ar.local.twoshot", AR, HCOMM__HAS_POSTED | HCOMM__HAS_READS, 0, HCOMM__P_UPTO4, M(2), ALL,
-     TWOSHOT, false},
-    {"ar.local.twoshot.many", AR, HCOMM__HAS_POSTED | HCOMM__HAS_READS, 0, HCOMM__P_FROM5, M(4),
-     ALL, TWOSHOT, false},
+    {"ar.twoshot.pair",       AR,  MPI_READS,     UPTO2, K(4),  ALL,    TWOSHOT},
+    {"ar.twoshot",            AR,  MPI_READS,     FROM3, K(16), ALL,    TWOSHOT},
+    {"ar.local.twoshot",      AR,  LOCAL_READS,   UPTO4, M(2),  ALL,    TWOSHOT},
+    {"ar.local.twoshot.many", AR,  LOCAL_READS,   FROM5, M(4),  ALL,    TWOSHOT},
 };
+/* clang-format on */
 const int hcomm__nupgrades = (int)(sizeof hcomm__upgrades / sizeof hcomm__upgrades[0]);
 
 static const char *const why_texts[] = {
@@ -182,13 +190,18 @@ static bool row_holds(const hcomm__rule_t *r, const hcomm__sel_t *s) {
     return row_fits(r, s) && s->bytes >= r->lo && s->bytes <= r->hi;
 }
 
+const hcomm__rule_t *hcomm__select_rule(const hcomm__sel_t *s, bool upgrades) {
+    const hcomm__rule_t *rows = upgrades ? hcomm__upgrades : hcomm__defaults;
+    int n = upgrades ? hcomm__nupgrades : hcomm__ndefaults;
+    for (int i = 0; i < n; i++)
+        if (row_holds(&rows[i], s))
+            return &rows[i];
+    return NULL;
+}
+
 int hcomm__select_default(const hcomm__sel_t *s, hcomm__why_t *why) {
-    int algo = NATIVE;
-    for (int i = 0; i < hcomm__ndefaults; i++)
-        if (row_holds(&hcomm__defaults[i], s)) {
-            algo = hcomm__defaults[i].algo;
-            break;
-        }
+    const hcomm__rule_t *r = hcomm__select_rule(s, false);
+    int algo = r ? r->algo : NATIVE;
     *why = HCOMM__WHY_DEFAULT;
     const hcomm__algo_set_t *set = s->over ? s->over : hcomm__algo_env();
     if (!set || (set->allowed[s->coll] & (1u << algo)))

@@ -83,6 +83,9 @@ extern const int hcomm__ndefaults;
 extern const hcomm__rule_t hcomm__upgrades[];
 extern const int hcomm__nupgrades;
 
+/* The first row of the defaults (or the upgrades) that holds for s, its algorithm's permission
+ * aside; NULL for none. */
+const hcomm__rule_t *hcomm__select_rule(const hcomm__sel_t *s, bool upgrades);
 /* The default for s (WHY_DEFAULT), or where the override excludes it, the first algorithm it
  * allows in preference order (WHY_SET_ALGO or WHY_ENV). */
 int hcomm__select_default(const hcomm__sel_t *s, hcomm__why_t *why);
