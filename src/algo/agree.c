@@ -12,7 +12,7 @@
 bool hcomm__on_board(hcomm_comm_t *c) {
     hcomm__topo_t *t;
     return hcomm__board_on(c) &&
-           (c->one_node || (hcomm__topo_get(c, &t) == HCOMM_OK && t->nnodes < 2));
+           (hcomm__topo_one_node(c) || (hcomm__topo_get(c, &t) == HCOMM_OK && t->nnodes < 2));
 }
 
 bool hcomm__on_lane(const hcomm_comm_t *c) {

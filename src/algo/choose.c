@@ -15,7 +15,7 @@
 
 bool hcomm__on_one_node(hcomm_comm_t *c) {
     hcomm__topo_t *t;
-    return c->one_node || (hcomm__topo_get(c, &t) == HCOMM_OK && c->one_node);
+    return hcomm__topo_one_node(c) || (hcomm__topo_get(c, &t) == HCOMM_OK && t->one_node);
 }
 
 bool hcomm__shm_runs(hcomm_comm_t *c) {
@@ -40,7 +40,7 @@ static bool is_reduction(int coll) {
  * collective. Debug logging skips the cache, so that every choice is logged. */
 static bool kept_choice(const hcomm__call_t *k, int coll, size_t bytes, int *algo) {
     const algo_state_t *a = k->a;
-    if (!k->c->one_node || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
+    if (!hcomm__topo_one_node(k->c) || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
         return false;
     for (int w = 0; w < HCOMM__CHOICE_WAYS; w++) {
         const hcomm__kept_choice_t *e = &a->kept[coll][w];
@@ -126,9 +126,10 @@ static void log_choice(const hcomm__call_t *k, const hcomm__sel_t *s, int algo, 
  * timed near a switch, native only where the transport has it. */
 static int pick(hcomm__call_t *k, hcomm__sel_t *s, double *est, const char **why_text) {
     hcomm_comm_t *c = k->c;
-    int algo = c->one_node ? -1
-                           : hcomm__cost_choose(c, s->over ? s->over : hcomm__algo_env(), s->coll,
-                                                s->bytes, hcomm__posted_transport(c), est);
+    int algo = hcomm__topo_one_node(c)
+                   ? -1
+                   : hcomm__cost_choose(c, s->over ? s->over : hcomm__algo_env(), s->coll, s->bytes,
+                                        hcomm__posted_transport(c), est);
     /* the model's answers need only what decides whether they can run: asked per call */
     bool all = algo < 0 || hcomm__select_needs_offers(s->coll, algo);
     s->has = all ? offers(c) : hcomm__posted_transport(c) ? HCOMM__HAS_POSTED : 0;
@@ -155,7 +156,7 @@ int hcomm__choose(hcomm__call_t *k, int coll, size_t bytes) {
         algo = pick(k, &s, &est, &why);
         if (det && !rank_ordered(&s, algo))
             algo |= HCOMM__ALGO_DET;
-        if (k->c->one_node && !k->probe.active) /* not while a probe alternates */
+        if (hcomm__topo_one_node(k->c) && !k->probe.active) /* not while a probe alternates */
             keep_choice(k, coll, bytes, algo);
         if (hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
             log_choice(k, &s, algo, why, est);

@@ -16,15 +16,34 @@ struct hcomm_ctx {
     hcomm_comm_t *groups[HCOMM_GROUP_COUNT]; /* NULL: not a member (embedding only) */
 };
 
+/* What the domain layer keeps on a communicator it builds a context on. */
+typedef struct domain_state {
+    bool has_ctx; /* a context is built on it (one at a time) */
+} domain_state_t;
+
+static domain_state_t *domain_state(hcomm_comm_t *c) {
+    return hcomm__layer_state(&c->layer[HCOMM__LAYER_DOMAIN], &c->layer_free[HCOMM__LAYER_DOMAIN],
+                              sizeof(domain_state_t), calloc, free);
+}
+
 /* A second context on the same communicator would split it again and leave two sets of groups
  * whose collectives could be confused, so it is refused. Each rank owns its own communicator
  * object, so the flag needs no lock. */
 static hcomm_result_t claim_world(const char *fn, hcomm_comm_t *world) {
-    if (world->has_ctx)
+    domain_state_t *d = domain_state(world);
+    if (!d)
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory");
+    if (d->has_ctx)
         return hcomm__err(HCOMM_ERR_STATE, fn,
                           "world already holds a context; call hcomm_ctx_destroy first");
-    world->has_ctx = true;
+    d->has_ctx = true;
     return HCOMM_OK;
+}
+
+static void release_world(hcomm_comm_t *world) {
+    domain_state_t *d = world->layer[HCOMM__LAYER_DOMAIN];
+    if (d)
+        d->has_ctx = false;
 }
 
 /* FNV-1a of the effective order, cut to 62 bits so it can be negated in an int64. */
@@ -124,7 +143,7 @@ hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_parallel_config
     HCOMM__TRY(claim_world(__func__, world));
     hcomm_result_t res = build_ctx(__func__, world, cfg, out);
     if (res != HCOMM_OK)
-        world->has_ctx = false;
+        release_world(world);
     return res;
 }
 
@@ -132,7 +151,7 @@ hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx) {
     if (!ctx)
         return HCOMM_OK;
     hcomm_result_t res = destroy_groups(ctx);
-    ctx->world->has_ctx = false;
+    release_world(ctx->world);
     free(ctx);
     return res;
 }

@@ -14,11 +14,7 @@
 #endif
 
 /* The layer's state on one communicator. */
-typedef struct topo_state {
-    bool has_over;
-    hcomm__topo_spec_t over; /* hcomm_comm_set_topo's declaration */
-    hcomm__topo_t *model;    /* NULL until first use or after a new declaration */
-} topo_state_t;
+typedef hcomm__topo_state_t topo_state_t;
 
 static void model_free(hcomm__topo_t *m) {
     if (!m)
@@ -177,8 +173,8 @@ hcomm_result_t hcomm__topo_get(hcomm_comm_t *c, hcomm__topo_t **out) {
         free(m);
         return res;
     }
+    m->one_node = m->nnodes == 1 && m->kind != HCOMM__TOPO_MESH && m->kind != HCOMM__TOPO_RING;
     st->model = m;
-    c->one_node = m->nnodes == 1 && m->kind != HCOMM__TOPO_MESH && m->kind != HCOMM__TOPO_RING;
     log_model(c, m);
     *out = m;
     return HCOMM_OK;
@@ -197,7 +193,6 @@ hcomm_result_t hcomm__topo_set(hcomm_comm_t *c, const hcomm__topo_spec_t *spec) 
         st->over = *spec;
     model_free(st->model);
     st->model = NULL;
-    c->one_node = false;
     return HCOMM_OK;
 }
 

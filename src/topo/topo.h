@@ -34,7 +34,23 @@ typedef struct hcomm__topo {
     hcomm__link_t link[HCOMM__LINK_CLASSES];
     const char *source; /* "hcomm_comm_set_topo", "HCOMM_TOPO", "host names" or "one node" */
     hcomm__choice_t choice[HCOMM__CHOICE_COLLS][HCOMM__CHOICE_BANDS];
+    /* every rank on one node, and no mesh or ring declared: no cost model to consult */
+    bool one_node;
 } hcomm__topo_t;
+
+/* The layer's state on a communicator (HCOMM__LAYER_TOPO), built on first use (topo.c). */
+typedef struct hcomm__topo_state {
+    hcomm__topo_t *model; /* NULL until first use or after a new declaration */
+    bool has_over;
+    hcomm__topo_spec_t over; /* hcomm_comm_set_topo's declaration */
+} hcomm__topo_state_t;
+
+/* True once c's model is built with every rank on one node (hcomm__topo_t.one_node): read by
+ * every collective, so a few loads and no call. */
+static inline bool hcomm__topo_one_node(const hcomm_comm_t *c) {
+    const hcomm__topo_state_t *st = c->layer[HCOMM__LAYER_TOPO];
+    return st && st->model && st->model->one_node;
+}
 
 /* The model of c (built on first use; c->call_fn names the caller in errors: a declaration
  * that does not fit the communicator, out of memory). */

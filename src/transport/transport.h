@@ -197,6 +197,7 @@ typedef enum {
     HCOMM__LAYER_PRIMS,
     HCOMM__LAYER_MOE,   /* MoE scratch (src/prims/moe_pool.c) */
     HCOMM__LAYER_BOARD, /* meetings on the transport's board (src/p2p/board.c) */
+    HCOMM__LAYER_DOMAIN, /* the context built on it (src/domain/ctx.c) */
     HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
@@ -207,7 +208,6 @@ struct hcomm_comm {
     int rank, size;        /* this rank's index, members */
     int *world_ranks;      /* [size] members as world ranks, malloc'ed */
     bool is_world;         /* the communicator handed to a rank function; not destroyable */
-    bool has_ctx;          /* a domain context is built on it (one at a time); set by src/domain */
     double timeout_s;      /* any wait on this comm fails after this long (HCOMM_TIMEOUT) */
     size_t eager_limit;    /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
@@ -219,11 +219,6 @@ struct hcomm_comm {
     bool posted_held;    /* a posted check failed: the slots wait for posted_release */
     const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
     uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
-    /* Set by the topology layer once it found c on one node with no declared mesh or ring: no
-     * cost model to consult, and every call can skip asking (cleared when the topology is
-     * set again). Kept here, next to the fields every call reads, because the per-call lookup
-     * through the topology layer's state cost about 5% of an 8-byte all_reduce on mpi. */
-    bool one_node;
     bool counts_agreed; /* the running all_to_allv's counts were proved by an earlier exchange
                            (MoE's count exchange): the transport skips its own count check */
     bool deterministic; /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
