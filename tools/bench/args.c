@@ -4,8 +4,6 @@
  * Every flag also takes --flag=value; sizes take K, M and G suffixes. */
 #include "bench.h"
 
-#include "algo/select.h"
-
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,13 +263,13 @@ static int select_op(bench_opts_t *o, const char *flag, const char *v) {
 static int parse_algo(const char *flag, const char *v, const char **out) {
     if (strcmp(v, "auto") && strcmp(v, "all") && strcmp(v, "raw")) {
         int ok = 0;
-        for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
-            ok |= !strcmp(v, hcomm__algo_name(a));
+        for (int a = 0; a < hcomm__bench_algos(); a++)
+            ok |= !strcmp(v, hcomm__bench_algo_name(a));
         if (!ok) {
             fprintf(stderr, "hcomm-bench: %s %s is not an algorithm; valid: auto, all, raw", flag,
                     v);
-            for (int a = 0; a < HCOMM__ALGO_COUNT; a++)
-                fprintf(stderr, ", %s", hcomm__algo_name(a));
+            for (int a = 0; a < hcomm__bench_algos(); a++)
+                fprintf(stderr, ", %s", hcomm__bench_algo_name(a));
             fprintf(stderr, "\n");
             return -1;
         }
@@ -477,4 +475,11 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
         select_op(o, NULL, "all");
     o->step_given = factor || step;
     return check_combination(o, factor, step);
+}
+
+size_t bench_next_size(const bench_opts_t *o, size_t bytes) {
+    if (o->step_bytes)
+        return bytes + o->step_bytes;
+    size_t next = (size_t)((double)bytes * o->factor);
+    return next > bytes ? next : bytes + 1;
 }

@@ -4,12 +4,21 @@
 #define HCOMM_TOOLS_BENCH_BENCH_H_
 
 #include "hcomm/api.h"
+#include "bench/bench_internal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 enum { BENCH_MAX_ALGOS = 24, BENCH_MAX_OPS = 24 };
+
+/* Returns a failed call's result from the function that made it. */
+#define BENCH_TRY(call)                                                                            \
+    do {                                                                                           \
+        hcomm_result_t bench_r_ = (call);                                                          \
+        if (bench_r_ != HCOMM_OK)                                                                  \
+            return bench_r_;                                                                       \
+    } while (0)
 
 typedef struct bench_opts {
     const char *backend;

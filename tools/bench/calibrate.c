@@ -17,9 +17,6 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "bench.h"
 
-#include "core/internal.h"
-#include "p2p/p2p.h"
-
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -54,11 +51,11 @@ static int reps_for(size_t bytes) {
 /* One round trip between me and peer; first: this rank sends first. */
 static hcomm_result_t round_trip(hcomm_comm_t *w, int peer, bool first, char *buf, size_t n) {
     if (first) {
-        HCOMM__TRY(hcomm__send(w, HCOMM__CH_USER, TAG, peer, buf, n, NULL));
-        return hcomm__recv(w, HCOMM__CH_USER, TAG, peer, buf, n, HCOMM__RECV_EXACT, NULL);
+        BENCH_TRY(hcomm__bench_send(w, TAG, peer, buf, n));
+        return hcomm__bench_recv(w, TAG, peer, buf, n);
     }
-    HCOMM__TRY(hcomm__recv(w, HCOMM__CH_USER, TAG, peer, buf, n, HCOMM__RECV_EXACT, NULL));
-    return hcomm__send(w, HCOMM__CH_USER, TAG, peer, buf, n, NULL);
+    BENCH_TRY(hcomm__bench_recv(w, TAG, peer, buf, n));
+    return hcomm__bench_send(w, TAG, peer, buf, n);
 }
 
 /* Ping-pong between f->a and f->b; f->t (on f->a) gets the median one-way times. */
@@ -73,10 +70,10 @@ static hcomm_result_t ping_pong(hcomm_comm_t *w, int me, link_fit_t *f, char *bu
     for (int s = 0; r == HCOMM_OK && s < NSIZES; s++) {
         int reps = reps_for(sizes[s]);
         for (int i = -3; r == HCOMM_OK && i < reps; i++) {
-            double t0 = hcomm__now();
+            double t0 = hcomm__bench_now();
             r = round_trip(w, peer, me == f->a, buf, sizes[s]);
             if (i >= 0)
-                t[i] = (hcomm__now() - t0) / 2.0;
+                t[i] = (hcomm__bench_now() - t0) / 2.0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         f->t[s] = t[reps / 2] > 1e-9 ? t[reps / 2] : 1e-9; /* the file takes positive values */
@@ -120,11 +117,11 @@ static double time_reduce(void) {
     if (a && b) {
         for (size_t i = 0; i < n; i++)
             a[i] = 1.0f, b[i] = (float)(i & 1023);
-        hcomm__reduce(a, b, n, HCOMM_F32, HCOMM_SUM); /* warm */
+        hcomm__bench_reduce(a, b, n, HCOMM_F32, HCOMM_SUM); /* warm */
         for (int i = 0; i < 10; i++) {
-            double t0 = hcomm__now();
-            hcomm__reduce(a, b, n, HCOMM_F32, HCOMM_SUM);
-            t[i] = hcomm__now() - t0;
+            double t0 = hcomm__bench_now();
+            hcomm__bench_reduce(a, b, n, HCOMM_F32, HCOMM_SUM);
+            t[i] = hcomm__bench_now() - t0;
         }
         qsort(t, 10, sizeof *t, cmp_double);
         g = t[5] / (double)MAX_BYTES;
@@ -276,7 +273,7 @@ hcomm_result_t bench_calibrate(hcomm_comm_t *w, const bench_opts_t *o) {
     hcomm_comm_rank(w, &me);
     hcomm_comm_size(w, &p);
     hcomm_comm_backend(w, &backend);
-    HCOMM__TRY(hcomm_comm_node(w, &nnodes, &mynode, &local, NULL));
+    BENCH_TRY(hcomm_comm_node(w, &nnodes, &mynode, &local, NULL));
     int mine[2] = {mynode, host_id()}, (*at)[2] = malloc(sizeof *at * (size_t)p);
     char *text = calloc(1, TEXT_CAP);
     hcomm_result_t r = at && text ? HCOMM_OK : HCOMM_ERR_NOMEM;

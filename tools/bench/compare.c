@@ -13,9 +13,6 @@
 
 #include "bench.h"
 
-#include "core/internal.h"
-#include "p2p/p2p.h"
-
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -64,9 +61,9 @@ static hcomm_result_t time_steps(hcomm_comm_t *w, const step_fn *steps, int n, v
             int s = (i + k) % n;
             if (!steps[s])
                 continue;
-            double t0 = hcomm__now();
+            double t0 = hcomm__bench_now();
             r = steps[s](w, ctx);
-            t[(size_t)s * (size_t)iters + (size_t)i] = hcomm__now() - t0;
+            t[(size_t)s * (size_t)iters + (size_t)i] = hcomm__bench_now() - t0;
         }
     if (r == HCOMM_OK)
         r = slowest(w, t, iters * n);
@@ -119,20 +116,26 @@ static hcomm_result_t hcomm_stream(hcomm_comm_t *w, void *p) {
     return HCOMM_OK;
 }
 
+/* Bytes of a tensor: its elements times the element size. */
+static size_t tensor_bytes(const hcomm_tensor_t *t) {
+    size_t n = 1, es = 0;
+    for (int d = 0; d < t->ndim; d++)
+        n *= (size_t)t->shape[d];
+    hcomm_dtype_size(t->dtype, &es);
+    return n * es;
+}
+
 /* Ping-pong of c->sized between ranks 0 and 1 through the p2p layer directly. */
 static hcomm_result_t p2p_pingpong(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
-    size_t n = hcomm__tensor_bytes(&c->sized);
+    size_t n = tensor_bytes(&c->sized);
     if (c->rank == 0) {
-        hcomm_result_t r = hcomm__send(w, HCOMM__CH_USER, 1, 1, c->sized.data, n, NULL);
-        return r == HCOMM_OK
-                   ? hcomm__recv(w, HCOMM__CH_USER, 1, 1, c->sized.data, n, HCOMM__RECV_EXACT, NULL)
-                   : r;
+        hcomm_result_t r = hcomm__bench_send(w, 1, 1, c->sized.data, n);
+        return r == HCOMM_OK ? hcomm__bench_recv(w, 1, 1, c->sized.data, n) : r;
     }
     if (c->rank == 1) {
-        hcomm_result_t r =
-            hcomm__recv(w, HCOMM__CH_USER, 1, 0, c->sized.data, n, HCOMM__RECV_EXACT, NULL);
-        return r == HCOMM_OK ? hcomm__send(w, HCOMM__CH_USER, 1, 0, c->sized.data, n, NULL) : r;
+        hcomm_result_t r = hcomm__bench_recv(w, 1, 0, c->sized.data, n);
+        return r == HCOMM_OK ? hcomm__bench_send(w, 1, 0, c->sized.data, n) : r;
     }
     return HCOMM_OK;
 }
@@ -161,7 +164,7 @@ static hcomm_result_t memcpy_all(hcomm_comm_t *w, void *p) {
 static hcomm_result_t mpi_sized_pingpong(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
     (void)w;
-    int n = (int)hcomm__tensor_bytes(&c->sized);
+    int n = (int)tensor_bytes(&c->sized);
     if (c->rank == 0) {
         MPI_Send(c->sized.data, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
         MPI_Recv(c->sized.data, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -308,9 +311,11 @@ hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, const bench_opts_t *o) {
     ctx_t c = {.o = o, .in = 1.0};
     if (o->min_given || o->max_given || o->step_given)
         c.sizes = &s;
-    if (c.sizes && s.min_bytes > s.max_bytes)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm-bench compare",
-                          "-b %zu is larger than -e %zu", s.min_bytes, s.max_bytes);
+    if (c.sizes && s.min_bytes > s.max_bytes) {
+        char text[96];
+        snprintf(text, sizeof text, "-b %zu is larger than -e %zu", s.min_bytes, s.max_bytes);
+        return hcomm__bench_err(HCOMM_ERR_INVALID_ARG, "hcomm-bench compare", text);
+    }
     /* the pp_send_recv rows ping-pong in copy_dst */
     size_t copy_bytes = c.sizes && s.max_bytes > COPY_BYTES ? s.max_bytes : COPY_BYTES;
     hcomm_comm_rank(w, &c.rank);

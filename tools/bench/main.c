@@ -12,11 +12,6 @@
 #include "bench.h"
 #include "compare.h"
 
-#include "algo/coll.h"
-#include "algo/select.h"
-#include "core/internal.h"
-#include "core/topo_spec.h"
-
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -86,10 +81,7 @@ static atomic_int usage_error; /* rank threads of the local backend set it toget
 /* --- which algorithms run --- */
 
 static bool valid_in(const char *coll, size_t len, int algo) {
-    char spec[96];
-    hcomm__algo_set_t set;
-    snprintf(spec, sizeof spec, "%.*s:%s", (int)len, coll, hcomm__algo_name(algo));
-    return hcomm__algo_parse("hcomm-bench", "--algo", spec, &set) == HCOMM_OK;
+    return hcomm__bench_algo_valid(coll, len, algo);
 }
 
 /* The name hcomm_comm_set_algo knows the op's collective by: op->coll, or the first of its
@@ -99,7 +91,7 @@ static const char *coll_of(const bench_op_t *op, char *buf, size_t cap) {
     for (const char *s = op->coll; s && *s;) {
         const char *bar = strchr(s, '|');
         size_t len = bar ? (size_t)(bar - s) : strlen(s);
-        for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+        for (int k = 0; k < hcomm__bench_algos(); k++)
             if (valid_in(s, len, k)) {
                 snprintf(buf, cap, "%.*s", (int)len, s);
                 return buf;
@@ -124,16 +116,16 @@ static void add_algo(run_t *R, int kind, const char *name) {
     char coll[64];
     if (kind == KIND_NAMED)
         snprintf(a->spec, sizeof a->spec, "%s:%s", coll_of(R->op, coll, sizeof coll), name);
-    for (int k = 0; kind == KIND_NAMED && k < HCOMM__ALGO_COUNT; k++)
-        if (!strcmp(hcomm__algo_name(k), name))
-            a->bypass = hcomm__coll_bypasses_links(R->w, coll, k);
+    for (int k = 0; kind == KIND_NAMED && k < hcomm__bench_algos(); k++)
+        if (!strcmp(hcomm__bench_algo_name(k), name))
+            a->bypass = hcomm__bench_bypasses_links(R->w, coll, k);
 }
 
 static void list_valid(const bench_op_t *op) {
     fprintf(stderr, "auto, all");
-    for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+    for (int k = 0; k < hcomm__bench_algos(); k++)
         if (valid_for(op, k))
-            fprintf(stderr, ", %s", hcomm__algo_name(k));
+            fprintf(stderr, ", %s", hcomm__bench_algo_name(k));
     fprintf(stderr, ", raw (mpi)\n");
 }
 
@@ -155,7 +147,7 @@ static int check_algo_option(const bench_opts_t *o, bool mpi) {
                     bench_op_names[o->redop]);
             return -1;
         }
-        if (op->float_only && o->dtype_given && !hcomm__dtype_is_float(o->dtype)) {
+        if (op->float_only && o->dtype_given && !hcomm__bench_dtype_is_float(o->dtype)) {
             fprintf(stderr, "hcomm-bench: %s combines f32, f64, f16 or bf16, not -d %s\n", op->name,
                     dtype_name(o->dtype));
             return -1;
@@ -170,9 +162,9 @@ static int check_algo_option(const bench_opts_t *o, bool mpi) {
         if (!strcmp(want, "auto") || !strcmp(want, "all") || !strcmp(want, "raw"))
             continue;
         int k = 0;
-        while (k < HCOMM__ALGO_COUNT && strcmp(hcomm__algo_name(k), want))
+        while (k < hcomm__bench_algos() && strcmp(hcomm__bench_algo_name(k), want))
             k++;
-        if (k == HCOMM__ALGO_COUNT || !valid_for(op, k)) {
+        if (k == hcomm__bench_algos() || !valid_for(op, k)) {
             fprintf(stderr, "hcomm-bench: --algo %s does not run %s%s; valid: ", want, op->name,
                     o->ops_from_all ? " (OP all, the default, runs every collective: name one)"
                                     : "");
@@ -192,9 +184,9 @@ static int choose_algos(run_t *R) {
              R->mpi && R->op->raw && bench_raw_supported(R->o->dtype, R->o->redop, R->op->reduces);
     R->nalgos = 0;
     if (all)
-        for (int k = 0; k < HCOMM__ALGO_COUNT; k++)
+        for (int k = 0; k < hcomm__bench_algos(); k++)
             if (valid_for(R->op, k))
-                add_algo(R, KIND_NAMED, hcomm__algo_name(k));
+                add_algo(R, KIND_NAMED, hcomm__bench_algo_name(k));
     if (all || !strcmp(want, "auto"))
         add_algo(R, KIND_AUTO, "auto");
     else if (strcmp(want, "raw"))
@@ -251,8 +243,8 @@ static hcomm_result_t check_algo(run_t *R, algo_row_t *a, bench_case_t *c, long 
     long mine = 0;
     for (int i = 0; i < (R->o->check > 0 ? R->o->check : 1); i++) {
         R->op->fill(c);
-        HCOMM__TRY(select_algo(R, a));
-        HCOMM__TRY(call(R, a, c));
+        BENCH_TRY(select_algo(R, a));
+        BENCH_TRY(call(R, a, c));
         corrupt(R, c);
         mine += R->o->check > 0 ? R->op->wrong(c) : 0;
     }
@@ -263,7 +255,7 @@ static hcomm_result_t check_algo(run_t *R, algo_row_t *a, bench_case_t *c, long 
 /* Agrees on whether a failed algorithm fails everywhere (then it is left out) or not. */
 static hcomm_result_t drop_failed(run_t *R, algo_row_t *a, hcomm_result_t res) {
     int bad = res != HCOMM_OK, any = 0;
-    HCOMM__TRY(hcomm_all_reduce(R->w, &bad, &any, 1, HCOMM_I32, HCOMM_MAX));
+    BENCH_TRY(hcomm_all_reduce(R->w, &bad, &any, 1, HCOMM_I32, HCOMM_MAX));
     if (!any)
         return HCOMM_OK;
     if (a->kind == KIND_AUTO)
@@ -307,8 +299,7 @@ static void shuffle(int *order, int n, int i) {
 #define ENGINE_APART_BYTES ((size_t)32 << 20)
 
 static bool runs_engine(const run_t *R, const algo_row_t *a) {
-    return a->kind == KIND_RAW || (R->mpi && a->kind == KIND_NAMED &&
-                                   !strcmp(a->name, hcomm__algo_name(HCOMM__ALGO_NATIVE)));
+    return a->kind == KIND_RAW || (R->mpi && a->kind == KIND_NAMED && !strcmp(a->name, "native"));
 }
 
 static bool timed_now(const run_t *R, const algo_row_t *a, const bench_case_t *c,
@@ -329,12 +320,12 @@ static bool timed_now(const run_t *R, const algo_row_t *a, const bench_case_t *c
  * it (ReproMPI's window-based start: Hunold and Carpen-Amarie, "Reproducible MPI
  * benchmarking is still not as easy as you think", IEEE TPDS 2016); else the barrier alone. */
 static hcomm_result_t start_together(run_t *R) {
-    HCOMM__TRY(hcomm_barrier(R->w));
+    BENCH_TRY(hcomm_barrier(R->w));
     if (!R->window)
         return HCOMM_OK;
-    double t = hcomm__now() + WINDOW_AHEAD_S;
-    HCOMM__TRY(hcomm_broadcast(R->w, &t, sizeof t, 0));
-    while (hcomm__now() < t)
+    double t = hcomm__bench_now() + WINDOW_AHEAD_S;
+    BENCH_TRY(hcomm_broadcast(R->w, &t, sizeof t, 0));
+    while (hcomm__bench_now() < t)
         ;
     return HCOMM_OK;
 }
@@ -344,10 +335,10 @@ static hcomm_result_t start_together(run_t *R) {
 static hcomm_result_t decide_window(run_t *R) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    uint64_t h = hcomm__fnv(host, strlen(host), HCOMM__FNV_SEED);
+    uint64_t h = hcomm__bench_hash(host, strlen(host));
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t mine[3] = {(int64_t)(h >> 2), -(int64_t)(h >> 2), cores >= R->size}, all[3];
-    HCOMM__TRY(hcomm_all_reduce(R->w, mine, all, 3, HCOMM_I64, HCOMM_MIN));
+    BENCH_TRY(hcomm_all_reduce(R->w, mine, all, 3, HCOMM_I64, HCOMM_MIN));
     R->window = all[0] == -all[1] && all[2] == 1;
     return HCOMM_OK;
 }
@@ -355,17 +346,17 @@ static hcomm_result_t decide_window(run_t *R) {
 /* One timed call of a: every rank starts together. */
 static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
                                const char **chosen) {
-    HCOMM__TRY(select_algo(R, a));
+    BENCH_TRY(select_algo(R, a));
     /* The previous algorithm's imbalance between ranks (a root that finishes last) must not land
      * in this one's time. */
-    HCOMM__TRY(start_together(R));
-    hcomm__coll_take_algo(R->w);
-    double t0 = hcomm__now();
-    HCOMM__TRY(call(R, a, c));
-    double dt = hcomm__now() - t0;
+    BENCH_TRY(start_together(R));
+    hcomm__bench_take_algo(R->w);
+    double t0 = hcomm__bench_now();
+    BENCH_TRY(call(R, a, c));
+    double dt = hcomm__bench_now() - t0;
     if (i >= 0)
         a->t[i] = dt;
-    const char *got = hcomm__coll_take_algo(R->w);
+    const char *got = hcomm__bench_take_algo(R->w);
     /* A primitive without rows of collective algorithms (moe, pp) has no choice to name: the
      * collective run inside it is not a row --algo could pick. */
     if (got && R->op->coll && a->kind == KIND_AUTO)
@@ -405,7 +396,7 @@ static hcomm_result_t time_turn(run_t *R, bench_case_t *c, int a, int twin, bool
         for (int step = 0; step < 2; step++) {
             int k = (step == 0) == twin_first ? twin : a;
             if (k >= 0 && timed_now(R, &R->algos[k], c, pass))
-                HCOMM__TRY(time_one(R, &R->algos[k], c, i, chosen));
+                BENCH_TRY(time_one(R, &R->algos[k], c, i, chosen));
         }
     return HCOMM_OK;
 }
@@ -425,8 +416,8 @@ static hcomm_result_t time_all(run_t *R, bench_case_t *c, const char **chosen) {
             for (int j = 0; j < n; j++) {
                 bool with_twin = R->algos[order[j]].kind == KIND_AUTO;
                 if (order[j] != twin)
-                    HCOMM__TRY(time_turn(R, c, order[j], with_twin ? twin : -1, turn & 1, i0, pass,
-                                         chosen));
+                    BENCH_TRY(time_turn(R, c, order[j], with_twin ? twin : -1, turn & 1, i0, pass,
+                                        chosen));
             }
         }
     return HCOMM_OK;
@@ -464,11 +455,12 @@ static void set_record(run_t *R, algo_row_t *a, const bench_case_t *c, long wron
     rec->memcpy_gbs = R->memcpy_gbs;
 }
 
-/* Bound on auto's untimed calls in settle_auto; the tuner's probe takes HCOMM__TUNE_CALLS. */
+/* Bound on auto's untimed calls in settle_auto; the tuner's probe takes 18 calls (src/algo/tune.h).
+ */
 #define SETTLE_MAX_CALLS 64
 
 /* On one host, auto's first calls of a size near a switch time two candidates against each
- * other (hcomm__coll_take_probed, the same on every rank); a program's loop of one size pays
+ * other (hcomm__bench_take_probed, the same on every rank); a program's loop of one size pays
  * them once, so they run before auto is timed. Otherwise the rival's calls fall among auto's
  * samples, and in the warm-up and the first turns of auto and its twin the twin is unknown.
  * They start together as the timed calls do: back to back, 4 processes on 2 cores timed
@@ -480,12 +472,12 @@ static hcomm_result_t settle_auto(run_t *R, bench_case_t *c) {
         algo_row_t *a = &R->algos[k];
         if (a->kind != KIND_AUTO || a->dead)
             continue;
-        (void)hcomm__coll_take_probed(R->w);
+        (void)hcomm__bench_take_probed(R->w);
         for (int i = 0; i < SETTLE_MAX_CALLS; i++) {
-            HCOMM__TRY(select_algo(R, a));
-            HCOMM__TRY(start_together(R));
-            HCOMM__TRY(call(R, a, c));
-            if (!hcomm__coll_take_probed(R->w))
+            BENCH_TRY(select_algo(R, a));
+            BENCH_TRY(start_together(R));
+            BENCH_TRY(call(R, a, c));
+            if (!hcomm__bench_take_probed(R->w))
                 break;
         }
     }
@@ -500,17 +492,17 @@ static hcomm_result_t measure(run_t *R, bench_case_t *c) {
         algo_row_t *a = &R->algos[k];
         a->rec[c->inplace].measured = false;
         if (!a->dead)
-            HCOMM__TRY(drop_failed(R, a, check_algo(R, a, c, &wrong[k])));
+            BENCH_TRY(drop_failed(R, a, check_algo(R, a, c, &wrong[k])));
     }
-    HCOMM__TRY(settle_auto(R, c));
+    BENCH_TRY(settle_auto(R, c));
     R->op->fill(c);
-    HCOMM__TRY(time_all(R, c, &chosen));
-    HCOMM__TRY(hcomm_comm_set_algo(R->w, NULL));
+    BENCH_TRY(time_all(R, c, &chosen));
+    BENCH_TRY(hcomm_comm_set_algo(R->w, NULL));
     for (int k = 0; k < R->nalgos; k++) {
         algo_row_t *a = &R->algos[k];
         if (a->dead)
             continue;
-        HCOMM__TRY(across_ranks(R, a->t, R->o->iters));
+        BENCH_TRY(across_ranks(R, a->t, R->o->iters));
         set_record(R, a, c, wrong[k], median(a->t, R->o->iters), chosen);
     }
     return HCOMM_OK;
@@ -518,7 +510,7 @@ static hcomm_result_t measure(run_t *R, bench_case_t *c) {
 
 /* --- printing (rank 0) --- */
 
-/* Names the rows that a simulated topology cannot slow down (hcomm__coll_bypasses_links). */
+/* Names the rows that a simulated topology cannot slow down (hcomm__bench_bypasses_links). */
 static void print_bypass_note(const run_t *R) {
     char names[128] = "";
     for (int k = 0; k < R->nalgos; k++)
@@ -716,7 +708,7 @@ static void print_average(run_t *R) {
 }
 
 static void progress(run_t *R, size_t bytes, int done, int total) {
-    double t = hcomm__now();
+    double t = hcomm__bench_now();
     if (R->rank != 0 || t - R->start < 3.0 || t - R->last_progress < 2.0)
         return;
     R->last_progress = t;
@@ -726,13 +718,6 @@ static void progress(run_t *R, size_t bytes, int done, int total) {
 }
 
 /* --- sizes and buffers --- */
-
-size_t bench_next_size(const bench_opts_t *o, size_t bytes) {
-    if (o->step_bytes)
-        return bytes + o->step_bytes;
-    size_t next = (size_t)((double)bytes * o->factor);
-    return next > bytes ? next : bytes + 1;
-}
 
 static int count_sizes(const bench_opts_t *o) {
     int n = 0;
@@ -801,10 +786,10 @@ static hcomm_result_t time_memcpy(run_t *R, char *dst, char *src, size_t bytes, 
     double *t = calloc((size_t)iters, sizeof *t);
     hcomm_result_t r = t ? hcomm_barrier(R->w) : HCOMM_ERR_NOMEM;
     for (int i = -1; r == HCOMM_OK && i < iters; i++) {
-        double t0 = hcomm__now();
+        double t0 = hcomm__bench_now();
         memcpy(dst, src, bytes);
         if (i >= 0)
-            t[i] = hcomm__now() - t0;
+            t[i] = hcomm__bench_now() - t0;
         if (bytes)
             src[(size_t)i % bytes] = (char)i; /* the copy is not dead code */
     }
@@ -929,7 +914,7 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
         return hcomm_bench_compare(w, o);
     if (o->calibrate)
         return bench_calibrate(w, o);
-    run_t R = {.w = w, .o = o, .start = hcomm__now()};
+    run_t R = {.w = w, .o = o, .start = hcomm__bench_now()};
     hcomm_comm_rank(w, &R.rank);
     hcomm_comm_size(w, &R.size);
     const char *backend = "";
@@ -956,7 +941,8 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
         R.o = o;
     }
     if (R.rep && bench_report_close(R.rep, r == HCOMM_OK) != 0 && r == HCOMM_OK)
-        r = hcomm__err(HCOMM_ERR_IO, "hcomm-bench", "an output file could not be written (above)");
+        r = hcomm__bench_err(HCOMM_ERR_IO, "hcomm-bench",
+                             "an output file could not be written (above)");
     if (r == HCOMM_ERR_NOMEM) /* the bench's own buffers leave no hcomm message */
         fprintf(stderr,
                 "hcomm-bench: rank %d ran out of memory (-e %zu: two buffers of about that "
@@ -1054,7 +1040,7 @@ static bool distinct_files(const bench_opts_t *o) {
  * ranks are the job's processes, as nccl-tests' are. */
 static bool one_process_job(void) {
     const char *env = getenv("HCOMM_BACKEND");
-    return !(env && env[0]) && hcomm__launch_job_size() == 1;
+    return !(env && env[0]) && hcomm__bench_launch_job_size() == 1;
 }
 
 int main(int argc, char **argv) {

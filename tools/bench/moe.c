@@ -10,10 +10,6 @@
  * size(B) is the tokens of one rank; busbw uses all_to_all's factor (p-1)/p. */
 #include "bench.h"
 
-#include "algo/coll.h"
-#include "core/internal.h"
-#include "prims/moe_common.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,10 +139,10 @@ static hcomm_result_t tensor2(const bench_case_t *c, void *data, int64_t rows, i
 static hcomm_result_t moe_run(bench_case_t *c) {
     moe_t *m = c->extra;
     hcomm_tensor_t tok, out, got;
-    HCOMM__TRY(tensor2(c, c->send, m->T, m->H, &tok));
-    HCOMM__TRY(tensor2(c, c->recv, m->T, m->H, &out));
+    BENCH_TRY(tensor2(c, c->send, m->T, m->H, &tok));
+    BENCH_TRY(tensor2(c, c->recv, m->T, m->H, &out));
     hcomm_moe_handle_t *h = NULL;
-    HCOMM__TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
+    BENCH_TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
     hcomm_result_t r = hcomm_moe_received(h, &got, NULL);
     if (r == HCOMM_OK) /* the experts are the identity: their output is what came in */
         r = hcomm_moe_combine_topk(h, &got, &out);
@@ -177,9 +173,9 @@ static hcomm_result_t sort_by_expert(const bench_case_t *c, moe_t *m) {
 static float to_f32(hcomm_dtype_t dt, const void *row, int j) {
     switch (dt) {
     case HCOMM_BF16:
-        return hcomm__bf16_to_f32(((const uint16_t *)row)[j]);
+        return hcomm__bench_half_to_f32(((const uint16_t *)row)[j], HCOMM_BF16);
     case HCOMM_F16:
-        return hcomm__f16_to_f32(((const uint16_t *)row)[j]);
+        return hcomm__bench_half_to_f32(((const uint16_t *)row)[j], HCOMM_F16);
     case HCOMM_F32:
         return ((const float *)row)[j];
     default:
@@ -204,7 +200,7 @@ static void weighted_sum(bench_case_t *c, moe_t *m) {
 
 static hcomm_result_t exchange_counts(bench_case_t *c, moe_t *m, size_t *recv_rows) {
     size_t row = (size_t)m->H * c->es;
-    HCOMM__TRY(hcomm_all_to_allv(c->w, m->cnt_s, m->one, m->offs, m->cnt_r, m->one, m->offs));
+    BENCH_TRY(hcomm_all_to_allv(c->w, m->cnt_s, m->one, m->offs, m->cnt_r, m->one, m->offs));
     *recv_rows = 0;
     for (int q = 0; q < c->size; q++) {
         m->sc[q] = (size_t)m->cnt_s[q] * row;
@@ -226,14 +222,14 @@ static hcomm_result_t exchange_counts(bench_case_t *c, moe_t *m, size_t *recv_ro
 static hcomm_result_t moe_baseline(bench_case_t *c) {
     moe_t *m = c->extra;
     size_t row = (size_t)m->H * c->es, recv_rows = 0;
-    HCOMM__TRY(sort_by_expert(c, m));
+    BENCH_TRY(sort_by_expert(c, m));
     for (int64_t i = 0; i < m->T * m->k; i++)
         memcpy(m->rows + (size_t)i * row, (const char *)c->send + (size_t)(m->perm[i] / m->k) * row,
                row);
-    HCOMM__TRY(exchange_counts(c, m, &recv_rows));
-    HCOMM__TRY(hcomm_all_to_allv(c->w, m->rows, m->sc, m->sd, m->recvd, m->rc, m->rd));
+    BENCH_TRY(exchange_counts(c, m, &recv_rows));
+    BENCH_TRY(hcomm_all_to_allv(c->w, m->rows, m->sc, m->sd, m->recvd, m->rc, m->rd));
     /* identity experts; the rows go back as they came */
-    HCOMM__TRY(hcomm_all_to_allv(c->w, m->recvd, m->rc, m->rd, m->back, m->sc, m->sd));
+    BENCH_TRY(hcomm_all_to_allv(c->w, m->recvd, m->rc, m->rd, m->back, m->sc, m->sd));
     weighted_sum(c, m);
     return HCOMM_OK;
 }
@@ -245,12 +241,12 @@ static hcomm_result_t moe_baseline(bench_case_t *c) {
  * them (hcomm's counters; a dropless dispatch: one count and one token exchange, none). */
 static hcomm_result_t count_dispatch(bench_case_t *c, moe_t *m) {
     hcomm_tensor_t tok;
-    HCOMM__TRY(tensor2(c, c->send, m->T, m->H, &tok));
+    BENCH_TRY(tensor2(c, c->send, m->T, m->H, &tok));
     uint64_t calls0, agree0, calls1, agree1;
     hcomm_moe_handle_t *h = NULL;
-    hcomm__coll_counts(c->w, &calls0, &agree0);
-    HCOMM__TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
-    hcomm__coll_counts(c->w, &calls1, &agree1);
+    hcomm__bench_counts(c->w, &calls0, &agree0);
+    BENCH_TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
+    hcomm__bench_counts(c->w, &calls1, &agree1);
     hcomm_moe_handle_free(h);
     m->calls = calls1 - calls0;
     m->agreements = agree1 - agree0;
@@ -279,13 +275,13 @@ static hcomm_result_t time_permutation(bench_case_t *c, moe_t *m) {
     double best[3] = {1e30, 1e30, 1e30};
     int reps = bytes >= ((size_t)64 << 20) ? 5 : 15;
     for (int rep = 0; rep < reps; rep++) {
-        double t0 = hcomm__now();
-        hcomm__moe_gather_rows(m->rows, m->back, tok, slots, row);
-        double t1 = hcomm__now();
-        hcomm__moe_scatter_rows(m->back, m->rows, tok, slots, row);
-        double t2 = hcomm__now();
+        double t0 = hcomm__bench_now();
+        hcomm__bench_moe_gather_rows(m->rows, m->back, tok, slots, row);
+        double t1 = hcomm__bench_now();
+        hcomm__bench_moe_scatter_rows(m->back, m->rows, tok, slots, row);
+        double t2 = hcomm__bench_now();
         memcpy(m->back, m->rows, bytes);
-        double t3 = hcomm__now(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
+        double t3 = hcomm__bench_now(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
         for (int i = 0; i < 3; i++)
             best[i] = t[i] < best[i] ? t[i] : best[i];
     }
@@ -297,7 +293,7 @@ static hcomm_result_t time_permutation(bench_case_t *c, moe_t *m) {
 }
 
 static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m) {
-    HCOMM__TRY(count_dispatch(c, m));
+    BENCH_TRY(count_dispatch(c, m));
     return time_permutation(c, m);
 }
 

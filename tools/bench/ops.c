@@ -6,9 +6,6 @@
  * of all_gather and gather, the input of reduce_scatter and scatter). */
 #include "bench.h"
 
-#include "core/internal.h"
-#include "p2p/p2p.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +26,9 @@ double bench_get(hcomm_dtype_t dt, const void *buf, size_t i) {
     case HCOMM_F64:
         return ((const double *)buf)[i];
     case HCOMM_F16:
-        return hcomm__f16_to_f32(((const uint16_t *)buf)[i]);
+        return hcomm__bench_half_to_f32(((const uint16_t *)buf)[i], HCOMM_F16);
     case HCOMM_BF16:
-        return hcomm__bf16_to_f32(((const uint16_t *)buf)[i]);
+        return hcomm__bench_half_to_f32(((const uint16_t *)buf)[i], HCOMM_BF16);
     case HCOMM_I8:
         return ((const int8_t *)buf)[i];
     case HCOMM_U8:
@@ -54,10 +51,10 @@ void bench_put(hcomm_dtype_t dt, void *buf, size_t i, double v) {
         ((double *)buf)[i] = v;
         break;
     case HCOMM_F16:
-        ((uint16_t *)buf)[i] = hcomm__f32_to_f16((float)v);
+        ((uint16_t *)buf)[i] = hcomm__bench_f32_to_half((float)v, HCOMM_F16);
         break;
     case HCOMM_BF16:
-        ((uint16_t *)buf)[i] = hcomm__f32_to_bf16((float)v);
+        ((uint16_t *)buf)[i] = hcomm__bench_f32_to_half((float)v, HCOMM_BF16);
         break;
     case HCOMM_I8:
         ((int8_t *)buf)[i] = (int8_t)(int64_t)v; /* wraps as hcomm's sum does */
@@ -139,7 +136,7 @@ static double ref(const bench_case_t *c, size_t g) {
         }
     }
     double tmp[1];
-    if (c->o->redop == HCOMM_AVG && !hcomm__dtype_is_float(c->dt)) {
+    if (c->o->redop == HCOMM_AVG && !hcomm__bench_dtype_is_float(c->dt)) {
         bench_put(c->dt, tmp, 0, acc); /* the sum wraps in the dtype, then divides (core.h) */
         acc = trunc(bench_get(c->dt, tmp, 0) / c->size);
     } else if (c->o->redop == HCOMM_AVG) {
@@ -150,7 +147,7 @@ static double ref(const bench_case_t *c, size_t g) {
 }
 
 static long differs(const bench_case_t *c, double got, double want) {
-    if (c->op->reduces && c->o->redop == HCOMM_AVG && hcomm__dtype_is_float(c->dt))
+    if (c->op->reduces && c->o->redop == HCOMM_AVG && hcomm__bench_dtype_is_float(c->dt))
         return fabs(got - want) > 1e-2 * fabs(want) + 1e-6; /* rounding of the mean */
     return got != want;
 }
@@ -229,8 +226,8 @@ static hcomm_result_t vector(bench_case_t *c, void *data, size_t n, hcomm_tensor
 
 static hcomm_result_t run_tp_all_reduce(bench_case_t *c) {
     hcomm_tensor_t in_t, out_t;
-    HCOMM__TRY(vector(c, (void *)src_of(c), c->count, &in_t));
-    HCOMM__TRY(vector(c, c->recv, c->count, &out_t));
+    BENCH_TRY(vector(c, (void *)src_of(c), c->count, &in_t));
+    BENCH_TRY(vector(c, c->recv, c->count, &out_t));
     return hcomm_tp_all_reduce(c->w, &in_t, &out_t, c->o->redop);
 }
 
@@ -282,8 +279,8 @@ static hcomm_result_t run_reduce_scatterv(bench_case_t *c) {
 
 static hcomm_result_t run_tp_reduce_scatter(bench_case_t *c) {
     hcomm_tensor_t in_t, out_t;
-    HCOMM__TRY(vector(c, (void *)src_of(c), c->count, &in_t));
-    HCOMM__TRY(vector(c, c->recv, c->count / (size_t)c->size, &out_t));
+    BENCH_TRY(vector(c, (void *)src_of(c), c->count, &in_t));
+    BENCH_TRY(vector(c, c->recv, c->count / (size_t)c->size, &out_t));
     return hcomm_tp_reduce_scatter(c->w, &in_t, &out_t, 0, c->o->redop);
 }
 
@@ -346,8 +343,8 @@ static hcomm_result_t run_gather(bench_case_t *c) {
 
 static hcomm_result_t run_tp_all_gather(bench_case_t *c) {
     hcomm_tensor_t in_t, out_t;
-    HCOMM__TRY(vector(c, c->send, c->count / (size_t)c->size, &in_t));
-    HCOMM__TRY(vector(c, c->recv, c->count, &out_t));
+    BENCH_TRY(vector(c, c->send, c->count / (size_t)c->size, &in_t));
+    BENCH_TRY(vector(c, c->recv, c->count, &out_t));
     return hcomm_tp_all_gather(c->w, &in_t, &out_t, 0);
 }
 
@@ -465,8 +462,8 @@ static hcomm_result_t run_pp(bench_case_t *c) {
     if (c->size == 1)
         return HCOMM_OK;
     hcomm_tensor_t s, r;
-    HCOMM__TRY(vector(c, c->send, c->count, &s));
-    HCOMM__TRY(vector(c, c->recv, c->count, &r));
+    BENCH_TRY(vector(c, c->send, c->count, &s));
+    BENCH_TRY(vector(c, c->recv, c->count, &r));
     return hcomm_pp_send_recv(c->w, &s, (c->rank + 1) % c->size, 1, &r,
                               (c->rank + c->size - 1) % c->size, 1);
 }
@@ -475,13 +472,8 @@ static hcomm_result_t run_pp(bench_case_t *c) {
 static hcomm_result_t p2p_pp(bench_case_t *c) {
     if (c->size == 1)
         return HCOMM_OK;
-    hcomm__req_t *s = NULL;
-    HCOMM__TRY(hcomm__isend(c->w, HCOMM__CH_USER, 3, (c->rank + 1) % c->size, c->send, c->bytes,
-                            NULL, &s));
-    hcomm_result_t r = hcomm__recv(c->w, HCOMM__CH_USER, 3, (c->rank + c->size - 1) % c->size,
-                                   c->recv, c->bytes, HCOMM__RECV_EXACT, NULL);
-    hcomm_result_t ws = hcomm__wait(s, NULL, NULL);
-    return r != HCOMM_OK ? r : ws;
+    return hcomm__bench_sendrecv(c->w, 3, (c->rank + 1) % c->size, c->send,
+                                 (c->rank + c->size - 1) % c->size, c->recv, c->bytes);
 }
 
 /* --- raw MPI on the same buffers (mpi backend) --- */
@@ -548,7 +540,7 @@ static hcomm_result_t raw_dp(bench_case_t *c) {
     for (int i = 0; i < n; i++) {
         size_t k = blk(c->count, n, i);
         if (k > 0)
-            HCOMM__TRY(
+            BENCH_TRY(
                 mpi_res(MPI_Allreduce(MPI_IN_PLACE, at(c, c->recv, blk_off(c->count, n, i)), (int)k,
                                       mpi_type(c->dt), mpi_op(c->o->redop), MPI_COMM_WORLD)));
     }
