@@ -1,6 +1,6 @@
-/* The selection tables (select_table.h). The measurements behind each row are in
- * docs/tuning.md under its id; a changed threshold changes one row here and one line of
- * test/test_select.c. */
+/* The selection tables (select_table.h): the rows are data in select_table.def, read here
+ * first match; the measurements behind each row are in docs/tuning.md under its id, and a
+ * changed threshold changes one row there and one line of test/test_select.c. */
 #include "algo/select_table.h"
 
 #define K(n) ((size_t)(n) << 10)
@@ -56,104 +56,31 @@ enum {
 #define P1_3_4 (HCOMM__P1 | HCOMM__P3_4)
 #define RD_MAX HCOMM__RD_ALL_REDUCE_MAX
 #define TIMED true
+#define FIXED false
 
-/* The measured defaults. Local's native collectives read peers' buffers in place and win
- * everywhere but the rooted calls; without posted checks (mpi) small calls run hcomm's own
- * exchanges, which carry the signature in their messages, and larger ones the backend's call
- * or direct reads of the peers' buffers (which fall back where peers cannot be read). */
-/* clang-format off */
+/* The two tables, from select_table.def: each pass keeps one kind of row. */
+/* where expands to its (need, deny) pair, so a row is nine initializers. */
+#define ROW(...) {__VA_ARGS__},
+
+#define DEFAULT(id, coll, where, ranks, from, to, algo)                                            \
+    ROW(id, coll, where, ranks, from, to, algo, false)
+#define UPGRADE(...)
 const hcomm__rule_t hcomm__defaults[] = {
-    /* id                       coll where         ranks   from    to        algo */
-    {"ar.pair.rd",               AR,  MPI,         TWO,    0,      K(8) - 1, RD},
-    {"ar.rd",                    AR,  MPI,         NOT2,   0,      RD_MAX,   RD},
-    {"ar.native",                AR,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
-
-    {"ag.pair.rd",               AG,  MPI,         TWO,    0,      K(8) - 1, RD},
-    {"ag.pair.direct",           AG,  MPI,         TWO,    K(8),   ALL,      DIRECT},
-    {"ag.rd",                    AG,  MPI,         NOT2,   0,      2048,     RD},
-    {"ag.direct",                AG,  MPI_CHECKED, NOT2,   K(16),  ALL,      DIRECT},
-    {"ag.direct.off",            AG,  MPI_OFF,     NOT2,   K(128), ALL,      DIRECT},
-    {"ag.native",                AG,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
-
-    {"rs.pair.rhd",              RS,  MPI,         TWO,    0,      K(8) - 1, RHD},
-    {"rs.pair.direct",           RS,  MPI,         TWO,    K(8),   ALL,      DIRECT},
-    {"rs.rd",                    RS,  MPI,         NOT2,   0,      2048,     RD},
-    {"rs.direct",                RS,  MPI,         NOT2,   K(8),   ALL,      DIRECT},
-    {"rs.native",                RS,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
-
-    {"bc.pair.tree",             BC,  MPI,         TWO,    0,      K(8) - 1, TREE},
-    {"bc.pair.direct",           BC,  MPI,         TWO,    K(8),   ALL,      DIRECT},
-    {"bc.rd",                    BC,  MPI_CHECKED, NOT2,   0,      1024,     RD},
-    {"bc.direct",                BC,  MPI_CHECKED, NOT2,   K(512), ALL,      DIRECT},
-    {"bc.direct.off",            BC,  MPI_OFF,     NOT2,   K(128), ALL,      DIRECT},
-    {"bc.native",                BC,  ANYWHERE,    ANY,    0,      ALL,      NATIVE},
-
-    {"reduce.direct",            RE,  MPI,         ANY,    K(4),   ALL,      DIRECT},
-    {"reduce.local.pair.direct", RE,  LOCAL,       TWO,    K(4),   ALL,      DIRECT},
-    {"reduce.local.direct",      RE,  LOCAL,       P1_3_4, K(64),  ALL,      DIRECT},
-    {"reduce.local.many.direct", RE,  LOCAL,       FROM5,  K(256), ALL,      DIRECT},
-    {"reduce.tree",              RE,  ANYWHERE,    ANY,    0,      ALL,      TREE},
-
-    {"gather.native",            GA,  MPI,         ANY,    0,      ALL,      NATIVE},
-    {"gather.local.direct",      GA,  LOCAL,       ANY,    0,      ALL,      DIRECT},
-    {"scatter.native",           SC,  MPI,         ANY,    0,      ALL,      NATIVE},
-    {"scatter.local.direct",     SC,  LOCAL,       ANY,    0,      ALL,      DIRECT},
-    {"agv.native",               AGV, ANYWHERE,    ANY,    0,      ALL,      NATIVE},
-    {"rsv.native",               RSV, ANYWHERE,    ANY,    0,      ALL,      NATIVE},
-
-    {"a2a.local.native",         A2A, LOCAL,       ANY,    0,      ALL,      NATIVE},
-    {"a2a.bruck",                A2A, MPI,         P8,     0,      512,      BRUCK},
-    {"a2a.pair.pairwise",        A2A, MPI,         UPTO2,  0,      2048,     PAIRWISE},
-    {"a2a.pairwise",             A2A, MPI,         FROM3,  0,      K(8),     PAIRWISE},
-    {"a2a.pair.direct",          A2A, MPI,         UPTO2,  0,      ALL,      DIRECT},
-    {"a2a.native",               A2A, ANYWHERE,    ANY,    0,      ALL,      NATIVE},
+#include "algo/select_table.def"
 };
-/* clang-format on */
 const int hcomm__ndefaults = (int)(sizeof hcomm__defaults / sizeof hcomm__defaults[0]);
+#undef DEFAULT
+#undef UPGRADE
 
-/* Where the communicator can do more than the default assumes. shm through the board up to the
- * sizes where its two copies per byte stop paying for the messages they save (its switches move
- * with the placement of the processes: timed); above them, on a board, the calls whose data
- * one rank reads from another's buffer run direct; twoshot all_reduce where peers' inputs can
- * be read and reduced in place. */
-/* clang-format off */
+#define DEFAULT(...)
+#define UPGRADE(id, coll, where, ranks, from, to, algo, timed)                                     \
+    ROW(id, coll, where, ranks, from, to, algo, timed)
 const hcomm__rule_t hcomm__upgrades[] = {
-    /* id                    coll where           ranks  from   to      algo     */
-    {"ar.shm.pair",           AR,  BOARD_CHECKED, TWO,   0,     K(8),   SHM,     TIMED},
-    {"ar.shm.pair.off",       AR,  BOARD_OFF,     TWO,   0,     K(4),   SHM,     TIMED},
-    {"ar.shm",                AR,  BOARD,         NOT2,  0,     K(32),  SHM,     TIMED},
-    {"bc.shm.pair",           BC,  BOARD,         TWO,   0,     K(4),   SHM,     TIMED},
-    {"bc.shm",                BC,  BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
-    {"ag.shm.pair",           AG,  BOARD_CHECKED, TWO,   0,     K(32),  SHM,     TIMED},
-    {"ag.shm.pair.off",       AG,  BOARD_OFF,     TWO,   0,     K(16),  SHM,     TIMED},
-    {"ag.shm",                AG,  BOARD,         NOT2,  0,     K(256), SHM,     TIMED},
-    {"rs.shm.pair",           RS,  BOARD,         TWO,   0,     K(16),  SHM,     TIMED},
-    {"rs.shm",                RS,  BOARD,         NOT2,  0,     K(128), SHM,     TIMED},
-    {"rsv.shm.pair",          RSV, BOARD,         TWO,   0,     K(16),  SHM,     TIMED},
-    {"rsv.shm",               RSV, BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
-    {"reduce.shm.pair",       RE,  BOARD,         TWO,   0,     K(4),   SHM,     TIMED},
-    {"reduce.shm",            RE,  BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
-    {"gather.shm.pair",       GA,  BOARD,         TWO,   0,     K(1),   SHM,     TIMED},
-    {"gather.shm",            GA,  BOARD,         NOT2,  0,     K(32),  SHM,     TIMED},
-    {"scatter.shm.pair",      SC,  BOARD,         TWO,   0,     K(1),   SHM,     TIMED},
-    {"scatter.shm",           SC,  BOARD,         NOT2,  0,     K(64),  SHM,     TIMED},
-    {"agv.shm.pair",          AGV, BOARD_CHECKED, TWO,   0,     K(8),   SHM,     TIMED},
-    {"agv.shm.pair.off",      AGV, BOARD_OFF,     TWO,   0,     K(4),   SHM,     TIMED},
-    {"agv.shm",               AGV, BOARD,         NOT2,  0,     K(128), SHM,     TIMED},
-
-    {"bc.board.direct",       BC,  BOARD_READS,   ANY,   0,     ALL,    DIRECT},
-    {"gather.board.direct",   GA,  BOARD_READS,   ANY,   0,     ALL,    DIRECT},
-    {"scatter.board.direct",  SC,  BOARD_READS,   ANY,   0,     ALL,    DIRECT},
-    {"agv.board.direct",      AGV, BOARD_READS,   ANY,   0,     ALL,    DIRECT},
-    {"rsv.board.direct",      RSV, BOARD_READS,   ANY,   0,     ALL,    DIRECT},
-
-    {"ar.twoshot.pair",       AR,  MPI_READS,     UPTO2, K(4),  ALL,    TWOSHOT},
-    {"ar.twoshot",            AR,  MPI_READS,     FROM3, K(16), ALL,    TWOSHOT},
-    {"ar.local.twoshot",      AR,  LOCAL_READS,   UPTO4, M(2),  ALL,    TWOSHOT},
-    {"ar.local.twoshot.many", AR,  LOCAL_READS,   FROM5, M(4),  ALL,    TWOSHOT},
+#include "algo/select_table.def"
 };
-/* clang-format on */
 const int hcomm__nupgrades = (int)(sizeof hcomm__upgrades / sizeof hcomm__upgrades[0]);
+#undef DEFAULT
+#undef UPGRADE
 
 static const char *const why_texts[] = {
     [HCOMM__WHY_DEFAULT] = "default",
