@@ -305,7 +305,7 @@ static hcomm_result_t check_all_to_allv(hcomm_comm_t *c) {
         for (int p = 0; p < n; p++)
             for (size_t j = 0; j < sc[p]; j++)
                 send[sd[p] + j] = a2a_byte(me, p, j);
-        r = hcomm__coll_all_to_allv(c, send, sc, sd, recv, rc, rd);
+        r = hcomm__coll_all_to_allv(c, send, sc, sd, recv, rc, rd, false);
         T_CHECK(r == HCOMM_OK, "all_to_allv: %s (%s)", hcomm_result_name(r), hcomm_last_error());
         for (int p = 0; r == HCOMM_OK && p < n; p++) {
             size_t j = 0;
@@ -327,7 +327,7 @@ static hcomm_result_t all_to_allv_empty(hcomm_comm_t *c) {
     T_CHECK(zeros != NULL, "out of memory");
     if (!zeros)
         return HCOMM_ERR_NOMEM;
-    hcomm_result_t r = hcomm__coll_all_to_allv(c, NULL, zeros, zeros, NULL, zeros, zeros);
+    hcomm_result_t r = hcomm__coll_all_to_allv(c, NULL, zeros, zeros, NULL, zeros, zeros, false);
     T_CHECK(r == HCOMM_OK, "empty all_to_allv: %s (%s)", hcomm_result_name(r), hcomm_last_error());
     free(zeros);
     return r;
@@ -358,7 +358,8 @@ static void a2a_expect_mismatch(hcomm_comm_t *c, const size_t *v, const char *wa
     unsigned char send[8 * 8 + 8], recv[8 * 8 + 8];
     memset(send, 0x11, sizeof send);
     memset(recv, 0xdd, sizeof recv);
-    hcomm_result_t r = hcomm__coll_all_to_allv(c, send, v, v + n, recv, v + 2 * n, v + 3 * n);
+    hcomm_result_t r =
+        hcomm__coll_all_to_allv(c, send, v, v + n, recv, v + 2 * n, v + 3 * n, false);
     expect_mismatch(r, what, c);
     T_CHECK(r == HCOMM_OK || strstr(hcomm_last_error(), want) != NULL,
             "%s (world %d, rank %d): '%s' lacks '%s'", what, n, c->rank, hcomm_last_error(), want);

@@ -441,6 +441,35 @@ static void own_offnode(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const hco
         }
 }
 
+/* Swaps with rank peer of node `to` (receiving from rank from) one bundle of the records of
+ * in's first n messages bound for node to; the message received joins in. */
+static hcomm_result_t swap_node_bundle(const hcomm__xfer_t *x, const hcomm__topo_t *t, inbox_t *in,
+                                       int n, int to, int peer, int from) {
+    bundle_t u = {0};
+    for (int i = 0; i < n; i++)
+        pick(&u, t, in->msg[i], in->bytes[i], to, -1);
+    hcomm__env_t env;
+    hcomm_result_t res =
+        u.failed ? nomem(x, u.cap)
+                 : swap(x, peer, u.p, u.n, 0, from, NULL, 0, true, &env, &in->msg[in->n]);
+    free(u.p);
+    HCOMM__TRY(res);
+    in->bytes[in->n++] = (size_t)env.bytes;
+    return HCOMM_OK;
+}
+
+/* An inbox for cap messages (freed with inbox_free, its messages too). */
+static inbox_t inbox_new(size_t cap) {
+    return (inbox_t){calloc(cap, sizeof(void *)), calloc(cap, sizeof(size_t)), 0};
+}
+
+static void inbox_free(inbox_t *in) {
+    for (int i = 0; in->msg && i < in->n; i++)
+        free(in->msg[i]);
+    free(in->msg);
+    free(in->bytes);
+}
+
 /* The leader's part: gather the node's outgoing bundles, swap one bundle with each other
  * node's leader, and hand each rank of the node what came for it. */
 static hcomm_result_t lead(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const hcomm__topo_t *t,
@@ -452,17 +481,8 @@ static hcomm_result_t lead(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const 
     gathered = in->n;
     for (int s = 1; s < N; s++) {
         int to = (a + s) % N, from = (a - s + N) % N;
-        bundle_t u = {0};
-        for (int i = 0; i < gathered; i++)
-            pick(&u, t, in->msg[i], in->bytes[i], to, -1);
-        hcomm__env_t env;
-        hcomm_result_t res =
-            u.failed ? nomem(x, u.cap)
-                     : swap(x, t->members[t->node_off[to]], u.p, u.n, 0,
-                            t->members[t->node_off[from]], NULL, 0, true, &env, &in->msg[in->n]);
-        free(u.p);
-        HCOMM__TRY(res);
-        in->bytes[in->n++] = (size_t)env.bytes;
+        HCOMM__TRY(swap_node_bundle(x, t, in, gathered, to, t->members[t->node_off[to]],
+                                    t->members[t->node_off[from]]));
     }
     for (int i = 0; i < G; i++) {
         int m = t->members[first + i];
@@ -483,8 +503,7 @@ static hcomm_result_t lead(const hcomm__xfer_t *x, const hcomm__a2a_t *v, const 
 static hcomm_result_t hier_offnode(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
                                    const hcomm__topo_t *t, bad_t *b) {
     int me = x->c->rank, leader = t->members[t->node_off[t->node[me]]];
-    size_t cap = (size_t)t->max_node + (size_t)t->nnodes;
-    inbox_t in = {calloc(cap, sizeof(void *)), calloc(cap, sizeof(size_t)), 0};
+    inbox_t in = inbox_new((size_t)t->max_node + (size_t)t->nnodes);
     bundle_t own = {0};
     own_offnode(x, v, t, &own);
     hcomm_result_t res = in.msg && in.bytes && !own.failed ? HCOMM_OK : nomem(x, own.cap);
@@ -499,11 +518,8 @@ static hcomm_result_t hier_offnode(const hcomm__xfer_t *x, const hcomm__a2a_t *v
         if (res == HCOMM_OK)
             deliver(x, v, in.msg[0], in.bytes[0], b);
     }
-    for (int i = 0; in.msg && i < in.n; i++)
-        free(in.msg[i]);
+    inbox_free(&in);
     free(own.p);
-    free(in.msg);
-    free(in.bytes);
     return res;
 }
 
@@ -545,19 +561,9 @@ static hcomm_result_t hier_rails(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
         deliver(x, v, in->msg[i], in->bytes[i], b);
     for (int s = 1; s < N; s++) {
         int to = (a + s) % N, from = (a - s + N) % N;
-        bundle_t u = {0};
-        for (int i = 0; i < G; i++)
-            pick(&u, t, in->msg[i], in->bytes[i], to, -1);
-        hcomm__env_t env;
-        hcomm_result_t res = u.failed ? nomem(x, u.cap)
-                                      : swap(x, t->members[t->node_off[to] + l], u.p, u.n, 0,
-                                             t->members[t->node_off[from] + l], NULL, 0, true, &env,
-                                             &in->msg[in->n]);
-        free(u.p);
-        HCOMM__TRY(res);
-        in->bytes[in->n] = (size_t)env.bytes;
-        deliver(x, v, in->msg[in->n], in->bytes[in->n], b);
-        in->n++;
+        HCOMM__TRY(swap_node_bundle(x, t, in, G, to, t->members[t->node_off[to] + l],
+                                    t->members[t->node_off[from] + l]));
+        deliver(x, v, in->msg[in->n - 1], in->bytes[in->n - 1], b);
     }
     return HCOMM_OK;
 }
@@ -569,12 +575,9 @@ hcomm_result_t hcomm__a2a_hier(const hcomm__xfer_t *x, const hcomm__a2a_t *v) {
     bad_t b = {0};
     if (t->nnodes > 1 && t->min_node == t->max_node) { /* rails */
         size_t cap = (size_t)t->max_node + (size_t)t->nnodes;
-        inbox_t in = {calloc(cap, sizeof(void *)), calloc(cap, sizeof(size_t)), 0};
+        inbox_t in = inbox_new(cap);
         hcomm_result_t res = in.msg && in.bytes ? hier_rails(x, v, t, &in, &b) : nomem(x, cap);
-        for (int i = 0; in.msg && i < in.n; i++)
-            free(in.msg[i]);
-        free(in.msg);
-        free(in.bytes);
+        inbox_free(&in);
         return res != HCOMM_OK ? res : verdict(x, &b);
     }
     self_copy(x, v, &b);

@@ -125,16 +125,16 @@ hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes,
  * serial reduction's bits; any op, AVG and f16/bf16 included, in one pass). At most
  * hcomm__shm_fits ranks. --- */
 bool hcomm__shm_fits(const hcomm_comm_t *c);
+hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
 hcomm_result_t hcomm__ar_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                              hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__rs_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                              hcomm_dtype_t dt, hcomm_op_t op);
-hcomm_result_t hcomm__ag_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t bytes);
 /* The v forms (counts / bytes: one entry per rank, the same on every rank). */
-hcomm_result_t hcomm__rsv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
-                              const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__agv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
                               const size_t *bytes);
+hcomm_result_t hcomm__rsv_shm(const hcomm__xfer_t *x, const void *send, void *recv,
+                              const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op);
 hcomm_result_t hcomm__bc_shm(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 hcomm_result_t hcomm__reduce_shm(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                                  hcomm_dtype_t dt, hcomm_op_t op, int root);

@@ -257,17 +257,9 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
 hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
-                                       const size_t *rdispls) {
+                                       const size_t *rdispls, bool agreed) {
     hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false};
-    return all_to_allv(c, &v, false);
-}
-
-hcomm_result_t hcomm__coll_all_to_allv_agreed(hcomm_comm_t *c, const void *sendbuf,
-                                              const size_t *sendcounts, const size_t *sdispls,
-                                              void *recvbuf, const size_t *recvcounts,
-                                              const size_t *rdispls) {
-    hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false};
-    return all_to_allv(c, &v, true);
+    return all_to_allv(c, &v, agreed);
 }
 
 /* Counts and displacements of equal blocks of bytes for p ranks: v[0..p) and v[p..2p), or NULL

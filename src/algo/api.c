@@ -3,9 +3,11 @@
  * HCOMM_ERR_PEER), then hand it to the algorithms layer. */
 #include "algo/async.h"
 
-/* Runs body with the call named fn on comm; a failed argument check joins the peers' call. */
+/* Runs body with the call named fn on comm (NULL: an error); a failed argument check joins the
+ * peers' call. */
 #define HCOMM__PUBLIC_CALL(comm, checks, body)                                                     \
     do {                                                                                           \
+        HCOMM__CHECK_NULL(comm);                                                                   \
         hcomm__enter(comm, __func__);                                                              \
         hcomm_result_t chk_ = (checks);                                                            \
         hcomm_result_t res_ = chk_ != HCOMM_OK ? hcomm__coll_fail(comm, chk_) : (body);            \
@@ -60,7 +62,6 @@ static hcomm_result_t all_reduce_checks(hcomm_comm_t *c, const void *sendbuf, vo
 
 hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                 size_t count, hcomm_dtype_t dtype, hcomm_op_t op) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, all_reduce_checks(comm, sendbuf, recvbuf, count, dtype, op),
                        hcomm__coll_all_reduce(comm, sendbuf, recvbuf, count, dtype, op));
 }
@@ -79,7 +80,6 @@ static hcomm_result_t broadcast_checks(hcomm_comm_t *c, void *buf, size_t bytes,
 }
 
 hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, broadcast_checks(comm, buf, bytes, root),
                        hcomm__coll_broadcast(comm, buf, bytes, root));
 }
@@ -99,7 +99,6 @@ static hcomm_result_t all_gather_checks(hcomm_comm_t *c, const void *sendbuf, vo
 
 hcomm_result_t hcomm_all_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                 size_t bytes) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, all_gather_checks(comm, sendbuf, recvbuf, bytes),
                        hcomm__coll_all_gather(comm, sendbuf, recvbuf, bytes));
 }
@@ -122,7 +121,6 @@ static hcomm_result_t reduce_scatter_checks(hcomm_comm_t *c, const void *sendbuf
 
 hcomm_result_t hcomm_reduce_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                     size_t recvcount, hcomm_dtype_t dtype, hcomm_op_t op) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, reduce_scatter_checks(comm, sendbuf, recvbuf, recvcount, dtype, op),
                        hcomm__coll_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op));
 }
@@ -168,14 +166,13 @@ static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
 hcomm_result_t hcomm_all_to_allv(hcomm_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                  const size_t *rdispls) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(
         comm, all_to_allv_checks(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls),
-        hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls));
+        hcomm__coll_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                                false));
 }
 
 hcomm_result_t hcomm_barrier(hcomm_comm_t *comm) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, HCOMM_OK, hcomm__coll_barrier(comm));
 }
 
@@ -253,7 +250,6 @@ static hcomm_result_t reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *
 
 hcomm_result_t hcomm_reduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                             hcomm_dtype_t dtype, hcomm_op_t op, int root) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, reduce_checks(comm, sendbuf, recvbuf, count, dtype, op, root),
                        hcomm__coll_reduce(comm, sendbuf, recvbuf, count, dtype, op, root));
 }
@@ -286,7 +282,6 @@ static hcomm_result_t rooted_checks(const char *fn, hcomm_comm_t *c, const void 
 
 hcomm_result_t hcomm_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t bytes,
                             int root) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm,
                        rooted_checks("hcomm_gather", comm, sendbuf, recvbuf, bytes, root, true),
                        hcomm__coll_gather(comm, sendbuf, recvbuf, bytes, root));
@@ -294,7 +289,6 @@ hcomm_result_t hcomm_gather(hcomm_comm_t *comm, const void *sendbuf, void *recvb
 
 hcomm_result_t hcomm_scatter(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t bytes,
                              int root) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm,
                        rooted_checks("hcomm_scatter", comm, sendbuf, recvbuf, bytes, root, false),
                        hcomm__coll_scatter(comm, sendbuf, recvbuf, bytes, root));
@@ -333,7 +327,6 @@ static hcomm_result_t all_gatherv_checks(hcomm_comm_t *c, const void *sendbuf, v
 
 hcomm_result_t hcomm_all_gatherv(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                  const size_t *bytes) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, all_gatherv_checks(comm, sendbuf, recvbuf, bytes),
                        hcomm__coll_all_gatherv(comm, sendbuf, recvbuf, bytes));
 }
@@ -361,7 +354,6 @@ static hcomm_result_t reduce_scatterv_checks(hcomm_comm_t *c, const void *sendbu
 
 hcomm_result_t hcomm_reduce_scatterv(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      const size_t *counts, hcomm_dtype_t dtype, hcomm_op_t op) {
-    HCOMM__CHECK_NULL(comm);
     HCOMM__PUBLIC_CALL(comm, reduce_scatterv_checks(comm, sendbuf, recvbuf, counts, dtype, op),
                        hcomm__coll_reduce_scatterv(comm, sendbuf, recvbuf, counts, dtype, op));
 }

@@ -21,11 +21,7 @@ typedef struct bcast {
 
 /* Byte offset of relative block i (i == p: the end). */
 static size_t blk(const bcast_t *b, int i) {
-    size_t off, len;
-    if (i >= b->p)
-        return b->bytes;
-    hcomm__block(b->bytes, b->p, i, &off, &len);
-    return off;
+    return hcomm__block_start(b->bytes, b->p, i);
 }
 
 static int real(const bcast_t *b, int vr) {

@@ -7,17 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* offs[0..n]: offs[j] = the sum of sizes[first + j mod p] for the j blocks before j. */
-static size_t *prefix(const size_t *sizes, int p, int first) {
-    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
-    if (!offs)
-        return NULL;
-    offs[0] = 0;
-    for (int j = 0; j < p; j++)
-        offs[j + 1] = offs[j] + sizes[(first + j) % p];
-    return offs;
-}
-
 static hcomm_result_t nomem(const hcomm__xfer_t *x) {
     return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for all_gather scratch");
 }
@@ -27,7 +16,7 @@ static hcomm_result_t nomem(const hcomm__xfer_t *x) {
  * p - dist); at the end the blocks are rotated into place. */
 hcomm_result_t hcomm__agv_bruck(const hcomm__xfer_t *x, void *buf, const size_t *bytes) {
     int p = x->c->size, me = x->c->rank;
-    size_t *offs = prefix(bytes, p, 0), *rot = prefix(bytes, p, me);
+    size_t *offs = hcomm__prefix_sums(bytes, p, 0), *rot = hcomm__prefix_sums(bytes, p, me);
     /* The communicator's scratch, kept between calls (ring.c: Open MPI's cross-memory attach
      * crawls on memory malloc mapped anew, as it does each call from 32 MiB). */
     char *tmp = offs && rot ? hcomm__x_scratch(x, offs[p]) : NULL, *b = buf;

@@ -206,21 +206,10 @@ hcomm_result_t hcomm__rs_rd(const hcomm__xfer_t *x, const void *send, void *recv
     return res;
 }
 
-/* offs[0..p]: offs[j] = the sum of bytes[0..j). */
-static size_t *prefix(const size_t *bytes, int p) {
-    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
-    if (!offs)
-        return NULL;
-    offs[0] = 0;
-    for (int j = 0; j < p; j++)
-        offs[j + 1] = offs[j] + bytes[j];
-    return offs;
-}
-
 /* Step mask exchanges the mask blocks each side has complete, in place. */
 hcomm_result_t hcomm__agv_rd(const hcomm__xfer_t *x, void *buf, const size_t *bytes) {
     int p = x->c->size, me = x->c->rank;
-    size_t *offs = prefix(bytes, p);
+    size_t *offs = hcomm__prefix_sums(bytes, p, 0);
     if (!offs)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "out of memory for all_gather scratch");
     char *b = buf;

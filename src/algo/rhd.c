@@ -22,11 +22,7 @@ typedef struct rhd {
 
 /* Element offset where block b (of pof2) starts; b == pof2 gives count. */
 static size_t start_of(const rhd_t *h, int b) {
-    size_t off, len;
-    if (b >= h->pof2)
-        return h->count;
-    hcomm__block(h->count, h->pof2, b, &off, &len);
-    return off;
+    return hcomm__block_start(h->count, h->pof2, b);
 }
 
 /* The real rank of a rank among the pof2 that take part. */
@@ -169,12 +165,7 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
                              const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
     int p = x->c->size;
     size_t es = hcomm__dtype_size(dt);
-    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
-    if (offs) {
-        offs[0] = 0;
-        for (int r = 0; r < p; r++)
-            offs[r + 1] = offs[r] + counts[r];
-    }
+    size_t *offs = hcomm__prefix_sums(counts, p, 0);
     /* The scratch copy leaves send untouched and lets recv alias it; the communicator's
      * scratch is kept between calls (a fresh 32 MiB+ malloc faults). */
     void *pacc = NULL, *ptmp = NULL;

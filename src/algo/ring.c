@@ -64,16 +64,6 @@ static size_t *even_offsets(size_t count, int p, size_t base) {
     return offs;
 }
 
-static size_t *prefix_offsets(const size_t *counts, int p) {
-    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
-    if (!offs)
-        return NULL;
-    offs[0] = 0;
-    for (int r = 0; r < p; r++)
-        offs[r + 1] = offs[r] + counts[r];
-    return offs;
-}
-
 static hcomm_result_t nomem(const hcomm__xfer_t *x, size_t bytes) {
     return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes of scratch",
                       bytes);
@@ -114,7 +104,7 @@ hcomm_result_t hcomm__ar_ring(const hcomm__xfer_t *x, void *buf, size_t count, h
 }
 
 hcomm_result_t hcomm__agv_ring(const hcomm__xfer_t *x, void *buf, const size_t *bytes) {
-    size_t *offs = prefix_offsets(bytes, x->c->size);
+    size_t *offs = hcomm__prefix_sums(bytes, x->c->size, 0);
     if (!offs)
         return nomem(x, sizeof(size_t) * ((size_t)x->c->size + 1));
     ring_t g = {x, buf, offs, 1, x->c->size, x->c->rank};
@@ -127,7 +117,7 @@ hcomm_result_t hcomm__rsv_ring(const hcomm__xfer_t *x, const void *send, void *r
                                const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
     int p = x->c->size;
     size_t es = hcomm__dtype_size(dt), maxb = 0;
-    size_t *offs = prefix_offsets(counts, p);
+    size_t *offs = hcomm__prefix_sums(counts, p, 0);
     for (int r = 0; offs && r < p; r++)
         maxb = counts[r] > maxb ? counts[r] : maxb;
     /* The communicator's scratch, kept between calls: malloc maps anything from 32 MiB anew

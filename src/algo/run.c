@@ -321,26 +321,30 @@ static void root_block(hcomm__call_t *k, bool gather, const hcomm__args_t *a) {
         memcpy(dst, src, a->in);
 }
 
-hcomm_result_t hcomm__run_gather(hcomm__call_t *k, int algo, const hcomm__args_t *a) {
+/* gather or scatter after the agreement: the native call moves the root's block too; hcomm's
+ * own leave it to a local copy. */
+static hcomm_result_t run_rooted(hcomm__call_t *k, int algo, const hcomm__args_t *a, bool gather) {
     hcomm_comm_t *c = k->c;
-    if (algo == HCOMM__ALGO_NATIVE) /* agreed already; moves the root's block too */
-        return c->tr->native->gather(c, a->send, a->recv, a->in, a->root);
-    root_block(k, true, a);
+    const hcomm__native_ops_t *n = c->tr->native;
+    if (algo == HCOMM__ALGO_NATIVE) /* agreed already */
+        return gather ? n->gather(c, a->send, a->recv, a->in, a->root)
+                      : n->scatter(c, a->send, a->recv, a->in, a->root);
+    root_block(k, gather, a);
     hcomm__xfer_t x = hcomm__call_xfer(k);
-    if (algo == HCOMM__ALGO_TREE)
-        return hcomm__gather_tree(&x, a->send, a->recv, a->in, a->root);
-    return hcomm__gather_direct(&x, a->send, a->recv, a->in, a->root);
+    bool tree = algo == HCOMM__ALGO_TREE;
+    if (gather)
+        return tree ? hcomm__gather_tree(&x, a->send, a->recv, a->in, a->root)
+                    : hcomm__gather_direct(&x, a->send, a->recv, a->in, a->root);
+    return tree ? hcomm__scatter_tree(&x, a->send, a->recv, a->in, a->root)
+                : hcomm__scatter_direct(&x, a->send, a->recv, a->in, a->root);
+}
+
+hcomm_result_t hcomm__run_gather(hcomm__call_t *k, int algo, const hcomm__args_t *a) {
+    return run_rooted(k, algo, a, true);
 }
 
 hcomm_result_t hcomm__run_scatter(hcomm__call_t *k, int algo, const hcomm__args_t *a) {
-    hcomm_comm_t *c = k->c;
-    if (algo == HCOMM__ALGO_NATIVE) /* agreed already; moves the root's block too */
-        return c->tr->native->scatter(c, a->send, a->recv, a->in, a->root);
-    root_block(k, false, a);
-    hcomm__xfer_t x = hcomm__call_xfer(k);
-    if (algo == HCOMM__ALGO_TREE)
-        return hcomm__scatter_tree(&x, a->send, a->recv, a->in, a->root);
-    return hcomm__scatter_direct(&x, a->send, a->recv, a->in, a->root);
+    return run_rooted(k, algo, a, false);
 }
 
 /* --- the meeting forms: each checks the call in its meetings, before anything moves --- */
@@ -384,20 +388,24 @@ hcomm_result_t hcomm__meet_broadcast(hcomm__call_t *k, int algo, const hcomm__ar
     return hcomm__bc_board_direct(&x, a->recv, a->in, a->root);
 }
 
-hcomm_result_t hcomm__meet_gather(hcomm__call_t *k, int algo, const hcomm__args_t *a) {
+/* gather or scatter in meetings; the root's own block is a local copy. */
+static hcomm_result_t meet_rooted(hcomm__call_t *k, int algo, const hcomm__args_t *a, bool gather) {
     hcomm__xfer_t x = hcomm__call_xfer(k);
-    HCOMM__TRY(algo == HCOMM__ALGO_SHM
-                   ? hcomm__gather_shm(&x, a->send, a->recv, a->in, a->root)
-                   : hcomm__gather_board_direct(&x, a->send, a->recv, a->in, a->root));
-    root_block(k, true, a);
+    bool shm = algo == HCOMM__ALGO_SHM;
+    if (gather)
+        HCOMM__TRY(shm ? hcomm__gather_shm(&x, a->send, a->recv, a->in, a->root)
+                       : hcomm__gather_board_direct(&x, a->send, a->recv, a->in, a->root));
+    else
+        HCOMM__TRY(shm ? hcomm__scatter_shm(&x, a->send, a->recv, a->in, a->root)
+                       : hcomm__scatter_board_direct(&x, a->send, a->recv, a->in, a->root));
+    root_block(k, gather, a);
     return HCOMM_OK;
 }
 
+hcomm_result_t hcomm__meet_gather(hcomm__call_t *k, int algo, const hcomm__args_t *a) {
+    return meet_rooted(k, algo, a, true);
+}
+
 hcomm_result_t hcomm__meet_scatter(hcomm__call_t *k, int algo, const hcomm__args_t *a) {
-    hcomm__xfer_t x = hcomm__call_xfer(k);
-    HCOMM__TRY(algo == HCOMM__ALGO_SHM
-                   ? hcomm__scatter_shm(&x, a->send, a->recv, a->in, a->root)
-                   : hcomm__scatter_board_direct(&x, a->send, a->recv, a->in, a->root));
-    root_block(k, false, a);
-    return HCOMM_OK;
+    return meet_rooted(k, algo, a, false);
 }

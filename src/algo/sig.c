@@ -86,25 +86,20 @@ static void field_text(const hcomm__sig_t *s, int field, char *buf, size_t n, co
     }
 }
 
-/* The first field in which a and b differ, or -1. */
+/* The first field in which a and b differ, or -1 (deterministic mode before the algorithm:
+ * ranks that differ only in it chose the same algorithm). */
 static int first_difference(const hcomm__sig_t *a, const hcomm__sig_t *b) {
-    if (a->call != b->call)
-        return F_CALL;
-    if (a->dtype != b->dtype)
-        return F_DTYPE;
-    if (a->op != b->op)
-        return F_OP;
-    if (a->root != b->root)
-        return F_ROOT;
-    if (a->count != b->count)
-        return F_COUNT;
-    if (a->extra != b->extra)
-        return F_EXTRA;
+    const bool differs[] = {
+        [F_CALL] = a->call != b->call,    [F_DTYPE] = a->dtype != b->dtype,
+        [F_OP] = a->op != b->op,          [F_ROOT] = a->root != b->root,
+        [F_COUNT] = a->count != b->count, [F_EXTRA] = a->extra != b->extra,
+    };
+    for (int f = F_CALL; f <= F_EXTRA; f++)
+        if (differs[f])
+            return f;
     if ((a->algo ^ b->algo) == HCOMM__ALGO_DET)
         return F_DETERMINISTIC;
-    if (a->algo != b->algo)
-        return F_ALGO;
-    return -1;
+    return a->algo != b->algo ? F_ALGO : -1;
 }
 
 /* "hcomm_x: count=8 on rank 0 but count=5 on rank 1", lower rank first so both sides agree.

@@ -50,14 +50,22 @@ static int subtree_blocks(int vr, int p) {
     return low < p - vr ? low : p - vr;
 }
 
-/* Scratch for those blocks, bytes each; NULL when out of memory (the error is set). */
-static unsigned char *subtree_scratch(const hcomm__xfer_t *x, int vr, size_t bytes, int *held) {
-    *held = subtree_blocks(vr, x->c->size);
-    unsigned char *tmp = malloc((size_t)*held * bytes + 1);
-    if (!tmp)
-        hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
-                   (size_t)*held * bytes);
-    return tmp;
+/* One rank's part in a binomial gather or scatter: its relative rank, and scratch for the
+ * blocks of its subtree (held of them, bytes each). */
+typedef struct subtree {
+    int p, vr, held;
+    unsigned char *tmp;
+} subtree_t;
+
+static hcomm_result_t subtree_open(const hcomm__xfer_t *x, size_t bytes, int root, subtree_t *t) {
+    t->p = x->c->size;
+    t->vr = (x->c->rank - root + t->p) % t->p;
+    t->held = subtree_blocks(t->vr, t->p);
+    t->tmp = malloc((size_t)t->held * bytes + 1);
+    if (!t->tmp)
+        return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes",
+                          (size_t)t->held * bytes);
+    return HCOMM_OK;
 }
 
 /* Binomial gather (Thakur et al. 2005, section 4.5): a rank collects its children's subtrees
@@ -66,16 +74,16 @@ static unsigned char *subtree_scratch(const hcomm__xfer_t *x, int vr, size_t byt
  * relative order and puts block j at rank (j + root) mod p. */
 hcomm_result_t hcomm__gather_tree(const hcomm__xfer_t *x, const void *send, void *recv,
                                   size_t bytes, int root) {
-    int p = x->c->size, vr = (x->c->rank - root + p) % p, held = 0;
-    unsigned char *tmp = subtree_scratch(x, vr, bytes, &held);
-    if (!tmp)
-        return HCOMM_ERR_NOMEM;
+    subtree_t t;
+    HCOMM__TRY(subtree_open(x, bytes, root, &t));
+    int p = t.p, vr = t.vr;
+    unsigned char *tmp = t.tmp;
     if (bytes)
         memcpy(tmp, send, bytes);
     hcomm_result_t res = HCOMM_OK;
     for (int mask = 1; mask < p && res == HCOMM_OK; mask <<= 1) {
         if (vr & mask) {
-            res = hcomm__x_send(x, (vr - mask + root) % p, tmp, (size_t)held * bytes);
+            res = hcomm__x_send(x, (vr - mask + root) % p, tmp, (size_t)t.held * bytes);
             break;
         }
         if (vr + mask < p)
@@ -92,15 +100,14 @@ hcomm_result_t hcomm__gather_tree(const hcomm__xfer_t *x, const void *send, void
  * each rank receives its subtree's blocks from its parent and hands each child its part. */
 hcomm_result_t hcomm__scatter_tree(const hcomm__xfer_t *x, const void *send, void *recv,
                                    size_t bytes, int root) {
-    int p = x->c->size, vr = (x->c->rank - root + p) % p, held = 0;
-    unsigned char *tmp = subtree_scratch(x, vr, bytes, &held);
-    if (!tmp)
-        return HCOMM_ERR_NOMEM;
+    subtree_t t;
+    HCOMM__TRY(subtree_open(x, bytes, root, &t));
+    int p = t.p, vr = t.vr, mask = 1;
     hcomm_result_t res = HCOMM_OK;
-    int mask = 1;
+    unsigned char *tmp = t.tmp;
     for (; mask < p; mask <<= 1)
         if (vr & mask) {
-            res = hcomm__x_recv(x, (vr - mask + root) % p, tmp, (size_t)held * bytes);
+            res = hcomm__x_recv(x, (vr - mask + root) % p, tmp, (size_t)t.held * bytes);
             break;
         }
     for (int j = 0; vr == 0 && j < p && bytes; j++)

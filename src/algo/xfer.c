@@ -2,6 +2,7 @@
 #include "algo/xfer.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
@@ -11,6 +12,16 @@ void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes) {
 void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t first_bytes, size_t second_bytes,
                            void **first, void **second) {
     *first = hcomm__scratch_two(x->scratch, first_bytes, second_bytes, second);
+}
+
+size_t *hcomm__prefix_sums(const size_t *sizes, int p, int first) {
+    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
+    if (!offs)
+        return NULL;
+    offs[0] = 0;
+    for (int j = 0; j < p; j++)
+        offs[j + 1] = offs[j] + sizes[(first + j) % p];
+    return offs;
 }
 
 hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes) {

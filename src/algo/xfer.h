@@ -35,6 +35,10 @@ void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes);
 void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t first_bytes, size_t second_bytes,
                            void **first, void **second);
 
+/* offs[0..p]: offs[j] = the sum of sizes[(first + i) % p] for i < j (malloc'd; NULL without
+ * memory): where each of p blocks starts, in the order from `first` on. */
+size_t *hcomm__prefix_sums(const size_t *sizes, int p, int first);
+
 hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes);
 /* Receives exactly bytes from peer; a different signature wins over a different size. */
 hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t bytes);

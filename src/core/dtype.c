@@ -136,7 +136,9 @@ uint16_t hcomm__f32_to_bf16(float f) {
 
 /* d[i] = a[i] op b[i]; d may be a (hcomm__reduce) or b. */
 #define HCOMM__REDUCE_NATIVE(T, APPLY)                                                             \
-    static void reduce_##T(T *d, const T *a, const T *b, size_t n, hcomm_op_t op) {                \
+    static void reduce_##T(void *vd, const void *va, const void *vb, size_t n, hcomm_op_t op) {    \
+        T *d = vd;                                                                                 \
+        const T *a = va, *b = vb;                                                                  \
         for (size_t i = 0; i < n; i++)                                                             \
             d[i] = (T)APPLY(a[i], b[i], op);                                                       \
     }
@@ -147,7 +149,9 @@ HCOMM__REDUCE_NATIVE(uint8_t, HCOMM__APPLY_INT)
 
 /* Wide signed integers sum and multiply in unsigned arithmetic: wrap-around, not UB. */
 #define HCOMM__REDUCE_WRAP(T, U)                                                                   \
-    static void reduce_##T(T *d, const T *a, const T *b, size_t n, hcomm_op_t op) {                \
+    static void reduce_##T(void *vd, const void *va, const void *vb, size_t n, hcomm_op_t op) {    \
+        T *d = vd;                                                                                 \
+        const T *a = va, *b = vb;                                                                  \
         for (size_t i = 0; i < n; i++) {                                                           \
             if (op == HCOMM_SUM || op == HCOMM_PROD)                                               \
                 d[i] = (T)(op == HCOMM_SUM ? (U)a[i] + (U)b[i] : (U)a[i] * (U)b[i]);               \
@@ -281,50 +285,42 @@ static __attribute__((target("avx,f16c"))) void f16c_accumulate(float *acc, cons
 }
 #endif
 
+/* The vector conversions where this host has them (AVX2 for bf16, F16C for f16). */
+static bool half_vectors(hcomm_dtype_t dt) {
+#ifdef HCOMM__HAVE_X86_PATHS
+    return dt == HCOMM_BF16 ? avx2_usable() : f16c_usable();
+#else
+    (void)dt;
+    return false;
+#endif
+}
+
 void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
     const char *h = src;
-    if (dt == HCOMM_BF16) {
 #ifdef HCOMM__HAVE_X86_PATHS
-        if (avx2_usable()) {
-            avx2_widen_bf16(dst, h, n);
-            return;
-        }
+    if (half_vectors(dt)) {
+        (dt == HCOMM_BF16 ? avx2_widen_bf16 : f16c_widen)(dst, h, n);
+        return;
+    }
 #endif
+    if (dt == HCOMM_BF16)
         for (size_t i = 0; i < n; i++)
             dst[i] = bf16_to_f32(load_u16(h + 2 * i));
-        return;
-    }
-#ifdef HCOMM__HAVE_X86_PATHS
-    if (f16c_usable()) {
-        f16c_widen(dst, h, n);
-        return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++)
-        dst[i] = f16_to_f32(load_u16(h + 2 * i));
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(load_u16(h + 2 * i));
 }
 
 void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {
     char *h = dst;
-    if (dt == HCOMM_BF16) {
 #ifdef HCOMM__HAVE_X86_PATHS
-        if (avx2_usable()) {
-            avx2_narrow_bf16(h, src, n);
-            return;
-        }
-#endif
-        for (size_t i = 0; i < n; i++)
-            store_u16(h + 2 * i, f32_to_bf16(src[i]));
-        return;
-    }
-#ifdef HCOMM__HAVE_X86_PATHS
-    if (f16c_usable()) {
-        f16c_narrow(h, src, n);
+    if (half_vectors(dt)) {
+        (dt == HCOMM_BF16 ? avx2_narrow_bf16 : f16c_narrow)(h, src, n);
         return;
     }
 #endif
     for (size_t i = 0; i < n; i++)
-        store_u16(h + 2 * i, f32_to_f16(src[i]));
+        store_u16(h + 2 * i, dt == HCOMM_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]));
 }
 
 /* Half precision is reduced through f32 blocks: the conversions run as whole-block loops (8
@@ -349,36 +345,26 @@ static void reduce_half(uint16_t *d, const uint16_t *a, const uint16_t *b, size_
     }
 }
 
+static void reduce_f16(void *d, const void *a, const void *b, size_t n, hcomm_op_t op) {
+    reduce_half(d, a, b, n, op, HCOMM_F16);
+}
+
+static void reduce_bf16(void *d, const void *a, const void *b, size_t n, hcomm_op_t op) {
+    reduce_half(d, a, b, n, op, HCOMM_BF16);
+}
+
+/* d = a op b, by dtype. */
+typedef void (*reduce_kernel_t)(void *d, const void *a, const void *b, size_t n, hcomm_op_t op);
+static const reduce_kernel_t reduce_kernels[HCOMM_DTYPE_COUNT] = {
+    [HCOMM_F32] = reduce_float,   [HCOMM_F64] = reduce_double,  [HCOMM_F16] = reduce_f16,
+    [HCOMM_BF16] = reduce_bf16,   [HCOMM_I8] = reduce_int8_t,   [HCOMM_U8] = reduce_uint8_t,
+    [HCOMM_I32] = reduce_int32_t, [HCOMM_I64] = reduce_int64_t,
+};
+
 void hcomm__reduce_to(void *dst, const void *a, const void *b, size_t n, hcomm_dtype_t dt,
                       hcomm_op_t op) {
-    switch (dt) {
-    case HCOMM_F32:
-        reduce_float(dst, a, b, n, op);
-        break;
-    case HCOMM_F64:
-        reduce_double(dst, a, b, n, op);
-        break;
-    case HCOMM_F16:
-        reduce_half(dst, a, b, n, op, HCOMM_F16);
-        break;
-    case HCOMM_BF16:
-        reduce_half(dst, a, b, n, op, HCOMM_BF16);
-        break;
-    case HCOMM_I8:
-        reduce_int8_t(dst, a, b, n, op);
-        break;
-    case HCOMM_U8:
-        reduce_uint8_t(dst, a, b, n, op);
-        break;
-    case HCOMM_I32:
-        reduce_int32_t(dst, a, b, n, op);
-        break;
-    case HCOMM_I64:
-        reduce_int64_t(dst, a, b, n, op);
-        break;
-    default:
-        break;
-    }
+    if (dt >= 0 && dt < HCOMM_DTYPE_COUNT && reduce_kernels[dt])
+        reduce_kernels[dt](dst, a, b, n, op);
 }
 
 void hcomm__reduce(void *dst, const void *src, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
@@ -491,7 +477,8 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
 
 /* Divides in int64 (or double): k need not fit in T (a group of 256 is 0 as a u8). */
 #define HCOMM__DIV(T)                                                                              \
-    static void div_##T(T *b, size_t n, int k) {                                                   \
+    static void div_##T(void *vb, size_t n, int k) {                                               \
+        T *b = vb;                                                                                 \
         for (size_t i = 0; i < n; i++)                                                             \
             b[i] = (T)(b[i] / (int64_t)k);                                                         \
     }
@@ -500,7 +487,8 @@ HCOMM__DIV(uint8_t)
 HCOMM__DIV(int32_t)
 HCOMM__DIV(int64_t)
 
-static void div_double(double *b, size_t n, int k) {
+static void div_double(void *vb, size_t n, int k) {
+    double *b = vb;
     for (size_t i = 0; i < n; i++)
         b[i] = b[i] / (double)k;
 }
@@ -515,35 +503,29 @@ static void div_half(uint16_t *b, size_t n, int k, hcomm_dtype_t dt) {
     }
 }
 
+static void div_f32(void *b, size_t n, int k) {
+    div_float(b, n, k);
+}
+
+static void div_f16(void *b, size_t n, int k) {
+    div_half(b, n, k, HCOMM_F16);
+}
+
+static void div_bf16(void *b, size_t n, int k) {
+    div_half(b, n, k, HCOMM_BF16);
+}
+
+/* b /= k, by dtype. */
+typedef void (*div_kernel_t)(void *b, size_t n, int k);
+static const div_kernel_t div_kernels[HCOMM_DTYPE_COUNT] = {
+    [HCOMM_F32] = div_f32,     [HCOMM_F64] = div_double,  [HCOMM_F16] = div_f16,
+    [HCOMM_BF16] = div_bf16,   [HCOMM_I8] = div_int8_t,   [HCOMM_U8] = div_uint8_t,
+    [HCOMM_I32] = div_int32_t, [HCOMM_I64] = div_int64_t,
+};
+
 void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
-    switch (dt) {
-    case HCOMM_F32:
-        div_float(buf, n, k);
-        break;
-    case HCOMM_F64:
-        div_double(buf, n, k);
-        break;
-    case HCOMM_F16:
-        div_half(buf, n, k, HCOMM_F16);
-        break;
-    case HCOMM_BF16:
-        div_half(buf, n, k, HCOMM_BF16);
-        break;
-    case HCOMM_I8:
-        div_int8_t(buf, n, k);
-        break;
-    case HCOMM_U8:
-        div_uint8_t(buf, n, k);
-        break;
-    case HCOMM_I32:
-        div_int32_t(buf, n, k);
-        break;
-    case HCOMM_I64:
-        div_int64_t(buf, n, k);
-        break;
-    default:
-        break;
-    }
+    if (dt >= 0 && dt < HCOMM_DTYPE_COUNT && div_kernels[dt])
+        div_kernels[dt](buf, n, k);
 }
 
 void *hcomm__scratch_two(hcomm__scratch_t *s, size_t first, size_t second, void **at_second) {

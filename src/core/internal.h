@@ -124,6 +124,8 @@ void *hcomm__calloc_lines(size_t n, size_t size);
 /* Block r of count elements over p ranks, the first count % p ranks holding one more:
  * *off and *len in elements. */
 void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
+/* Where block r starts (r >= p: count, the end). */
+size_t hcomm__block_start(size_t count, int p, int r);
 
 /* A layer's state on one communicator, created on first use: *slot, or, while it is NULL, a new
  * object of size zeroed bytes from alloc (calloc or hcomm__calloc_lines), with *slot_free set to

@@ -107,3 +107,11 @@ void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
     *off = rr * base + (rr < rem ? rr : rem);
     *len = base + (rr < rem ? 1 : 0);
 }
+
+size_t hcomm__block_start(size_t count, int p, int r) {
+    size_t off, len;
+    if (r >= p)
+        return count;
+    hcomm__block(count, p, r, &off, &len);
+    return off;
+}

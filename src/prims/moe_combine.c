@@ -23,7 +23,7 @@ static hcomm_result_t exchange_rows(const char *fn, hcomm_comm_t *g, const void 
         v[3 * p + i] = (size_t)roff[i] * row_bytes;
     }
     hcomm_result_t res =
-        hcomm__coll_all_to_allv(g, sendbuf, v, v + p, recvbuf, v + 2 * p, v + 3 * p);
+        hcomm__coll_all_to_allv(g, sendbuf, v, v + p, recvbuf, v + 2 * p, v + 3 * p, false);
     free(v);
     return res;
 }

@@ -252,7 +252,7 @@ static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const i
     pack_tokens(h, tokens, hdr, rb, v + p, sbuf);
     /* The count exchange proved that every rank is in this dispatch with these counts. */
     HCOMM__TRY_GOTO(
-        hcomm__coll_all_to_allv_agreed(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p), res,
+        hcomm__coll_all_to_allv(h->group, sbuf, v, v + p, raw, v + 2 * p, v + 3 * p, true), res,
         done);
     res = expand_all(fn, h, meta, raw, v + 3 * p, rb);
 done:

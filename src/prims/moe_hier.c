@@ -317,8 +317,8 @@ static hcomm_result_t move_inter(const char *fn, const hcomm_moe_handle_t *h, co
     HCOMM__TRY(hcomm__moe_pool_get(h->pool, fn, v[4 * p - 1] + v[3 * p - 1], (void **)&pl->raw1));
     pack_inter(h, tokens, ids, v, pl->node_rows, pl->node_rows + nn, pl->rb, pl->sbuf1);
     /* The count exchange proved that every rank is in this dispatch with these counts. */
-    return hcomm__coll_all_to_allv_agreed(h->group, pl->sbuf1, v, v + p, pl->raw1, v + 2 * p,
-                                          v + 3 * p);
+    return hcomm__coll_all_to_allv(h->group, pl->sbuf1, v, v + p, pl->raw1, v + 2 * p, v + 3 * p,
+                                   true);
 }
 
 /* Exchange 2's sizes and send buffer from the rows this relay received in exchange 1 (g: ranks
@@ -356,8 +356,8 @@ hcomm_result_t hcomm__moe_hier_move(const char *fn, hcomm_moe_handle_t *h, const
     if (res == HCOMM_OK)
         res = pack_relayed(fn, h, g, &pl, roff);
     if (res == HCOMM_OK) /* exchange 2: each relay fans the rows out over its node */
-        res = hcomm__coll_all_to_allv_agreed(h->group, pl.sbuf2, pl.v2, pl.v2 + p, pl.raw2,
-                                             pl.v2 + 2 * p, pl.v2 + 3 * p);
+        res = hcomm__coll_all_to_allv(h->group, pl.sbuf2, pl.v2, pl.v2 + p, pl.raw2, pl.v2 + 2 * p,
+                                      pl.v2 + 3 * p, true);
     if (res == HCOMM_OK)
         res = sink(fn, h, pl.raw2, roff, rb, arg);
     plan2_free(h, &pl);
