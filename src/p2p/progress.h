@@ -110,6 +110,7 @@ void hcomm__p2p_land(hcomm_comm_t *c, hcomm__req_t *r, int src, const hcomm__env
 void hcomm__p2p_drain_rndv(hcomm_comm_t *c, int src, const hcomm__env_t *env,
                            const hcomm__rndv_t *rv);
 
+/* c's state, created on first use (NULL: out of memory). */
 static inline p2p_t *p2p_of(hcomm_comm_t *c) {
     p2p_t *p = c->layer[HCOMM__LAYER_P2P];
     if (p)
