@@ -1,4 +1,5 @@
-/* Internal helpers shared by every layer: error recording, dtype kernels, timing. */
+/* Internal helpers shared by every layer: error recording and argument checks, dtype and tensor
+ * checks, reduction and conversion kernels, streaming copies, scratch buffers, waits and time. */
 #ifndef HCOMM_C_INTERNAL_H_
 #define HCOMM_C_INTERNAL_H_
 
@@ -53,6 +54,20 @@ bool hcomm__dtype_valid(hcomm_dtype_t dt);
 bool hcomm__dtype_is_float(hcomm_dtype_t dt);
 bool hcomm__op_valid(hcomm_op_t op);
 
+/* Tensor checks for public functions; fn and arg name the caller and argument in messages. */
+hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_tensor_t *t,
+                                   size_t *numel);
+/* Normalizes dim (negative counts from the end) against t->ndim into *out. */
+hcomm_result_t hcomm__tensor_dim(const char *fn, const char *arg, const hcomm_tensor_t *t, int dim,
+                                 int *out);
+/* Bytes of a checked tensor. */
+size_t hcomm__tensor_bytes(const hcomm_tensor_t *t);
+/* Fails with HCOMM_ERR_SHAPE unless a and b have identical ndim and shape. */
+hcomm_result_t hcomm__tensor_same_shape(const char *fn, const char *an, const hcomm_tensor_t *a,
+                                        const char *bn, const hcomm_tensor_t *b);
+/* Writes "[2, 3, 4]" into buf (for messages). */
+const char *hcomm__shape_str(const hcomm_tensor_t *t, char *buf, size_t cap);
+
 /* dst[i] = dst[i] op src[i] for i < count (op != AVG; AVG reduces as SUM). MAX/MIN of
  * floats are NaN where either operand is NaN, whichever it is. */
 void hcomm__reduce(void *dst, const void *src, size_t count, hcomm_dtype_t dt, hcomm_op_t op);
@@ -103,16 +118,17 @@ void hcomm__copy_stream(void *dst, const void *src, size_t bytes);
  * a copy of that size: no line of the output is read from memory before it is written
  * (docs/tuning.md: stream-min). */
 #define HCOMM__STREAM_MIN_BYTES ((size_t)64 << 20)
-/* True when [a, a+an) and [b, b+bn) share a byte. */
-bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
-/* memcpy a piece at a time (pieces of a few hundred KiB): large copies by one core run faster
- * so where glibc's memcpy would change method (stream.c). src and dst must not overlap. */
+/* memcpy a piece at a time, in pieces of a few hundred KiB, cut where glibc's memcpy would
+ * change method: one core copies a large buffer faster so (stream.c). src and dst must not
+ * overlap. */
 void hcomm__copy_pieces(void *dst, const void *src, size_t bytes);
 /* hcomm__reduce_to whose results reach dst with non-temporal stores (through a scratch block
  * that stays in the first-level cache); the same aliasing rules. Fence as above. */
 void hcomm__reduce_stream(void *dst, const void *a, const void *b, size_t count, hcomm_dtype_t dt,
                           hcomm_op_t op);
 void hcomm__stream_fence(void);
+/* True when [a, a+an) and [b, b+bn) share a byte. */
+bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 
 /* Zeroed memory for n objects of `size` bytes that starts on a cache line and fills whole
  * lines (free() releases it), or NULL: what one rank writes on every call (its communicator,
@@ -173,17 +189,3 @@ void hcomm__backoff_init(hcomm__backoff_t *b);
 double hcomm__backoff(hcomm__backoff_t *b);
 
 #endif /* HCOMM_C_INTERNAL_H_ */
-
-/* Tensor checks for public functions; fn and arg name the caller and argument in messages. */
-hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_tensor_t *t,
-                                   size_t *numel);
-/* Normalizes dim (negative counts from the end) against t->ndim into *out. */
-hcomm_result_t hcomm__tensor_dim(const char *fn, const char *arg, const hcomm_tensor_t *t, int dim,
-                                 int *out);
-/* Bytes of a checked tensor. */
-size_t hcomm__tensor_bytes(const hcomm_tensor_t *t);
-/* Fails with HCOMM_ERR_SHAPE unless a and b have identical ndim and shape. */
-hcomm_result_t hcomm__tensor_same_shape(const char *fn, const char *an, const hcomm_tensor_t *a,
-                                        const char *bn, const hcomm_tensor_t *b);
-/* Writes "[2, 3, 4]" into buf (for messages). */
-const char *hcomm__shape_str(const hcomm_tensor_t *t, char *buf, size_t cap);

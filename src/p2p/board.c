@@ -1,9 +1,9 @@
 /* Meetings on the transport's board (p2p.h): each rank posts in its own region of shared
  * memory and loads its peers' regions, so a meeting of p ranks costs p stores and p loads of
  * a cache line, where a signature agreement over messages takes log2 p round trips through
- * the backend (on 4 processes sharing 2 cores, 5 us against 10 measured; raw MPI_Bcast of
- * 8 KiB 10 us). The same scheme as the local transport's posted slots and Open MPI's coll/sm:
- * flags with release/acquire ordering, the owner the only writer of its region. */
+ * the backend (docs/tuning.md: p2p.board-meeting). The same scheme as the local transport's
+ * posted slots and Open MPI's coll/sm: flags with release/acquire ordering, the owner the only
+ * writer of its region. */
 
 #include "p2p/p2p.h"
 

@@ -14,7 +14,10 @@
  * in a blocking send it also pulls unexpected rendezvous messages into that budget, so two
  * peers that both send and then receive always complete.
  * Requests carry their own result and message: whoever waits gets the error of that request.
- * Not thread-safe per communicator (one thread drives a comm), as the transport. */
+ * Not thread-safe per communicator (one thread drives a comm), as the transport.
+ * Files: post.c posts sends and receives (batches too), wait.c completes them, progress.c
+ * matches what arrives (the layer's private state: progress.h), notice.c keeps the collective
+ * bookkeeping, lane.c runs the lane, board.c the meetings. */
 #ifndef HCOMM_C_P2P_H_
 #define HCOMM_C_P2P_H_
 
