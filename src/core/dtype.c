@@ -442,16 +442,11 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
         return;
     }
     hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
-    /* A piece at a time, so that the result stays in cache while every source is folded in:
-     * over the whole vector at once dst went through memory n times (local backend, 2 ranks,
-     * 8 MiB reduce_scatter 562 us against 421 for the direct algorithm's pieces). Pieces of
-     * 256 KiB, as the direct algorithm's (twoshot.c): in 16 KiB blocks local's reduce_scatter
-     * ran 1.1-1.3x behind direct from 4 MiB with 4 and 8 ranks (4 ranks, 16 MiB 4.4-4.6 ms
-     * against 3.8-4.2, 64 MiB 17-19 against 14.5-15.8), and at par with it in 256 KiB pieces
-     * (3.2-3.7 against 3.0-3.5, 15.4-15.9 against 15.1-16.1). Where dst is a later input, each
-     * piece is reduced in a malloc'd piece and copied over it after (in 16 KiB blocks on the
-     * stack, as before, where malloc fails: 8 ranks, 64 MiB in place 42-46 ms against
-     * direct's 36-38; in pieces 36.8-37.8 against 35.5-40.3). */
+    /* A piece at a time, so that the result stays in cache while every source is folded in
+     * (over the whole vector at once dst went through memory n times); pieces of 256 KiB, as
+     * the direct algorithm's. Where dst is a later input, each piece is reduced in a malloc'd
+     * piece and copied over it after (in 16 KiB blocks on the stack where malloc fails)
+     * (docs/tuning.md: reduce-many.pieces). */
     _Alignas(64) unsigned char small[MANY_BLOCK_BYTES];
     bool staged = dst_is_later_source(dst, srcs, n, off, es);
     unsigned char *big = staged && count * es > sizeof small ? malloc(MANY_PIECE_BYTES) : NULL;

@@ -42,9 +42,8 @@ void hcomm__stream_fence(void) {}
 #endif
 
 /* Below this glibc's memcpy copies with `rep movsb`, above it with a vector loop (its stop
- * threshold for rep movsb, the L2 size here): one core copying 128 MiB alone (AMD EPYC, 1 MiB
- * L2) took 10.5-10.8 ms in 256-512 KiB pieces against 13.4 in one call and 13.7 in 1 MiB
- * pieces; with every core copying at once (bound by memory) all ran at par. */
+ * threshold for rep movsb, the L2 size here), which one core alone runs slower
+ * (docs/tuning.md: copy-pieces). */
 #define COPY_PIECE_BYTES ((size_t)256 << 10)
 
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn) {

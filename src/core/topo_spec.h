@@ -12,7 +12,8 @@
  *   nodes=A,B,...        nodes of A, B, ... ranks, in rank order (uneven sizes)
  *   intra=LAT,BW[,RED]   the intra-node link class: latency (ns, us, ms, s), bandwidth and
  *   inter=LAT,BW[,RED]   optional reduction rate (B/s, KB/s, MB/s, GB/s; decimal units)
- * Example: "nodes=2x4;intra=1us,10GB/s;inter=10us,1GB/s". Without a shape the nodes are
+ * Example: "nodes=2x4" (two nodes of four ranks), with ";inter=LAT,BW" to declare the link
+ * between them (units as above; README.md has a worked example). Without a shape the nodes are
  * detected (host names on the mpi backend, one node on the local backend).
  *
  * HCOMM_TUNING_FILE: text, one "key = value" per line, '#' starts a comment. Keys:

@@ -74,11 +74,10 @@ void hcomm__backoff_init(hcomm__backoff_t *b) {
 }
 
 /* Where every rank has a core, a waiter spins for SPIN_S before it yields: a peer's post lands
- * within a microsecond or two, and a sched_yield costs about as much, so yielding after 64
- * polls made the waiter notice late (hcomm-bench gather of 8 B, 2 processes, HCOMM_CHECK=off:
- * the root 1.10 us against raw MPI_Gather's 0.94; spinning 0.74 against 0.73). Where ranks
- * outnumber cores (8 ranks on 2) the peer needs this core, so the waiter yields at once. A nap
- * after 2 ms keeps idle waiters off the cores. */
+ * within a microsecond or two, and a sched_yield costs about as much, so yielding early made
+ * the waiter notice late (docs/tuning.md: wait.spin). Where ranks outnumber cores the peer
+ * needs this core, so the waiter yields at once. A nap after 2 ms keeps idle waiters off the
+ * cores. */
 #define SPIN_S 50e-6
 
 double hcomm__backoff(hcomm__backoff_t *b) {
