@@ -52,9 +52,6 @@ void *hcomm__x_scratch(const hcomm__xfer_t *x, size_t bytes);
 void hcomm__x_scratch_pair(const hcomm__xfer_t *x, size_t first_bytes, size_t second_bytes,
                            void **first, void **second);
 
-/* Block r of count elements over p ranks: *off and *len in elements. */
-void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
-
 hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes);
 /* Receives exactly bytes from peer; a different signature wins over a different size. */
 hcomm_result_t hcomm__x_recv(const hcomm__xfer_t *x, int peer, void *buf, size_t bytes);

@@ -1,14 +1,8 @@
-/* Block arithmetic and the p2p exchanges every algorithm uses. */
+/* The p2p exchanges every algorithm uses. */
 #include "algo/algos.h"
 
 #include <stdio.h>
 #include <string.h>
-
-void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
-    size_t base = count / (size_t)p, rem = count % (size_t)p, rr = (size_t)r;
-    *off = rr * base + (rr < rem ? rr : rem);
-    *len = base + (rr < rem ? 1 : 0);
-}
 
 hcomm_result_t hcomm__x_send(const hcomm__xfer_t *x, int peer, const void *buf, size_t bytes) {
     return hcomm__send(x->c, HCOMM__CH_COLL, x->tag, peer, buf, bytes, &x->desc);

@@ -69,6 +69,10 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
                         hcomm_dtype_t dt, hcomm_op_t op);
 /* buf[i] /= divisor for i < count (the AVG step; integer division truncates). */
 void hcomm__scale_div(void *buf, size_t count, hcomm_dtype_t dt, int divisor);
+/* Block r of count elements split over p ranks: the first count % p ranks get ceil(count / p)
+ * elements, the rest floor(count / p), back to back in rank order; *off and *len in elements
+ * (block.c). */
+void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
 
 /* IEEE binary16 / bfloat16 conversions, round to nearest even. */
 float hcomm__f16_to_f32(uint16_t h);
