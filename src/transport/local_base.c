@@ -94,6 +94,21 @@ void hcomm__local_destroy(hcomm_comm_t *c) {
     c->impl = NULL;
 }
 
+/* --- the rings --- */
+
+void hcomm__local_flush_overflow(hcomm_comm_t *c, int peer) {
+    local_comm_t *lc = lc_of(c);
+    ring_t *r = lc->ovf_head[peer] ? ring_to(c, peer) : NULL;
+    while (r && lc->ovf_head[peer] && ring_push(r, &lc->ovf_head[peer]->f)) {
+        pending_t *p = lc->ovf_head[peer];
+        lc->ovf_head[peer] = p->next;
+        if (!p->next)
+            lc->ovf_tail[peer] = NULL;
+        lc->ovf_count--;
+        free(p);
+    }
+}
+
 /* --- waiting --- */
 
 hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const char *what) {

@@ -151,24 +151,13 @@ static inline bool ring_push(ring_t *r, const frame_t *f) {
 }
 
 /* Pushes the frames that waited for ring space to peer, oldest first. */
-static inline void flush_overflow(hcomm_comm_t *c, int peer) {
-    local_comm_t *lc = lc_of(c);
-    ring_t *r = lc->ovf_head[peer] ? ring_to(c, peer) : NULL;
-    while (r && lc->ovf_head[peer] && ring_push(r, &lc->ovf_head[peer]->f)) {
-        pending_t *p = lc->ovf_head[peer];
-        lc->ovf_head[peer] = p->next;
-        if (!p->next)
-            lc->ovf_tail[peer] = NULL;
-        lc->ovf_count--;
-        free(p);
-    }
-}
+void hcomm__local_flush_overflow(hcomm_comm_t *c, int peer);
 
 /* Eager sends count as done once queued: frames still waiting for ring space must move on
  * while this rank waits, or a peer that receives them never arrives. */
 static inline void flush_all(hcomm_comm_t *c) {
     for (int p = 0; lc_of(c)->ovf_count > 0 && p < c->size; p++)
-        flush_overflow(c, p);
+        hcomm__local_flush_overflow(c, p);
 }
 
 /* --- native collectives and split (local_coll.c): the entries of the same names --- */
