@@ -1,7 +1,8 @@
 /* The bottom of the local transport (local_base.h): the state the ranks of a communicator
- * share and each rank's view of it, created and freed here, and the waits every part makes.
- * Every wait checks the world's abort flag, the comm's hcomm_comm_abort() flag and its
- * timeout, so a failed or missing rank turns into an error instead of a hang. */
+ * share and each rank's view of it, created and freed here; the push of frames that waited
+ * for ring space, which the sends and every wait make; and the waits. Every wait checks the world's
+ * abort flag, the comm's hcomm_comm_abort() flag and its timeout, so a failed or missing rank turns
+ * into an error instead of a hang. */
 #include "transport/local_base.h"
 
 /* --- state --- */

@@ -1,7 +1,8 @@
 /* Private to the local transport: what the ranks of a communicator share, one rank's view of
- * it, and the helpers every part uses. The files form a stack, each calling only those below:
- *   local_base.c  creating and freeing the state, the waits (the abort/timeout verdict and
- *                 the barrier)
+ * it, and the helpers every part uses. Its files form a stack; each calls only files listed
+ * before it:
+ *   local_base.c  creating and freeing the state, moving frames that waited for ring space,
+ *                 the waits (the abort/timeout verdict and the barrier)
  *   local_coll.c  the native collectives over posted slots, and split
  *   local.c       frames through the per-pair rings, the answers about peer memory, launch,
  *                 and the transport's table (hcomm__transport_t), which names every part

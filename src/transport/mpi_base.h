@@ -1,5 +1,5 @@
 /* Private to the mpi transport: a communicator's state and the helpers every part of the
- * transport uses. The files form a stack, each calling only those below it:
+ * transport uses. Its files form a stack; each calls only files listed before it:
  *   mpi_base.c    MPI's errors in hcomm's words, and the polled wait every request ends in
  *   mpi_frames.c  frames (sends, posted receives, rendezvous) and the lane
  *   mpi_peer.c    which ranks share a node, peer memory (cross-memory attach, views), the board
