@@ -84,6 +84,12 @@ void hcomm__reduce_many(void *dst, const void *const *srcs, int n, size_t off, s
                         hcomm_dtype_t dt, hcomm_op_t op);
 /* buf[i] /= divisor for i < count (the AVG step; integer division truncates). */
 void hcomm__scale_div(void *buf, size_t count, hcomm_dtype_t dt, int divisor);
+/* Block r of count elements split over p ranks: the first count % p ranks get ceil(count / p)
+ * elements, the rest floor(count / p), back to back in rank order; *off and *len in elements
+ * (block.c). */
+void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
+/* Where block r starts (r >= p: count, the end). */
+size_t hcomm__block_start(size_t count, int p, int r);
 
 /* IEEE binary16 / bfloat16 conversions, round to nearest even. */
 float hcomm__f16_to_f32(uint16_t h);
@@ -137,11 +143,6 @@ bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
  * another by the launching thread, do so. */
 void *hcomm__calloc_lines(size_t n, size_t size);
 
-/* Block r of count elements over p ranks, the first count % p ranks holding one more:
- * *off and *len in elements. */
-void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len);
-/* Where block r starts (r >= p: count, the end). */
-size_t hcomm__block_start(size_t count, int p, int r);
 
 /* A layer's state on one communicator, created on first use: *slot, or, while it is NULL, a new
  * object of size zeroed bytes from alloc (calloc or hcomm__calloc_lines), with *slot_free set to

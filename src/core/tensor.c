@@ -101,17 +101,3 @@ hcomm_result_t hcomm__tensor_same_shape(const char *fn, const char *an, const hc
     return hcomm__err(HCOMM_ERR_SHAPE, fn, "%s shape %s differs from %s shape %s", an,
                       hcomm__shape_str(a, sa, sizeof sa), bn, hcomm__shape_str(b, sb, sizeof sb));
 }
-
-void hcomm__block(size_t count, int p, int r, size_t *off, size_t *len) {
-    size_t base = count / (size_t)p, rem = count % (size_t)p, rr = (size_t)r;
-    *off = rr * base + (rr < rem ? rr : rem);
-    *len = base + (rr < rem ? 1 : 0);
-}
-
-size_t hcomm__block_start(size_t count, int p, int r) {
-    size_t off, len;
-    if (r >= p)
-        return count;
-    hcomm__block(count, p, r, &off, &len);
-    return off;
-}

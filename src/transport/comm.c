@@ -1,11 +1,11 @@
 /* Communicators: the object every transport fills, its settings and public queries, abort,
- * destroy, and hcomm_launch, which picks the backend that runs the ranks. */
+ * destroy; and the memory hcomm_mem_alloc hands out (shared-memory objects a peer process on
+ * the node can map). hcomm_launch, which picks the backend that runs the ranks, is launch.c. */
 /* MAP_ANONYMOUS is a BSD/Linux extension, outside strict POSIX. */
 #define _DEFAULT_SOURCE
 #include "transport/transport.h"
 
 #include "core/env.h"
-#include "core/topo_spec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -135,30 +135,6 @@ hcomm_result_t hcomm_comm_set_deterministic(hcomm_comm_t *comm, int on) {
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "on=%d is neither 0 nor 1", on);
     comm->deterministic = on == 1;
     return HCOMM_OK;
-}
-
-hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn, void *arg) {
-    HCOMM__CHECK_NULL(fn);
-    const char *named = backend; /* NULL: HCOMM_BACKEND or detection chooses */
-    double t;
-    size_t e, u;
-    HCOMM__TRY(hcomm__comm_settings(__func__, &t, &e, &u));
-    HCOMM__TRY(hcomm__launch_detect(__func__, backend, &backend));
-    if (strcmp(backend, "local") == 0) {
-        if (nranks < 1 || nranks > 4096)
-            return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
-                              "nranks=%d outside 1..4096 for the local backend", nranks);
-        HCOMM__TRY(hcomm__topo_spec_env_fits(__func__, nranks));
-        return hcomm__local_launch(nranks, fn, arg);
-    }
-    if (strcmp(backend, "mpi") == 0) {
-        if (nranks < 0)
-            return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__, "nranks=%d is negative", nranks);
-        return hcomm__mpi_launch(nranks, fn, arg);
-    }
-    return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
-                      "%s=\"%s\" is unknown (expected \"local\" or \"mpi\")",
-                      named ? "backend" : "HCOMM_BACKEND", backend);
 }
 
 /* Communication buffers live in POSIX shared-memory objects (/dev/shm), so a peer process on

@@ -1,11 +1,10 @@
 /* Views of peer processes' hcomm_mem_alloc buffers on this node. A process that maps its
  * peer's shared-memory object loads (and twoshot's all_reduce stores) the peer's data with
- * plain loads and stores at memory speed,
- * where cross-memory attach (process_vm_readv) pins and copies page by page: measured here on
- * 128 MiB, 10.5 GB/s against 3.8-4.7 GB/s. Mapping an object costs a few system calls and its
- * page faults, so each mapping is kept for the calls that follow (a training loop reuses its
- * buffers), keyed by (process, object id); ids are never reused within a process, so a key
- * never meets another object.
+ * plain loads and stores at memory speed, where cross-memory attach (process_vm_readv) pins
+ * and copies page by page at less than half of it (docs/tuning.md: mpi.shm-views). Mapping an
+ * object costs a few system calls and its page faults, so each mapping is kept for the calls
+ * that follow (a training loop reuses its buffers), keyed by (process, object id); ids are
+ * never reused within a process, so a key never meets another object.
  *
  * A kept mapping would also keep a freed object's memory alive in /dev/shm. The open
  * descriptor tells when the owner unlinked it (st_nlink 0, which hcomm_mem_free does), and a

@@ -1,0 +1,175 @@
+/* The bottom of the local transport (local_base.h): the state the ranks of a communicator
+ * share and each rank's view of it, created and freed here; the push of frames that waited
+ * for ring space, which the sends and every wait make; and the waits. Every wait checks the world's
+ * abort flag, the comm's hcomm_comm_abort() flag and its timeout, so a failed or missing rank turns
+ * into an error instead of a hang. */
+#include "transport/local_base.h"
+
+/* --- state --- */
+
+local_shared_t *hcomm__local_shared_new(local_world_t *world, int size) {
+    local_shared_t *sh = hcomm__calloc_lines(1, sizeof *sh);
+    if (!sh)
+        return NULL;
+    sh->slots = hcomm__calloc_lines((size_t)size, sizeof *sh->slots);
+    sh->posts = hcomm__calloc_lines(2 * (size_t)size, sizeof *sh->posts);
+    sh->rings = calloc((size_t)size * (size_t)size, sizeof *sh->rings);
+    if (!sh->slots || !sh->posts || !sh->rings) {
+        free(sh->slots);
+        free(sh->posts);
+        free((void *)sh->rings);
+        free(sh);
+        return NULL;
+    }
+    sh->world = world;
+    atomic_init(&sh->aborted, 0);
+    sh->size = size;
+    atomic_init(&sh->refs, size);
+    return sh;
+}
+
+/* Frees a ring's undelivered heap payloads (the comm is going away). */
+static void ring_free(ring_t *r) {
+    if (!r)
+        return;
+    for (size_t i = atomic_load(&r->head); i != atomic_load(&r->tail); i++)
+        free(r->slot[i % RING_SLOTS].heap);
+    free(r);
+}
+
+void hcomm__local_shared_release(local_shared_t *sh) {
+    if (atomic_fetch_sub(&sh->refs, 1) != 1)
+        return;
+    for (int i = 0; i < sh->size * sh->size; i++)
+        ring_free(atomic_load(&sh->rings[i]));
+    free(sh->slots);
+    free(sh->posts);
+    free((void *)sh->rings);
+    free(sh);
+}
+
+/* Frees one rank's view (its overflow lists are empty or freed). */
+static void lc_free(local_comm_t *lc) {
+    free(lc->scratch.p);
+    free(lc->ovf_head);
+    free(lc->ovf_tail);
+    free(lc);
+}
+
+static local_comm_t *lc_new(local_shared_t *sh, int size) {
+    local_comm_t *lc = hcomm__calloc_lines(1, sizeof *lc + (size_t)size * sizeof lc->views[0]);
+    if (!lc)
+        return NULL;
+    lc->sh = sh;
+    lc->ovf_head = calloc((size_t)size, sizeof *lc->ovf_head);
+    lc->ovf_tail = calloc((size_t)size, sizeof *lc->ovf_tail);
+    if (!lc->ovf_head || !lc->ovf_tail) {
+        lc_free(lc);
+        return NULL;
+    }
+    return lc;
+}
+
+hcomm_comm_t *hcomm__local_comm_new(const hcomm__transport_t *tr, local_shared_t *sh, int rank,
+                                    int size, const hcomm_comm_t *parent) {
+    local_comm_t *lc = lc_new(sh, size);
+    hcomm_comm_t *c = lc ? hcomm__comm_alloc(tr, lc, rank, size, parent) : NULL;
+    if (!c && lc)
+        lc_free(lc);
+    return c;
+}
+
+void hcomm__local_destroy(hcomm_comm_t *c) {
+    local_comm_t *lc = lc_of(c);
+    if (!lc)
+        return;
+    for (int p = 0; p < c->size; p++)
+        while (lc->ovf_head[p]) {
+            pending_t *n = lc->ovf_head[p]->next;
+            free(lc->ovf_head[p]->f.heap);
+            free(lc->ovf_head[p]);
+            lc->ovf_head[p] = n;
+        }
+    hcomm__local_shared_release(lc->sh);
+    lc_free(lc);
+    c->impl = NULL;
+}
+
+/* --- the rings --- */
+
+void hcomm__local_flush_overflow(hcomm_comm_t *c, int peer) {
+    local_comm_t *lc = lc_of(c);
+    ring_t *r = lc->ovf_head[peer] ? ring_to(c, peer) : NULL;
+    while (r && lc->ovf_head[peer] && ring_push(r, &lc->ovf_head[peer]->f)) {
+        pending_t *p = lc->ovf_head[peer];
+        lc->ovf_head[peer] = p->next;
+        if (!p->next)
+            lc->ovf_tail[peer] = NULL;
+        lc->ovf_count--;
+        free(p);
+    }
+}
+
+/* --- waiting --- */
+
+hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const char *what) {
+    if (c->idle)
+        c->idle(c);
+    if (atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "another rank failed or timed out while this rank waited for %s", what);
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
+        /* Its arrival may stay counted in a barrier: no member may rely on the group now. */
+        atomic_store(&shared_of(c)->aborted, 1);
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this communicator");
+    }
+    if (atomic_load_explicit(&shared_of(c)->aborted, memory_order_relaxed))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "a member of this group called hcomm_comm_abort() while it waited for %s",
+                          what);
+    if (waited > c->timeout_s) {
+        /* The ranks are out of step for good: stop every other wait in this world too. */
+        atomic_store(&shared_of(c)->world->aborted, 1);
+        return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
+                          "waited %g s for %s (seq %u, HCOMM_TIMEOUT); a rank did not make the "
+                          "matching call",
+                          c->timeout_s, what, (unsigned)c->call_seq);
+    }
+    return HCOMM_OK;
+}
+
+/* Waits until the barrier's generation moves on from seen, moving queued frames meanwhile. */
+static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
+        flush_all(c);
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 63) == 0) {
+            hcomm_result_t v =
+                hcomm__local_wait_verdict(c, waited, "every rank of the group to arrive");
+            /* The barrier may have completed while the abort was raised: it stands. */
+            if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
+                return v;
+        }
+    }
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__local_barrier(hcomm_comm_t *c) {
+    local_shared_t *sh = shared_of(c);
+    if (atomic_load(&sh->world->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
+    if (atomic_load(&sh->aborted) || atomic_load(&c->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this group; it is unusable");
+    unsigned gen = atomic_load_explicit(&sh->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&sh->bar_count, 1, memory_order_acq_rel) ==
+        (unsigned)sh->size - 1) {
+        atomic_store_explicit(&sh->bar_count, 0, memory_order_relaxed);
+        atomic_store_explicit(&sh->bar_gen, gen + 1, memory_order_release);
+        return HCOMM_OK;
+    }
+    return wait_gen_change(c, &sh->bar_gen, gen);
+}

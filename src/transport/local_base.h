@@ -1,0 +1,172 @@
+/* Private to the local transport: what the ranks of a communicator share, one rank's view of
+ * it, and the helpers every part uses. Its files form a stack; each calls only files listed
+ * before it:
+ *   local_base.c  creating and freeing the state, moving frames that waited for ring space,
+ *                 the waits (the abort/timeout verdict and the barrier)
+ *   local_coll.c  the native collectives over posted slots, and split
+ *   local.c       frames through the per-pair rings, the answers about peer memory, launch,
+ *                 and the transport's table (hcomm__transport_t), which names every part
+ * local_coll.c calls only local_base.c and this header; local.c calls them all. */
+#ifndef HCOMM_C_LOCAL_BASE_H_
+#define HCOMM_C_LOCAL_BASE_H_
+
+#include "transport/transport.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+
+enum { RING_SLOTS = 64, INLINE_BYTES = 256, SMALL_REDUCE_BYTES = 256 };
+
+typedef struct local_world {
+    atomic_int aborted; /* set once any rank's function fails or a wait timed out */
+} local_world_t;
+
+typedef struct frame {
+    unsigned char hdr[HCOMM__HDR_BYTES];
+    size_t bytes;
+    bool rndv;
+    const void *src_buf; /* rendezvous: the sender's buffer */
+    atomic_int *done;    /* rendezvous: the sender's completion flag */
+    void *heap;          /* eager payload above INLINE_BYTES */
+    double ready;        /* simulated inter-node link: not delivered before (hcomm__now), or 0 */
+    unsigned char inl[INLINE_BYTES];
+} frame_t;
+
+typedef struct ring {
+    _Alignas(64) atomic_size_t head; /* consumer */
+    _Alignas(64) atomic_size_t tail; /* producer */
+    frame_t slot[RING_SLOTS];
+} ring_t;
+
+typedef struct pending {
+    struct pending *next;
+    frame_t f;
+} pending_t;
+
+/* What one rank posts for a native collective; valid from its first barrier to its last. */
+typedef struct local_slot {
+    /* A line per rank: packed, 2 ranks' slots shared one, which both wrote on every call. */
+    _Alignas(64) const void *send;
+    void *aux;
+    const size_t *counts, *displs, *rcounts;
+    int color, key;
+} local_slot_t;
+
+/* What a rank posts with every call besides its slot: the call's signature and, for a small
+ * all_reduce, its input itself. Two per rank, picked by the parity of the rank's post count:
+ * a call that ends without a barrier (the small all_reduce) lets its rank post the next call
+ * while slower peers still read this one; the one after can reuse this post only once every
+ * peer posted the next, and so finished reading this one. */
+typedef struct local_post {
+    /* The post count it was written at, stored last (release): the small all_reduce waits on
+     * its peers' seq instead of a barrier, and finds their signature and the first 16 bytes
+     * of their input in the same cache line, where the barrier's counter, its generation, the
+     * signature and the input took four transfers of a line in turn. */
+    _Alignas(64) _Atomic unsigned seq;
+    int32_t failed; /* as in hcomm__posted_sig_t */
+    uint64_t words[5];
+    _Alignas(16) unsigned char data[SMALL_REDUCE_BYTES];
+    const char *failed_text;
+} local_post_t;
+
+_Static_assert(sizeof(((local_post_t *)0)->words) == sizeof(((hcomm__posted_sig_t *)0)->words),
+               "a post holds the whole signature");
+_Static_assert(offsetof(local_post_t, data) == 48, "a small input starts in the seq's line");
+
+typedef struct local_shared {
+    local_world_t *world;
+    atomic_int aborted; /* a member's hcomm_comm_abort() reached a wait: the group is dead */
+    int size;
+    atomic_int refs;
+    _Alignas(64) atomic_uint bar_count;
+    _Alignas(64) atomic_uint bar_gen;
+    local_slot_t *slots;      /* [size] */
+    local_post_t *posts;      /* [2 * size]: rank r's of parity k at 2r + k */
+    _Atomic(ring_t *) *rings; /* [size * size], sender-major; NULL until first use */
+} local_shared_t;
+
+/* One rank's view of a communicator. */
+typedef struct local_comm {
+    local_shared_t *sh;
+    pending_t **ovf_head, **ovf_tail; /* [size] frames waiting for ring space, per receiver */
+    int ovf_count;
+    /* The reduced chunk of the shared-memory all_reduce / reduce_scatter, kept between calls
+     * (grown to the largest, freed with the communicator): a fresh malloc per call above
+     * glibc's mmap threshold page-faulted every 4 KiB of it, 1.5-4x the call at 32-128 MiB. */
+    hcomm__scratch_t scratch;
+    unsigned posts;              /* calls posted on this comm: the parity picks the local_post_t */
+    hcomm__posted_sig_t views[]; /* [size]: the posts as local_posted_sig hands them out */
+} local_comm_t;
+
+static inline local_comm_t *lc_of(hcomm_comm_t *c) {
+    return (local_comm_t *)c->impl;
+}
+
+static inline local_shared_t *shared_of(hcomm_comm_t *c) {
+    return lc_of(c)->sh;
+}
+
+/* --- state (local_base.c) --- */
+
+/* The state size ranks of world share (one reference per rank), or NULL: out of memory. */
+local_shared_t *hcomm__local_shared_new(local_world_t *world, int size);
+/* Drops one reference; the last frees the state and what its rings still hold. */
+void hcomm__local_shared_release(local_shared_t *sh);
+/* A comm of tr for rank of size ranks on sh, with the settings of parent (NULL: the
+ * environment's), or NULL: out of memory (sh keeps the reference the comm would have taken). */
+hcomm_comm_t *hcomm__local_comm_new(const hcomm__transport_t *tr, local_shared_t *sh, int rank,
+                                    int size, const hcomm_comm_t *parent);
+/* Frees c's transport state: its queued frames, its reference to the shared state. */
+void hcomm__local_destroy(hcomm_comm_t *c);
+
+/* --- waits (local_base.c) --- */
+
+/* Why a wait must end now, or HCOMM_OK to keep waiting. what names the awaited event. Runs the
+ * layers' idle progress first (comm.idle). */
+hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const char *what);
+/* All ranks of c meet. A rank that left an earlier barrier of an aborted world left its
+ * arrival counted, so nobody arrives once the world has aborted. */
+hcomm_result_t hcomm__local_barrier(hcomm_comm_t *c);
+
+/* --- the rings (every wait moves frames on) --- */
+
+static inline ring_t *ring_to(hcomm_comm_t *c, int peer) {
+    local_shared_t *sh = shared_of(c);
+    _Atomic(ring_t *) *cell = &sh->rings[(size_t)c->rank * (size_t)sh->size + (size_t)peer];
+    ring_t *r = atomic_load_explicit(cell, memory_order_acquire);
+    if (r)
+        return r;
+    r = hcomm__calloc_lines(1, sizeof *r);
+    if (r)
+        atomic_store_explicit(cell, r, memory_order_release); /* only this rank writes it */
+    return r;
+}
+
+static inline bool ring_push(ring_t *r, const frame_t *f) {
+    size_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    if (tail - atomic_load_explicit(&r->head, memory_order_acquire) >= RING_SLOTS)
+        return false;
+    r->slot[tail % RING_SLOTS] = *f;
+    atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+    return true;
+}
+
+/* Pushes the frames that waited for ring space to peer, oldest first. */
+void hcomm__local_flush_overflow(hcomm_comm_t *c, int peer);
+
+/* Eager sends count as done once queued: frames still waiting for ring space must move on
+ * while this rank waits, or a peer that receives them never arrives. */
+static inline void flush_all(hcomm_comm_t *c) {
+    for (int p = 0; lc_of(c)->ovf_count > 0 && p < c->size; p++)
+        hcomm__local_flush_overflow(c, p);
+}
+
+/* --- native collectives and split (local_coll.c): the entries of the same names --- */
+
+extern const hcomm__native_ops_t hcomm__local_native;
+hcomm_result_t hcomm__local_posted_only(hcomm_comm_t *c);
+const hcomm__posted_sig_t *hcomm__local_posted_sig(hcomm_comm_t *c, int rank);
+hcomm_result_t hcomm__local_posted_release(hcomm_comm_t *c);
+hcomm_result_t hcomm__local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
+
+#endif /* HCOMM_C_LOCAL_BASE_H_ */
