@@ -211,31 +211,23 @@ static hcomm__mem_kind_t local_mem_kind(hcomm_comm_t *c, const void *p) {
     return HCOMM__MEM_SHARED;
 }
 
+/* clang-format off */
 static const hcomm__transport_t local_tr = {
     .name = "local",
-    .send_frame = local_send_frame,
-    .test_tx = local_test_tx,
-    .poll = local_poll,
-    .pull = local_pull,
-    .pull_discards = true,
-    .test_rx = local_test_tx,
-    .cancel = local_cancel,
-    .world_aborted = local_world_aborted,
-    .shares_memory = local_shares_memory,
-    .peer_read_ok = local_peer_read_ok,
-    .peer_read = local_peer_read,
-    .buf_export = local_buf_export,
-    .buf_view = local_buf_view,
-    .views_writable = true,
-    .mem_kind = local_mem_kind,
-    .threads_ok = local_threads_ok,
-    .native = &hcomm__local_native,
-    .posted_only = hcomm__local_posted_only,
-    .posted_sig = hcomm__local_posted_sig,
-    .posted_release = hcomm__local_posted_release,
-    .split = hcomm__local_split,
-    .destroy = hcomm__local_destroy,
+    /* frames through the rings */
+    .send_frame = local_send_frame, .test_tx = local_test_tx, .test_rx = local_test_tx,
+    .poll = local_poll, .pull = local_pull, .pull_discards = true, .cancel = local_cancel,
+    /* where the ranks are, and their memory: one address space */
+    .world_aborted = local_world_aborted, .shares_memory = local_shares_memory,
+    .mem_kind = local_mem_kind, .peer_read_ok = local_peer_read_ok, .peer_read = local_peer_read,
+    .buf_export = local_buf_export, .buf_view = local_buf_view, .views_writable = true,
+    /* native collectives, checked in the posted slots */
+    .native = &hcomm__local_native, .posted_only = hcomm__local_posted_only,
+    .posted_sig = hcomm__local_posted_sig, .posted_release = hcomm__local_posted_release,
+    /* communicators */
+    .threads_ok = local_threads_ok, .split = hcomm__local_split, .destroy = hcomm__local_destroy,
 };
+/* clang-format on */
 
 /* --- launcher --- */
 

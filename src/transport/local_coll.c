@@ -297,15 +297,16 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     return hcomm__local_barrier(c);
 }
 
+/* clang-format off */
 const hcomm__native_ops_t hcomm__local_native = {
-    .all_reduce = local_all_reduce,
-    .all_gather = local_all_gather,
-    .reduce_scatter = local_reduce_scatter,
-    .broadcast = local_broadcast,
-    .all_to_allv = local_all_to_allv,
-    .all_gatherv = local_all_gatherv,
+    /* reductions, in rank order */
+    .all_reduce = local_all_reduce, .reduce_scatter = local_reduce_scatter,
     .reduce_scatterv = local_reduce_scatterv,
+    /* moves (no rooted calls: tree and direct run them) */
+    .all_gather = local_all_gather, .all_gatherv = local_all_gatherv,
+    .broadcast = local_broadcast, .all_to_allv = local_all_to_allv,
 };
+/* clang-format on */
 
 /* --- split --- */
 

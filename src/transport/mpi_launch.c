@@ -198,33 +198,26 @@ static bool mpi_threads_ok(void) {
     return MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
 }
 
+/* clang-format off */
 static const hcomm__transport_t mpi_tr = {
     .name = "mpi",
-    .send_frame = hcomm__mpi_send_frame,
-    .test_tx = hcomm__mpi_test_tx,
-    .poll = hcomm__mpi_poll,
-    .pull = hcomm__mpi_pull,
-    .test_rx = hcomm__mpi_test_tx,
-    .cancel = hcomm__mpi_cancel,
-    .lane_post = hcomm__mpi_lane_post,
+    /* frames and the lane (mpi_frames.c) */
+    .send_frame = hcomm__mpi_send_frame, .test_tx = hcomm__mpi_test_tx,
+    .test_rx = hcomm__mpi_test_tx, .poll = hcomm__mpi_poll, .pull = hcomm__mpi_pull,
+    .cancel = hcomm__mpi_cancel, .lane_post = hcomm__mpi_lane_post,
     .lane_test = hcomm__mpi_lane_test,
-    .world_aborted = mpi_world_aborted,
-    .shares_memory = hcomm__mpi_shares_memory,
-    .peer_read_ok = hcomm__mpi_peer_read_ok,
-    .peer_read = hcomm__mpi_peer_read,
-    .peer_write = hcomm__mpi_peer_write,
-    .views_writable = true,
-    .buf_export = hcomm__mpi_buf_export,
-    .buf_view = hcomm__mpi_buf_view,
-    .node_of = hcomm__mpi_node_of,
-    .mem_kind = hcomm__mpi_mem_kind,
-    .threads_ok = mpi_threads_ok,
-    .native = &hcomm__mpi_native,
+    /* where the ranks are, peers' memory and the board (mpi_peer.c) */
+    .world_aborted = mpi_world_aborted, .shares_memory = hcomm__mpi_shares_memory,
+    .node_of = hcomm__mpi_node_of, .mem_kind = hcomm__mpi_mem_kind,
+    .peer_read_ok = hcomm__mpi_peer_read_ok, .peer_read = hcomm__mpi_peer_read,
+    .peer_write = hcomm__mpi_peer_write, .views_writable = true,
+    .buf_export = hcomm__mpi_buf_export, .buf_view = hcomm__mpi_buf_view,
     .board = hcomm__mpi_board,
-    .usable = mpi_usable,
-    .split = mpi_split,
-    .destroy = mpi_destroy,
+    /* native collectives (mpi_coll.c), communicators (this file) */
+    .native = &hcomm__mpi_native, .threads_ok = mpi_threads_ok, .usable = mpi_usable,
+    .split = mpi_split, .destroy = mpi_destroy,
 };
+/* clang-format on */
 
 /* --- launch --- */
 
