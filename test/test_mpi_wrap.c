@@ -192,13 +192,15 @@ static hcomm_result_t limits(hcomm_comm_t *w, void *arg) {
     T_ERR(w->tr->native->reduce_scatter(w, b, b, big, HCOMM_U8, HCOMM_MAX), HCOMM_ERR_UNSUPPORTED);
     T_ERR(w->tr->native->all_gather(w, b, b, big), HCOMM_ERR_UNSUPPORTED);
     T_ERR(w->tr->native->broadcast(w, b, big, 0), HCOMM_ERR_UNSUPPORTED);
-    T_ERR(w->tr->native->all_to_allv(w, b, bigs, zeros, b, zeros, zeros), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->all_to_allv(w, b, bigs, zeros, b, zeros, zeros, false),
+          HCOMM_ERR_UNSUPPORTED);
     T_CHECK(strstr(hcomm_last_error(), "sendcounts[") != NULL, "got '%s'", hcomm_last_error());
     /* A displacement above INT_MAX is refused for a nonempty block only (an empty block's is
      * never used). */
     size_t last_one[64] = {0};
     last_one[w->size - 1] = 1;
-    T_ERR(w->tr->native->all_to_allv(w, b, zeros, zeros, b, last_one, bigs), HCOMM_ERR_UNSUPPORTED);
+    T_ERR(w->tr->native->all_to_allv(w, b, zeros, zeros, b, last_one, bigs, false),
+          HCOMM_ERR_UNSUPPORTED);
     T_CHECK(strstr(hcomm_last_error(), "recvdispls[") != NULL, "got '%s'", hcomm_last_error());
     T_ERR(hcomm__send(w, HCOMM__CH_USER, 0, w->size, b, 1, NULL), HCOMM_ERR_INVALID_ARG);
     T_ERR(hcomm__send(w, HCOMM__CH_USER, 0, -1, b, 1, NULL), HCOMM_ERR_INVALID_ARG);

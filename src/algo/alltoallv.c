@@ -178,11 +178,8 @@ static hcomm_result_t a2a_pair(hcomm__call_t *k, hcomm__a2a_t *v, int *algo, boo
 
 static hcomm_result_t a2a_native(hcomm__call_t *k, const hcomm__a2a_t *v, bool agreed) {
     hcomm_comm_t *c = k->c;
-    c->counts_agreed = agreed;
-    hcomm_result_t res = c->tr->native->all_to_allv(c, v->send, v->scounts, v->sdispls, v->recv,
-                                                    v->rcounts, v->rdispls);
-    c->counts_agreed = false;
-    return res;
+    return c->tr->native->all_to_allv(c, v->send, v->scounts, v->sdispls, v->recv, v->rcounts,
+                                      v->rdispls, agreed);
 }
 
 /* shm on the board; where its blocks cannot move well there, what it names runs, the counts
@@ -282,7 +279,8 @@ typedef struct checked_arg {
 
 static hcomm_result_t checked_posted(hcomm_comm_t *c, const void *arg) {
     const checked_arg_t *a = arg;
-    return c->tr->native->all_to_allv(c, a->send, a->v, a->v + a->p, a->recv, a->v, a->v + a->p);
+    return c->tr->native->all_to_allv(c, a->send, a->v, a->v + a->p, a->recv, a->v, a->v + a->p,
+                                      false);
 }
 
 /* Over p2p, pairwise (a2a.c), the signature in every envelope; on a shared-memory transport,

@@ -10,7 +10,7 @@
  * reduce each element on one rank and copy the result to the others.
  *
  * all_to_allv checks its counts itself before any data moves (agree_on_counts), unless an
- * earlier exchange of the caller proved them (c->counts_agreed). */
+ * earlier exchange of the caller proved them (counts_proved). */
 #include "transport/mpi_base.h"
 
 #include <stdio.h>
@@ -339,7 +339,7 @@ static hcomm_result_t agree_on_counts(hcomm_comm_t *c, const char *fn, const siz
 static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                       const size_t *sendcounts, const size_t *sdispls,
                                       void *recvbuf, const size_t *recvcounts,
-                                      const size_t *rdispls) {
+                                      const size_t *rdispls, bool counts_proved) {
     HCOMM__TRY(check_usable(c->call_fn, c));
     int p = c->size;
     int *v = malloc(sizeof(int) * 4 * (size_t)p); /* send counts, sdispls, recv counts, rdispls */
@@ -355,7 +355,7 @@ static hcomm_result_t mpi_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY_GOTO(
         counts_to_int(c->call_fn, "recv", p, recvcounts, rdispls, v + 2 * p, v + 3 * p, &rext), r,
         done);
-    if (!c->counts_agreed) /* else the caller's own exchange proved them */
+    if (!counts_proved) /* else the caller's own exchange proved them */
         HCOMM__TRY_GOTO(agree_on_counts(c, c->call_fn, sendcounts, recvcounts), r, done);
     HCOMM__TRY_GOTO(detach_send(c->call_fn, &src, sext, recvbuf, rext, &tmp), r, done);
     int rc = MPI_Ialltoallv(src, v, v + p, MPI_BYTE, recvbuf, v + 2 * p, v + 3 * p, MPI_BYTE,

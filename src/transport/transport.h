@@ -72,9 +72,11 @@ typedef struct hcomm__native_ops {
     hcomm_result_t (*reduce_scatter)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                      size_t count, hcomm_dtype_t dt, hcomm_op_t op);
     hcomm_result_t (*broadcast)(hcomm_comm_t *c, void *buf, size_t bytes, int root);
+    /* counts_proved: the caller's earlier exchange proved every pair's counts (MoE's count
+     * exchange), so the transport may skip its own count check. */
     hcomm_result_t (*all_to_allv)(hcomm_comm_t *c, const void *sendbuf, const size_t *sendcounts,
                                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                                  const size_t *rdispls);
+                                  const size_t *rdispls, bool counts_proved);
     /* The rooted calls as hcomm_reduce, hcomm_gather and hcomm_scatter define them (op never
      * AVG; f16/bf16 sums arrive widened to f32). */
     hcomm_result_t (*reduce)(hcomm_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -195,10 +197,10 @@ typedef enum {
     HCOMM__LAYER_ALGO,
     HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
-    HCOMM__LAYER_MOE,   /* MoE scratch (src/prims/moe_pool.c) */
-    HCOMM__LAYER_BOARD, /* meetings on the transport's board (src/p2p/board.c) */
+    HCOMM__LAYER_MOE,    /* MoE scratch (src/prims/moe_pool.c) */
+    HCOMM__LAYER_BOARD,  /* meetings on the transport's board (src/p2p/board.c) */
     HCOMM__LAYER_DOMAIN, /* the context built on it (src/domain/ctx.c) */
-    HCOMM__LAYER_ASYNC, /* freed first: its worker drives a duplicate of the comm */
+    HCOMM__LAYER_ASYNC,  /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
 
@@ -216,11 +218,12 @@ struct hcomm_comm {
      * duplicate, set by the algorithms layer; cleared before that duplicate is freed). */
     _Atomic(struct hcomm_comm *) abort_with;
     const hcomm__posted_sig_t *posted; /* see hcomm__transport_t.posted_only */
-    bool posted_held;    /* a posted check failed: the slots wait for posted_release */
-    const char *call_fn; /* the public call running on this comm, for messages ("hcomm_...") */
-    uint32_t call_seq;   /* its sequence number on this comm (the algorithms layer counts) */
-    bool counts_agreed; /* the running all_to_allv's counts were proved by an earlier exchange
-                           (MoE's count exchange): the transport skips its own count check */
+    bool posted_held; /* a posted check failed: the slots wait for posted_release */
+    /* The call running on this comm as every layer's messages name it, written by the layer
+     * that runs it: the public call ("hcomm_..."), and a collective's sequence number, which
+     * the transports' and p2p's timeouts print (the algorithms layer keeps its own count). */
+    const char *call_fn;
+    uint32_t call_seq;
     bool deterministic; /* reductions give the serial rank-order bits (HCOMM_DETERMINISTIC) */
     void *layer[HCOMM__LAYER_COUNT];
     void (*layer_free[HCOMM__LAYER_COUNT])(void *);
