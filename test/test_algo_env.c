@@ -84,7 +84,7 @@ static hcomm_result_t per_comm_wins(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
-/* A communicator's choices are cached per collective, size and override (coll.c): calls of one
+/* A communicator's choices are cached per collective, size and override (choose.c): calls of one
  * size that set, change and clear the override in turn must each run what it says, and the
  * same as the first time under it where it does not name all_reduce (which then runs its
  * default, not HCOMM_ALGO's: the communicator's spec replaces the environment's). */

@@ -164,7 +164,7 @@ static void check_values(hcomm_comm_t *c, const char *what, size_t n, hcomm_dtyp
 
 /* Blocks of 4 Mi elements and more, larger than the caches (the odd count puts every block but
  * the first at an offset that is not a multiple of 16 bytes); from 64 MiB a vector's results
- * are written with non-temporal stores (twoshot.c), so the f32 vector is at least that. */
+ * are written with non-temporal stores (peer_reduce.c), so the f32 vector is at least that. */
 static hcomm_result_t streamed(hcomm_comm_t *c, const char *what) {
     size_t n = (size_t)t_size(c) * ((size_t)4 << 20) + 3, mi16 = (size_t)16 << 20;
     size_t n32 = n > mi16 ? n : mi16 + 3;
