@@ -1,4 +1,4 @@
-/* all_to_allv over p2p (a2a.c), every message with the call's signature:
+/* all_to_allv over p2p, every message with the call's signature (a2a.c unless named):
  *   pairwise  step s sends to rank + s and receives from rank - s (p - 1 steps; Thakur,
  *             Rabenseifner & Gropp 2005, 3.3; MPICH's and Open MPI's pairwise): large blocks;
  *   bruck     Bruck, Ho, Kipnis, Upfal & Weathersby 1997: ceil(log2 p) steps, each forwarding
@@ -7,10 +7,12 @@
  *   direct    one node: every rank reads its blocks straight from the peers' send buffers
  *             (transport.peer_read: one copy per byte); only the addresses and a barrier are
  *             messages;
- *   hier      two levels over the topology's nodes: pairwise within a node; the blocks bound
- *             off the node go to the node's leader (its lowest rank), which sends each other
- *             node's leader one message with everything its node has for that node and hands
- *             its own ranks what arrived: one inter-node message per pair of nodes.
+ *   hier      (a2a_hier.c) two levels over the topology's nodes: pairwise within a node; the
+ *             blocks bound off the node go to the node's leader (its lowest rank), which sends
+ *             each other node's leader one message with everything its node has for that node
+ *             and hands its own ranks what arrived: one inter-node message per pair of nodes;
+ *   shm       (a2a_shm.c) where the comm has a board: one meeting checks and carries small
+ *             blocks (see hcomm__a2a_shm below).
  * Per-peer counts travel with the data: every block carries its size and what its sender
  * expects back, so a mismatch (sendcounts[j] on rank i != recvcounts[i] on rank j) is found
  * on both ranks of the pair, that block is not written, and the others complete; the call
@@ -74,5 +76,43 @@ hcomm_result_t hcomm__a2a_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, si
  * what every rank runs instead, the counts agreed (native, or pairwise for counts beyond an int);
  * else -1. */
 hcomm_result_t hcomm__a2a_shm(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int *fallback);
+
+/* --- For the family's files (a2a.c, a2a_hier.c, a2a_shm.c) --- */
+
+/* The first count mismatch this rank saw, lowest (receiver, sender) first. */
+typedef struct hcomm__a2a_bad {
+    bool set;
+    int receiver, sender;
+    size_t sent, expected;
+} hcomm__a2a_bad_t;
+
+/* A block from `from` arrived with sent bytes and what `from` expects back: both directions of
+ * the pair checked against this rank's counts. True when it may land. */
+bool hcomm__a2a_check_pair(const hcomm__xfer_t *x, const hcomm__a2a_t *v, int from, uint64_t sent,
+                           uint64_t their_expect, hcomm__a2a_bad_t *b);
+/* HCOMM_ERR_MISMATCH naming b's pair (what: the counts' name), or success when b is unset. */
+hcomm_result_t hcomm__a2a_verdict_as(const hcomm__xfer_t *x, const hcomm__a2a_bad_t *b,
+                                     const char *what);
+hcomm_result_t hcomm__a2a_verdict(const hcomm__xfer_t *x, const hcomm__a2a_bad_t *b);
+/* This rank's block for / from peer, NULL when empty. */
+static inline const char *hcomm__a2a_sblock(const hcomm__a2a_t *v, int peer) {
+    return v->scounts[peer] ? v->send + v->sdispls[peer] : NULL;
+}
+static inline char *hcomm__a2a_rblock(const hcomm__a2a_t *v, int peer) {
+    return v->rcounts[peer] ? v->recv + v->rdispls[peer] : NULL;
+}
+/* This rank's block to itself, checked like any pair's. */
+void hcomm__a2a_self_copy(const hcomm__xfer_t *x, const hcomm__a2a_t *v, hcomm__a2a_bad_t *b);
+hcomm_result_t hcomm__a2a_nomem(const hcomm__xfer_t *x, size_t bytes);
+/* One message from `from` into buf (cap bytes), or into *got, allocated, when alloc. */
+hcomm_result_t hcomm__a2a_recv_msg(const hcomm__xfer_t *x, int from, void *buf, size_t cap,
+                                   bool alloc, hcomm__env_t *env, void **got);
+/* Send sbuf to `to` (carrying expect) while receiving from `from` as hcomm__a2a_recv_msg. */
+hcomm_result_t hcomm__a2a_swap(const hcomm__xfer_t *x, int to, const void *sbuf, size_t sbytes,
+                               uint64_t expect, int from, void *rbuf, size_t rcap, bool alloc,
+                               hcomm__env_t *env, void **got);
+/* Pairwise among ranks[0..n) (this rank is ranks[me]). */
+hcomm_result_t hcomm__a2a_pairwise_over(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
+                                        const int *ranks, int n, int me, hcomm__a2a_bad_t *b);
 
 #endif /* HCOMM_C_ALGO_A2A_H_ */

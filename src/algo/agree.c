@@ -70,7 +70,8 @@ static hcomm_result_t xfer_check(const hcomm__xfer_t *x, int peer, const hcomm__
 
 /* A checked call's meetings wait for every rank and compare the signatures. An unchecked one
  * waits only where the shape needs it: a root whose payload the others read posts and goes on
- * (as MPI_Bcast's root does), and ranks that only feed a root leave at once. */
+ * (as MPI_Bcast's root does), and ranks that only feed a root leave at once (docs/tuning.md:
+ * board.unchecked). */
 static hcomm_result_t xfer_meet(const hcomm__xfer_t *x, uint32_t step, int from, int to) {
     hcomm__call_t *k = x->call;
     if ((from < 0 && to < 0) || hcomm__check_mode() != HCOMM__CHECK_OFF)

@@ -19,6 +19,8 @@
 /* --- rd.c: recursive doubling (Thakur, Rabenseifner & Gropp 2005, section 4), messages of at
  * most a few KiB (on a lane, one lane message each), the signature in each: no agreement is
  * needed before it. --- */
+/* The most bytes one step carries: both vectors live on the stack (cost.c models it too). */
+#define HCOMM__RD_PIECE_BYTES 4096
 /* all_reduce of send into recv (may alias), in pieces; count 0: a signature agreement alone. */
 hcomm_result_t hcomm__ar_rd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                             hcomm_dtype_t dt, hcomm_op_t op);
@@ -39,6 +41,8 @@ hcomm_result_t hcomm__rs_rd(const hcomm__xfer_t *x, const void *send, void *recv
 hcomm_result_t hcomm__agv_rd(const hcomm__xfer_t *x, void *buf, const size_t *bytes);
 
 /* --- ring.c: the ring (Patarasuk & Yuan 2009), chunked --- */
+/* all_reduce's segment: the ring runs once per segment of the vector (cost.c models it too). */
+#define HCOMM__RING_SEGMENT_BYTES ((size_t)4 << 20)
 /* all_reduce in place on buf[0..count) (reduce_scatter + all_gather). */
 hcomm_result_t hcomm__ar_ring(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
                               hcomm_op_t op);
@@ -89,6 +93,8 @@ hcomm_result_t hcomm__agv_bruck(const hcomm__xfer_t *x, void *buf, const size_t 
 hcomm_result_t hcomm__agv_run(const hcomm__xfer_t *x, int algo, void *buf, const size_t *bytes);
 
 /* --- bcast.c: broadcasts for long messages --- */
+/* The chain's pipeline segment (cost.c models it too). */
+#define HCOMM__CHAIN_SEGMENT_BYTES ((size_t)128 << 10)
 hcomm_result_t hcomm__bc_chain(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 hcomm_result_t hcomm__bc_scatter_allgather(const hcomm__xfer_t *x, void *buf, size_t bytes,
                                            int root);

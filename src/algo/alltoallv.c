@@ -176,10 +176,10 @@ static hcomm_result_t a2a_pair(hcomm__call_t *k, hcomm__a2a_t *v, int *algo, boo
     return *done ? HCOMM_OK : a2a_narrow(k, wide_any, algo, most);
 }
 
-static hcomm_result_t a2a_native(hcomm__call_t *k, const hcomm__a2a_t *v, bool agreed) {
+static hcomm_result_t a2a_native(hcomm__call_t *k, const hcomm__a2a_t *v, bool counts_proved) {
     hcomm_comm_t *c = k->c;
     return c->tr->native->all_to_allv(c, v->send, v->scounts, v->sdispls, v->recv, v->rcounts,
-                                      v->rdispls, agreed);
+                                      v->rdispls, counts_proved);
 }
 
 /* shm on the board; where its blocks cannot move well there, what it names runs, the counts
@@ -200,38 +200,38 @@ static hcomm_result_t a2a_board(hcomm__call_t *k, hcomm__a2a_t *v) {
 typedef struct a2a_native_arg {
     hcomm__call_t *k;
     const hcomm__a2a_t *v;
-    bool agreed;
+    bool counts_proved;
 } a2a_native_arg_t;
 
 static hcomm_result_t a2a_posted(hcomm_comm_t *c, const void *arg) {
     (void)c;
     const a2a_native_arg_t *n = arg;
-    return a2a_native(n->k, n->v, n->agreed);
+    return a2a_native(n->k, n->v, n->counts_proved);
 }
 
-/* The agreement the algorithm needs, with the counts (*agreed: proved on every rank). */
-static hcomm_result_t a2a_agree_for(hcomm__call_t *k, hcomm__a2a_t *v, int *algo, bool *agreed,
-                                    bool *done) {
+/* The agreement the algorithm needs, with the counts (*counts_proved: proved on every rank). */
+static hcomm_result_t a2a_agree_for(hcomm__call_t *k, hcomm__a2a_t *v, int *algo,
+                                    bool *counts_proved, bool *done) {
     hcomm_comm_t *c = k->c;
     if (*algo == HCOMM__ALGO_NATIVE)
-        return *agreed ? HCOMM_OK : hcomm__agree_as(k, hcomm__check_mode());
+        return *counts_proved ? HCOMM_OK : hcomm__agree_as(k, hcomm__check_mode());
     if (*algo >= 0 && hcomm__check_mode() == HCOMM__CHECK_OFF)
         return hcomm__agree_p2p(k, *algo); /* the counts are checked with the data only */
-    *agreed = true;
+    *counts_proved = true;
     if (c->size == 2 && hcomm__lane_payload(c) > 0 && !hcomm__on_board(c) &&
         (*algo < 0 || *algo == HCOMM__ALGO_PAIRWISE))
         return a2a_pair(k, v, algo, done);
     return a2a_agree(k, v, algo);
 }
 
-/* agreed: the caller's own exchange already checked the call and the counts on every rank,
+/* counts_proved: the caller's own exchange already checked the call and the counts on every rank,
  * so the native path runs without the signature agreement and the transport's count check
  * (MoE's dispatch; it has no size every rank shares, so it stays native). */
-static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed) {
+static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool counts_proved) {
     hcomm__call_t k = {0};
     HCOMM__TRY(hcomm__call_begin(c, &k, HCOMM__CALL_ALL_TO_ALLV, HCOMM_U8, HCOMM_SUM, 0, 0));
-    int algo = agreed ? HCOMM__ALGO_NATIVE : a2a_fixed(&k);
-    if (algo >= 0 && !agreed)
+    int algo = counts_proved ? HCOMM__ALGO_NATIVE : a2a_fixed(&k);
+    if (algo >= 0 && !counts_proved)
         algo = a2a_runnable(&k, a2a_set(&k, algo, "fixed", 0), 0);
     a2a_native_arg_t n = {&k, v, false};
     if (hcomm__posted_transport(c) && algo == HCOMM__ALGO_NATIVE)
@@ -239,14 +239,14 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
     if (algo == HCOMM__ALGO_SHM)
         return hcomm__call_end(&k, a2a_board(&k, v));
     bool done = false;
-    hcomm_result_t res = a2a_agree_for(&k, v, &algo, &agreed, &done);
+    hcomm_result_t res = a2a_agree_for(&k, v, &algo, &counts_proved, &done);
     if (res != HCOMM_OK || done)
         return hcomm__call_end(&k, res);
-    n.agreed = true;
+    n.counts_proved = true;
     if (algo == HCOMM__ALGO_NATIVE && hcomm__posted_transport(c))
         return hcomm__call_end(&k, hcomm__run_posted(&k, a2a_posted, &n));
     if (algo == HCOMM__ALGO_NATIVE)
-        return hcomm__call_end(&k, a2a_native(&k, v, agreed));
+        return hcomm__call_end(&k, a2a_native(&k, v, counts_proved));
     hcomm__xfer_t x = hcomm__call_xfer(&k);
     return hcomm__call_end(&k, a2a_run(&x, algo, v));
 }
@@ -254,9 +254,9 @@ static hcomm_result_t all_to_allv(hcomm_comm_t *c, hcomm__a2a_t *v, bool agreed)
 hcomm_result_t hcomm__coll_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                        const size_t *sendcounts, const size_t *sdispls,
                                        void *recvbuf, const size_t *recvcounts,
-                                       const size_t *rdispls, bool agreed) {
+                                       const size_t *rdispls, bool counts_proved) {
     hcomm__a2a_t v = {sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, false};
-    return all_to_allv(c, &v, agreed);
+    return all_to_allv(c, &v, counts_proved);
 }
 
 /* Counts and displacements of equal blocks of bytes for p ranks: v[0..p) and v[p..2p), or NULL

@@ -3,14 +3,12 @@
  *     relative to the root) goes down a binomial tree, each rank receiving its subtree's
  *     blocks, then a ring all_gather completes every rank: about 2 (p-1)/p of the buffer per
  *     rank instead of log2 p whole copies down the tree;
- *   chain: root -> root+1 -> ... in segments of CHAIN_SEGMENT bytes, each rank forwarding a
- *     segment while the next arrives, so the time tends to one copy plus p-2 segments. */
+ *   chain: root -> root+1 -> ... in segments of HCOMM__CHAIN_SEGMENT_BYTES bytes, each rank
+ * forwarding a segment while the next arrives, so the time tends to one copy plus p-2 segments. */
 #include "algo/algos.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define CHAIN_SEGMENT ((size_t)128 << 10)
 
 typedef struct bcast {
     const hcomm__xfer_t *x;
@@ -70,8 +68,9 @@ hcomm_result_t hcomm__bc_chain(const hcomm__xfer_t *x, void *buf, size_t bytes, 
     char *b = buf;
     hcomm__req_t *pending = NULL;
     hcomm_result_t res = HCOMM_OK;
-    for (size_t off = 0; off < bytes && res == HCOMM_OK; off += CHAIN_SEGMENT) {
-        size_t n = bytes - off < CHAIN_SEGMENT ? bytes - off : CHAIN_SEGMENT;
+    for (size_t off = 0; off < bytes && res == HCOMM_OK; off += HCOMM__CHAIN_SEGMENT_BYTES) {
+        size_t n =
+            bytes - off < HCOMM__CHAIN_SEGMENT_BYTES ? bytes - off : HCOMM__CHAIN_SEGMENT_BYTES;
         if (vr > 0)
             res = hcomm__x_recv(x, (me + p - 1) % p, b + off, n);
         if (res == HCOMM_OK && vr < p - 1) { /* one send in flight while the next arrives */

@@ -37,7 +37,8 @@ static bool is_reduction(int coll) {
  * HCOMM__CHOICE_WAYS (size, override) pairs, so that other calls in between keep them (a
  * training step's large and small all_reduce; hcomm-bench's rows, which set and clear an
  * override around every call). An override enters through the set it allows for that
- * collective. Debug logging skips the cache, so that every choice is logged. */
+ * collective. Debug logging skips the cache, so that every choice is logged (docs/tuning.md:
+ * choose.cache). */
 static bool kept_choice(const hcomm__call_t *k, int coll, size_t bytes, int *algo) {
     const algo_state_t *a = k->a;
     if (!hcomm__topo_one_node(k->c) || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))

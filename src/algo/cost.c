@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define RING_SEGMENT ((double)(4u << 20))    /* ring.c's all_reduce segment */
-#define RD_PIECE 4096.0                      /* rd.c's piece */
-#define CHAIN_SEGMENT ((double)(128u << 10)) /* bcast.c's chain segment */
+#define RING_SEGMENT ((double)HCOMM__RING_SEGMENT_BYTES)
+#define RD_PIECE ((double)HCOMM__RD_PIECE_BYTES)
+#define CHAIN_SEGMENT ((double)HCOMM__CHAIN_SEGMENT_BYTES)
 
 typedef struct model {
     const hcomm__topo_t *t;

@@ -9,13 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The most bytes one step carries: both vectors live on the stack. */
-#define RD_PIECE_BYTES 4096
-
 typedef struct rd {
     const hcomm__xfer_t *x;
     void *acc;          /* the running result, count elements */
-    unsigned char *tmp; /* RD_PIECE_BYTES: what the partner sent */
+    unsigned char *tmp; /* HCOMM__RD_PIECE_BYTES: what the partner sent */
     size_t count, bytes;
     hcomm_dtype_t dt;
     hcomm_op_t op;
@@ -49,7 +46,7 @@ static hcomm_result_t rd_lane(rd_t *d, int to, int from) {
     size_t got;
     HCOMM__TRY(hcomm__lane_step(x->c, (uint32_t)x->tag, &x->desc.sig, to,
                                 (unsigned char *)d->acc - HCOMM__LANE_HDR, d->bytes, from,
-                                d->tmp - HCOMM__LANE_HDR, RD_PIECE_BYTES, &env.sig, &got));
+                                d->tmp - HCOMM__LANE_HDR, HCOMM__RD_PIECE_BYTES, &env.sig, &got));
     return from < 0 ? HCOMM_OK : x->check(x, from, &env);
 }
 
@@ -64,7 +61,7 @@ static hcomm_result_t rd_recv(rd_t *d, int peer) {
     if (d->lane)
         return rd_lane(d, -1, peer);
     hcomm__env_t env;
-    HCOMM__TRY(hcomm__recv(d->x->c, HCOMM__CH_COLL, d->x->tag, peer, d->tmp, RD_PIECE_BYTES,
+    HCOMM__TRY(hcomm__recv(d->x->c, HCOMM__CH_COLL, d->x->tag, peer, d->tmp, HCOMM__RD_PIECE_BYTES,
                            HCOMM__RECV_UPTO, &env));
     return d->x->check(d->x, peer, &env);
 }
@@ -114,15 +111,15 @@ static hcomm_result_t rd_run(rd_t *d) {
 
 size_t hcomm__rd_room(const hcomm_comm_t *c) {
     size_t lane = hcomm__lane_payload(c);
-    return lane && lane < RD_PIECE_BYTES ? lane : RD_PIECE_BYTES;
+    return lane && lane < HCOMM__RD_PIECE_BYTES ? lane : HCOMM__RD_PIECE_BYTES;
 }
 
 hcomm_result_t hcomm__ar_rd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                             hcomm_dtype_t dt, hcomm_op_t op) {
-    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + RD_PIECE_BYTES],
-        acc[HCOMM__LANE_HDR + RD_PIECE_BYTES];
+    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + HCOMM__RD_PIECE_BYTES],
+        acc[HCOMM__LANE_HDR + HCOMM__RD_PIECE_BYTES];
     size_t lane = hcomm__lane_payload(x->c), es = hcomm__dtype_size(dt), done = 0;
-    size_t room = lane && lane < RD_PIECE_BYTES ? lane : RD_PIECE_BYTES;
+    size_t room = lane && lane < HCOMM__RD_PIECE_BYTES ? lane : HCOMM__RD_PIECE_BYTES;
     size_t piece = count * es <= room ? count : room / es; /* one piece: no division */
     do {
         size_t n = count - done < piece ? count - done : piece, bytes = n * es;
@@ -150,8 +147,8 @@ hcomm_result_t hcomm__ar_rd(const hcomm__xfer_t *x, const void *send, void *recv
  * out gets every block. */
 static hcomm_result_t rd_union(const hcomm__xfer_t *x, const void *mine, size_t block, int nblocks,
                                int own, void *out) {
-    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + RD_PIECE_BYTES],
-        acc[HCOMM__LANE_HDR + RD_PIECE_BYTES];
+    _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + HCOMM__RD_PIECE_BYTES],
+        acc[HCOMM__LANE_HDR + HCOMM__RD_PIECE_BYTES];
     size_t data = block * (size_t)nblocks;
     rd_t d = {x,         acc + HCOMM__LANE_HDR,         tmp + HCOMM__LANE_HDR,
               0,         data + (size_t)nblocks,        HCOMM_U8,
@@ -196,7 +193,7 @@ hcomm_result_t hcomm__bc_rd(const hcomm__xfer_t *x, void *buf, size_t bytes, int
 hcomm_result_t hcomm__rs_rd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                             hcomm_dtype_t dt, hcomm_op_t op) {
     size_t es = hcomm__dtype_size(dt), total = count * (size_t)x->c->size;
-    _Alignas(16) unsigned char small[RD_PIECE_BYTES];
+    _Alignas(16) unsigned char small[HCOMM__RD_PIECE_BYTES];
     unsigned char *all = total * es <= sizeof small ? small : hcomm__x_scratch(x, total * es);
     if (!all)
         return hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn, "cannot allocate %zu bytes", total * es);

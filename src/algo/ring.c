@@ -5,10 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The ring all_reduce runs on segments of at most this many bytes, so its scratch space stays
- * bounded (one block of a segment) whatever the count. */
-#define RING_SEGMENT_BYTES ((size_t)4 << 20)
-
 typedef struct ring {
     const hcomm__xfer_t *x;
     char *buf;          /* the vector, blocks at offs[b] (elements) */
@@ -87,7 +83,8 @@ hcomm_result_t hcomm__ar_ring(const hcomm__xfer_t *x, void *buf, size_t count, h
                               hcomm_op_t op) {
     int p = x->c->size;
     size_t es = hcomm__dtype_size(dt);
-    size_t seg = RING_SEGMENT_BYTES / es < (size_t)p ? (size_t)p : RING_SEGMENT_BYTES / es;
+    size_t seg =
+        HCOMM__RING_SEGMENT_BYTES / es < (size_t)p ? (size_t)p : HCOMM__RING_SEGMENT_BYTES / es;
     size_t tmp_bytes = ((seg < count ? seg : count) / (size_t)p + 1) * es;
     void *tmp = malloc(tmp_bytes);
     if (!tmp)

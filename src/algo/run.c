@@ -240,7 +240,7 @@ hcomm_result_t hcomm__run_reduce(hcomm__call_t *k, int algo, const hcomm__args_t
 /* Direct all_gather lets its peers load this rank's block from send, which the rank's own copy
  * into recv then does not delay (and which stays in the readers' caches while the caller leaves
  * it unchanged), unless only recv lies in memory the peers map (the transport's mem_kind: every
- * buffer of local's threads, hcomm_mem_alloc's on mpi). */
+ * buffer of local's threads, hcomm_mem_alloc's on mpi; docs/tuning.md: ag.reads-send). */
 static bool ag_reads_send(hcomm_comm_t *c, const void *send, const char *mine) {
     return c->tr->mem_kind(c, send) == HCOMM__MEM_SHARED ||
            c->tr->mem_kind(c, mine) != HCOMM__MEM_SHARED;

@@ -89,7 +89,8 @@ static const char *const why_texts[] = {
     [HCOMM__WHY_SET_ALGO] = "hcomm_comm_set_algo",
     [HCOMM__WHY_UPGRADE_SHM] = "default: small, on a board",
     [HCOMM__WHY_UPGRADE_BOARD] = "default: on a board, above shm's sizes",
-    [HCOMM__WHY_NO_READS] = "needs every rank on one node with cross-memory reads",
+    [HCOMM__WHY_TWOSHOT_NO_READS] = "twoshot needs every rank on one node with cross-memory reads",
+    [HCOMM__WHY_DIRECT_NO_READS] = "direct needs every rank on one node with cross-memory reads",
     [HCOMM__WHY_NO_BOARD] = "shm needs a board: every rank of the mpi backend on one node",
     [HCOMM__WHY_NO_NATIVE] = "the transport has no native call for it",
     [HCOMM__WHY_TIMED] = "timed near a switch",
@@ -215,7 +216,8 @@ static int runnable(const hcomm__sel_t *s, int algo, hcomm__why_t *why) {
         int other = algo == HCOMM__ALGO_TWOSHOT
                         ? HCOMM__ALGO_RING
                         : without_reads(s->coll, s->p, *why == HCOMM__WHY_DEFAULT);
-        *why = HCOMM__WHY_NO_READS;
+        *why =
+            algo == HCOMM__ALGO_TWOSHOT ? HCOMM__WHY_TWOSHOT_NO_READS : HCOMM__WHY_DIRECT_NO_READS;
         return other;
     }
     if (algo == HCOMM__ALGO_SHM && !(s->has & HCOMM__HAS_SHM)) {

@@ -8,7 +8,8 @@
  * marked timed has a switch whose best side changes with the machine: near its upper bound
  * (a factor HCOMM__TUNED_BAND either side) the choice is timed on the first calls (tune.h).
  * Nothing here reads a communicator: choose.c fills an hcomm__sel_t, and test_select checks
- * each row's boundary on both sides. */
+ * each row's boundary on both sides. The one thing read besides it is HCOMM_ALGO, where
+ * hcomm__sel_t carries no per-communicator override (test_select unsets it). */
 #ifndef HCOMM_C_ALGO_SELECT_TABLE_H_
 #define HCOMM_C_ALGO_SELECT_TABLE_H_
 
@@ -39,7 +40,8 @@ enum {
 };
 
 /* The largest all_reduce recursive doubling runs by default without posted checks (also what a
- * forced shm without a board falls back to). */
+ * forced shm without a board falls back to): measured (docs/tuning.md: ar.rd), so it may move
+ * apart from rd's piece (HCOMM__RD_PIECE_BYTES), which it equals today. */
 #define HCOMM__RD_ALL_REDUCE_MAX 4096
 #define HCOMM__TUNED_BAND 2
 
@@ -64,16 +66,17 @@ typedef struct hcomm__sel {
 
 /* Why an algorithm was chosen (debug logs). */
 typedef enum {
-    HCOMM__WHY_DEFAULT,       /* the defaults table */
-    HCOMM__WHY_COST,          /* the cost model (a known multi-node topology) */
-    HCOMM__WHY_ENV,           /* HCOMM_ALGO excluded the default */
-    HCOMM__WHY_SET_ALGO,      /* hcomm_comm_set_algo excluded the default */
-    HCOMM__WHY_UPGRADE_SHM,   /* upgrades: small, on a board */
-    HCOMM__WHY_UPGRADE_BOARD, /* upgrades: on a board, above shm's sizes */
-    HCOMM__WHY_NO_READS,      /* twoshot / direct need cross-memory reads */
-    HCOMM__WHY_NO_BOARD,      /* shm needs a board */
-    HCOMM__WHY_NO_NATIVE,     /* the transport has no native call for it */
-    HCOMM__WHY_TIMED,         /* timed near a switch (tune.h) */
+    HCOMM__WHY_DEFAULT,          /* the defaults table */
+    HCOMM__WHY_COST,             /* the cost model (a known multi-node topology) */
+    HCOMM__WHY_ENV,              /* HCOMM_ALGO excluded the default */
+    HCOMM__WHY_SET_ALGO,         /* hcomm_comm_set_algo excluded the default */
+    HCOMM__WHY_UPGRADE_SHM,      /* upgrades: small, on a board */
+    HCOMM__WHY_UPGRADE_BOARD,    /* upgrades: on a board, above shm's sizes */
+    HCOMM__WHY_TWOSHOT_NO_READS, /* twoshot needs cross-memory reads */
+    HCOMM__WHY_DIRECT_NO_READS,  /* direct needs cross-memory reads */
+    HCOMM__WHY_NO_BOARD,         /* shm needs a board */
+    HCOMM__WHY_NO_NATIVE,        /* the transport has no native call for it */
+    HCOMM__WHY_TIMED,            /* timed near a switch (tune.h) */
 } hcomm__why_t;
 const char *hcomm__why_text(hcomm__why_t why);
 
@@ -89,8 +92,9 @@ const hcomm__rule_t *hcomm__select_rule(const hcomm__sel_t *s, bool upgrades);
 /* The default for s (WHY_DEFAULT), or where the override excludes it, the first algorithm it
  * allows in preference order (WHY_SET_ALGO or WHY_ENV). */
 int hcomm__select_default(const hcomm__sel_t *s, hcomm__why_t *why);
-/* The first upgrade row for s that is allowed (skipping the shm rows where skip_shm), with its
- * reason; else dflt, *why untouched. */
+/* The first upgrade row for s that is allowed (skipping the shm rows where skip_shm), *why
+ * naming it (shm and direct on a board; twoshot rows leave *why as it was); else dflt, *why
+ * untouched. */
 int hcomm__select_upgrade(const hcomm__sel_t *s, int dflt, bool skip_shm, hcomm__why_t *why);
 /* The timed row whose band holds s->bytes, else NULL. */
 const hcomm__rule_t *hcomm__select_timed(const hcomm__sel_t *s);

@@ -197,9 +197,9 @@ typedef enum {
     HCOMM__LAYER_ALGO,
     HCOMM__LAYER_TOPO,
     HCOMM__LAYER_PRIMS,
-    HCOMM__LAYER_MOE,    /* MoE scratch (src/prims/moe_pool.c) */
-    HCOMM__LAYER_BOARD,  /* meetings on the transport's board (src/p2p/board.c) */
-    HCOMM__LAYER_DOMAIN, /* the context built on it (src/domain/ctx.c) */
+    HCOMM__LAYER_MOE,    /* MoE scratch (the primitives layer's pool) */
+    HCOMM__LAYER_BOARD,  /* meetings on the transport's board (the p2p layer) */
+    HCOMM__LAYER_DOMAIN, /* the context built on it (the domain layer) */
     HCOMM__LAYER_ASYNC,  /* freed first: its worker drives a duplicate of the comm */
     HCOMM__LAYER_COUNT
 } hcomm__layer_t;
