@@ -9,27 +9,13 @@
  *     process, local backend only: the variable is read once per process).
  * HCOMM_TEST_MPI: the first two parts also run under mpirun. */
 #include "algo/coll.h"
-#include "algo/select_table.h"
-#include "core/env.h"
+#include "choose_default.h"
 #include "harness.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define SPEC "allreduce:naive;broadcast:chain;allgather:^native,ring"
-
-
-/* The measured default (select_table.h) as the tests knew it: shm = a shared-memory transport. */
-static int choose_default(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,
-                          const char **why) {
-    unsigned has = (shm ? HCOMM__HAS_POSTED : 0) |
-                   (hcomm__check_mode() == HCOMM__CHECK_OFF ? HCOMM__HAS_OFF : 0);
-    hcomm__sel_t s = {coll, bytes, p, has, over};
-    hcomm__why_t w;
-    int algo = hcomm__select_default(&s, &w);
-    *why = hcomm__why_text(w);
-    return algo;
-}
 
 static void choices(void) {
     const char *why = NULL;

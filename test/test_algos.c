@@ -7,25 +7,11 @@
  * digest of it is compared across ranks. Also: HCOMM_ALGO parsing, good and bad. */
 #include "algo/algos.h"
 #include "algo/coll.h"
-#include "algo/select_table.h"
-#include "core/env.h"
+#include "choose_default.h"
 #include "harness.h"
 
 #include <math.h>
 #include <stdint.h>
-
-
-/* The measured default (select_table.h) as the tests knew it: shm = a shared-memory transport. */
-static int choose_default(const hcomm__algo_set_t *over, int coll, size_t bytes, int p, bool shm,
-                          const char **why) {
-    unsigned has = (shm ? HCOMM__HAS_POSTED : 0) |
-                   (hcomm__check_mode() == HCOMM__CHECK_OFF ? HCOMM__HAS_OFF : 0);
-    hcomm__sel_t s = {coll, bytes, p, has, over};
-    hcomm__why_t w;
-    int algo = hcomm__select_default(&s, &w);
-    *why = hcomm__why_text(w);
-    return algo;
-}
 
 static const char *const op_names[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
@@ -608,8 +594,8 @@ static void test_parse(void) {
                   {HCOMM__COLL_SCATTER, 8, 4, false, HCOMM__ALGO_NATIVE},
                   {HCOMM__COLL_SCATTER, 8, 4, true, HCOMM__ALGO_DIRECT}};
     for (size_t i = 0; i < sizeof rooted / sizeof rooted[0] && !getenv("HCOMM_ALGO"); i++) {
-        algo = choose_default(NULL, rooted[i].coll, rooted[i].bytes, rooted[i].p, rooted[i].shm,
-                                  &why);
+        algo =
+            choose_default(NULL, rooted[i].coll, rooted[i].bytes, rooted[i].p, rooted[i].shm, &why);
         T_CHECK(algo == rooted[i].want, "default %s of %zu bytes on %d ranks (shm %d): %s",
                 hcomm__coll_name(rooted[i].coll), rooted[i].bytes, rooted[i].p, (int)rooted[i].shm,
                 hcomm__algo_name(algo));
