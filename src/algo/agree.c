@@ -165,13 +165,12 @@ hcomm_result_t hcomm__agree_p2p(hcomm__call_t *k, int algo) {
         return hcomm__agree_as(
             k, algo == HCOMM__ALGO_NATIVE || mode == HCOMM__CHECK_OFF ? mode : HCOMM__CHECK_ALWAYS);
     }
-    hcomm__posted_sig_t ps = hcomm__sig_post(&k->sig);
-    c->posted = &ps;
-    hcomm_result_t res = c->tr->posted_only(c);
-    c->posted = NULL;
-    if (res == HCOMM_ERR_MISMATCH && c->posted_held)
-        return hcomm__sig_posted_verdict(k, &ps);
-    HCOMM__TRY(res);
+    return hcomm__run_posted(k, hcomm__posted_barrier, NULL);
+}
+
+hcomm_result_t hcomm__posted_barrier(hcomm_comm_t *c, const void *arg) {
+    (void)arg;
+    HCOMM__TRY(c->tr->posted_only(c));
     return c->tr->posted_release(c);
 }
 

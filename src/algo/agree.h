@@ -48,6 +48,8 @@ hcomm_result_t hcomm__agree_board_sum(hcomm__call_t *k, const int64_t *mine, int
  * is the call; a mismatch is worded from every rank's post. */
 typedef hcomm_result_t (*hcomm__posted_fn_t)(hcomm_comm_t *c, const void *arg);
 hcomm_result_t hcomm__run_posted(hcomm__call_t *k, hcomm__posted_fn_t fn, const void *arg);
+/* A posted-slot meeting and nothing else (arg unused): the agreement alone, as a posted fn. */
+hcomm_result_t hcomm__posted_barrier(hcomm_comm_t *c, const void *arg);
 
 /* This rank's own checks failed with res (message text): joins the call its peers make, in
  * the posted slots, on the board and in a notice to every peer. */

@@ -40,6 +40,12 @@ static int a2a_set(hcomm__call_t *k, int algo, const char *why, size_t bytes) {
     return algo;
 }
 
+/* Two ranks with a lane and no board: the agreement and the data go in one lane message
+ * each way (a2a_pair). */
+static bool pair_on_lane(hcomm_comm_t *c) {
+    return c->size == 2 && hcomm__lane_payload(c) > 0 && !hcomm__on_board(c);
+}
+
 /* The algorithm when the choice cannot depend on the block sizes, else -1: native where the
  * defaults pick it at every size (shared-memory transports on one node), the only one allowed,
  * shm on a board (its meeting agrees on everything, checked or not), or native where no
@@ -48,8 +54,7 @@ static int a2a_set(hcomm__call_t *k, int algo, const char *why, size_t bytes) {
  * check). */
 static int a2a_fixed(hcomm__call_t *k) {
     uint32_t allowed = hcomm__algo_mask(k->a->has_over ? &k->a->over : NULL, HCOMM__COLL_ALLTOALLV);
-    bool pair =
-        k->c->size == 2 && hcomm__lane_payload(k->c) > 0 && !hcomm__on_board(k->c); /* a2a_pair */
+    bool pair = pair_on_lane(k->c);
     bool native = allowed & (1u << HCOMM__ALGO_NATIVE);
     if (native && hcomm__posted_transport(k->c) && hcomm__on_one_node(k->c))
         return HCOMM__ALGO_NATIVE; /* first: this is every call on the local backend */
@@ -218,8 +223,7 @@ static hcomm_result_t a2a_agree_for(hcomm__call_t *k, hcomm__a2a_t *v, int *algo
     if (*algo >= 0 && hcomm__check_mode() == HCOMM__CHECK_OFF)
         return hcomm__agree_p2p(k, *algo); /* the counts are checked with the data only */
     *counts_proved = true;
-    if (c->size == 2 && hcomm__lane_payload(c) > 0 && !hcomm__on_board(c) &&
-        (*algo < 0 || *algo == HCOMM__ALGO_PAIRWISE))
+    if (pair_on_lane(c) && (*algo < 0 || *algo == HCOMM__ALGO_PAIRWISE))
         return a2a_pair(k, v, algo, done);
     return a2a_agree(k, v, algo);
 }

@@ -17,10 +17,8 @@ static void state_free(void *p) {
 }
 
 algo_state_t *hcomm__algo_state(hcomm_comm_t *c) {
-    algo_state_t *a = c->layer[HCOMM__LAYER_ALGO]; /* every call asks: no call once made */
-    return a ? a
-             : hcomm__layer_state(&c->layer[HCOMM__LAYER_ALGO], &c->layer_free[HCOMM__LAYER_ALGO],
-                                  sizeof(algo_state_t), hcomm__calloc_lines, state_free);
+    return hcomm__layer_state(&c->layer[HCOMM__LAYER_ALGO], &c->layer_free[HCOMM__LAYER_ALGO],
+                              sizeof(algo_state_t), hcomm__calloc_lines, state_free);
 }
 
 /* --- the flight recorder --- */

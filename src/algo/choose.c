@@ -22,10 +22,6 @@ bool hcomm__shm_runs(hcomm_comm_t *c) {
     return hcomm__on_board(c) && hcomm__shm_fits(c);
 }
 
-bool hcomm__peer_reads(hcomm_comm_t *c) {
-    return c->tr->peer_read_ok && c->tr->peer_read_ok(c);
-}
-
 static bool is_reduction(int coll) {
     return coll == HCOMM__COLL_ALLREDUCE || coll == HCOMM__COLL_REDUCESCATTER ||
            coll == HCOMM__COLL_REDUCE || coll == HCOMM__COLL_REDUCESCATTERV;
@@ -39,9 +35,9 @@ static bool is_reduction(int coll) {
  * override around every call). An override enters through the set it allows for that
  * collective. Debug logging skips the cache, so that every choice is logged (docs/tuning.md:
  * choose.cache). */
-static bool kept_choice(const hcomm__call_t *k, int coll, size_t bytes, int *algo) {
+static bool kept_choice(const hcomm__call_t *k, bool one_node, int coll, size_t bytes, int *algo) {
     const algo_state_t *a = k->a;
-    if (!hcomm__topo_one_node(k->c) || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
+    if (!one_node || hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))
         return false;
     for (int w = 0; w < HCOMM__CHOICE_WAYS; w++) {
         const hcomm__kept_choice_t *e = &a->kept[coll][w];
@@ -125,12 +121,12 @@ static void log_choice(const hcomm__call_t *k, const hcomm__sel_t *s, int algo, 
 
 /* The algorithm before deterministic mode: the cost model's, else the tables' (select_table.h),
  * timed near a switch, native only where the transport has it. */
-static int pick(hcomm__call_t *k, hcomm__sel_t *s, double *est, const char **why_text) {
+static int pick(hcomm__call_t *k, bool one_node, hcomm__sel_t *s, double *est,
+                const char **why_text) {
     hcomm_comm_t *c = k->c;
-    int algo = hcomm__topo_one_node(c)
-                   ? -1
-                   : hcomm__cost_choose(c, s->over ? s->over : hcomm__algo_env(), s->coll, s->bytes,
-                                        hcomm__posted_transport(c), est);
+    int algo = one_node ? -1
+                        : hcomm__cost_choose(c, s->over ? s->over : hcomm__algo_env(), s->coll,
+                                             s->bytes, hcomm__posted_transport(c), est);
     /* the model's answers need only what decides whether they can run: asked per call */
     bool all = algo < 0 || hcomm__select_needs_offers(s->coll, algo);
     s->has = all ? offers(c) : hcomm__posted_transport(c) ? HCOMM__HAS_POSTED : 0;
@@ -150,13 +146,15 @@ static int pick(hcomm__call_t *k, hcomm__sel_t *s, double *est, const char **why
 int hcomm__choose(hcomm__call_t *k, int coll, size_t bytes) {
     hcomm__sel_t s = {coll, bytes, k->c->size, 0, k->a->has_over ? &k->a->over : NULL};
     bool det = k->c->deterministic && is_reduction(coll);
+    bool one_node = hcomm__topo_one_node(k->c);
     int algo;
-    if (!kept_choice(k, coll, bytes, &algo)) {
+    if (!kept_choice(k, one_node, coll, bytes, &algo)) {
         double est = -1.0;
         const char *why;
-        algo = pick(k, &s, &est, &why);
+        algo = pick(k, one_node, &s, &est, &why);
         if (det && !rank_ordered(&s, algo))
             algo |= HCOMM__ALGO_DET;
+        /* read again: the choice may have built the topology model */
         if (hcomm__topo_one_node(k->c) && !k->probe.active) /* not while a probe alternates */
             keep_choice(k, coll, bytes, algo);
         if (hcomm__log_on(HCOMM__LOG_DEBUG, HCOMM__SUB_ALGO))

@@ -9,6 +9,7 @@
 #define HCOMM_C_ALGO_CHOOSE_H_
 
 #include "algo/state.h"
+#include "algo/xfer.h"
 
 /* The algorithm call k runs for coll (hcomm__coll_t) sized by bytes, recorded in its signature
  * (hcomm__call_chosen); with HCOMM__ALGO_DET where deterministic mode changes how it runs. */
@@ -18,8 +19,6 @@ int hcomm__choose(hcomm__call_t *k, int coll, size_t bytes);
 bool hcomm__on_one_node(hcomm_comm_t *c);
 /* The communicator's board can run shm (hcomm__on_board, and the group fits it). */
 bool hcomm__shm_runs(hcomm_comm_t *c);
-/* Every rank can read every other's memory (transport.peer_read_ok). */
-bool hcomm__peer_reads(hcomm_comm_t *c);
 
 /* Narrows this rank's algorithm choice on c (HCOMM_ALGO syntax; NULL or "" undoes it). */
 hcomm_result_t hcomm__coll_set_algo(hcomm_comm_t *c, const char *spec);

@@ -21,9 +21,8 @@
 
 typedef struct coll_desc {
     hcomm__call_kind_t kind;
-    int coll; /* hcomm__coll_t */
-    /* The bytes selection keys on; total: the v-calls' summed counts. */
-    size_t (*size)(const hcomm_comm_t *c, const hcomm__args_t *a, uint64_t total);
+    int coll;      /* hcomm__coll_t */
+    bool per_rank; /* selection weighs `in` times the ranks (`in` is per rank); else `in` alone */
     hcomm__posted_fn_t posted; /* the shared-memory transport's native call; NULL: none */
     bool (*meets)(hcomm_comm_t *c, int algo); /* the meeting form runs algo */
     hcomm__runner_t meeting, run;
@@ -37,31 +36,6 @@ typedef struct coll_desc {
  * select.half-size). */
 static size_t reduction_bytes(size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
     return count * (hcomm__sums_in_f32(dt, op) ? sizeof(float) : hcomm__dtype_size(dt));
-}
-
-static size_t size_in(const hcomm_comm_t *c, const hcomm__args_t *a, uint64_t total) {
-    (void)c, (void)total;
-    return reduction_bytes(a->in, a->dt, a->op);
-}
-
-static size_t size_out_all(const hcomm_comm_t *c, const hcomm__args_t *a, uint64_t total) {
-    (void)total;
-    return reduction_bytes(a->out, a->dt, a->op) * (size_t)c->size;
-}
-
-static size_t size_total(const hcomm_comm_t *c, const hcomm__args_t *a, uint64_t total) {
-    (void)c;
-    return reduction_bytes(total, a->dt, a->op);
-}
-
-static size_t size_bytes(const hcomm_comm_t *c, const hcomm__args_t *a, uint64_t total) {
-    (void)c, (void)total;
-    return a->in;
-}
-
-static size_t size_bytes_all(const hcomm_comm_t *c, const hcomm__args_t *a, uint64_t total) {
-    (void)total;
-    return a->in * (size_t)c->size;
 }
 
 /* --- the shared-memory transports' native calls, which reduce AVG and halves in one pass --- */
@@ -115,47 +89,45 @@ static bool meets_rooted(hcomm_comm_t *c, int algo) {
 /* --- the collectives --- */
 
 static const coll_desc_t all_reduce = {
-    HCOMM__CALL_ALL_REDUCE, HCOMM__COLL_ALLREDUCE, size_in, posted_all_reduce, meets_shm,
+    HCOMM__CALL_ALL_REDUCE, HCOMM__COLL_ALLREDUCE, false, posted_all_reduce, meets_shm,
     hcomm__meet_all_reduce, hcomm__run_all_reduce};
-static const coll_desc_t reduce_scatter = {HCOMM__CALL_REDUCE_SCATTER,
-                                           HCOMM__COLL_REDUCESCATTER,
-                                           size_out_all,
-                                           posted_reduce_scatter,
-                                           meets_shm,
-                                           hcomm__meet_reduce_scatter,
-                                           hcomm__run_reduce_scatter};
+static const coll_desc_t reduce_scatter = {
+    HCOMM__CALL_REDUCE_SCATTER, HCOMM__COLL_REDUCESCATTER, false, posted_reduce_scatter, meets_shm,
+    hcomm__meet_reduce_scatter, hcomm__run_reduce_scatter};
 static const coll_desc_t reduce_scatterv = {HCOMM__CALL_REDUCE_SCATTERV,
                                             HCOMM__COLL_REDUCESCATTERV,
-                                            size_total,
+                                            false,
                                             posted_reduce_scatterv,
                                             meets_shm,
                                             hcomm__meet_reduce_scatter,
                                             hcomm__run_reduce_scatter};
-static const coll_desc_t reduce = {HCOMM__CALL_REDUCE, HCOMM__COLL_REDUCE, size_in,          NULL,
-                                   meets_shm,          hcomm__meet_reduce, hcomm__run_reduce};
+static const coll_desc_t reduce = {HCOMM__CALL_REDUCE, HCOMM__COLL_REDUCE, false, NULL, meets_shm,
+                                   hcomm__meet_reduce, hcomm__run_reduce};
 static const coll_desc_t all_gather = {
-    HCOMM__CALL_ALL_GATHER, HCOMM__COLL_ALLGATHER, size_bytes_all, posted_all_gather, meets_shm,
+    HCOMM__CALL_ALL_GATHER, HCOMM__COLL_ALLGATHER, true, posted_all_gather, meets_shm,
     hcomm__meet_all_gather, hcomm__run_all_gather};
 static const coll_desc_t all_gatherv = {
-    HCOMM__CALL_ALL_GATHERV, HCOMM__COLL_ALLGATHERV, size_total, posted_all_gatherv, meets_shm,
+    HCOMM__CALL_ALL_GATHERV, HCOMM__COLL_ALLGATHERV, false, posted_all_gatherv, meets_shm,
     hcomm__meet_all_gatherv, hcomm__run_all_gatherv};
 static const coll_desc_t broadcast = {
-    HCOMM__CALL_BROADCAST, HCOMM__COLL_BROADCAST, size_bytes,          posted_broadcast,
-    meets_broadcast,       hcomm__meet_broadcast, hcomm__run_broadcast};
-static const coll_desc_t gather = {HCOMM__CALL_GATHER, HCOMM__COLL_GATHER, size_bytes_all,   NULL,
-                                   meets_rooted,       hcomm__meet_gather, hcomm__run_gather};
+    HCOMM__CALL_BROADCAST, HCOMM__COLL_BROADCAST, false, posted_broadcast, meets_broadcast,
+    hcomm__meet_broadcast, hcomm__run_broadcast};
+static const coll_desc_t gather = {HCOMM__CALL_GATHER, HCOMM__COLL_GATHER, true, NULL, meets_rooted,
+                                   hcomm__meet_gather, hcomm__run_gather};
 static const coll_desc_t scatter = {
-    HCOMM__CALL_SCATTER, HCOMM__COLL_SCATTER, size_bytes_all,    NULL,
-    meets_rooted,        hcomm__meet_scatter, hcomm__run_scatter};
+    HCOMM__CALL_SCATTER, HCOMM__COLL_SCATTER, true, NULL, meets_rooted,
+    hcomm__meet_scatter, hcomm__run_scatter};
 
-/* The entry path: count is what the signature names (a v-call's total is summed here). */
-static hcomm_result_t run_call(hcomm_comm_t *c, const coll_desc_t *d, const hcomm__args_t *a,
+/* The entry path: count is what the signature names; a v-call's total (summed with its
+ * signature) becomes a->in. */
+static hcomm_result_t run_call(hcomm_comm_t *c, const coll_desc_t *d, hcomm__args_t *a,
                                uint64_t count) {
     hcomm__call_t k = {0};
     HCOMM__TRY(hcomm__call_begin(c, &k, d->kind, a->dt, a->op, a->root, count));
     if (a->counts)
-        hcomm__sig_counts(&k, a->counts);
-    int algo = hcomm__choose(&k, d->coll, d->size(c, a, k.sig.count));
+        a->in = hcomm__sig_counts(&k, a->counts);
+    size_t bytes = reduction_bytes(a->in, a->dt, a->op) * (d->per_rank ? (size_t)c->size : 1);
+    int algo = hcomm__choose(&k, d->coll, bytes);
     hcomm_result_t res;
     if (d->posted && algo == HCOMM__ALGO_NATIVE && hcomm__posted_transport(c))
         res = hcomm__run_posted(&k, d->posted, a);
@@ -180,10 +152,7 @@ hcomm_result_t hcomm__coll_reduce_scatter(hcomm_comm_t *c, const void *sendbuf, 
 
 hcomm_result_t hcomm__coll_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                            const size_t *counts, hcomm_dtype_t dt, hcomm_op_t op) {
-    size_t total = 0;
-    for (int r = 0; r < c->size; r++)
-        total += counts[r];
-    hcomm__args_t a = {sendbuf, recvbuf, total, counts[c->rank], counts, dt, op, 0};
+    hcomm__args_t a = {sendbuf, recvbuf, 0, counts[c->rank], counts, dt, op, 0};
     return run_call(c, &reduce_scatterv, &a, 0);
 }
 
@@ -224,17 +193,11 @@ hcomm_result_t hcomm__coll_scatter(hcomm_comm_t *c, const void *sendbuf, void *r
 
 /* --- barrier, split, and a rank whose own checks failed --- */
 
-static hcomm_result_t posted_barrier(hcomm_comm_t *c, const void *arg) {
-    (void)arg;
-    HCOMM__TRY(c->tr->posted_only(c));
-    return c->tr->posted_release(c);
-}
-
 hcomm_result_t hcomm__coll_barrier(hcomm_comm_t *c) {
     hcomm__call_t k = {0};
     HCOMM__TRY(hcomm__call_begin(c, &k, HCOMM__CALL_BARRIER, HCOMM_U8, HCOMM_SUM, 0, 0));
     if (hcomm__posted_transport(c))
-        return hcomm__call_end(&k, hcomm__run_posted(&k, posted_barrier, NULL));
+        return hcomm__call_end(&k, hcomm__run_posted(&k, hcomm__posted_barrier, NULL));
     return hcomm__call_end(&k, hcomm__agree_all(&k));
 }
 

@@ -13,7 +13,7 @@ typedef struct hcomm__args {
     const void *send;
     void *recv;           /* broadcast: the buffer */
     size_t in, out;       /* reductions: elements this rank passes in and gets out; moves: bytes
-                             per rank in `in` */
+                             per rank in `in`; v-calls: `in` is the counts' total */
     const size_t *counts; /* v-calls: one entry per rank (elements; all_gatherv: bytes) */
     hcomm_dtype_t dt;     /* moves: HCOMM_U8 */
     hcomm_op_t op;        /* moves: HCOMM_SUM */

@@ -124,7 +124,7 @@ static hcomm_result_t mismatch(hcomm_comm_t *c, const hcomm__sig_t *mine, int me
                       hi);
 }
 
-void hcomm__sig_counts(hcomm__call_t *k, const size_t *counts) {
+uint64_t hcomm__sig_counts(hcomm__call_t *k, const size_t *counts) {
     uint64_t h = 0xcbf29ce484222325ull, total = 0;
     for (int i = 0; i < k->c->size; i++) {
         h = (h ^ counts[i]) * 0x100000001b3ull;
@@ -134,6 +134,7 @@ void hcomm__sig_counts(hcomm__call_t *k, const size_t *counts) {
     k->sig.extra = h;
     k->f->sig = k->sig;
     k->vcounts = counts;
+    return total;
 }
 
 /* "counts=[3, 4, 5]" (a v-call's per-rank array of p entries) into buf (n bytes). */

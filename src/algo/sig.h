@@ -19,8 +19,9 @@ static inline hcomm__posted_sig_t hcomm__sig_post(const hcomm__sig_t *s) {
     return p;
 }
 
-/* A v-call's signature: the total of counts[0..size) in count, their digest in extra. */
-void hcomm__sig_counts(hcomm__call_t *k, const size_t *counts);
+/* A v-call's signature: the total of counts[0..size) in count (and returned), their digest
+ * in extra. */
+uint64_t hcomm__sig_counts(hcomm__call_t *k, const size_t *counts);
 
 /* Compares a peer's signature with the call's; a difference is worded, reported to every peer
  * and returned (HCOMM_ERR_MISMATCH). */
