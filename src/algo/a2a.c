@@ -285,12 +285,6 @@ static hcomm_result_t exchange_descs(const hcomm__xfer_t *x, const desc_t *mine,
     return res != HCOMM_OK ? res : s;
 }
 
-/* Every rank has posted its descriptors and read its blocks (xfer.c's barrier over the comm). */
-static hcomm_result_t barrier(const hcomm__xfer_t *x) {
-    hcomm__group_t g = hcomm__x_everyone(x);
-    return hcomm__x_barrier(x, &g);
-}
-
 static hcomm_result_t read_blocks(const hcomm__xfer_t *x, const hcomm__a2a_t *v,
                                   const desc_t *theirs, hcomm__a2a_bad_t *b) {
     int p = x->c->size, me = x->c->rank;
@@ -321,7 +315,7 @@ hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v) 
         res = hcomm__x_tell_peers(x, read_blocks(x, v, d + p, &b));
     }
     if (res == HCOMM_OK)
-        res = barrier(x);
+        res = hcomm__x_barrier_all(x); /* every rank has read its blocks */
     free(reqs);
     free(d);
     return res != HCOMM_OK ? res : hcomm__a2a_verdict(x, &b);

@@ -42,7 +42,7 @@ static int board_by(const hcomm__xfer_t *x, size_t total) {
     int p = c->size;
     if (total <= (p == 2 ? (size_t)8 << 10 : HCOMM__BOARD_ROOM - board_arrays(p)))
         return BY_POST;
-    return c->tr->peer_read_ok && c->tr->peer_read_ok(c) ? BY_READ : BY_NATIVE;
+    return hcomm__peer_reads(c) ? BY_READ : BY_NATIVE;
 }
 
 /* This rank's post into space (HCOMM__BOARD_ROOM bytes). */

@@ -24,14 +24,13 @@
 /* all_reduce of send into recv (may alias), in pieces; count 0: a signature agreement alone. */
 hcomm_result_t hcomm__ar_rd(const hcomm__xfer_t *x, const void *send, void *recv, size_t count,
                             hcomm_dtype_t dt, hcomm_op_t op);
-/* The most bytes of one vector rd sends whole: one lane message, or its stack piece. */
-size_t hcomm__rd_room(const hcomm_comm_t *c);
 /* all_gather of bytes per rank as one vector whose blocks partners merge by union (more than two
  * ranks, where hcomm__ag_rd_whole_fits). */
 bool hcomm__ag_rd_whole_fits(const hcomm_comm_t *c, size_t bytes);
 hcomm_result_t hcomm__ag_rd_whole(const hcomm__xfer_t *x, const void *send, void *recv,
                                   size_t bytes);
-/* broadcast by that union, a piece of up to hcomm__rd_room - 1 bytes at a time. */
+/* broadcast by that union, a piece of up to one lane message (or rd's piece) less a byte at a time.
+ */
 hcomm_result_t hcomm__bc_rd(const hcomm__xfer_t *x, void *buf, size_t bytes, int root);
 /* reduce_scatter by an rd all_reduce of the whole vector, keeping this rank's block (small
  * vectors: it moves p times the data). */

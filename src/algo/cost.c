@@ -457,7 +457,7 @@ static void model_of(hcomm_comm_t *c, const hcomm__topo_t *t, bool shm, model_t 
     m->t = t;
     m->shm = shm;
     m->p = t->size;
-    m->reads = c->tr->peer_read_ok && c->tr->peer_read_ok(c);
+    m->reads = hcomm__peer_reads(c);
     m->in = t->link[HCOMM__LINK_INTRA];
     m->out = t->link[HCOMM__LINK_INTER];
     double wait = (oversubscription(m) - 1.0) * m->in.alpha; /* the receiver's turn on a core */

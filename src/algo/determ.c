@@ -112,14 +112,9 @@ hcomm_result_t hcomm__rsv_det(const hcomm__xfer_t *x, const void *send, void *re
     size_t es = hcomm__dtype_size(dt), maxc = 0, seg = DET_SCRATCH_BYTES / es / (size_t)p;
     seg = seg > 0 ? seg : 1; /* the same on every rank: the rounds line up */
     det_t d = {x, send, recv, counts, NULL, NULL, NULL, es, seg, seg, dt, op};
-    size_t *offs = malloc(sizeof(size_t) * ((size_t)p + 1));
-    if (offs) {
-        offs[0] = 0;
-        for (int r = 0; r < p; r++) {
-            offs[r + 1] = offs[r] + counts[r];
-            maxc = counts[r] > maxc ? counts[r] : maxc;
-        }
-    }
+    size_t *offs = hcomm__prefix_sums(counts, p, 0);
+    for (int r = 0; r < p; r++)
+        maxc = counts[r] > maxc ? counts[r] : maxc;
     d.offs = offs;
     if (d.slot > counts[me])
         d.slot = counts[me] > 0 ? counts[me] : 1;

@@ -32,12 +32,12 @@ static hcomm_result_t rs_block_direct(const hcomm__xfer_t *x, const void *send, 
     hcomm__buf_pair_t *all;
     unsigned char *tmp;
     HCOMM__TRY(hcomm__pr_room(x, true, &all, &tmp));
-    hcomm_result_t res = hcomm__pr_addrs(x, send, total * es, recv, bytes, all);
+    hcomm_result_t res = hcomm__x_addrs_all(x, send, total * es, recv, bytes, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, hcomm__pr_reduce_range(x, all, send, out, off, len, dt, op,
                                                             false, HCOMM__PR_PUSH_NONE, tmp));
     if (res == HCOMM_OK)
-        res = hcomm__pr_barrier(x);
+        res = hcomm__x_barrier_all(x);
     if (res == HCOMM_OK && staged)
         memcpy(recv, out, bytes);
     free(tmp);
@@ -80,7 +80,7 @@ static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, vo
         off[q + 1] = off[q] + (each ? each[q] : equal);
     size_t own = off[me + 1] - off[me];
     char *mine = (char *)recv + off[me];
-    hcomm_result_t res = hcomm__pr_addrs(x, send, own, recv, off[p], all), got = HCOMM_OK;
+    hcomm_result_t res = hcomm__x_addrs_all(x, send, own, recv, off[p], all), got = HCOMM_OK;
     for (int d = 1; res == HCOMM_OK && got == HCOMM_OK && d < p; d++) {
         int q = (me + d) % p; /* each rank starts at a different peer */
         size_t n = off[q + 1] - off[q];
@@ -93,7 +93,7 @@ static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, vo
     if (res == HCOMM_OK && mine != send && own)
         memcpy(mine, send, own);
     if (res == HCOMM_OK)
-        res = hcomm__pr_barrier(x);
+        res = hcomm__x_barrier_all(x);
     free(off);
     free(all);
     return res;
@@ -146,7 +146,7 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
     unsigned char *tmp;
     HCOMM__TRY(hcomm__pr_room(x, split || me == root, &all, &tmp));
     hcomm_result_t res =
-        hcomm__pr_addrs(x, send, bytes, me == root ? recv : NULL, split ? bytes : 0, all);
+        hcomm__x_addrs_all(x, send, bytes, me == root ? recv : NULL, split ? bytes : 0, all);
     if (split)
         hcomm__block(count, p, me, &off, &len);
     void *out = me == root ? (char *)recv + off * es : NULL;
@@ -155,7 +155,7 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
             x, hcomm__pr_reduce_range(x, all, send, out, off, len, dt, op, stream,
                                       me == root ? HCOMM__PR_PUSH_NONE : root, tmp));
     if (res == HCOMM_OK)
-        res = hcomm__pr_barrier(x);
+        res = hcomm__x_barrier_all(x);
     free(tmp);
     free(all);
     return res;
@@ -179,6 +179,6 @@ hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes,
         res = hcomm__x_tell_peers(x, hcomm__x_peer_copy(x, root, &from, 0, buf, bytes));
     }
     if (res == HCOMM_OK)
-        res = hcomm__pr_barrier(x);
+        res = hcomm__x_barrier_all(x);
     return res;
 }

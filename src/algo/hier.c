@@ -156,7 +156,7 @@ static void lane_offsets(const view_t *v, size_t unit) {
 
 /* Every rank of the comm can read every other's memory (so the node's members can). */
 static bool node_reads(const hcomm__xfer_t *x) {
-    return x->c->tr->peer_read_ok && x->c->tr->peer_read_ok(x->c);
+    return hcomm__peer_reads(x->c);
 }
 
 /* g as xfer.c's groups see it. */

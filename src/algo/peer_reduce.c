@@ -1,6 +1,6 @@
 /* Reductions straight from the peers' buffers on one node (transport.peer_read_ok), shared by
  * twoshot all_reduce and the direct reduce_scatter(v) and reduce (direct.c): every rank's
- * buffers are described to every other (hcomm__pr_addrs), then each element of a range is
+ * buffers are described to every other (hcomm__x_addrs_all), then each element of a range is
  * reduced from every rank's input in rank order, a piece at a time that stays in cache (the bits
  * of the serial reduction; f16/bf16 sums, products and means accumulated in f32 and rounded
  * once), and each finished piece can be written into peers' outputs at once (push). */
@@ -10,17 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-hcomm_result_t hcomm__pr_addrs(const hcomm__xfer_t *x, const void *send, size_t send_bytes,
-                               void *recv, size_t recv_bytes, hcomm__buf_pair_t *all) {
-    hcomm__group_t g = hcomm__x_everyone(x);
-    return hcomm__x_addrs(x, &g, send, send_bytes, recv, recv_bytes, all);
-}
-
-hcomm_result_t hcomm__pr_barrier(const hcomm__xfer_t *x) {
-    hcomm__group_t g = hcomm__x_everyone(x);
-    return hcomm__x_barrier(x, &g);
-}
 
 /* Where this rank loads rank q's piece at byte offset off: mine (its own), a view of the
  * peer's, or a copy in tmp. */

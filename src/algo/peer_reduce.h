@@ -14,11 +14,6 @@
 #define HCOMM__PR_PUSH_NONE (-2)
 #define HCOMM__PR_PUSH_ALL (-1)
 
-/* Every rank's send and recv buffers into all[0..p), exchanged with every rank (xfer.c). */
-hcomm_result_t hcomm__pr_addrs(const hcomm__xfer_t *x, const void *send, size_t send_bytes,
-                               void *recv, size_t recv_bytes, hcomm__buf_pair_t *all);
-/* A barrier of the whole communicator (xfer.c). */
-hcomm_result_t hcomm__pr_barrier(const hcomm__xfer_t *x);
 /* The room for every rank's addresses (*all, p entries) and, with scratch, the range's
  * (*tmp), taken before any address goes out: a rank short of memory then fails the call, and
  * its peers with it, before any of them may write into its buffers. Free both. */

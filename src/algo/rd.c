@@ -53,7 +53,7 @@ static hcomm_result_t rd_lane(rd_t *d, int to, int from) {
 static hcomm_result_t rd_send(rd_t *d, int peer) {
     if (d->lane)
         return rd_lane(d, peer, -1);
-    return hcomm__send(d->x->c, HCOMM__CH_COLL, d->x->tag, peer, d->acc, d->bytes, &d->x->desc);
+    return hcomm__x_send(d->x, peer, d->acc, d->bytes);
 }
 
 /* Receives the partner's vector into tmp and checks its signature. */
@@ -109,7 +109,8 @@ static hcomm_result_t rd_run(rd_t *d) {
     return HCOMM_OK;
 }
 
-size_t hcomm__rd_room(const hcomm_comm_t *c) {
+/* The most bytes of one vector rd sends whole: one lane message, or its stack piece. */
+static size_t rd_room(const hcomm_comm_t *c) {
     size_t lane = hcomm__lane_payload(c);
     return lane && lane < HCOMM__RD_PIECE_BYTES ? lane : HCOMM__RD_PIECE_BYTES;
 }
@@ -119,7 +120,7 @@ hcomm_result_t hcomm__ar_rd(const hcomm__xfer_t *x, const void *send, void *recv
     _Alignas(16) unsigned char tmp[HCOMM__LANE_HDR + HCOMM__RD_PIECE_BYTES],
         acc[HCOMM__LANE_HDR + HCOMM__RD_PIECE_BYTES];
     size_t lane = hcomm__lane_payload(x->c), es = hcomm__dtype_size(dt), done = 0;
-    size_t room = lane && lane < HCOMM__RD_PIECE_BYTES ? lane : HCOMM__RD_PIECE_BYTES;
+    size_t room = rd_room(x->c);
     size_t piece = count * es <= room ? count : room / es; /* one piece: no division */
     do {
         size_t n = count - done < piece ? count - done : piece, bytes = n * es;
@@ -143,7 +144,7 @@ hcomm_result_t hcomm__ar_rd(const hcomm__xfer_t *x, const void *send, void *recv
 }
 
 /* nblocks blocks (own: this rank's, -1: none) merged by union over the whole vector: log2 p
- * steps in which every rank sends and receives. block * nblocks + nblocks <= hcomm__rd_room.
+ * steps in which every rank sends and receives. block * nblocks + nblocks <= rd_room.
  * out gets every block. */
 static hcomm_result_t rd_union(const hcomm__xfer_t *x, const void *mine, size_t block, int nblocks,
                                int own, void *out) {
@@ -169,7 +170,7 @@ static hcomm_result_t rd_union(const hcomm__xfer_t *x, const void *mine, size_t 
 }
 
 bool hcomm__ag_rd_whole_fits(const hcomm_comm_t *c, size_t bytes) {
-    size_t p = (size_t)c->size, room = hcomm__rd_room(c);
+    size_t p = (size_t)c->size, room = rd_room(c);
     return p > 2 && p < room && bytes <= (room - p) / p;
 }
 
@@ -179,7 +180,7 @@ hcomm_result_t hcomm__ag_rd_whole(const hcomm__xfer_t *x, const void *send, void
 }
 
 hcomm_result_t hcomm__bc_rd(const hcomm__xfer_t *x, void *buf, size_t bytes, int root) {
-    size_t room = hcomm__rd_room(x->c) - 1, done = 0;
+    size_t room = rd_room(x->c) - 1, done = 0;
     bool mine = x->c->rank == root;
     do {
         size_t n = bytes - done < room ? bytes - done : room;

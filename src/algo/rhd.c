@@ -15,14 +15,26 @@ typedef struct rhd {
     const hcomm__xfer_t *x;
     char *buf, *tmp;
     size_t count, es;
+    const size_t *offs; /* reduce_scatterv: p + 1 element offsets of the real blocks; else NULL */
     hcomm_dtype_t dt;
     hcomm_op_t op;
     int pof2, rem;
 } rhd_t;
 
-/* Element offset where block b (of pof2) starts; b == pof2 gives count. */
-static size_t start_of(const rhd_t *h, int b) {
-    return hcomm__block_start(h->count, h->pof2, b);
+/* The largest power of two pof2 <= p, and the rem = p - pof2 pairs folded first. */
+static void set_pof2(rhd_t *h, int p) {
+    h->pof2 = 1;
+    while (h->pof2 * 2 <= p)
+        h->pof2 *= 2;
+    h->rem = p - h->pof2;
+}
+
+/* Element offset where virtual block v (of pof2) starts; v == pof2 gives the end. all_reduce:
+ * hcomm__block over pof2; reduce_scatterv: the real blocks of v and its folded partner. */
+static size_t start_of(const rhd_t *h, int v) {
+    if (h->offs)
+        return h->offs[v < h->rem ? 2 * v : v + h->rem];
+    return hcomm__block_start(h->count, h->pof2, v);
 }
 
 /* The real rank of a rank among the pof2 that take part. */
@@ -88,10 +100,8 @@ static hcomm_result_t rhd_run(rhd_t *h) {
 
 hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hcomm_dtype_t dt,
                              hcomm_op_t op) {
-    rhd_t h = {x, buf, NULL, count, hcomm__dtype_size(dt), dt, op, 1, 0};
-    while (h.pof2 * 2 <= x->c->size)
-        h.pof2 *= 2;
-    h.rem = x->c->size - h.pof2;
+    rhd_t h = {x, buf, NULL, count, hcomm__dtype_size(dt), NULL, dt, op, 1, 0};
+    set_pof2(&h, x->c->size);
     h.tmp = hcomm__x_scratch(x, count * h.es); /* kept: a fresh 32 MiB+ malloc faults */
     if (!h.tmp) /* the peers wait for this rank's messages: they fail with this */
         return hcomm__x_tell_peers(x, hcomm__err(HCOMM_ERR_NOMEM, x->c->call_fn,
@@ -102,62 +112,28 @@ hcomm_result_t hcomm__ar_rhd(const hcomm__xfer_t *x, void *buf, size_t count, hc
 
 /* --- reduce_scatterv by recursive halving --- */
 
-typedef struct rh {
-    const hcomm__xfer_t *x;
-    char *acc, *tmp;
-    const size_t *offs; /* p + 1 element offsets of the real blocks */
-    size_t es;
-    hcomm_dtype_t dt;
-    hcomm_op_t op;
-    int pof2, rem;
-} rh_t;
-
-/* Element offset of virtual block v (v == pof2: the end). */
-static size_t voff(const rh_t *h, int v) {
-    return h->offs[v < h->rem ? 2 * v : v + h->rem];
-}
-
-static int rh_real_rank(const rh_t *h, int v) {
-    return v < h->rem ? 2 * v + 1 : v + h->rem;
-}
-
-static hcomm_result_t rh_halve(const rh_t *h, int v) {
-    int lo = 0, hi = h->pof2;
-    for (int mask = h->pof2 / 2; mask > 0; mask >>= 1) {
-        int mid = lo + (hi - lo) / 2, peer = rh_real_rank(h, v ^ mask);
-        int klo = v & mask ? mid : lo, khi = v & mask ? hi : mid;
-        int slo = v & mask ? lo : mid, shi = v & mask ? mid : hi;
-        size_t ks = voff(h, klo), kn = voff(h, khi) - ks, ss = voff(h, slo), sn = voff(h, shi) - ss;
-        HCOMM__TRY(hcomm__x_sendrecv(h->x, peer, h->acc + ss * h->es, sn * h->es, peer, h->tmp,
-                                     kn * h->es));
-        hcomm__reduce(h->acc + ks * h->es, h->tmp, kn, h->dt, h->op);
-        lo = klo;
-        hi = khi;
-    }
-    return HCOMM_OK;
-}
-
-static hcomm_result_t rh_run(rh_t *h, void *recv) {
+static hcomm_result_t rh_run(rhd_t *h, void *recv) {
     const hcomm__xfer_t *x = h->x;
     int me = x->c->rank, p = x->c->size, v;
     size_t total = h->offs[p], mine = h->offs[me + 1] - h->offs[me];
     if (me < 2 * h->rem && me % 2 == 0) { /* folded: hand over, get this block back */
-        HCOMM__TRY(hcomm__x_send(x, me + 1, h->acc, total * h->es));
+        HCOMM__TRY(hcomm__x_send(x, me + 1, h->buf, total * h->es));
         return hcomm__x_recv(x, me + 1, recv, mine * h->es);
     }
     if (me < 2 * h->rem) {
         HCOMM__TRY(hcomm__x_recv(x, me - 1, h->tmp, total * h->es));
-        hcomm__reduce(h->acc, h->tmp, total, h->dt, h->op);
+        hcomm__reduce(h->buf, h->tmp, total, h->dt, h->op);
         v = me / 2;
     } else {
         v = me - h->rem;
     }
-    HCOMM__TRY(rh_halve(h, v));
+    int lo = 0, hi = h->pof2;
+    HCOMM__TRY(halve(h, v, &lo, &hi));
     if (v < h->rem) /* this rank holds its folded partner's block too */
-        HCOMM__TRY(hcomm__x_send(x, me - 1, h->acc + h->offs[me - 1] * h->es,
+        HCOMM__TRY(hcomm__x_send(x, me - 1, h->buf + h->offs[me - 1] * h->es,
                                  (h->offs[me] - h->offs[me - 1]) * h->es));
     if (mine)
-        memcpy(recv, h->acc + h->offs[me] * h->es, mine * h->es);
+        memcpy(recv, h->buf + h->offs[me] * h->es, mine * h->es);
     return HCOMM_OK;
 }
 
@@ -178,10 +154,8 @@ hcomm_result_t hcomm__rsv_rh(const hcomm__xfer_t *x, const void *send, void *rec
     if (res == HCOMM_OK) {
         if (offs[p])
             memcpy(acc, send, offs[p] * es);
-        rh_t h = {x, acc, tmp, offs, es, dt, op, 1, 0};
-        while (h.pof2 * 2 <= p)
-            h.pof2 *= 2;
-        h.rem = p - h.pof2;
+        rhd_t h = {x, acc, tmp, offs[p], es, offs, dt, op, 1, 0};
+        set_pof2(&h, p);
         res = rh_run(&h, recv);
     }
     free(offs);

@@ -93,7 +93,6 @@ static const char *const why_texts[] = {
     [HCOMM__WHY_DIRECT_NO_READS] = "direct needs every rank on one node with cross-memory reads",
     [HCOMM__WHY_NO_BOARD] = "shm needs a board: every rank of the mpi backend on one node",
     [HCOMM__WHY_NO_NATIVE] = "the transport has no native call for it",
-    [HCOMM__WHY_TIMED] = "timed near a switch",
 };
 
 const char *hcomm__why_text(hcomm__why_t why) {
@@ -139,7 +138,10 @@ int hcomm__select_default(const hcomm__sel_t *s, hcomm__why_t *why) {
     return pick >= 0 ? pick : algo;
 }
 
-int hcomm__select_upgrade(const hcomm__sel_t *s, int dflt, bool skip_shm, hcomm__why_t *why) {
+/* The first upgrade row for s that is allowed (skipping the shm rows where skip_shm), *why
+ * naming it (shm and direct on a board; twoshot rows leave *why as it was); else dflt, *why
+ * untouched. */
+static int select_upgrade(const hcomm__sel_t *s, int dflt, bool skip_shm, hcomm__why_t *why) {
     for (int i = 0; i < hcomm__nupgrades; i++) {
         const hcomm__rule_t *r = &hcomm__upgrades[i];
         if ((skip_shm && r->algo == SHM) || !row_holds(r, s) ||
@@ -154,7 +156,8 @@ int hcomm__select_upgrade(const hcomm__sel_t *s, int dflt, bool skip_shm, hcomm_
     return dflt;
 }
 
-const hcomm__rule_t *hcomm__select_timed(const hcomm__sel_t *s) {
+/* The timed row whose band holds s->bytes, else NULL. */
+static const hcomm__rule_t *select_timed(const hcomm__sel_t *s) {
     for (int i = 0; i < hcomm__nupgrades; i++) {
         const hcomm__rule_t *r = &hcomm__upgrades[i];
         if (r->timed && row_fits(r, s))
@@ -230,10 +233,10 @@ static int runnable(const hcomm__sel_t *s, int algo, hcomm__why_t *why) {
 /* Near a timed row's bound, on a board where nothing forced either side, the choice is timed
  * against the algorithm on the other side of it: shm and what runs above it. */
 static int timed_rival(const hcomm__sel_t *s, int pre, int algo) {
-    if (!hcomm__select_timed(s) || !hcomm__algo_allowed(s->over, s->coll, HCOMM__ALGO_SHM))
+    if (!select_timed(s) || !hcomm__algo_allowed(s->over, s->coll, HCOMM__ALGO_SHM))
         return -1;
     hcomm__why_t unused;
-    int above = hcomm__select_upgrade(s, pre, true, &unused);
+    int above = select_upgrade(s, pre, true, &unused);
     return algo == HCOMM__ALGO_SHM ? above : HCOMM__ALGO_SHM;
 }
 
@@ -245,7 +248,7 @@ int hcomm__select(const hcomm__sel_t *s, int algo, hcomm__why_t *why, int *rival
     if (*why != HCOMM__WHY_DEFAULT)
         return algo;
     int pre = algo;
-    algo = hcomm__select_upgrade(s, pre, false, why);
+    algo = select_upgrade(s, pre, false, why);
     *rival = timed_rival(s, pre, algo);
     return algo;
 }

@@ -76,7 +76,6 @@ typedef enum {
     HCOMM__WHY_DIRECT_NO_READS,  /* direct needs cross-memory reads */
     HCOMM__WHY_NO_BOARD,         /* shm needs a board */
     HCOMM__WHY_NO_NATIVE,        /* the transport has no native call for it */
-    HCOMM__WHY_TIMED,            /* timed near a switch (tune.h) */
 } hcomm__why_t;
 const char *hcomm__why_text(hcomm__why_t why);
 
@@ -92,12 +91,6 @@ const hcomm__rule_t *hcomm__select_rule(const hcomm__sel_t *s, bool upgrades);
 /* The default for s (WHY_DEFAULT), or where the override excludes it, the first algorithm it
  * allows in preference order (WHY_SET_ALGO or WHY_ENV). */
 int hcomm__select_default(const hcomm__sel_t *s, hcomm__why_t *why);
-/* The first upgrade row for s that is allowed (skipping the shm rows where skip_shm), *why
- * naming it (shm and direct on a board; twoshot rows leave *why as it was); else dflt, *why
- * untouched. */
-int hcomm__select_upgrade(const hcomm__sel_t *s, int dflt, bool skip_shm, hcomm__why_t *why);
-/* The timed row whose band holds s->bytes, else NULL. */
-const hcomm__rule_t *hcomm__select_timed(const hcomm__sel_t *s);
 
 /* The whole choice for s after the cost model: algo is the model's answer (*why
  * HCOMM__WHY_COST), or -1 for the defaults table. What this communicator cannot run falls back

@@ -80,16 +80,16 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
     unsigned char *tmp;
     HCOMM__TRY(hcomm__pr_room(x, true, &all, &tmp));
     size_t bytes = count * hcomm__dtype_size(dt);
-    hcomm_result_t res = hcomm__pr_addrs(x, send, bytes, recv, bytes, all);
+    hcomm_result_t res = hcomm__x_addrs_all(x, send, bytes, recv, bytes, all);
     bool push = res == HCOMM_OK && can_push(x, all);
     if (res == HCOMM_OK)
         res = hcomm__x_tell_peers(x, reduce_block(x, all, send, recv, count, dt, op, push, tmp));
     if (res == HCOMM_OK && !push)
-        res = hcomm__pr_barrier(x);
+        res = hcomm__x_barrier_all(x);
     if (res == HCOMM_OK && !push)
         res = hcomm__x_tell_peers(x, gather_blocks(x, all, recv, count, dt));
     if (res == HCOMM_OK)
-        res = hcomm__pr_barrier(x);
+        res = hcomm__x_barrier_all(x);
     free(tmp);
     free(all);
     return res;

@@ -168,3 +168,14 @@ hcomm_result_t hcomm__x_addrs(const hcomm__xfer_t *x, const hcomm__group_t *g, c
     }
     return HCOMM_OK;
 }
+
+hcomm_result_t hcomm__x_barrier_all(const hcomm__xfer_t *x) {
+    hcomm__group_t g = hcomm__x_everyone(x);
+    return hcomm__x_barrier(x, &g);
+}
+
+hcomm_result_t hcomm__x_addrs_all(const hcomm__xfer_t *x, const void *send, size_t send_bytes,
+                                  void *recv, size_t recv_bytes, hcomm__buf_pair_t *all) {
+    hcomm__group_t g = hcomm__x_everyone(x);
+    return hcomm__x_addrs(x, &g, send, send_bytes, recv, recv_bytes, all);
+}

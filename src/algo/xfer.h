@@ -51,6 +51,11 @@ hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res);
  * its payload, at in + HCOMM__LANE_HDR, must be n_in bytes. */
 hcomm_result_t hcomm__x_lane(const hcomm__xfer_t *x, int to, const void *src, size_t n_out,
                              int from, unsigned char *in, size_t n_in);
+/* Every rank can read every other's memory (transport.peer_read_ok). */
+static inline bool hcomm__peer_reads(hcomm_comm_t *c) {
+    return c->tr->peer_read_ok && c->tr->peer_read_ok(c);
+}
+
 /* A peer's buffer for direct reads (one node, transport.peer_read_ok): as the peer exported it
  * and where this rank loads it itself (at; NULL: copied with transport.peer_read). */
 typedef struct hcomm__remote {
@@ -90,6 +95,8 @@ hcomm__group_t hcomm__x_everyone(const hcomm__xfer_t *x);
  * swaps; when it returns on one member, every member has entered it, so nobody reads a buffer
  * whose owner already returned. */
 hcomm_result_t hcomm__x_barrier(const hcomm__xfer_t *x, const hcomm__group_t *g);
+/* hcomm__x_barrier over the whole communicator. */
+hcomm_result_t hcomm__x_barrier_all(const hcomm__xfer_t *x);
 /* A member's two buffers, as the others read them. */
 typedef struct hcomm__buf_pair {
     hcomm__remote_t send, recv;
@@ -100,5 +107,8 @@ typedef struct hcomm__buf_pair {
 hcomm_result_t hcomm__x_addrs(const hcomm__xfer_t *x, const hcomm__group_t *g, const void *send,
                               size_t send_bytes, void *recv, size_t recv_bytes,
                               hcomm__buf_pair_t *all);
+/* hcomm__x_addrs over the whole communicator (all[0..p)). */
+hcomm_result_t hcomm__x_addrs_all(const hcomm__xfer_t *x, const void *send, size_t send_bytes,
+                                  void *recv, size_t recv_bytes, hcomm__buf_pair_t *all);
 
 #endif /* HCOMM_C_ALGO_XFER_H_ */
