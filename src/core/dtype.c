@@ -283,17 +283,12 @@ static __attribute__((target("avx,f16c"))) void f16c_accumulate(float *acc, cons
         acc[i] = prod ? acc[i] * v : acc[i] + v;
     }
 }
-#endif
 
 /* The vector conversions where this host has them (AVX2 for bf16, F16C for f16). */
 static bool half_vectors(hcomm_dtype_t dt) {
-#ifdef HCOMM__HAVE_X86_PATHS
     return dt == HCOMM_BF16 ? avx2_usable() : f16c_usable();
-#else
-    (void)dt;
-    return false;
-#endif
 }
+#endif
 
 void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
     const char *h = src;
@@ -363,7 +358,7 @@ static const reduce_kernel_t reduce_kernels[HCOMM_DTYPE_COUNT] = {
 
 void hcomm__reduce_to(void *dst, const void *a, const void *b, size_t n, hcomm_dtype_t dt,
                       hcomm_op_t op) {
-    if (dt >= 0 && dt < HCOMM_DTYPE_COUNT && reduce_kernels[dt])
+    if (hcomm__dtype_valid(dt) && reduce_kernels[dt])
         reduce_kernels[dt](dst, a, b, n, op);
 }
 
@@ -379,15 +374,9 @@ void hcomm__accumulate_half(float *acc, const void *src, size_t n, hcomm_dtype_t
                             hcomm_op_t op) {
     hcomm_op_t aop = op == HCOMM_AVG ? HCOMM_SUM : op;
 #ifdef HCOMM__HAVE_X86_PATHS
-    if (aop == HCOMM_SUM || aop == HCOMM_PROD) {
-        if (dt == HCOMM_BF16 && avx2_usable()) {
-            avx2_accumulate_bf16(acc, src, n, aop == HCOMM_PROD);
-            return;
-        }
-        if (dt == HCOMM_F16 && f16c_usable()) {
-            f16c_accumulate(acc, src, n, aop == HCOMM_PROD);
-            return;
-        }
+    if ((aop == HCOMM_SUM || aop == HCOMM_PROD) && half_vectors(dt)) {
+        (dt == HCOMM_BF16 ? avx2_accumulate_bf16 : f16c_accumulate)(acc, src, n, aop == HCOMM_PROD);
+        return;
     }
 #endif
     float v[HALF_BLOCK];
@@ -519,7 +508,7 @@ static const div_kernel_t div_kernels[HCOMM_DTYPE_COUNT] = {
 };
 
 void hcomm__scale_div(void *buf, size_t n, hcomm_dtype_t dt, int k) {
-    if (dt >= 0 && dt < HCOMM_DTYPE_COUNT && div_kernels[dt])
+    if (hcomm__dtype_valid(dt) && div_kernels[dt])
         div_kernels[dt](buf, n, k);
 }
 

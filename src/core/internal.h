@@ -143,13 +143,18 @@ bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
  * another by the launching thread, do so. */
 void *hcomm__calloc_lines(size_t n, size_t size);
 
-
 /* A layer's state on one communicator, created on first use: *slot, or, while it is NULL, a new
  * object of size zeroed bytes from alloc (calloc or hcomm__calloc_lines), with *slot_free set to
  * free_fn, which frees it with the communicator. NULL when out of memory (the next call tries
  * again). slot and slot_free are the layer's entries of the communicator's layer tables. */
-void *hcomm__layer_state(void **slot, void (**slot_free)(void *), size_t size,
-                         void *(*alloc)(size_t, size_t), void (*free_fn)(void *));
+static inline void *hcomm__layer_state(void **slot, void (**slot_free)(void *), size_t size,
+                                       void *(*alloc)(size_t, size_t), void (*free_fn)(void *)) {
+    if (!*slot) {
+        *slot = alloc(1, size);
+        *slot_free = free_fn;
+    }
+    return *slot;
+}
 
 /* Monotonic clock in seconds. */
 double hcomm__now(void);

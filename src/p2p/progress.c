@@ -49,12 +49,10 @@ static void p2p_free(void *ptr) {
 }
 
 p2p_t *hcomm__p2p_create(hcomm_comm_t *c) {
-    p2p_t *p = hcomm__calloc_lines(1, sizeof *p);
-    if (p) {
-        c->layer[HCOMM__LAYER_P2P] = p;
-        c->layer_free[HCOMM__LAYER_P2P] = p2p_free;
+    p2p_t *p = hcomm__layer_state(&c->layer[HCOMM__LAYER_P2P], &c->layer_free[HCOMM__LAYER_P2P],
+                                  sizeof *p, hcomm__calloc_lines, p2p_free);
+    if (p)
         c->idle = idle_progress;
-    }
     return p;
 }
 

@@ -12,8 +12,9 @@
  *   post.c      posting: isend/irecv (a new receive matched against the unexpected queue),
  *               blocking send/recv, batches.
  *   lane.c and board.c use notice.c's verdict only (through p2p.h).
- * What the per-message path calls is static inline here, so that splitting the layer into
- * files put no call or indirection on it. */
+ * The state lookup every message makes is static inline here; a new request, landing a
+ * message that came before its receive and the progress engine the waits drive are calls into
+ * progress.c, which release builds inline at link time (HCOMM_LTO). */
 #ifndef HCOMM_C_P2P_PROGRESS_H_
 #define HCOMM_C_P2P_PROGRESS_H_
 

@@ -30,7 +30,8 @@ _Static_assert(sizeof(local_tx_t) <= sizeof(hcomm__treq_t), "local_tx_t fits a r
 
 static hcomm_result_t enqueue(hcomm_comm_t *c, int peer, const frame_t *f) {
     local_comm_t *lc = lc_of(c);
-    hcomm__local_flush_overflow(c, peer);
+    if (lc->ovf_head[peer])
+        hcomm__local_flush_overflow(c, peer);
     ring_t *r = lc->ovf_head[peer] ? NULL : ring_to(c, peer);
     if (r && ring_push(r, f))
         return HCOMM_OK;

@@ -1,8 +1,8 @@
 /* The bottom of the local transport (local_base.h): the state the ranks of a communicator
  * share and each rank's view of it, created and freed here; the push of frames that waited
- * for ring space, which the sends and every wait make; and the waits. Every wait checks the world's
- * abort flag, the comm's hcomm_comm_abort() flag and its timeout, so a failed or missing rank turns
- * into an error instead of a hang. */
+ * for ring space, which the sends and every wait make; and the verdict every wait asks for: the
+ * world's abort flag, the comm's hcomm_comm_abort() flag and its timeout, so a failed or missing
+ * rank turns into an error instead of a hang. */
 #include "transport/local_base.h"
 
 /* --- state --- */
@@ -137,39 +137,4 @@ hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const c
                           c->timeout_s, what, (unsigned)c->call_seq);
     }
     return HCOMM_OK;
-}
-
-/* Waits until the barrier's generation moves on from seen, moving queued frames meanwhile. */
-static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
-    hcomm__backoff_t b;
-    hcomm__backoff_init(&b);
-    while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
-        flush_all(c);
-        double waited = hcomm__backoff(&b);
-        if ((b.iter & 63) == 0) {
-            hcomm_result_t v =
-                hcomm__local_wait_verdict(c, waited, "every rank of the group to arrive");
-            /* The barrier may have completed while the abort was raised: it stands. */
-            if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
-                return v;
-        }
-    }
-    return HCOMM_OK;
-}
-
-hcomm_result_t hcomm__local_barrier(hcomm_comm_t *c) {
-    local_shared_t *sh = shared_of(c);
-    if (atomic_load(&sh->world->aborted))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
-    if (atomic_load(&sh->aborted) || atomic_load(&c->aborted))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this group; it is unusable");
-    unsigned gen = atomic_load_explicit(&sh->bar_gen, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&sh->bar_count, 1, memory_order_acq_rel) ==
-        (unsigned)sh->size - 1) {
-        atomic_store_explicit(&sh->bar_count, 0, memory_order_relaxed);
-        atomic_store_explicit(&sh->bar_gen, gen + 1, memory_order_release);
-        return HCOMM_OK;
-    }
-    return wait_gen_change(c, &sh->bar_gen, gen);
 }

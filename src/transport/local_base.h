@@ -2,8 +2,8 @@
  * it, and the helpers every part uses. Its files form a stack; each calls only files listed
  * before it:
  *   local_base.c  creating and freeing the state, moving frames that waited for ring space,
- *                 the waits (the abort/timeout verdict and the barrier)
- *   local_coll.c  the native collectives over posted slots, and split
+ *                 the waits' abort/timeout verdict
+ *   local_coll.c  the barrier and the native collectives over posted slots, and split
  *   local.c       frames through the per-pair rings, the answers about peer memory, launch,
  *                 and the transport's table (hcomm__transport_t), which names every part
  * local_coll.c calls only local_base.c and this header; local.c calls them all. */
@@ -124,9 +124,6 @@ void hcomm__local_destroy(hcomm_comm_t *c);
 /* Why a wait must end now, or HCOMM_OK to keep waiting. what names the awaited event. Runs the
  * layers' idle progress first (comm.idle). */
 hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const char *what);
-/* All ranks of c meet. A rank that left an earlier barrier of an aborted world left its
- * arrival counted, so nobody arrives once the world has aborted. */
-hcomm_result_t hcomm__local_barrier(hcomm_comm_t *c);
 
 /* --- the rings (every wait moves frames on) --- */
 

@@ -8,6 +8,45 @@
 
 #include <string.h>
 
+/* --- the barrier every native collective ends in --- */
+
+/* Waits until the barrier's generation moves on from seen, moving queued frames meanwhile. */
+static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
+        flush_all(c);
+        double waited = hcomm__backoff(&b);
+        if ((b.iter & 63) == 0) {
+            hcomm_result_t v =
+                hcomm__local_wait_verdict(c, waited, "every rank of the group to arrive");
+            /* The barrier may have completed while the abort was raised: it stands. */
+            if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
+                return v;
+        }
+    }
+    return HCOMM_OK;
+}
+
+/* All ranks of c meet. A rank that left an earlier barrier of an aborted world left its
+ * arrival counted, so nobody arrives once the world has aborted. */
+static hcomm_result_t barrier(hcomm_comm_t *c) {
+    local_shared_t *sh = shared_of(c);
+    if (atomic_load(&sh->world->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
+    if (atomic_load(&sh->aborted) || atomic_load(&c->aborted))
+        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                          "hcomm_comm_abort() was called on this group; it is unusable");
+    unsigned gen = atomic_load_explicit(&sh->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&sh->bar_count, 1, memory_order_acq_rel) ==
+        (unsigned)sh->size - 1) {
+        atomic_store_explicit(&sh->bar_count, 0, memory_order_relaxed);
+        atomic_store_explicit(&sh->bar_gen, gen + 1, memory_order_release);
+        return HCOMM_OK;
+    }
+    return wait_gen_change(c, &sh->bar_gen, gen);
+}
+
 /* --- native collectives over posted slots --- */
 
 static const local_slot_t *slot_of(hcomm_comm_t *c, int r) {
@@ -73,7 +112,7 @@ static hcomm_result_t check_posts(hcomm_comm_t *c) {
 
 /* The barrier after posting, then the check that every peer posted the same call. */
 static hcomm_result_t arrive(hcomm_comm_t *c) {
-    HCOMM__TRY(hcomm__local_barrier(c));
+    HCOMM__TRY(barrier(c));
     return check_posts(c);
 }
 
@@ -98,7 +137,7 @@ static hcomm_result_t wait_posts(hcomm_comm_t *c) {
     /* Peers that made another call wait in arrive's barrier: meet them there, so that both
      * sides' posted_release barriers pair up. */
     if (res == HCOMM_ERR_MISMATCH) {
-        hcomm_result_t bar = hcomm__local_barrier(c);
+        hcomm_result_t bar = barrier(c);
         return bar != HCOMM_OK ? bar : res;
     }
     return res;
@@ -120,7 +159,7 @@ const hcomm__posted_sig_t *hcomm__local_posted_sig(hcomm_comm_t *c, int rank) {
 
 hcomm_result_t hcomm__local_posted_release(hcomm_comm_t *c) {
     c->posted_held = false;
-    return hcomm__local_barrier(c);
+    return barrier(c);
 }
 
 /* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order (the posts' data
@@ -174,7 +213,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     for (int r = 0; red == HCOMM_OK && n > 0 && r < c->size; r++)
         if (r != c->rank)
             memcpy((char *)slot_of(c, r)->aux + lo * es, mine, n * es);
-    hcomm_result_t res = hcomm__local_barrier(c); /* every chunk written; every input read */
+    hcomm_result_t res = barrier(c); /* every chunk written; every input read */
     return res != HCOMM_OK ? res : red;
 }
 
@@ -198,7 +237,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
         red = reduce_posted(c, mine, lo, n, dt, op, false);
-        res = hcomm__local_barrier(c);
+        res = barrier(c);
         res = res == HCOMM_OK ? red : res;
     }
     if (res == HCOMM_OK && mine != recvbuf)
@@ -226,7 +265,7 @@ static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *
             hcomm__copy_pieces(dst, slot_of(c, r)->send, n);
         off += n;
     }
-    return hcomm__local_barrier(c);
+    return barrier(c);
 }
 
 static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -255,7 +294,7 @@ static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, 
     HCOMM__TRY(arrive(c));
     if (c->rank != root && bytes > 0)
         hcomm__copy_pieces(buf, slot_of(c, root)->send, bytes);
-    return hcomm__local_barrier(c);
+    return barrier(c);
 }
 
 /* Every rank sees every rank's send and receive counts, so all of them find the same first
@@ -286,7 +325,7 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY(arrive(c));
     hcomm_result_t bad = check_pair_counts(c);
     if (bad != HCOMM_OK) {
-        hcomm_result_t r = hcomm__local_barrier(c);
+        hcomm_result_t r = barrier(c);
         return r != HCOMM_OK ? r : bad;
     }
     for (int s = 0; s < c->size; s++) {
@@ -295,7 +334,7 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
             memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank],
                    src->counts[c->rank]);
     }
-    return hcomm__local_barrier(c);
+    return barrier(c);
 }
 
 /* clang-format off */
@@ -362,7 +401,7 @@ hcomm_result_t hcomm__local_split(hcomm_comm_t *c, int color, int key, hcomm_com
     int m = (color >= 0 && mem) ? collect_members(c, color, mem) : 0;
     if (m > 0 && mem[0].rank == c->rank)
         shared_of(c)->slots[c->rank].aux = hcomm__local_shared_new(shared_of(c)->world, m);
-    res = hcomm__local_barrier(c);
+    res = barrier(c);
     if (res == HCOMM_OK && color >= 0) {
         local_shared_t *group = mem ? slot_of(c, mem[0].rank)->aux : NULL;
         if (!group)
@@ -370,7 +409,7 @@ hcomm_result_t hcomm__local_split(hcomm_comm_t *c, int color, int key, hcomm_com
         else
             res = make_member_comm(c, group, mem, m, out);
     }
-    hcomm_result_t after = hcomm__local_barrier(c); /* slots are read; they may be reused */
+    hcomm_result_t after = barrier(c); /* slots are read; they may be reused */
     free(mem);
     return res != HCOMM_OK ? res : after;
 }
