@@ -154,11 +154,6 @@ static inline int hcomm__moe_meta_width(const hcomm_moe_handle_t *h) {
     return META_COUNTS + h->size * h->num_local;
 }
 
-/* Source row m's slots for this rank's local expert l. */
-static inline int64_t hcomm__moe_local_count(const hcomm_moe_handle_t *h, const int64_t *m, int l) {
-    return m[META_COUNTS + h->group->rank * h->num_local + l];
-}
-
 /* n zeroed int64 (at least one), or NULL. */
 static inline int64_t *hcomm__moe_alloc_i64(size_t n) {
     return calloc(n ? n : 1, sizeof(int64_t));

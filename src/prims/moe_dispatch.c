@@ -7,6 +7,11 @@
 #include <math.h>
 #include <string.h>
 
+/* Source row m's slots for this rank's local expert l. */
+static int64_t local_count(const hcomm_moe_handle_t *h, const int64_t *m, int l) {
+    return m[META_COUNTS + h->group->rank * h->num_local + l];
+}
+
 /* Capacity mode: the per-expert capacity from the largest T of any rank (GShard's
  * expert capacity), so every rank computes the same number. A rank whose checks failed
  * still joins with T = 0. */
@@ -110,8 +115,8 @@ static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int
         const int64_t *m = meta + s * w;
         h->recv_rows[s] = m[META_ROWS];
         for (int l = 0; l < h->num_local; l++) {
-            h->rpair_rows[s] += hcomm__moe_local_count(h, m, l);
-            per_expert[l] += hcomm__moe_local_count(h, m, l);
+            h->rpair_rows[s] += local_count(h, m, l);
+            per_expert[l] += local_count(h, m, l);
         }
         hcomm__moe_add_stats(h, m);
     }
@@ -206,7 +211,7 @@ static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const in
         for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
             next[l] = h->expert_off[l];
             for (int s2 = 0; s2 < s; s2++)
-                next[l] += hcomm__moe_local_count(h, meta + s2 * w, l);
+                next[l] += local_count(h, meta + s2 * w, l);
         }
         res = expand_source(fn, h, s, (int)meta[s * w + META_K], raw + roff[s], rb, next, &q);
     }
@@ -274,7 +279,7 @@ static hcomm_result_t etp_step(const char *fn, hcomm_moe_handle_t *h, hcomm_resu
             prev = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
         for (int l = 0; cnt && l < h->num_local; l++)
             for (int s = 0; s < h->size; s++)
-                cnt[l * h->size + s] = hcomm__moe_local_count(h, meta + s * w, l);
+                cnt[l * h->size + s] = local_count(h, meta + s * w, l);
     }
     hcomm_result_t res = hcomm__moe_etp_dispatch(fn, h, prev, cnt);
     free(cnt);

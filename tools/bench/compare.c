@@ -79,6 +79,7 @@ typedef struct ctx {
     int rank, size;
     double in, out;
     hcomm_tensor_t small, big, sized;
+    size_t sized_bytes; /* sized: a u8 vector of this many bytes */
     void *copy_dst;
 } ctx_t;
 
@@ -116,19 +117,10 @@ static hcomm_result_t hcomm_stream(hcomm_comm_t *w, void *p) {
     return HCOMM_OK;
 }
 
-/* Bytes of a tensor: its elements times the element size. */
-static size_t tensor_bytes(const hcomm_tensor_t *t) {
-    size_t n = 1, es = 0;
-    for (int d = 0; d < t->ndim; d++)
-        n *= (size_t)t->shape[d];
-    hcomm_dtype_size(t->dtype, &es);
-    return n * es;
-}
-
 /* Ping-pong of c->sized between ranks 0 and 1 through the p2p layer directly. */
 static hcomm_result_t p2p_pingpong(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
-    size_t n = tensor_bytes(&c->sized);
+    size_t n = c->sized_bytes;
     if (c->rank == 0) {
         hcomm_result_t r = hcomm__bench_send(w, 1, 1, c->sized.data, n);
         return r == HCOMM_OK ? hcomm__bench_recv(w, 1, 1, c->sized.data, n) : r;
@@ -164,7 +156,7 @@ static hcomm_result_t memcpy_all(hcomm_comm_t *w, void *p) {
 static hcomm_result_t mpi_sized_pingpong(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
     (void)w;
-    int n = (int)tensor_bytes(&c->sized);
+    int n = (int)c->sized_bytes;
     if (c->rank == 0) {
         MPI_Send(c->sized.data, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
         MPI_Recv(c->sized.data, n, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -269,6 +261,7 @@ static bench_opts_t sizes_of(const bench_opts_t *o) {
 static hcomm_result_t pp_row(hcomm_comm_t *w, ctx_t *c, size_t bytes) {
     int64_t n = (int64_t)bytes;
     hcomm_tensor_init(&c->sized, c->copy_dst, HCOMM_U8, 1, &n);
+    c->sized_bytes = bytes;
     int iters = iters_of(c, bytes >= (1u << 20) ? 20 : bytes >= 65536 ? 200 : 2000);
     double t[3];
     /* MPI_Send counts in int */

@@ -80,10 +80,6 @@ static atomic_int usage_error; /* rank threads of the local backend set it toget
 
 /* --- which algorithms run --- */
 
-static bool valid_in(const char *coll, size_t len, int algo) {
-    return hcomm__bench_algo_valid(coll, len, algo);
-}
-
 /* The name hcomm_comm_set_algo knows the op's collective by: op->coll, or the first of its
  * '|'-separated spellings that the algorithms layer knows (all_to_all: alltoall); "" if
  * none. */
@@ -92,7 +88,7 @@ static const char *coll_of(const bench_op_t *op, char *buf, size_t cap) {
         const char *bar = strchr(s, '|');
         size_t len = bar ? (size_t)(bar - s) : strlen(s);
         for (int k = 0; k < hcomm__bench_algos(); k++)
-            if (valid_in(s, len, k)) {
+            if (hcomm__bench_algo_valid(s, len, k)) {
                 snprintf(buf, cap, "%.*s", (int)len, s);
                 return buf;
             }
@@ -105,7 +101,7 @@ static const char *coll_of(const bench_op_t *op, char *buf, size_t cap) {
 static bool valid_for(const bench_op_t *op, int algo) {
     char coll[64];
     coll_of(op, coll, sizeof coll);
-    return coll[0] && valid_in(coll, strlen(coll), algo);
+    return coll[0] && hcomm__bench_algo_valid(coll, strlen(coll), algo);
 }
 
 static void add_algo(run_t *R, int kind, const char *name) {
