@@ -87,6 +87,29 @@ static hcomm_result_t other_lists(hcomm_comm_t *w) {
     return HCOMM_OK;
 }
 
+/* Destroy right after the last mark, while the bucket's all_reduce is in flight: the packed
+ * bucket (512 KiB, so freeing it unmaps it) must outlive the worker's use of it. */
+static hcomm_result_t destroy_in_flight(hcomm_comm_t *w) {
+    enum { N = 64 * 1024 };
+    float *a = calloc(2 * N, sizeof *a);
+    T_CHECK(a != NULL, "out of memory");
+    if (!a)
+        return HCOMM_ERR_NOMEM;
+    int64_t n = N;
+    hcomm_tensor_t t[2];
+    hcomm_tensor_init(&t[0], a, HCOMM_F32, 1, &n);
+    hcomm_tensor_init(&t[1], a + N, HCOMM_F32, 1, &n);
+    for (int rep = 0; rep < 5; rep++) {
+        hcomm_dp_reducer_t *red = NULL;
+        T_TRY(hcomm_dp_reducer_create(w, t, 2, HCOMM_SUM, 1 << 20, &red));
+        T_TRY(hcomm_dp_reducer_mark_ready(red, 1));
+        T_TRY(hcomm_dp_reducer_mark_ready(red, 0));
+        T_TRY(hcomm_dp_reducer_destroy(red));
+    }
+    free(a);
+    return hcomm_barrier(w);
+}
+
 static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
     (void)arg;
     static const size_t caps[] = {1, 20, 68, 0}; /* 1 byte, one tensor, two, default */
@@ -95,6 +118,7 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
         T_TRY(steps(w, caps[c], HCOMM_AVG));
     }
     T_TRY(other_lists(w));
+    T_TRY(destroy_in_flight(w));
     return hcomm_barrier(w);
 }
 

@@ -74,8 +74,11 @@ HCOMM_API hcomm_result_t hcomm_dp_reducer_mark_ready(hcomm_dp_reducer_t *r, int 
  *  Errors: those of the all_reduce, HCOMM_ERR_STATE (some gradient was not marked; the message
  *  names the first). */
 HCOMM_API hcomm_result_t hcomm_dp_reducer_finish(hcomm_dp_reducer_t *r, double *wait_s);
-/** Frees the reducer (no step may be in flight). NULL is a no-op. Local; not thread-safe with
- *  other calls on @p r. Always returns HCOMM_OK. */
+/** Frees the reducer. A step in flight (buckets started, hcomm_dp_reducer_finish not called)
+ *  is waited for first (its buckets' results are dropped; peers must have started the same
+ *  buckets, as in any step). NULL is a no-op. Local; not thread-safe with other calls on @p r.
+ *  @return HCOMM_OK, or the first error of a bucket that was in flight (the reducer is freed
+ *  either way). */
 HCOMM_API hcomm_result_t hcomm_dp_reducer_destroy(hcomm_dp_reducer_t *r);
 
 #ifdef __cplusplus

@@ -226,8 +226,17 @@ hcomm_result_t hcomm_dp_reducer_finish(hcomm_dp_reducer_t *r, double *wait_s) {
     return hcomm__leave(r->g, finish(r, wait_s));
 }
 
+/* A bucket still being reduced belongs to the communicator's worker until its request
+ * completes: waited for before anything is freed. */
 hcomm_result_t hcomm_dp_reducer_destroy(hcomm_dp_reducer_t *r) {
-    if (r)
-        reducer_free(r);
-    return HCOMM_OK;
+    if (!r)
+        return HCOMM_OK;
+    hcomm_result_t res = HCOMM_OK;
+    for (int k = 0; k < r->nb; k++) {
+        hcomm_result_t w = r->b[k].req ? hcomm_wait(r->b[k].req) : HCOMM_OK;
+        if (res == HCOMM_OK)
+            res = w;
+    }
+    reducer_free(r);
+    return res;
 }
