@@ -129,11 +129,29 @@ static void test_errors(hcomm_comm_t *g) {
         free(grads[t].data);
 }
 
+/* A call that fails on one rank ends there on every rank, though the others have nothing to
+ * reduce (n = 0, no bucket): the next call runs clean. */
+static void test_one_rank_fails(hcomm_comm_t *g) {
+    if (t_size(g) < 2)
+        return;
+    bool bad = t_rank(g) == 1;
+    T_ERR(hcomm_dp_all_reduce_grads(g, NULL, bad ? -1 : 0, HCOMM_SUM, 0),
+          bad ? HCOMM_ERR_INVALID_ARG : HCOMM_ERR_PEER);
+    T_OK(hcomm_barrier(g));
+    hcomm_tensor_t grads[NSPECS];
+    make_grads(grads, t_rank(g));
+    T_ERR(hcomm_dp_all_reduce_grads(g, grads, bad ? NSPECS : 0, HCOMM_SUM, 0), HCOMM_ERR_MISMATCH);
+    T_OK(hcomm_barrier(g));
+    for (int t = 0; t < NSPECS; t++)
+        free(grads[t].data);
+}
+
 static hcomm_result_t dp_world(hcomm_comm_t *world, void *arg) {
     (void)arg;
     test_buckets(world);
     test_prefixes(world);
     test_errors(world);
+    test_one_rank_fails(world);
     return HCOMM_OK;
 }
 

@@ -94,6 +94,8 @@ static int first_difference(const hcomm__sig_t *a, const hcomm__sig_t *b) {
         [F_OP] = a->op != b->op,          [F_ROOT] = a->root != b->root,
         [F_COUNT] = a->count != b->count, [F_EXTRA] = a->extra != b->extra,
     };
+    if (!differs[F_CALL] && differs[F_EXTRA] && !vcall_unit(a->call))
+        return F_EXTRA; /* a tensor list decides the dtype and count: name the cause */
     for (int f = F_CALL; f <= F_EXTRA; f++)
         if (differs[f])
             return f;

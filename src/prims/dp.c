@@ -149,14 +149,18 @@ static hcomm_result_t dp_buckets(hcomm_comm_t *dp_group, hcomm_tensor_t *grads, 
     HCOMM__TRY(hcomm__alloc(fn, max_packed_bytes(grads, n, cap), (void **)&buf));
     bool seen[HCOMM_DTYPE_COUNT] = {false};
     hcomm_result_t res = HCOMM_OK;
+    int buckets = 0;
     for (int i = 0; i < n && res == HCOMM_OK; i++) {
         if (seen[grads[i].dtype])
             continue;
         seen[grads[i].dtype] = true;
         bucket_t b = {.dt = grads[i].dtype};
-        while (res == HCOMM_OK && next_bucket(grads, n, cap, &b))
+        for (; res == HCOMM_OK && next_bucket(grads, n, cap, &b); buckets++)
             res = reduce_bucket(dp_group, grads, &b, buf, op);
     }
     free(buf);
-    return res;
+    /* Nothing to reduce still meets the peers: a list that differs, or a rank whose checks
+     * failed, is then reported in this call rather than in the next. */
+    return buckets == 0 ? hcomm__coll_all_reduce(dp_group, NULL, NULL, 0, HCOMM_U8, HCOMM_SUM)
+                        : res;
 }
