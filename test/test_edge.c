@@ -75,6 +75,66 @@ static hcomm_result_t public_rs_and_a2a(hcomm_comm_t *world, void *arg) {
     return HCOMM_OK;
 }
 
+static void expect_text(const char *want) {
+    T_CHECK(strstr(hcomm_last_error(), want) != NULL, "last error '%s' lacks '%s'",
+            hcomm_last_error(), want);
+}
+
+/* Sizes no buffer can have are refused as such before any pointer arithmetic (one rank or
+ * many), and an empty block's displacement is never looked at. */
+static hcomm_result_t huge_sizes(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int rank = t_rank(world), n = t_size(world);
+    unsigned char a[64] = {0}, b[64] = {0};
+    T_ERR(hcomm_all_gather(world, a, b, SIZE_MAX), HCOMM_ERR_INVALID_ARG);
+    expect_text("hcomm_all_gather: bytes=18446744073709551615");
+    expect_text("larger than any buffer");
+    size_t huge = ((size_t)1 << 62) + 3;
+    T_ERR(hcomm_all_gather(world, a, b, huge), HCOMM_ERR_INVALID_ARG);
+    expect_text("larger than any buffer");
+    T_ERR(hcomm_broadcast(world, a, huge, 0), HCOMM_ERR_INVALID_ARG);
+    T_ERR(hcomm_all_reduce(world, a, b, huge, HCOMM_U8, HCOMM_SUM), HCOMM_ERR_INVALID_ARG);
+    size_t sc[8], sd[8], rc[8], rd[8];
+    for (int p = 0; p < n; p++) /* one byte to each peer; nothing from peer 0 at a wild offset */
+        sc[p] = 1, sd[p] = (size_t)p, rc[p] = 1, rd[p] = (size_t)p;
+    sd[0] = huge;
+    T_ERR(hcomm_all_to_allv(world, a, sc, sd, b, rc, rd), HCOMM_ERR_INVALID_ARG);
+    expect_text("sendcounts[0]=1 + sdispls[0]=4611686018427387907 is beyond any buffer");
+    for (int p = 0; p < n; p++) { /* rank 0's blocks empty, at displacements no buffer has */
+        a[p] = (unsigned char)(rank * 16 + p);
+        if (p == 0 || rank == 0)
+            sc[p] = rc[p] = 0, sd[p] = rd[p] = huge;
+    }
+    T_OK(hcomm_all_to_allv(world, a, sc, sd, b, rc, rd));
+    for (int p = 1; p < n && rank > 0; p++)
+        T_EQ_INT(b[p], p * 16 + rank);
+    return hcomm_barrier(world);
+}
+
+/* A buffer not aligned to its dtype's element size is refused, never read with misaligned
+ * loads; u8 has no alignment. */
+static hcomm_result_t misaligned(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int n = t_size(world);
+    double a[16] = {0}, b[16] = {0};
+    char *odd = (char *)a + 1;
+    T_ERR(hcomm_all_reduce(world, odd, b, 4, HCOMM_F32, HCOMM_SUM), HCOMM_ERR_INVALID_ARG);
+    expect_text("hcomm_all_reduce: sendbuf=");
+    expect_text("not aligned to f32's 4-byte elements");
+    T_ERR(hcomm_reduce_scatter(world, a, (char *)b + 2, 1, HCOMM_F64, HCOMM_MAX),
+          HCOMM_ERR_INVALID_ARG);
+    expect_text("recvbuf=");
+    memset(a, 1, sizeof a);
+    T_OK(hcomm_all_reduce(world, odd, (char *)b + 3, 5, HCOMM_U8, HCOMM_SUM));
+    T_EQ_INT(((unsigned char *)b)[3], n);
+    hcomm_tensor_t t;
+    int64_t len = 2;
+    hcomm_tensor_init(&t, (char *)a + 2, HCOMM_F32, 1, &len);
+    T_ERR(hcomm_dp_all_reduce_grads(world, &t, 1, HCOMM_SUM, 0), HCOMM_ERR_INVALID_ARG);
+    expect_text("grads[0]->data=");
+    return hcomm_barrier(world);
+}
+
 static void test_numel_overflow(void) {
     hcomm_tensor_t t;
     int64_t shape[2] = {INT64_C(1) << 32, INT64_C(1) << 32};
@@ -94,6 +154,8 @@ int main(void) {
         T_OK(hcomm_launch("local", 256, avg_wide_group, NULL));
     t_for_each_world(zero_count_mismatch, NULL, 8);
     t_for_each_world(public_rs_and_a2a, NULL, 8);
+    t_for_each_world(huge_sizes, NULL, 8);
+    t_for_each_world(misaligned, NULL, 8);
     return t_finish("test_edge");
 }
 /* HCOMM_TEST_MPI */

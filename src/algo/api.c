@@ -22,15 +22,17 @@ static hcomm_result_t check_reduce_args(const char *fn, const char *count_name, 
         return hcomm__err(HCOMM_ERR_DTYPE, fn, "dtype=%d is not a valid hcomm_dtype_t", (int)dt);
     if (!hcomm__op_valid(op))
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "op=%d is not a valid hcomm_op_t", (int)op);
-    if (count > SIZE_MAX / 8)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=%zu is too large", count_name, count);
-    if (count > 0 && sendbuf == NULL)
+    HCOMM__TRY(hcomm__span(fn, count_name, count, hcomm__dtype_size(dt), 1, NULL));
+    if (count == 0)
+        return HCOMM_OK;
+    if (sendbuf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'sendbuf' is NULL with %s=%zu", count_name,
                           count);
-    if (count > 0 && recvbuf == NULL)
+    if (recvbuf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with %s=%zu", count_name,
                           count);
-    return HCOMM_OK;
+    HCOMM__TRY(hcomm__check_aligned(fn, "sendbuf", sendbuf, dt));
+    return hcomm__check_aligned(fn, "recvbuf", recvbuf, dt);
 }
 
 /* Input and output do not share a byte; remedy says what to pass instead. */
@@ -73,10 +75,7 @@ static hcomm_result_t broadcast_checks(hcomm_comm_t *c, void *buf, size_t bytes,
     if (bytes > 0 && buf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, "hcomm_broadcast",
                           "argument 'buf' is NULL with bytes=%zu", bytes);
-    if (bytes > SIZE_MAX / 2) /* as the other collectives: no buffer is that large */
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm_broadcast", "bytes=%zu is too large",
-                          bytes);
-    return HCOMM_OK;
+    return hcomm__span("hcomm_broadcast", "bytes", bytes, 1, 1, NULL);
 }
 
 hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root) {
@@ -90,9 +89,7 @@ static hcomm_result_t all_gather_checks(hcomm_comm_t *c, const void *sendbuf, vo
     if (bytes > 0 && (sendbuf == NULL || recvbuf == NULL))
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL with bytes=%zu",
                           sendbuf ? "recvbuf" : "sendbuf", bytes);
-    if (bytes > SIZE_MAX / (size_t)c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "bytes=%zu times %d ranks overflows", bytes,
-                          c->size);
+    HCOMM__TRY(hcomm__span(fn, "bytes", bytes, 1, (size_t)c->size, NULL));
     const char *mine = (const char *)recvbuf + (size_t)c->rank * bytes;
     return check_overlap(fn, sendbuf, bytes, recvbuf, bytes * (size_t)c->size, mine);
 }
@@ -107,10 +104,9 @@ static hcomm_result_t reduce_scatter_checks(hcomm_comm_t *c, const void *sendbuf
                                             size_t recvcount, hcomm_dtype_t dt, hcomm_op_t op) {
     const char *fn = c->call_fn; /* hcomm_reduce_scatter or hcomm_ireduce_scatter */
     HCOMM__TRY(check_reduce_args(fn, "recvcount", recvcount, dt, op, sendbuf, recvbuf));
+    HCOMM__TRY(
+        hcomm__span(fn, "recvcount", recvcount, hcomm__dtype_size(dt), (size_t)c->size, NULL));
     size_t bytes = recvcount * hcomm__dtype_size(dt);
-    if (bytes > SIZE_MAX / (size_t)c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "recvcount=%zu times %d ranks overflows",
-                          recvcount, c->size);
     if (sendbuf == recvbuf)
         return HCOMM_OK;
     const char *mine = (const char *)sendbuf + (size_t)c->rank * bytes;
@@ -146,9 +142,9 @@ static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
                           : !recvcounts ? "recvcounts"
                                         : "rdispls");
     for (int p = 0; p < c->size; p++)
-        for (int k = 0; k < 2; k++) { /* SIZE_MAX/2 - displs wraps where displs is above it */
+        for (int k = 0; k < 2; k++) { /* an empty block's displacement is never used */
             size_t n = k ? recvcounts[p] : sendcounts[p], d = k ? rdispls[p] : sdispls[p];
-            if (d > SIZE_MAX / 2 || n > SIZE_MAX / 2 - d)
+            if (n > 0 && (d > HCOMM__MAX_BUFFER_BYTES || n > HCOMM__MAX_BUFFER_BYTES - d))
                 return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
                                   "%scounts[%d]=%zu + %sdispls[%d]=%zu is beyond any buffer",
                                   k ? "recv" : "send", p, n, k ? "r" : "s", p, d);
@@ -266,9 +262,7 @@ static hcomm_result_t rooted_checks(const char *fn, hcomm_comm_t *c, const void 
                           : gather ? "sendbuf"
                                    : "recvbuf",
                           bytes);
-    if (bytes > SIZE_MAX / (size_t)c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "bytes=%zu times %d ranks overflows", bytes,
-                          c->size);
+    HCOMM__TRY(hcomm__span(fn, "bytes", bytes, 1, (size_t)c->size, NULL));
     if (!is_root)
         return HCOMM_OK;
     size_t all = bytes * (size_t)c->size;
@@ -299,7 +293,7 @@ static hcomm_result_t sum_counts(const char *fn, const hcomm_comm_t *c, const si
                                  size_t es, size_t *total, size_t *mine) {
     *total = 0;
     for (int r = 0; r < c->size; r++) {
-        if (counts[r] > (SIZE_MAX / 8) / es - *total)
+        if (counts[r] > HCOMM__MAX_BUFFER_BYTES / es - *total)
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "the counts overflow at counts[%d]=%zu", r,
                               counts[r]);
         if (r == c->rank)

@@ -50,6 +50,13 @@ const char *hcomm__err_detail(const char *fn);
 /* Element size in bytes, 0 for an invalid dtype. */
 size_t hcomm__dtype_size(hcomm_dtype_t dt);
 bool hcomm__dtype_valid(hcomm_dtype_t dt);
+/* "f32", "bf16", ... for messages; "?" for an invalid dtype. */
+static inline const char *hcomm__dtype_str(hcomm_dtype_t dt) {
+    const char *name = "?";
+    if (hcomm__dtype_valid(dt))
+        hcomm_dtype_name(dt, &name);
+    return name;
+}
 /* f16, bf16, f32 or f64. */
 bool hcomm__dtype_is_float(hcomm_dtype_t dt);
 bool hcomm__op_valid(hcomm_op_t op);
@@ -135,6 +142,18 @@ void hcomm__reduce_stream(void *dst, const void *a, const void *b, size_t count,
 void hcomm__stream_fence(void);
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
+
+/* The most bytes one buffer can span (core.h, "Buffers"): a 64-bit process maps at most 2^56
+ * (x86-64 five-level paging; AArch64 addresses have 52 bits), others half their address space.
+ * Checked before any pointer arithmetic on user sizes, so none can wrap. */
+#define HCOMM__MAX_BUFFER_BYTES (SIZE_MAX > 0xffffffffu ? (SIZE_MAX >> 8) + 1 : SIZE_MAX >> 1)
+/* times blocks of count elements of es bytes as *bytes, or HCOMM_ERR_INVALID_ARG naming
+ * `name=count` (and the ranks where times > 1) when no buffer can span that. */
+hcomm_result_t hcomm__span(const char *fn, const char *name, size_t count, size_t es, size_t times,
+                           size_t *bytes);
+/* HCOMM_ERR_INVALID_ARG naming `name` unless buf is aligned to dt's element size (core.h). */
+hcomm_result_t hcomm__check_aligned(const char *fn, const char *name, const void *buf,
+                                    hcomm_dtype_t dt);
 
 /* Zeroed memory for n objects of `size` bytes that starts on a cache line and fills whole
  * lines (free() releases it), or NULL: what one rank writes on every call (its communicator,

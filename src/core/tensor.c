@@ -23,6 +23,31 @@ hcomm_result_t hcomm_tensor_init(hcomm_tensor_t *t, void *data, hcomm_dtype_t dt
     return HCOMM_OK;
 }
 
+hcomm_result_t hcomm__span(const char *fn, const char *name, size_t count, size_t es, size_t times,
+                           size_t *bytes) {
+    size_t most = HCOMM__MAX_BUFFER_BYTES / (es ? es : 1) / (times ? times : 1);
+    if (count > most && times > 1)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "%s=%zu times %zu ranks is larger than any buffer can be (%zu bytes)",
+                          name, count, times, (size_t)HCOMM__MAX_BUFFER_BYTES);
+    if (count > most)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "%s=%zu is larger than any buffer can be (%zu bytes)", name, count,
+                          (size_t)HCOMM__MAX_BUFFER_BYTES);
+    if (bytes)
+        *bytes = count * es * times;
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm__check_aligned(const char *fn, const char *name, const void *buf,
+                                    hcomm_dtype_t dt) {
+    size_t es = hcomm__dtype_size(dt);
+    if ((uintptr_t)buf % es == 0)
+        return HCOMM_OK;
+    return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=%p is not aligned to %s's %zu-byte elements",
+                      name, buf, hcomm__dtype_str(dt), es);
+}
+
 hcomm_result_t hcomm_tensor_numel(const hcomm_tensor_t *t, size_t *count) {
     HCOMM__CHECK_NULL(count);
     return hcomm__tensor_check(__func__, "t", t, count);
@@ -38,7 +63,7 @@ hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_
     if (t->ndim < 0 || t->ndim > HCOMM_MAX_DIMS)
         return hcomm__err(HCOMM_ERR_SHAPE, fn, "%s->ndim=%d outside 0..%d", arg, t->ndim,
                           HCOMM_MAX_DIMS);
-    size_t n = 1, limit = (size_t)PTRDIFF_MAX / hcomm__dtype_size(t->dtype);
+    size_t n = 1, limit = HCOMM__MAX_BUFFER_BYTES / hcomm__dtype_size(t->dtype);
     bool zero = false;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)
@@ -57,6 +82,10 @@ hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_
         n = 0;
     if (n > 0 && t->data == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "%s->data is NULL with %zu elements", arg, n);
+    if (n > 0 && (uintptr_t)t->data % hcomm__dtype_size(t->dtype) != 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "%s->data=%p is not aligned to %s's %zu-byte elements", arg, t->data,
+                          hcomm__dtype_str(t->dtype), hcomm__dtype_size(t->dtype));
     if (numel)
         *numel = n;
     return HCOMM_OK;

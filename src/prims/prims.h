@@ -7,14 +7,6 @@
 
 #include <stdlib.h>
 
-/* "f32", "bf16", ... for messages; "?" for an invalid dtype. */
-static inline const char *hcomm__dtype_str(hcomm_dtype_t dt) {
-    const char *name = "?";
-    if (hcomm__dtype_valid(dt))
-        hcomm_dtype_name(dt, &name);
-    return name;
-}
-
 /* Fails with HCOMM_ERR_DTYPE naming both dtypes unless a and b have the same dtype. */
 static inline hcomm_result_t hcomm__same_dtype(const char *fn, const char *an,
                                                const hcomm_tensor_t *a, const char *bn,
