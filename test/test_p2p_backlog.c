@@ -1,9 +1,10 @@
 /* Backlogged point-to-point: a send that returned complete is receivable without any further
  * call by its sender (HCOMM_TEST_MPI: also runs under mpirun). Each even rank 2k sends bursts
- * to rank 2k+1 on a communicator split off the world, then waits in a barrier on the world
+ * to rank 2k+1 on a communicator split off the world, then waits in barriers on the world
  * (once after a sleep) and makes no other call on the pair's communicator; the receiver must
  * get every message, in order, with the right contents. The local transport's per-pair rings
- * hold 64 frames, so 65 is the smallest burst past them. */
+ * hold 64 frames, so 65 is the smallest burst past them; where the sends are eager the
+ * receiver starts only once the whole burst is queued, so it does not depend on timing. */
 #include "harness.h"
 
 #include <stdbool.h>
@@ -20,9 +21,23 @@ typedef struct burst {
     int count;     /* messages */
     bool mixed;    /* every 7th message is BIG_WORDS long, the rest one word */
     long sleep_ms; /* the sender sleeps this long after its sends, before the barrier */
+    bool queued;   /* the receiver starts after the whole burst is queued (eager sends only) */
 } burst_t;
 
-static const burst_t BURSTS[] = {{65, false, 0}, {3000, false, 200}, {500, true, 0}};
+static const burst_t BURSTS[] = {
+    {65, false, 0, true}, {3000, false, 200, false}, {3000, false, 0, true}, {500, true, 0, true}};
+
+/* Whether a send of BIG_WORDS words completes before its receive (HCOMM_EAGER_LIMIT, 8 KiB by
+ * default); if not, a sender cannot queue a whole burst before its receiver starts. */
+static bool sends_eager(void) {
+    const char *s = getenv("HCOMM_EAGER_LIMIT");
+    if (!s)
+        return true;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    v <<= *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+    return v >= BIG_WORDS * sizeof(int32_t);
+}
 
 /* Word j of message m of burst b from world rank src: distinct per sender, burst, message. */
 static int32_t word_of(int src, int b, int m, size_t j) {
@@ -78,13 +93,17 @@ static hcomm_result_t recv_burst(hcomm_comm_t *pair, int src, int bi) {
     return HCOMM_OK;
 }
 
-/* One burst per barrier: the sender's wait is on the world, never on the pair's comm. */
+/* One burst per barrier: the sender's waits are on the world, never on the pair's comm. */
 static hcomm_result_t run_bursts(hcomm_comm_t *world, hcomm_comm_t *pair) {
     int me = t_rank(world);
+    bool sender = t_size(pair) == 2 && t_rank(pair) == 0;
+    bool receiver = t_size(pair) == 2 && !sender;
     for (int bi = 0; bi < (int)(sizeof BURSTS / sizeof BURSTS[0]); bi++) {
-        if (t_size(pair) == 2 && t_rank(pair) == 0)
+        if (sender)
             T_TRY(send_burst(pair, me, bi));
-        else if (t_size(pair) == 2)
+        if (BURSTS[bi].queued && sends_eager())
+            T_TRY(hcomm_barrier(world)); /* every send of the burst is queued */
+        if (receiver)
             T_TRY(recv_burst(pair, me - 1, bi));
         T_TRY(hcomm_barrier(world));
     }
