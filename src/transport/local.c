@@ -9,8 +9,9 @@
  * slot with a release store of the head: no mutex on the path. An eager payload of up to
  * INLINE_BYTES rides in the slot, a larger one in a heap copy; a rendezvous frame carries the
  * sender's buffer address, the receiver copies straight from it (one copy) and sets the
- * sender's done flag. When a ring is full the sender keeps the frame in its own overflow list
- * and pushes it on a later progress call, so a send never blocks in the transport. */
+ * sender's done flag. When a ring is full the sender links a fresh ring after it (local_base.h,
+ * ring_t), which the receiver moves to by itself: a send never blocks in the transport, and a
+ * frame it queued reaches the receiver without another call by the sender. */
 #include "transport/local_base.h"
 
 #include "core/topo_spec.h"
@@ -28,25 +29,41 @@ typedef struct local_tx {
 
 _Static_assert(sizeof(local_tx_t) <= sizeof(hcomm__treq_t), "local_tx_t fits a request");
 
-static hcomm_result_t enqueue(hcomm_comm_t *c, int peer, const frame_t *f) {
+/* The newest ring of the chain to peer; the first frame creates the chain. */
+static ring_t *ring_to(hcomm_comm_t *c, int peer) {
     local_comm_t *lc = lc_of(c);
-    if (lc->ovf_head[peer])
-        hcomm__local_flush_overflow(c, peer);
-    ring_t *r = lc->ovf_head[peer] ? NULL : ring_to(c, peer);
+    if (lc->tx[peer])
+        return lc->tx[peer];
+    local_shared_t *sh = shared_of(c);
+    ring_t *r = hcomm__calloc_lines(1, sizeof *r);
+    if (r)
+        atomic_store_explicit(&sh->rings[(size_t)c->rank * (size_t)sh->size + (size_t)peer], r,
+                              memory_order_release);
+    return lc->tx[peer] = r;
+}
+
+static bool ring_push(ring_t *r, const frame_t *f) {
+    size_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    if (tail - atomic_load_explicit(&r->head, memory_order_acquire) >= RING_SLOTS)
+        return false;
+    r->slot[tail % RING_SLOTS] = *f;
+    atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+    return true;
+}
+
+/* Queues f to peer. A full ring gets a fresh one linked after it, published only after the
+ * frame is in it; this rank never touches the full ring again, so the receiver may free it. */
+static hcomm_result_t enqueue(hcomm_comm_t *c, int peer, const frame_t *f) {
+    ring_t *r = ring_to(c, peer);
     if (r && ring_push(r, f))
         return HCOMM_OK;
-    pending_t *p = malloc(sizeof *p);
-    if (!p)
+    ring_t *n = r ? hcomm__calloc_lines(1, sizeof *n) : NULL;
+    if (!n)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
                           "out of memory queueing a message to rank %d", peer);
-    p->next = NULL;
-    p->f = *f;
-    if (lc->ovf_tail[peer])
-        lc->ovf_tail[peer]->next = p;
-    else
-        lc->ovf_head[peer] = p;
-    lc->ovf_tail[peer] = p;
-    lc->ovf_count++;
+    ring_push(n, f);
+    atomic_store_explicit(&r->next, n, memory_order_release);
+    lc_of(c)->tx[peer] = n;
     return HCOMM_OK;
 }
 
@@ -101,30 +118,44 @@ static bool local_test_tx(hcomm_comm_t *c, hcomm__treq_t *tx, hcomm_result_t *re
     return atomic_load_explicit(&((local_tx_t *)tx)->done, memory_order_acquire) == 1;
 }
 
-/* Delivers the frames waiting in src's ring to this rank, in order. */
-static void drain_ring(hcomm_comm_t *c, int src, hcomm__deliver_fn_t deliver) {
-    local_shared_t *sh = shared_of(c);
-    ring_t *r = atomic_load_explicit(&sh->rings[(size_t)src * (size_t)sh->size + (size_t)c->rank],
-                                     memory_order_acquire);
-    if (!r)
-        return;
+/* Delivers the frames waiting in ring r from src, in order; true when r is empty. */
+static bool drain_frames(hcomm_comm_t *c, int src, ring_t *r, hcomm__deliver_fn_t deliver) {
     size_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     size_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
     for (; head != tail; head++) {
         frame_t *f = &r->slot[head % RING_SLOTS];
         if (f->ready > 0.0 && hcomm__now() < f->ready)
-            break; /* still on the simulated link; later frames from src come after it */
+            return false; /* still on the simulated link; later frames from src come after it */
         hcomm__rndv_t rv = {(uint64_t)(uintptr_t)f->src_buf, (uint64_t)(uintptr_t)f->done};
         const void *payload = f->rndv ? NULL : f->heap ? f->heap : f->inl;
         if (!deliver(c, src, f->hdr, payload, f->bytes, f->rndv ? &rv : NULL))
-            break;
+            return false;
         free(f->heap);
         atomic_store_explicit(&r->head, head + 1, memory_order_release);
+    }
+    return true;
+}
+
+/* Delivers the frames from src, following its chain of rings: a ring is left (and freed) once
+ * it is empty and its sender linked the next one, after which its tail can no longer move. */
+static void drain_ring(hcomm_comm_t *c, int src, hcomm__deliver_fn_t deliver) {
+    local_shared_t *sh = shared_of(c);
+    _Atomic(ring_t *) *cell = &sh->rings[(size_t)src * (size_t)sh->size + (size_t)c->rank];
+    ring_t *r = atomic_load_explicit(cell, memory_order_acquire);
+    while (r && drain_frames(c, src, r, deliver)) {
+        ring_t *n = atomic_load_explicit(&r->next, memory_order_acquire);
+        if (!n)
+            return;
+        if (atomic_load_explicit(&r->tail, memory_order_relaxed) !=
+            atomic_load_explicit(&r->head, memory_order_relaxed))
+            continue; /* frames pushed before the link: deliver them first */
+        atomic_store_explicit(cell, n, memory_order_relaxed); /* only this rank reads it now */
+        free(r);
+        r = n;
     }
 }
 
 static hcomm_result_t local_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
-    flush_all(c);
     for (int s = 0; s < c->size; s++)
         drain_ring(c, s, deliver);
     return HCOMM_OK;

@@ -1,8 +1,7 @@
 /* The bottom of the local transport (local_base.h): the state the ranks of a communicator
- * share and each rank's view of it, created and freed here; the push of frames that waited
- * for ring space, which the sends and every wait make; and the verdict every wait asks for: the
- * world's abort flag, the comm's hcomm_comm_abort() flag and its timeout, so a failed or missing
- * rank turns into an error instead of a hang. */
+ * share and each rank's view of it, created and freed here; and the verdict every wait asks for:
+ * the world's abort flag, the comm's hcomm_comm_abort() flag and its timeout, so a failed or
+ * missing rank turns into an error instead of a hang. */
 #include "transport/local_base.h"
 
 /* --- state --- */
@@ -28,13 +27,15 @@ local_shared_t *hcomm__local_shared_new(local_world_t *world, int size) {
     return sh;
 }
 
-/* Frees a ring's undelivered heap payloads (the comm is going away). */
+/* Frees a pair's chain of rings and their undelivered heap payloads (the comm is going away). */
 static void ring_free(ring_t *r) {
-    if (!r)
-        return;
-    for (size_t i = atomic_load(&r->head); i != atomic_load(&r->tail); i++)
-        free(r->slot[i % RING_SLOTS].heap);
-    free(r);
+    while (r) {
+        ring_t *next = atomic_load(&r->next);
+        for (size_t i = atomic_load(&r->head); i != atomic_load(&r->tail); i++)
+            free(r->slot[i % RING_SLOTS].heap);
+        free(r);
+        r = next;
+    }
 }
 
 void hcomm__local_shared_release(local_shared_t *sh) {
@@ -48,11 +49,10 @@ void hcomm__local_shared_release(local_shared_t *sh) {
     free(sh);
 }
 
-/* Frees one rank's view (its overflow lists are empty or freed). */
+/* Frees one rank's view (the rings it pushes to belong to the shared state). */
 static void lc_free(local_comm_t *lc) {
     free(lc->scratch.p);
-    free(lc->ovf_head);
-    free(lc->ovf_tail);
+    free(lc->tx);
     free(lc);
 }
 
@@ -61,9 +61,8 @@ static local_comm_t *lc_new(local_shared_t *sh, int size) {
     if (!lc)
         return NULL;
     lc->sh = sh;
-    lc->ovf_head = calloc((size_t)size, sizeof *lc->ovf_head);
-    lc->ovf_tail = calloc((size_t)size, sizeof *lc->ovf_tail);
-    if (!lc->ovf_head || !lc->ovf_tail) {
+    lc->tx = calloc((size_t)size, sizeof *lc->tx);
+    if (!lc->tx) {
         lc_free(lc);
         return NULL;
     }
@@ -83,31 +82,9 @@ void hcomm__local_destroy(hcomm_comm_t *c) {
     local_comm_t *lc = lc_of(c);
     if (!lc)
         return;
-    for (int p = 0; p < c->size; p++)
-        while (lc->ovf_head[p]) {
-            pending_t *n = lc->ovf_head[p]->next;
-            free(lc->ovf_head[p]->f.heap);
-            free(lc->ovf_head[p]);
-            lc->ovf_head[p] = n;
-        }
     hcomm__local_shared_release(lc->sh);
     lc_free(lc);
     c->impl = NULL;
-}
-
-/* --- the rings --- */
-
-void hcomm__local_flush_overflow(hcomm_comm_t *c, int peer) {
-    local_comm_t *lc = lc_of(c);
-    ring_t *r = lc->ovf_head[peer] ? ring_to(c, peer) : NULL;
-    while (r && lc->ovf_head[peer] && ring_push(r, &lc->ovf_head[peer]->f)) {
-        pending_t *p = lc->ovf_head[peer];
-        lc->ovf_head[peer] = p->next;
-        if (!p->next)
-            lc->ovf_tail[peer] = NULL;
-        lc->ovf_count--;
-        free(p);
-    }
 }
 
 /* --- waiting --- */

@@ -1,8 +1,7 @@
 /* Private to the local transport: what the ranks of a communicator share, one rank's view of
  * it, and the helpers every part uses. Its files form a stack; each calls only files listed
  * before it:
- *   local_base.c  creating and freeing the state, moving frames that waited for ring space,
- *                 the waits' abort/timeout verdict
+ *   local_base.c  creating and freeing the state, the waits' abort/timeout verdict
  *   local_coll.c  the barrier and the native collectives over posted slots, and split
  *   local.c       frames through the per-pair rings, the answers about peer memory, launch,
  *                 and the transport's table (hcomm__transport_t), which names every part
@@ -32,16 +31,16 @@ typedef struct frame {
     unsigned char inl[INLINE_BYTES];
 } frame_t;
 
+/* One ring of a (sender, receiver) pair's chain. The sender pushes to the newest ring; when
+ * it is full the sender links a fresh one as next and pushes there from then on, so a send
+ * never waits for the receiver and needs no later call to reach it. The receiver moves to next
+ * (and frees the ring it left) once the ring is empty and next is set. */
 typedef struct ring {
     _Alignas(64) atomic_size_t head; /* consumer */
     _Alignas(64) atomic_size_t tail; /* producer */
+    _Atomic(struct ring *) next;     /* producer, once: the ring after this full one */
     frame_t slot[RING_SLOTS];
 } ring_t;
-
-typedef struct pending {
-    struct pending *next;
-    frame_t f;
-} pending_t;
 
 /* What one rank posts for a native collective; valid from its first barrier to its last. */
 typedef struct local_slot {
@@ -80,16 +79,17 @@ typedef struct local_shared {
     atomic_int refs;
     _Alignas(64) atomic_uint bar_count;
     _Alignas(64) atomic_uint bar_gen;
-    local_slot_t *slots;      /* [size] */
-    local_post_t *posts;      /* [2 * size]: rank r's of parity k at 2r + k */
-    _Atomic(ring_t *) *rings; /* [size * size], sender-major; NULL until first use */
+    local_slot_t *slots; /* [size] */
+    local_post_t *posts; /* [2 * size]: rank r's of parity k at 2r + k */
+    /* [size * size], sender-major: the oldest ring of each pair's chain, which the receiver
+     * reads; NULL until the sender's first frame. */
+    _Atomic(ring_t *) *rings;
 } local_shared_t;
 
 /* One rank's view of a communicator. */
 typedef struct local_comm {
     local_shared_t *sh;
-    pending_t **ovf_head, **ovf_tail; /* [size] frames waiting for ring space, per receiver */
-    int ovf_count;
+    ring_t **tx; /* [size] the newest ring of the chain to each receiver (this rank pushes) */
     /* The reduced chunk of the shared-memory all_reduce / reduce_scatter, kept between calls
      * (grown to the largest, freed with the communicator): a fresh malloc per call above
      * glibc's mmap threshold page-faulted every 4 KiB of it, 1.5-4x the call at 32-128 MiB. */
@@ -116,7 +116,8 @@ void hcomm__local_shared_release(local_shared_t *sh);
  * environment's), or NULL: out of memory (sh keeps the reference the comm would have taken). */
 hcomm_comm_t *hcomm__local_comm_new(const hcomm__transport_t *tr, local_shared_t *sh, int rank,
                                     int size, const hcomm_comm_t *parent);
-/* Frees c's transport state: its queued frames, its reference to the shared state. */
+/* Frees c's transport state and its reference to the shared state (the last reference frees
+ * the frames still queued). */
 void hcomm__local_destroy(hcomm_comm_t *c);
 
 /* --- waits (local_base.c) --- */
@@ -124,39 +125,6 @@ void hcomm__local_destroy(hcomm_comm_t *c);
 /* Why a wait must end now, or HCOMM_OK to keep waiting. what names the awaited event. Runs the
  * layers' idle progress first (comm.idle). */
 hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const char *what);
-
-/* --- the rings (every wait moves frames on) --- */
-
-static inline ring_t *ring_to(hcomm_comm_t *c, int peer) {
-    local_shared_t *sh = shared_of(c);
-    _Atomic(ring_t *) *cell = &sh->rings[(size_t)c->rank * (size_t)sh->size + (size_t)peer];
-    ring_t *r = atomic_load_explicit(cell, memory_order_acquire);
-    if (r)
-        return r;
-    r = hcomm__calloc_lines(1, sizeof *r);
-    if (r)
-        atomic_store_explicit(cell, r, memory_order_release); /* only this rank writes it */
-    return r;
-}
-
-static inline bool ring_push(ring_t *r, const frame_t *f) {
-    size_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    if (tail - atomic_load_explicit(&r->head, memory_order_acquire) >= RING_SLOTS)
-        return false;
-    r->slot[tail % RING_SLOTS] = *f;
-    atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
-    return true;
-}
-
-/* Pushes the frames that waited for ring space to peer, oldest first. */
-void hcomm__local_flush_overflow(hcomm_comm_t *c, int peer);
-
-/* Eager sends count as done once queued: frames still waiting for ring space must move on
- * while this rank waits, or a peer that receives them never arrives. */
-static inline void flush_all(hcomm_comm_t *c) {
-    for (int p = 0; lc_of(c)->ovf_count > 0 && p < c->size; p++)
-        hcomm__local_flush_overflow(c, p);
-}
 
 /* --- native collectives and split (local_coll.c): the entries of the same names --- */
 

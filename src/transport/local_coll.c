@@ -10,12 +10,11 @@
 
 /* --- the barrier every native collective ends in --- */
 
-/* Waits until the barrier's generation moves on from seen, moving queued frames meanwhile. */
+/* Waits until the barrier's generation moves on from seen. */
 static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
     while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
-        flush_all(c);
         double waited = hcomm__backoff(&b);
         if ((b.iter & 63) == 0) {
             hcomm_result_t v =
@@ -126,7 +125,6 @@ static hcomm_result_t wait_posts(hcomm_comm_t *c) {
         hcomm__backoff_t b;
         hcomm__backoff_init(&b);
         while (atomic_load_explicit(&p->seq, memory_order_acquire) != n) {
-            flush_all(c);
             double waited = hcomm__backoff(&b);
             if ((b.iter & 63) == 0 && atomic_load_explicit(&p->seq, memory_order_acquire) != n)
                 HCOMM__TRY(
