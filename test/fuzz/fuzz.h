@@ -123,6 +123,7 @@ void fz_describe(fz_t *f, const char *fmt, ...);
 
 /* main.c: mutations left out (--avoid, a bit per fz_mut_t) and the names --avoid takes. */
 extern unsigned fz_avoid;
+extern const char *fz_avoid_names; /* also call kinds left out, by name */
 extern const char *const fz_mut_names[FZ_MUT_COUNT_];
 /* main.c: totals over the run (every rank adds its own). */
 extern atomic_long fz_calls, fz_errors, fz_ok_checked;

@@ -18,6 +18,7 @@
 fz_opts_t fz_opt = {.backend = "local", .ranks = 4, .corpus_dir = "."};
 atomic_int fz_failed;
 unsigned fz_avoid;
+const char *fz_avoid_names = "";
 const char *const fz_mut_names[FZ_MUT_COUNT_] = {"none",  "null", "huge",      "count",  "dtype",
                                                  "op",    "root", "unaligned", "overlap"};
 atomic_long fz_calls, fz_errors, fz_ok_checked;
@@ -58,9 +59,9 @@ void fz_write_corpus(long idx, const char *found) {
              (unsigned long long)fz_opt.seed, idx);
     FILE *fp = fopen(path, "w");
     if (fp) {
-        fprintf(fp, "seed=%llu\ncalls=%ld\nbackend=%s\nranks=%d\navoid=%u\nfound=%s\n",
-                (unsigned long long)fz_opt.seed, idx + 1, fz_opt.backend, fz_opt.ranks, fz_avoid,
-                found);
+        fprintf(fp, "seed=%llu\ncalls=%ld\nbackend=%s\nranks=%d\navoid=%s\nfound=%s\n",
+                (unsigned long long)fz_opt.seed, idx + 1, fz_opt.backend, fz_opt.ranks,
+                fz_avoid_names, found);
         fclose(fp);
     }
     fprintf(stderr, "fuzz: FAILED seed=%llu call=%ld: %s\nfuzz: corpus file %s%s (replay: "
@@ -116,6 +117,17 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
+/* "unaligned,huge": the mutations a run leaves out (known defects not fixed yet). */
+static unsigned avoid_mask(const char *list) {
+    unsigned mask = 0;
+    for (int m = 1; m < FZ_MUT_COUNT_; m++) {
+        const char *p = strstr(list, fz_mut_names[m]);
+        if (p)
+            mask |= 1u << m;
+    }
+    return mask;
+}
+
 /* Reads seed, calls, backend and ranks from a corpus file. */
 static int read_corpus(const char *path) {
     FILE *fp = fopen(path, "r");
@@ -131,7 +143,9 @@ static int read_corpus(const char *path) {
             fz_opt.seed = seed;
         sscanf(line, "calls=%ld", &fz_opt.calls);
         sscanf(line, "ranks=%d", &fz_opt.ranks);
-        sscanf(line, "avoid=%u", &fz_avoid);
+        static char avoid[256];
+        if (sscanf(line, "avoid=%255s", avoid) == 1)
+            fz_avoid = avoid_mask(fz_avoid_names = avoid);
         if (sscanf(line, "backend=%15s", backend) == 1)
             fz_opt.backend = backend;
         if (strncmp(line, "found=", 6) == 0)
@@ -139,17 +153,6 @@ static int read_corpus(const char *path) {
     }
     fclose(fp);
     return fz_opt.calls > 0 ? 0 : -1;
-}
-
-/* "unaligned,huge": the mutations a run leaves out (known defects not fixed yet). */
-static unsigned avoid_mask(const char *list) {
-    unsigned mask = 0;
-    for (int m = 1; m < FZ_MUT_COUNT_; m++) {
-        const char *p = strstr(list, fz_mut_names[m]);
-        if (p)
-            mask |= 1u << m;
-    }
-    return mask;
 }
 
 static int parse(int argc, char **argv) {
@@ -176,7 +179,7 @@ static int parse(int argc, char **argv) {
         else if (strcmp(a, "--ranks") == 0)
             fz_opt.ranks = atoi(v);
         else if (strcmp(a, "--avoid") == 0)
-            fz_avoid = avoid_mask(v);
+            fz_avoid = avoid_mask(fz_avoid_names = v);
         else if (strcmp(a, "--corpus-dir") == 0)
             fz_opt.corpus_dir = v;
         else if (strcmp(a, "--replay") == 0) {

@@ -16,6 +16,10 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int weight(const fz_kind_t *k) {
+    return strstr(fz_avoid_names, k->name) ? 0 : k->weight;
+}
+
 /* The call kinds of every table, drawn by weight from the agreed stream. */
 static const fz_kind_t *pick(fz_t *f) {
     const fz_kind_t *tables[] = {fz_coll_kinds, fz_pp_kinds, fz_prim_kinds};
@@ -23,11 +27,11 @@ static const fz_kind_t *pick(fz_t *f) {
     int total = 0;
     for (int t = 0; t < 3; t++)
         for (int k = 0; k < counts[t]; k++)
-            total += tables[t][k].weight;
+            total += weight(&tables[t][k]);
     int w = (int)fz_below(&f->ag, (uint64_t)total);
     for (int t = 0; t < 3; t++)
         for (int k = 0; k < counts[t]; k++)
-            if ((w -= tables[t][k].weight) < 0)
+            if ((w -= weight(&tables[t][k])) < 0)
                 return &tables[t][k];
     return &fz_coll_kinds[0];
 }
