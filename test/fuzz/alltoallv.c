@@ -32,8 +32,9 @@ static void a2a_for(const fz_t *f, int crank, a2a_t *x) {
         x->rd[q] = x->rbytes + fz_below(&r, 3);
         x->rbytes = x->rd[q] + x->rc[q];
     }
-    fz_mut_t m = fz_mutation(f, f->members[crank], FZ_TAKES(FZ_MUT_COUNT) |
-                                                        FZ_TAKES(FZ_MUT_HUGE) | FZ_TAKES(FZ_MUT_NULL));
+    fz_mut_t m =
+        fz_mutation(f, f->members[crank],
+                    FZ_TAKES(FZ_MUT_COUNT) | FZ_TAKES(FZ_MUT_HUGE) | FZ_TAKES(FZ_MUT_NULL));
     x->peer = (int)fz_below(&r, (uint64_t)f->size);
     x->mistake = m == FZ_MUT_COUNT ? A_COUNT : m == FZ_MUT_NULL ? A_NULL : A_NONE;
     if (m == FZ_MUT_HUGE)
@@ -77,7 +78,8 @@ static void k_all_to_allv(fz_t *f) {
     long wrong = 0;
     for (int p = 0; p < f->size; p++)
         for (size_t j = 0; j < x.rc[p]; j++)
-            wrong += rv[x.rd[p] + j] != (unsigned char)fz_val(f, f->members[p], 60 + f->rank, j, 256);
+            wrong +=
+                rv[x.rd[p] + j] != (unsigned char)fz_val(f, f->members[p], 60 + f->rank, j, 256);
     fz_check_data(f, "hcomm_all_to_allv", wrong, "against every sender's block");
 }
 

@@ -136,7 +136,8 @@ static void k_reduce_scatter(fz_t *f) {
     char *in, *out;
     fz_cargs_buffers(f, &a, &in, &out);
     fill(f, &a, in, fz_mul(a.n, (size_t)f->size), 0);
-    fz_describe(f, "hcomm_reduce_scatter(n=%zu, dtype %d, op %d, inplace %d, mis %d, ovl %d, null %d)",
+    fz_describe(f,
+                "hcomm_reduce_scatter(n=%zu, dtype %d, op %d, inplace %d, mis %d, ovl %d, null %d)",
                 a.n, a.dt, a.op, a.inplace, a.misalign, a.overlap, a.null_buf);
     if (a.null_buf)
         in = out = NULL;
@@ -225,8 +226,8 @@ static void k_scatter(fz_t *f) {
         return;
     long wrong = 0; /* block r of the root's buffer */
     for (size_t i = 0; i < a.n; i++)
-        wrong += fz_get(a.dt, out, i) !=
-                 in_val(f, &a, f->members[a.root], (size_t)f->rank * a.n + i);
+        wrong +=
+            fz_get(a.dt, out, i) != in_val(f, &a, f->members[a.root], (size_t)f->rank * a.n + i);
     fz_check_data(f, "hcomm_scatter", wrong, "against the root's block");
 }
 
@@ -307,8 +308,9 @@ static void k_all_to_allv(fz_t *f) {
 
 const fz_kind_t fz_coll_kinds[] = {
     {"nonblocking", 6, k_nonblocking}, {"all_to_allv", 5, k_all_to_allv},
-    {"all_reduce", 6, k_all_reduce}, {"broadcast", 3, k_broadcast}, {"all_gather", 4, k_all_gather},
-    {"reduce_scatter", 4, k_reduce_scatter}, {"reduce", 3, k_reduce}, {"gather", 2, k_gather},
-    {"scatter", 2, k_scatter}, {"barrier", 1, k_barrier},
+    {"all_reduce", 6, k_all_reduce},   {"broadcast", 3, k_broadcast},
+    {"all_gather", 4, k_all_gather},   {"reduce_scatter", 4, k_reduce_scatter},
+    {"reduce", 3, k_reduce},           {"gather", 2, k_gather},
+    {"scatter", 2, k_scatter},         {"barrier", 1, k_barrier},
 };
 const int fz_coll_nkinds = (int)(sizeof fz_coll_kinds / sizeof fz_coll_kinds[0]);

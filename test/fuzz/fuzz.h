@@ -42,15 +42,15 @@ typedef enum fz_mut {
 /* One rank's fuzzing state; the fields below "this call" are reset before each call. */
 typedef struct fz {
     uint64_t seed;
-    long idx;                 /* call index, the same on every rank */
+    long idx;                  /* call index, the same on every rank */
     hcomm_comm_t *world, *ctl; /* ctl: the fuzzer's own communicator, never fuzzed */
-    hcomm_comm_t *comm;       /* the fuzzed communicator (NULL: not a member this session) */
-    int wrank, wsize, color;  /* world rank and size; comm's split color (-1: none) */
-    int rank, size;           /* in comm */
+    hcomm_comm_t *comm;        /* the fuzzed communicator (NULL: not a member this session) */
+    int wrank, wsize, color;   /* world rank and size; comm's split color (-1: none) */
+    int rank, size;            /* in comm */
     int members[FZ_MAX_RANKS]; /* world ranks of comm's members, by comm rank */
     double timeout_s;
     /* this call */
-    fz_rng_t ag;    /* the agreed stream: the same draws on every rank */
+    fz_rng_t ag; /* the agreed stream: the same draws on every rank */
     const char *kind;
     char what[160]; /* the call and its agreed arguments, for the log */
     int nsteps;     /* collective steps checked; okmask bit i: step i returned HCOMM_OK */

@@ -19,8 +19,8 @@ fz_opts_t fz_opt = {.backend = "local", .ranks = 4, .corpus_dir = "."};
 atomic_int fz_failed;
 unsigned fz_avoid;
 const char *fz_avoid_names = "";
-const char *const fz_mut_names[FZ_MUT_COUNT_] = {"none",  "null", "huge",      "count",  "dtype",
-                                                 "op",    "root", "unaligned", "overlap"};
+const char *const fz_mut_names[FZ_MUT_COUNT_] = {"none", "null", "huge",      "count",  "dtype",
+                                                 "op",   "root", "unaligned", "overlap"};
 atomic_long fz_calls, fz_errors, fz_ok_checked;
 
 /* What each world rank of this process is doing, for the watchdog. */
@@ -64,9 +64,10 @@ void fz_write_corpus(long idx, const char *found) {
                 fz_avoid_names, found);
         fclose(fp);
     }
-    fprintf(stderr, "fuzz: FAILED seed=%llu call=%ld: %s\nfuzz: corpus file %s%s (replay: "
-            "test/fuzz/run.sh hcomm_fuzz --replay FILE)\n", (unsigned long long)fz_opt.seed, idx,
-            found, path, fp ? "" : " could not be written");
+    fprintf(stderr,
+            "fuzz: FAILED seed=%llu call=%ld: %s\nfuzz: corpus file %s%s (replay: "
+            "test/fuzz/run.sh hcomm_fuzz --replay FILE)\n",
+            (unsigned long long)fz_opt.seed, idx, found, path, fp ? "" : " could not be written");
 }
 
 /* A crash or sanitizer report: name the call that was running. */

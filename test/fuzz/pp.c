@@ -102,8 +102,8 @@ static void k_pp_pair(fz_t *f) {
         want.shape[0] = want.ndim ? want.shape[0] + 1 : 0, want.ndim = want.ndim ? want.ndim : 1,
         want.numel = want.numel / (size_t)(sent.ndim && sent.shape[0] ? sent.shape[0] : 1) *
                      (size_t)want.shape[0];
-    fz_describe(f, "pp transfer %d -> %d variant %d, dtype %d ndim %d numel %zu, mismatch %d", s,
-                t, variant, sent.dt, sent.ndim, sent.numel, mismatch);
+    fz_describe(f, "pp transfer %d -> %d variant %d, dtype %d ndim %d numel %zu, mismatch %d", s, t,
+                variant, sent.dt, sent.ndim, sent.numel, mismatch);
     hcomm_tensor_t x;
     if (f->rank == s) {
         make(f, &sent, &x, f->wrank);
@@ -116,10 +116,12 @@ static void k_pp_pair(fz_t *f) {
                             "hcomm_pp_recv_any|hcomm_pp_send_recv|hcomm_pp_group_end";
         if (fz_check(f, names, r, mismatch && variant != 3 ? FZ_EXPECT_ERR : FZ_EXPECT_OK) &&
             !mismatch)
-            fz_check_data(f, "hcomm_pp_recv", differs ? 1 : wrong_elems(f, &sent, x.data, f->members[s]),
+            fz_check_data(f, "hcomm_pp_recv",
+                          differs ? 1 : wrong_elems(f, &sent, x.data, f->members[s]),
                           "against the sender's tensor");
         if (variant == 3 && mismatch && !differs)
-            fz_finding(f, "hcomm_pp_recv_any: got the expected descriptor of a tensor sent with another");
+            fz_finding(
+                f, "hcomm_pp_recv_any: got the expected descriptor of a tensor sent with another");
     }
 }
 

@@ -26,8 +26,8 @@ static grads_t grads_for(const fz_t *f, int wrank) {
     d.op = fz_chance(&g, 50) ? HCOMM_SUM : HCOMM_AVG;
     for (int i = 0; i < d.n; i++)
         d.dt[i] = fz_dtype(&g), d.len[i] = (int64_t)fz_below(&g, 40);
-    unsigned takes = 1u << FZ_MUT_NULL | 1u << FZ_MUT_COUNT | 1u << FZ_MUT_OP |
-                     1u << FZ_MUT_DTYPE | 1u << FZ_MUT_HUGE;
+    unsigned takes = 1u << FZ_MUT_NULL | 1u << FZ_MUT_COUNT | 1u << FZ_MUT_OP | 1u << FZ_MUT_DTYPE |
+                     1u << FZ_MUT_HUGE;
     fz_mut_t m = fz_mutation(f, wrank, takes);
     if (m == FZ_MUT_NULL && d.n)
         d.null_list = 1, d.own = FZ_EXPECT_ERR;
@@ -76,7 +76,8 @@ static long grads_wrong(const fz_t *f, const grads_t *d, const hcomm_tensor_t *t
             double v[FZ_MAX_RANKS];
             for (int r = 0; r < f->size; r++)
                 v[r] = fz_val(f, f->members[r], 90 + i, (size_t)j, 4);
-            wrong += fz_get(d->dt[i], t[i].data, (size_t)j) != fz_reduce(d->dt[i], d->op, v, f->size);
+            wrong +=
+                fz_get(d->dt[i], t[i].data, (size_t)j) != fz_reduce(d->dt[i], d->op, v, f->size);
         }
     return wrong;
 }
@@ -88,7 +89,8 @@ static void k_dp_grads(fz_t *f) {
     grads_make(f, &d, t);
     fz_describe(f, "hcomm_dp_all_reduce_grads(n=%d, op %d, bucket %zu, null %d)", d.n, d.op,
                 d.bucket, d.null_list);
-    hcomm_result_t r = hcomm_dp_all_reduce_grads(f->comm, d.null_list ? NULL : t, d.n, d.op, d.bucket);
+    hcomm_result_t r =
+        hcomm_dp_all_reduce_grads(f->comm, d.null_list ? NULL : t, d.n, d.op, d.bucket);
     if (fz_check_coll(f, "hcomm_dp_all_reduce_grads", r, e) && e != FZ_EXPECT_ERR)
         fz_check_data(f, "hcomm_dp_all_reduce_grads", grads_wrong(f, &d, t), "against the sum");
 }
@@ -242,7 +244,8 @@ static void k_ctx(fz_t *f) {
         return;
     int trank = -1, tsize = 0;
     hcomm_comm_t *g = NULL;
-    fz_check(f, "hcomm_ctx_rank", hcomm_ctx_rank(ctx, HCOMM_GROUP_TP, &trank, &tsize), FZ_EXPECT_OK);
+    fz_check(f, "hcomm_ctx_rank", hcomm_ctx_rank(ctx, HCOMM_GROUP_TP, &trank, &tsize),
+             FZ_EXPECT_OK);
     fz_check_data(f, "hcomm_ctx_rank", tsize != tp, "the TP group's size");
     fz_check(f, "hcomm_ctx_group", hcomm_ctx_group(ctx, HCOMM_GROUP_TP, &g), FZ_EXPECT_OK);
     fz_check_coll(f, "hcomm_barrier", hcomm_barrier(g), FZ_EXPECT_OK);
@@ -303,8 +306,11 @@ static void k_abort(fz_t *f) {
 }
 
 const fz_kind_t fz_prim_kinds[] = {
-    {"dp_grads", 4, k_dp_grads}, {"dp_reducer", 3, k_dp_reducer},
-    {"dp_destroy_inflight", 1, k_dp_destroy_inflight}, {"moe", 4, k_moe},
-    {"ctx", 2, k_ctx},           {"abort", 1, k_abort, 1},
+    {"dp_grads", 4, k_dp_grads},
+    {"dp_reducer", 3, k_dp_reducer},
+    {"dp_destroy_inflight", 1, k_dp_destroy_inflight},
+    {"moe", 4, k_moe},
+    {"ctx", 2, k_ctx},
+    {"abort", 1, k_abort, 1},
 };
 const int fz_prim_nkinds = (int)(sizeof fz_prim_kinds / sizeof fz_prim_kinds[0]);

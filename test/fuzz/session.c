@@ -38,10 +38,16 @@ static const fz_kind_t *pick(fz_t *f) {
 
 /* Session options every member agrees on: an algorithm choice and deterministic mode. */
 static void session_options(fz_t *f, fz_rng_t *g) {
-    static const char *algos[] = {"allreduce:ring", "allreduce:rhd", "allreduce:naive",
-                                  "allreduce:rd", "allgather:bruck;reducescatter:ring",
-                                  "reduce:tree;gather:tree;scatter:tree", "alltoallv:pairwise",
-                                  "alltoallv:bruck", "broadcast:chain", "allreduce:twoshot"};
+    static const char *algos[] = {"allreduce:ring",
+                                  "allreduce:rhd",
+                                  "allreduce:naive",
+                                  "allreduce:rd",
+                                  "allgather:bruck;reducescatter:ring",
+                                  "reduce:tree;gather:tree;scatter:tree",
+                                  "alltoallv:pairwise",
+                                  "alltoallv:bruck",
+                                  "broadcast:chain",
+                                  "allreduce:twoshot"};
     int a = fz_chance(g, 25) ? (int)fz_below(g, sizeof algos / sizeof algos[0]) : -1;
     int det = fz_chance(g, 20);
     if (!f->comm)
@@ -64,8 +70,7 @@ static void new_session(fz_t *f) {
         color = -1;
     int key = (int)((keys >> (4 * f->wrank)) & 15);
     fz_describe(f, "hcomm_comm_split(color %d, key %d)", color, key);
-    fz_check(f, "hcomm_comm_split", hcomm_comm_split(f->world, color, key, &f->comm),
-             FZ_EXPECT_OK);
+    fz_check(f, "hcomm_comm_split", hcomm_comm_split(f->world, color, key, &f->comm), FZ_EXPECT_OK);
     f->color = f->comm ? color : -1;
     f->rank = f->size = 0;
     if (f->comm) {
@@ -169,9 +174,9 @@ static void setup(fz_t *f, hcomm_comm_t *world, double timeout_s) {
     uint64_t seed = fz_opt.seed; /* rank 0's, where each process drew its own */
     hcomm_broadcast(f->ctl, &seed, sizeof seed, 0);
     f->seed = seed;
+    fz_opt.seed = seed; /* for the corpus file any rank may write */
+    fz_opt.ranks = f->wsize;
     if (f->wrank == 0) {
-        fz_opt.seed = seed;
-        fz_opt.ranks = f->wsize;
         printf("fuzz: seed=%llu backend=%s ranks=%d %s=%g\n", (unsigned long long)seed,
                fz_opt.backend, f->wsize, fz_opt.calls ? "calls" : "seconds",
                fz_opt.calls ? (double)fz_opt.calls : fz_opt.seconds);
@@ -196,8 +201,8 @@ static void totals(fz_t *f) {
         sum[2] = atomic_load(&fz_ok_checked);
     if (f->wrank == 0)
         printf("fuzz: seed=%llu calls=%lld errors=%lld ok_checked=%lld steps=%ld%s\n",
-               (unsigned long long)f->seed, (long long)sum[0], (long long)sum[1],
-               (long long)sum[2], f->idx, atomic_load(&fz_failed) ? " FAILED" : "");
+               (unsigned long long)f->seed, (long long)sum[0], (long long)sum[1], (long long)sum[2],
+               f->idx, atomic_load(&fz_failed) ? " FAILED" : "");
 }
 
 hcomm_result_t fz_rank_main(hcomm_comm_t *world, void *arg) {
