@@ -77,7 +77,9 @@ typedef struct local_shared {
     atomic_int aborted; /* a member's hcomm_comm_abort() reached a wait: the group is dead */
     int size;
     atomic_int refs;
-    _Alignas(64) atomic_uint bar_count;
+    /* The barrier's arrivals: its generation in the high 32 bits, the count in the low, so
+     * that a rank giving up takes its arrival back only from a barrier still open. */
+    _Alignas(64) _Atomic uint64_t bar_arrivals;
     _Alignas(64) atomic_uint bar_gen;
     local_slot_t *slots; /* [size] */
     local_post_t *posts; /* [2 * size]: rank r's of parity k at 2r + k */

@@ -8,42 +8,74 @@
 
 #include <string.h>
 
-/* --- the barrier every native collective ends in --- */
+/* --- the barriers every native collective meets at and ends in --- */
 
-/* Waits until the barrier's generation moves on from seen. */
-static hcomm_result_t wait_gen_change(hcomm_comm_t *c, atomic_uint *gen, unsigned seen) {
+/* Takes back this rank's arrival at the barrier of generation gen unless that barrier has
+ * completed or is completing: then false, and the wait goes on to its end. */
+static bool withdraw(local_shared_t *sh, unsigned gen) {
+    uint64_t w = atomic_load(&sh->bar_arrivals);
+    while ((unsigned)(w >> 32) == gen && (uint32_t)w >= 1 && (uint32_t)w < (uint32_t)sh->size)
+        if (atomic_compare_exchange_weak(&sh->bar_arrivals, &w, w - 1))
+            return true;
+    return false;
+}
+
+/* A closing barrier gives up only at HCOMM_TIMEOUT: every member passed the meeting, so each
+ * comes once done with the buffers it reads, and none may return while a peer still reads its
+ * own (an abort raised meanwhile fails the next call). */
+static hcomm_result_t closing_verdict(hcomm_comm_t *c, double waited) {
+    if (waited <= c->timeout_s) {
+        if (c->idle)
+            c->idle(c);
+        return HCOMM_OK;
+    }
+    return hcomm__local_wait_verdict(c, waited, "every rank of the group to finish the call");
+}
+
+/* Waits until the barrier's generation moves on from gen; a rank that gives up withdraws its
+ * arrival, so that no peer passes the barrier and reads its buffers after it has returned. */
+static hcomm_result_t wait_gen_change(hcomm_comm_t *c, unsigned gen, bool closing) {
+    local_shared_t *sh = shared_of(c);
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
-    while (atomic_load_explicit(gen, memory_order_acquire) == seen) {
+    while (atomic_load_explicit(&sh->bar_gen, memory_order_acquire) == gen) {
         double waited = hcomm__backoff(&b);
         if ((b.iter & 63) == 0) {
             hcomm_result_t v =
-                hcomm__local_wait_verdict(c, waited, "every rank of the group to arrive");
-            /* The barrier may have completed while the abort was raised: it stands. */
-            if (v != HCOMM_OK && atomic_load_explicit(gen, memory_order_acquire) == seen)
+                closing ? closing_verdict(c, waited)
+                        : hcomm__local_wait_verdict(c, waited, "every rank of the group to arrive");
+            if (v != HCOMM_OK && withdraw(sh, gen))
                 return v;
         }
     }
     return HCOMM_OK;
 }
 
-/* All ranks of c meet. A rank that left an earlier barrier of an aborted world left its
- * arrival counted, so nobody arrives once the world has aborted. */
-static hcomm_result_t barrier(hcomm_comm_t *c) {
+static hcomm_result_t barrier_as(hcomm_comm_t *c, bool closing) {
     local_shared_t *sh = shared_of(c);
-    if (atomic_load(&sh->world->aborted))
+    if (!closing && atomic_load(&sh->world->aborted))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
-    if (atomic_load(&sh->aborted) || atomic_load(&c->aborted))
+    if (!closing && (atomic_load(&sh->aborted) || atomic_load(&c->aborted)))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "hcomm_comm_abort() was called on this group; it is unusable");
-    unsigned gen = atomic_load_explicit(&sh->bar_gen, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&sh->bar_count, 1, memory_order_acq_rel) ==
-        (unsigned)sh->size - 1) {
-        atomic_store_explicit(&sh->bar_count, 0, memory_order_relaxed);
-        atomic_store_explicit(&sh->bar_gen, gen + 1, memory_order_release);
+    uint64_t w = atomic_fetch_add_explicit(&sh->bar_arrivals, 1, memory_order_acq_rel);
+    unsigned gen = (unsigned)(w >> 32);
+    if ((uint32_t)w == (uint32_t)sh->size - 1) {
+        atomic_store_explicit(&sh->bar_arrivals, (uint64_t)(gen + 1u) << 32, memory_order_relaxed);
+        atomic_store_explicit(&sh->bar_gen, gen + 1u, memory_order_release);
         return HCOMM_OK;
     }
-    return wait_gen_change(c, &sh->bar_gen, gen);
+    return wait_gen_change(c, gen, closing);
+}
+
+/* The meeting that opens a call: all ranks of c arrive, or none passes. */
+static hcomm_result_t barrier(hcomm_comm_t *c) {
+    return barrier_as(c, false);
+}
+
+/* The barrier that closes a call whose meeting every rank passed (closing_verdict). */
+static hcomm_result_t close_call(hcomm_comm_t *c) {
+    return barrier_as(c, true);
 }
 
 /* --- native collectives over posted slots --- */
@@ -157,7 +189,7 @@ const hcomm__posted_sig_t *hcomm__local_posted_sig(hcomm_comm_t *c, int rank) {
 
 hcomm_result_t hcomm__local_posted_release(hcomm_comm_t *c) {
     c->posted_held = false;
-    return barrier(c);
+    return close_call(c);
 }
 
 /* dst = slots[0].send[off..] op slots[1].send[off..] op ... in rank order (the posts' data
@@ -211,7 +243,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     for (int r = 0; red == HCOMM_OK && n > 0 && r < c->size; r++)
         if (r != c->rank)
             memcpy((char *)slot_of(c, r)->aux + lo * es, mine, n * es);
-    hcomm_result_t res = barrier(c); /* every chunk written; every input read */
+    hcomm_result_t res = close_call(c); /* every chunk written; every input read */
     return res != HCOMM_OK ? res : red;
 }
 
@@ -235,7 +267,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
         red = reduce_posted(c, mine, lo, n, dt, op, false);
-        res = barrier(c);
+        res = close_call(c);
         res = res == HCOMM_OK ? red : res;
     }
     if (res == HCOMM_OK && mine != recvbuf)
@@ -263,7 +295,7 @@ static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *
             hcomm__copy_pieces(dst, slot_of(c, r)->send, n);
         off += n;
     }
-    return barrier(c);
+    return close_call(c);
 }
 
 static hcomm_result_t local_all_gather(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
@@ -292,7 +324,7 @@ static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, 
     HCOMM__TRY(arrive(c));
     if (c->rank != root && bytes > 0)
         hcomm__copy_pieces(buf, slot_of(c, root)->send, bytes);
-    return barrier(c);
+    return close_call(c);
 }
 
 /* Every rank sees every rank's send and receive counts, so all of them find the same first
@@ -323,7 +355,7 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
     HCOMM__TRY(arrive(c));
     hcomm_result_t bad = check_pair_counts(c);
     if (bad != HCOMM_OK) {
-        hcomm_result_t r = barrier(c);
+        hcomm_result_t r = close_call(c);
         return r != HCOMM_OK ? r : bad;
     }
     for (int s = 0; s < c->size; s++) {
@@ -332,7 +364,7 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
             memcpy((char *)recvbuf + rdispls[s], (const char *)src->send + src->displs[c->rank],
                    src->counts[c->rank]);
     }
-    return barrier(c);
+    return close_call(c);
 }
 
 /* clang-format off */
@@ -399,7 +431,7 @@ hcomm_result_t hcomm__local_split(hcomm_comm_t *c, int color, int key, hcomm_com
     int m = (color >= 0 && mem) ? collect_members(c, color, mem) : 0;
     if (m > 0 && mem[0].rank == c->rank)
         shared_of(c)->slots[c->rank].aux = hcomm__local_shared_new(shared_of(c)->world, m);
-    res = barrier(c);
+    res = close_call(c);
     if (res == HCOMM_OK && color >= 0) {
         local_shared_t *group = mem ? slot_of(c, mem[0].rank)->aux : NULL;
         if (!group)
@@ -407,7 +439,7 @@ hcomm_result_t hcomm__local_split(hcomm_comm_t *c, int color, int key, hcomm_com
         else
             res = make_member_comm(c, group, mem, m, out);
     }
-    hcomm_result_t after = barrier(c); /* slots are read; they may be reused */
+    hcomm_result_t after = close_call(c); /* slots are read; they may be reused */
     free(mem);
     return res != HCOMM_OK ? res : after;
 }
