@@ -226,8 +226,22 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * check fails still joins the call: it returns its own error, its peers HCOMM_ERR_PEER naming it
  * and its message, nothing moves and the communicator stays usable. Input and output buffers
  * either are the documented in-place form or share no byte (a partial overlap is
- * HCOMM_ERR_INVALID_ARG). On the mpi backend a count or byte size above INT_MAX fails with
- * HCOMM_ERR_UNSUPPORTED, and a communicator whose Open MPI collective timed out, was aborted or
+ * HCOMM_ERR_INVALID_ARG).
+ *
+ * Buffers: a buffer of a reduction (all_reduce, reduce_scatter(v), reduce, and the tensors of
+ * tp, dp and moe calls) must be aligned to its dtype's element size (a float to 4 bytes; u8
+ * and i8 to nothing), else HCOMM_ERR_INVALID_ARG naming the argument: the reduction kernels
+ * load typed elements. Moves (all_gather(v), broadcast, gather, scatter, all_to_allv, p2p)
+ * take any address. No buffer may span more than 2^56 bytes (the most a 64-bit process maps;
+ * half the address space on 32-bit machines): a size or count*ranks beyond that is
+ * HCOMM_ERR_INVALID_ARG ("bytes=... is larger than any buffer can be") before any pointer is
+ * formed from it. Counts above INT_MAX work on both backends wherever hcomm's own algorithms
+ * run, which is every collective on one host (measured: a u8 all_reduce of 2^31+5 elements,
+ * in place, on 2 ranks: test_big_count); Open MPI's own collectives take int counts, so where
+ * one of them would run (across hosts at large sizes, or HCOMM_ALGO=native) a count or byte
+ * size above INT_MAX fails with HCOMM_ERR_UNSUPPORTED instead.
+ *
+ * On the mpi backend a communicator whose Open MPI collective timed out, was aborted or
  * failed inside MPI stays unusable: later calls on it return that same error.
  * Common errors of the five: HCOMM_ERR_NULL (comm; a buffer with a nonzero size),
  * HCOMM_ERR_INVALID_ARG (partial overlap), HCOMM_ERR_MISMATCH, HCOMM_ERR_PEER, HCOMM_ERR_NOMEM,
