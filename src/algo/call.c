@@ -75,8 +75,7 @@ hcomm_result_t hcomm__call_begin(hcomm_comm_t *c, hcomm__call_t *k, hcomm__call_
                                  hcomm_dtype_t dt, hcomm_op_t op, int root, uint64_t count) {
     k->c = c;
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this communicator");
+        return hcomm__comm_aborted(c); /* peers may wait in this call already */
     k->a = hcomm__algo_state(c);
     if (!k->a)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for collective state");
@@ -120,6 +119,8 @@ hcomm_result_t hcomm__call_end(hcomm__call_t *k, hcomm_result_t res) {
         hcomm__posted_sig_t ps = hcomm__sig_post(&k->sig);
         res = hcomm__tune_record(&k->a->tune, k->c, k->seq, &ps, &k->probe);
     }
+    if (res != HCOMM_OK && atomic_load_explicit(&k->c->aborted, memory_order_relaxed))
+        hcomm__abort_tell(k->c); /* where a wait below p2p found the abort */
     hcomm__coll_done(k->c, k->seq);
     k->f->state = res == HCOMM_OK ? "done" : hcomm_result_name(res);
     k->f->timed_out = res == HCOMM_ERR_TIMEOUT;

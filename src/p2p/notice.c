@@ -1,8 +1,8 @@
 /* Collective bookkeeping on the point-to-point layer (p2p.h). A rank whose own checks failed in
  * a call tells every peer (one eager control message each); their waits on that call end with
- * the notice (progress.c keeps it as it arrives). After hcomm_comm_abort() a waiting rank tells
- * its peers once. hcomm__coll_done drops what is left of finished calls: their notices and late
- * messages. */
+ * the notice (progress.c keeps it as it arrives). A rank that finds hcomm_comm_abort() called
+ * tells its peers once; that notice ends every wait of theirs on the comm from then on.
+ * hcomm__coll_done drops what is left of finished calls: their notices and late messages. */
 #include "p2p/notice.h"
 #include "p2p/progress.h"
 
@@ -51,6 +51,12 @@ hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t
 bool hcomm__peer_error(hcomm_comm_t *c, uint32_t seq, int *src, hcomm_result_t *why, char *text,
                        size_t cap) {
     p2p_t *p = p2p_of(c);
+    if (p && p->aborted_by) {
+        *src = p->aborted_by - 1;
+        *why = HCOMM_ERR_ABORTED;
+        snprintf(text, cap, "rank %d called hcomm_comm_abort() on this communicator", *src);
+        return true;
+    }
     for (int i = 0; p && i < p->nerrs; i++)
         if (p->errs[i].seq == seq) {
             *src = p->errs[i].src;
@@ -61,15 +67,19 @@ bool hcomm__peer_error(hcomm_comm_t *c, uint32_t seq, int *src, hcomm_result_t *
     return false;
 }
 
-hcomm_result_t hcomm__p2p_aborted_in(hcomm_comm_t *c, bool coll, uint32_t seq) {
+void hcomm__abort_tell(hcomm_comm_t *c) {
     p2p_t *p = p2p_of(c);
-    if (coll && !p->abort_told) {
-        char note[160];
-        snprintf(note, sizeof note, "rank %d called hcomm_comm_abort() on this communicator",
-                 c->rank);
-        p->abort_told = true;
-        hcomm__notify_error(c, seq, HCOMM_ERR_PEER, note);
-    }
+    if (!p || p->abort_told)
+        return;
+    /* Any seq: the notice holds for every call the peers are in or make later. */
+    hcomm__notify_error(c, c->call_seq, HCOMM_ERR_ABORTED, "hcomm_comm_abort()");
+    if (c->tr->abort_group)
+        c->tr->abort_group(c);
+    p->abort_told = true;
+}
+
+hcomm_result_t hcomm__comm_aborted(hcomm_comm_t *c) {
+    hcomm__abort_tell(c);
     return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                       "hcomm_comm_abort() was called on this communicator");
 }
@@ -85,13 +95,13 @@ hcomm_result_t hcomm__p2p_peer_verdict(hcomm_comm_t *c, uint32_t seq) {
 
 hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const char *what,
                                         double waited) {
-    HCOMM__TRY(hcomm__progress(c)); /* notices arrive as frames */
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return hcomm__comm_aborted(c); /* before a peer's notice: this rank's own doing */
+    HCOMM__TRY(hcomm__progress(c));    /* notices arrive as frames */
     HCOMM__TRY(hcomm__p2p_peer_verdict(c, seq));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s", what);
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return hcomm__p2p_aborted_in(c, true, seq);
     if (waited > c->timeout_s)
         return hcomm__err(HCOMM_ERR_TIMEOUT, c->call_fn,
                           "waited %g s for %s (seq %u, HCOMM_TIMEOUT%s)", c->timeout_s, what,

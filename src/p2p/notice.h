@@ -7,8 +7,5 @@
 
 /* A peer's failure notice for call seq as this rank's result (HCOMM_OK: none came). */
 hcomm_result_t hcomm__p2p_peer_verdict(hcomm_comm_t *c, uint32_t seq);
-/* After hcomm_comm_abort(): HCOMM_ERR_ABORTED; peers waiting in this collective (coll: seq is
- * one) learn it now instead of at their timeout. */
-hcomm_result_t hcomm__p2p_aborted_in(hcomm_comm_t *c, bool coll, uint32_t seq);
 
 #endif /* HCOMM_C_P2P_NOTICE_H_ */

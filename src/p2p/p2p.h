@@ -136,6 +136,12 @@ void hcomm__coll_done(hcomm_comm_t *c, uint32_t seq);
  * event in the message ("a message from rank 1 (collective channel, tag 5)"). Polls. */
 hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const char *what,
                                         double waited);
+/* After hcomm_comm_abort() on c, where this rank first finds it (a wait, a call's start):
+ * tells the peers once, so that every wait of theirs on c ends with HCOMM_ERR_PEER naming the
+ * abort from then on instead of at their timeout; returns HCOMM_ERR_ABORTED. */
+hcomm_result_t hcomm__comm_aborted(hcomm_comm_t *c);
+/* The telling alone, for a call that failed below this layer (an abandoned MPI operation). */
+void hcomm__abort_tell(hcomm_comm_t *c);
 /* One progress round (poll the transport, advance pulls): for waits outside p2p requests. */
 hcomm_result_t hcomm__progress(hcomm_comm_t *c);
 /* Unexpected-message bytes held now (for tests and the leak check). */

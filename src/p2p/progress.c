@@ -241,6 +241,11 @@ static void record_peer_error(p2p_t *p, int src, const hcomm__env_t *env, const 
     uint32_t seq = (uint32_t)env->tag;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_P2P, "notice from rank %d for seq %u (done %u)", src,
                (unsigned)seq, (unsigned)p->coll_done);
+    if (env->result == HCOMM_ERR_ABORTED) { /* whatever call this rank is in or makes later */
+        if (!p->aborted_by)
+            p->aborted_by = src + 1;
+        return;
+    }
     if (p->coll_started && !seq_before(p->coll_done, seq))
         return; /* a call this rank already finished */
     for (int i = 0; i < p->nerrs; i++)

@@ -75,6 +75,8 @@ typedef struct p2p {
     int32_t *next_id;        /* [size] number of the next message to each peer */
     unsigned long delivered; /* frames the transport handed over so far */
     bool abort_told;         /* peers were told of this rank's hcomm_comm_abort() */
+    int aborted_by; /* 1 + the first peer whose abort notice came (0: none): it makes no more calls
+                     */
     hcomm__req_t *free_reqs;
     int free_count;
     hcomm__req_t *group_head, *group_tail;
@@ -166,8 +168,7 @@ static inline void ux_unlink(p2p_t *p, uxm_t *prev, uxm_t *u) {
 
 static inline hcomm_result_t check_peer(hcomm_comm_t *c, int peer, int channel) {
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this communicator");
+        return hcomm__comm_aborted(c);
     if (peer < 0 || peer >= c->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, c->call_fn, "peer=%d outside 0..%d", peer,
                           c->size - 1);

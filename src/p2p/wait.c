@@ -79,16 +79,16 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     hcomm_comm_t *c = r->c;
     p2p_t *p = p2p_of(c);
     char what[160];
+    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+        return hcomm__comm_aborted(c);
     /* A send of a failed call still completes: its receiver drops the message as stale on
      * arrival (pulling a rendezvous payload into scratch), so only receives end early here. */
-    if (r->channel == HCOMM__CH_COLL && r->is_recv)
+    if ((r->channel == HCOMM__CH_COLL && r->is_recv) || p->aborted_by) /* the comm is dead */
         HCOMM__TRY(hcomm__p2p_peer_verdict(c, (uint32_t)r->tag));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s",
                           what_awaited(r, what, sizeof what));
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return hcomm__p2p_aborted_in(c, r->channel == HCOMM__CH_COLL, (uint32_t)r->tag);
     if (p->full && r->is_recv)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn,
                           "cannot keep a %zu-byte message from rank %d (%s channel, tag %d) that "

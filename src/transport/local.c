@@ -204,6 +204,11 @@ static bool local_world_aborted(hcomm_comm_t *c) {
     return atomic_load_explicit(&shared_of(c)->world->aborted, memory_order_relaxed) != 0;
 }
 
+/* Peers waiting in a native collective on c see the flag (hcomm__local_wait_verdict). */
+static void local_abort_group(hcomm_comm_t *c) {
+    atomic_store(&shared_of(c)->aborted, 1);
+}
+
 /* The ranks are threads of one process: a peer's buffer is read where it lies. */
 static bool local_peer_read_ok(hcomm_comm_t *c) {
     (void)c;
@@ -250,7 +255,8 @@ static const hcomm__transport_t local_tr = {
     .send_frame = local_send_frame, .test_tx = local_test_tx, .test_rx = local_test_tx,
     .poll = local_poll, .pull = local_pull, .pull_discards = true, .cancel = local_cancel,
     /* where the ranks are, and their memory: one address space */
-    .world_aborted = local_world_aborted, .shares_memory = local_shares_memory,
+    .world_aborted = local_world_aborted, .abort_group = local_abort_group,
+    .shares_memory = local_shares_memory,
     .mem_kind = local_mem_kind, .peer_read_ok = local_peer_read_ok, .peer_read = local_peer_read,
     .buf_export = local_buf_export, .buf_view = local_buf_view, .views_writable = true,
     /* native collectives, checked in the posted slots */

@@ -123,6 +123,9 @@ typedef struct hcomm__transport {
     bool (*cancel)(hcomm_comm_t *c, hcomm__treq_t *r, bool is_tx);
     /* True once the world is going down (a rank function failed). */
     bool (*world_aborted)(hcomm_comm_t *c);
+    /* Optional: this rank found hcomm_comm_abort() called on c; ends the peers' waits on c
+     * that run outside the p2p layer (the local transport's native collectives). */
+    void (*abort_group)(hcomm_comm_t *c);
     /* True when peer shares this rank's memory (threads, or processes on one node). */
     bool (*shares_memory)(hcomm_comm_t *c, int peer);
     /* An id of the host that rank runs on (equal ids: one node); NULL: every rank on one. */
