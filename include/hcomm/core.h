@@ -155,9 +155,11 @@ HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
 /** Makes every pending and later communicating call on @p comm fail at once with
  *  HCOMM_ERR_ABORTED (for example from a watchdog thread when a peer is known dead), its
  *  pending nonblocking collectives included (their hcomm_wait() returns it). The
- *  communicator stays unusable; destroy it. Local to the calling rank; the one hcomm call that
- *  may be made on a communicator from another thread while the owning thread is inside a call.
- *  Errors: HCOMM_ERR_NULL. */
+ *  communicator stays unusable; destroy it. Peers' calls on it then fail with HCOMM_ERR_PEER
+ *  naming the abort, once this rank has made or is in a call on it (a call that had passed
+ *  its meeting completes first: no rank returns while a peer still reads its buffers). Local
+ *  to the calling rank; the one hcomm call that may be made on a communicator from another
+ *  thread while the owning thread is inside a call. Errors: HCOMM_ERR_NULL. */
 HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);
 /** Sets how long any wait on @p comm may last, in seconds (> 0, at most 1e9), before
  *  HCOMM_ERR_TIMEOUT; overrides HCOMM_TIMEOUT for this communicator and the ones split from it
