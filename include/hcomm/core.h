@@ -156,8 +156,8 @@ HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
  *  HCOMM_ERR_ABORTED (for example from a watchdog thread when a peer is known dead), its
  *  pending nonblocking collectives included (their hcomm_wait() returns it). The
  *  communicator stays unusable; destroy it. Peers' calls on it then fail with HCOMM_ERR_PEER
- *  naming the abort, once this rank has made or is in a call on it (a call that had passed
- *  its meeting completes first: no rank returns while a peer still reads its buffers). Local
+ *  naming the abort, once this rank has made or is in a call on it (a local collective that
+ *  had passed its meeting completes first: no rank returns while a peer reads its buffers). Local
  *  to the calling rank; the one hcomm call that may be made on a communicator from another
  *  thread while the owning thread is inside a call. Errors: HCOMM_ERR_NULL. */
 HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);
