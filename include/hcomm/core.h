@@ -85,10 +85,10 @@ typedef enum hcomm_dtype {
  *  AVG of 100 is (300 mod 256 = 44) / 3 = 14). f16/bf16 SUM, PROD and AVG accumulate
  *  in f32 and round once, AVG dividing before the rounding, so an f16 mean never overflows
  *  (3 ranks' f16 AVG of 40000 is 40000). bf16 has f32's range: its AVG, like f32's, is inf
- *  where the sum passes the f32 range (3 ranks' AVG of 3e38), whatever the mean. MAX and MIN of floats are NaN when any
- *  rank's element is NaN. Where two NaNs meet in a SUM, PROD or AVG, which sign and payload
- *  the NaN result carries is not specified (IEEE 754 leaves it open) and may differ between
- *  algorithms, deterministic mode included. */
+ *  where the sum passes the f32 range (3 ranks' AVG of 3e38), whatever the mean. MAX and MIN of
+ * floats are NaN when any rank's element is NaN. Where two NaNs meet in a SUM, PROD or AVG, which
+ * sign and payload the NaN result carries is not specified (IEEE 754 leaves it open) and may differ
+ * between algorithms, deterministic mode included. */
 typedef enum hcomm_op {
     HCOMM_SUM = 0,
     HCOMM_PROD,
