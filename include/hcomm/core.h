@@ -234,8 +234,9 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * tp, dp and moe calls) must be aligned to its dtype's element size (a float to 4 bytes; u8
  * and i8 to nothing), else HCOMM_ERR_INVALID_ARG naming the argument: the reduction kernels
  * load typed elements. Moves (all_gather(v), broadcast, gather, scatter, all_to_allv, p2p)
- * take any address. No buffer may span more than 2^56 bytes (the most a 64-bit process maps;
- * half the address space on 32-bit machines): a size or count*ranks beyond that is
+ * take any address. No buffer may span more than 2^47 bytes (128 TiB, the user address space
+ * of 64-bit Linux on x86-64 and AArch64; half the address space on 32-bit machines): a size,
+ * count*ranks or an all_to_allv block's displacement+count beyond that is
  * HCOMM_ERR_INVALID_ARG ("bytes=... is larger than any buffer can be") before any pointer is
  * formed from it. Counts above INT_MAX work on both backends wherever hcomm's own algorithms
  * run, which is every collective on one host (measured: a u8 all_reduce of 2^31+5 elements,

@@ -143,10 +143,11 @@ void hcomm__stream_fence(void);
 /* True when [a, a+an) and [b, b+bn) share a byte. */
 bool hcomm__overlaps(const void *a, size_t an, const void *b, size_t bn);
 
-/* The most bytes one buffer can span (core.h, "Buffers"): a 64-bit process maps at most 2^56
- * (x86-64 five-level paging; AArch64 addresses have 52 bits), others half their address space.
- * Checked before any pointer arithmetic on user sizes, so none can wrap. */
-#define HCOMM__MAX_BUFFER_BYTES (SIZE_MAX > 0xffffffffu ? (SIZE_MAX >> 8) + 1 : SIZE_MAX >> 1)
+/* The most bytes one buffer can span (core.h, "Buffers"): 2^47 on 64-bit machines, the user
+ * address space of x86-64 and of AArch64 Linux (which map nothing above it unless a program
+ * asks with an mmap hint), half the address space elsewhere. Checked before any pointer
+ * arithmetic on user sizes, so none can wrap. */
+#define HCOMM__MAX_BUFFER_BYTES (SIZE_MAX > 0xffffffffu ? (SIZE_MAX >> 17) + 1 : SIZE_MAX >> 1)
 /* times blocks of count elements of es bytes as *bytes, or HCOMM_ERR_INVALID_ARG naming
  * `name=count` (and the ranks where times > 1) when no buffer can span that. */
 hcomm_result_t hcomm__span(const char *fn, const char *name, size_t count, size_t es, size_t times,
