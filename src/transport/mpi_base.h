@@ -48,6 +48,7 @@ typedef struct mpi_impl {
     int snext;
     struct mpi_tx *waiting; /* rendezvous sends awaiting clear-to-send */
     void **board;           /* [size] every member's board region (transport.board), or NULL */
+    bool adopted;           /* its setup finished here: destroy says goodbye to each peer */
 } mpi_impl_t;
 
 /* The running launch's control communicator (MPI_COMM_NULL outside a launch). */
@@ -124,6 +125,13 @@ static inline hcomm_result_t await_posted(hcomm_comm_t *c, const char *fn, const
 /* Posts a new comm's frame receives (after its MPI communicator is set); frees them. */
 hcomm_result_t hcomm__mpi_frames_init(const char *fn, hcomm_comm_t *c);
 void hcomm__mpi_frames_free(mpi_impl_t *m);
+/* Before MPI_Comm_free: Open MPI gives a freed comm's context id to the next comm it makes,
+ * and a message still in flight on the old one (a failure notice nobody waited for, a lane
+ * message of a failed call) is then delivered there. So every member sends each peer a
+ * goodbye and drops whatever arrives until it has every peer's (messages of one sender arrive
+ * in order). False when some goodbye did not come within limit seconds: then the MPI comm
+ * must stay allocated, its id unused. */
+bool hcomm__mpi_frames_drain(hcomm_comm_t *c, double limit);
 /* The transport's entries of the same names (transport.h). */
 hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
                                      const void *payload, size_t bytes, bool rndv,

@@ -11,6 +11,8 @@
  * lane_base - 1, lane messages lane_base up to the tag bound. */
 #define FRAME_TAG 1
 #define DATA_TAG_MIN 2
+/* Tag 0 carries only hcomm__mpi_frames_drain's goodbyes. */
+#define BYE_TAG 0
 
 /* What precedes the p2p header on the wire. */
 typedef struct wire {
@@ -102,6 +104,69 @@ void hcomm__mpi_frames_free(mpi_impl_t *m) {
         free(m->rbuf[i]);
     }
     free(m->next_tag);
+}
+
+/* --- the goodbye before MPI_Comm_free --- */
+
+/* Receives and drops one message waiting on the comm (any tag); *src is its sender when it
+ * was a goodbye, else -1. False when none waits. */
+static bool drop_one(mpi_impl_t *m, int *src) {
+    int flag = 0, n = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->comm, &flag, &msg, &st) != MPI_SUCCESS || !flag)
+        return false;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    /* without memory the receive truncates: the message is still taken off the comm */
+    MPI_Mrecv(buf, buf ? n : 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    free(buf);
+    *src = st.MPI_TAG == BYE_TAG ? st.MPI_SOURCE : -1;
+    return true;
+}
+
+/* Drops whatever arrives until every peer's goodbye has, or the limit passes. */
+static int await_goodbyes(hcomm_comm_t *c, bool *got, double limit) {
+    int missing = c->size - 1;
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    while (missing > 0) {
+        int src = -1;
+        if (drop_one(impl_of(c), &src)) {
+            if (src >= 0 && src < c->size && !got[src])
+                got[src] = true, missing--;
+            continue;
+        }
+        if (hcomm__backoff(&b) > limit || ((b.iter & 63) == 0 && hcomm__mpi_peer_aborted()))
+            break;
+    }
+    return missing;
+}
+
+bool hcomm__mpi_frames_drain(hcomm_comm_t *c, double limit) {
+    mpi_impl_t *m = impl_of(c);
+    for (int i = 0; i < RECV_DEPTH; i++) /* from here on every frame is taken by drop_one */
+        if (m->rreq[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&m->rreq[i]);
+            MPI_Wait(&m->rreq[i], MPI_STATUS_IGNORE);
+        }
+    if (c->size < 2)
+        return true;
+    bool *got = calloc((size_t)c->size, sizeof *got);
+    MPI_Request *bye = calloc((size_t)c->size, sizeof *bye);
+    int one = 1, missing = c->size;
+    for (int p = 0; got && bye && p < c->size; p++)
+        if (p == c->rank ||
+            MPI_Isend(&one, 1, MPI_INT, p, BYE_TAG, m->comm, &bye[p]) != MPI_SUCCESS)
+            bye[p] = MPI_REQUEST_NULL;
+    if (got && bye)
+        missing = await_goodbyes(c, got, limit);
+    for (int p = 0; bye && p < c->size; p++) /* eager: each completes without its receiver */
+        if (bye[p] != MPI_REQUEST_NULL)
+            MPI_Request_free(&bye[p]);
+    free(got);
+    free(bye);
+    return missing == 0;
 }
 
 static int next_data_tag(mpi_impl_t *m, int peer) {

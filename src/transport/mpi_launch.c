@@ -129,6 +129,7 @@ static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *par
         hcomm__comm_free(c);
         return r;
     }
+    impl->adopted = true; /* hcomm frames may travel on it from here on */
     *out = c;
     return HCOMM_OK;
 }
@@ -169,6 +170,14 @@ static hcomm_result_t mpi_split(hcomm_comm_t *c, int color, int key, hcomm_comm_
     return adopt(c->call_fn, mc, c, out);
 }
 
+/* How long destroy waits for its peers' goodbyes (hcomm__mpi_frames_drain). After an abort or
+ * a failed operation a peer may never come (abort is how a watchdog gives up on a hung one):
+ * a short wait, then the MPI comm is left allocated rather than its id reused. */
+static double drain_limit(hcomm_comm_t *c) {
+    bool failed = atomic_load(&c->aborted) || impl_of(c)->broken != HCOMM_OK;
+    return failed && c->timeout_s > 2.0 ? 2.0 : c->timeout_s;
+}
+
 static void mpi_destroy(hcomm_comm_t *c) {
     mpi_impl_t *impl = c->impl;
     int finalized = 0;
@@ -176,8 +185,9 @@ static void mpi_destroy(hcomm_comm_t *c) {
     if (impl)
         hcomm__mpi_board_free(c);
     if (impl && !finalized) {
+        bool drained = !impl->adopted || hcomm__mpi_frames_drain(c, drain_limit(c));
         hcomm__mpi_frames_free(impl);
-        if (impl->comm != MPI_COMM_NULL)
+        if (impl->comm != MPI_COMM_NULL && drained)
             MPI_Comm_free(&impl->comm);
     }
     free(impl);
