@@ -76,6 +76,12 @@ extern const fz_kind_t fz_pp_kinds[];
 extern const int fz_pp_nkinds;
 extern const fz_kind_t fz_prim_kinds[];
 extern const int fz_prim_nkinds;
+extern const fz_kind_t fz_collv_kinds[]; /* collv.c: all_gatherv, reduce_scatterv */
+extern const int fz_collv_nkinds;
+extern const fz_kind_t fz_tp_kinds[]; /* tp.c */
+extern const int fz_tp_nkinds;
+extern const fz_kind_t fz_moe_kinds[]; /* moe.c: top-k and plans */
+extern const int fz_moe_nkinds;
 
 /* rng.c: splitmix64 streams. */
 uint64_t fz_next(fz_rng_t *r);

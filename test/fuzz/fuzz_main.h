@@ -12,7 +12,12 @@ typedef struct fz_opts {
     int ranks; /* local: threads; mpi: the job's size (0) */
     const char *corpus_dir;
     int verbose;
+    /* Which kind tables draw: 1 those before all_gatherv, TP and MoE top-k joined, so corpus
+     * files without a gen= line replay the sequence they were found with; FZ_GEN all. */
+    int gen;
 } fz_opts_t;
+
+#define FZ_GEN 2
 
 extern fz_opts_t fz_opt;
 /* Set when any rank of this process found something (the exit code). */

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-fz_opts_t fz_opt = {.backend = "local", .ranks = 4, .corpus_dir = "."};
+fz_opts_t fz_opt = {.backend = "local", .ranks = 4, .corpus_dir = ".", .gen = FZ_GEN};
 atomic_int fz_failed;
 unsigned fz_avoid;
 const char *fz_avoid_names = "";
@@ -59,9 +59,9 @@ void fz_write_corpus(long idx, const char *found) {
              (unsigned long long)fz_opt.seed, idx);
     FILE *fp = fopen(path, "w");
     if (fp) {
-        fprintf(fp, "seed=%llu\ncalls=%ld\nbackend=%s\nranks=%d\navoid=%s\nfound=%s\n",
+        fprintf(fp, "seed=%llu\ncalls=%ld\nbackend=%s\nranks=%d\navoid=%s\ngen=%d\nfound=%s\n",
                 (unsigned long long)fz_opt.seed, idx + 1, fz_opt.backend, fz_opt.ranks,
-                fz_avoid_names, found);
+                fz_avoid_names, fz_opt.gen, found);
         fclose(fp);
     }
     fprintf(stderr,
@@ -139,11 +139,13 @@ static int read_corpus(const char *path) {
     static char backend[16];
     char line[1024];
     unsigned long long seed = 0;
+    fz_opt.gen = 1; /* files from before gen= lines */
     while (fgets(line, sizeof line, fp)) {
         if (sscanf(line, "seed=%llu", &seed) == 1)
             fz_opt.seed = seed;
         sscanf(line, "calls=%ld", &fz_opt.calls);
         sscanf(line, "ranks=%d", &fz_opt.ranks);
+        sscanf(line, "gen=%d", &fz_opt.gen);
         static char avoid[256];
         if (sscanf(line, "avoid=%255s", avoid) == 1)
             fz_avoid = avoid_mask(fz_avoid_names = avoid);

@@ -22,14 +22,17 @@ static int weight(const fz_kind_t *k) {
 
 /* The call kinds of every table, drawn by weight from the agreed stream. */
 static const fz_kind_t *pick(fz_t *f) {
-    const fz_kind_t *tables[] = {fz_coll_kinds, fz_pp_kinds, fz_prim_kinds};
-    const int counts[] = {fz_coll_nkinds, fz_pp_nkinds, fz_prim_nkinds};
+    const fz_kind_t *tables[] = {fz_coll_kinds,  fz_pp_kinds, fz_prim_kinds,
+                                 fz_collv_kinds, fz_tp_kinds, fz_moe_kinds};
+    const int counts[] = {fz_coll_nkinds,  fz_pp_nkinds, fz_prim_nkinds,
+                          fz_collv_nkinds, fz_tp_nkinds, fz_moe_nkinds};
+    const int NT = fz_opt.gen >= 2 ? 6 : 3; /* gen 1: the tables before the later kinds */
     int total = 0;
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < NT; t++)
         for (int k = 0; k < counts[t]; k++)
             total += weight(&tables[t][k]);
     int w = (int)fz_below(&f->ag, (uint64_t)total);
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < NT; t++)
         for (int k = 0; k < counts[t]; k++)
             if ((w -= weight(&tables[t][k])) < 0)
                 return &tables[t][k];
