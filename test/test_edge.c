@@ -124,6 +124,10 @@ static hcomm_result_t misaligned(hcomm_comm_t *world, void *arg) {
     T_ERR(hcomm_reduce_scatter(world, a, (char *)b + 2, 1, HCOMM_F64, HCOMM_MAX),
           HCOMM_ERR_INVALID_ARG);
     expect_text("recvbuf=");
+    size_t counts[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    T_ERR(hcomm_reduce_scatterv(world, odd, odd, counts, HCOMM_F32, HCOMM_SUM),
+          HCOMM_ERR_INVALID_ARG);
+    expect_text("hcomm_reduce_scatterv: sendbuf=");
     memset(a, 1, sizeof a);
     T_OK(hcomm_all_reduce(world, odd, (char *)b + 3, 5, HCOMM_U8, HCOMM_SUM));
     T_EQ_INT(((unsigned char *)b)[3], n);

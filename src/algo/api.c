@@ -341,6 +341,10 @@ static hcomm_result_t reduce_scatterv_checks(hcomm_comm_t *c, const void *sendbu
     if (counts[c->rank] > 0 && recvbuf == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'recvbuf' is NULL with counts[%d]=%zu",
                           c->rank, counts[c->rank]);
+    if (total > 0)
+        HCOMM__TRY(hcomm__check_aligned(fn, "sendbuf", sendbuf, dt));
+    if (counts[c->rank] > 0)
+        HCOMM__TRY(hcomm__check_aligned(fn, "recvbuf", recvbuf, dt));
     if (sendbuf == recvbuf || (const char *)sendbuf + off * es == (const char *)recvbuf)
         return HCOMM_OK;
     return check_overlap(fn, sendbuf, total * es, recvbuf, counts[c->rank] * es, NULL);
