@@ -30,6 +30,7 @@ fi
 cmake --build $dir --target $exe -j "$(nproc)" >/dev/null
 export HCOMM_TIMEOUT=${HCOMM_TIMEOUT:-20} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 found=$dir/found && mkdir -p $found
+stamp=$(mktemp)
 num() { # the figure named $1 in the totals line $2 (0 when the run died before it)
     local v
     v=$(sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2")
@@ -52,7 +53,8 @@ while ((SECONDS < end)); do
     rm -f "$log"
 done
 echo "fuzz.sh: $backend$( ((tsan)) && echo " (TSan)"), $runs runs, $failed with findings: calls=$calls errors=$errors ok_checked=$checked"
-for c in "$found"/*.txt; do
-    [ -e "$c" ] && echo "  $c: $(sed -n 's/^found=//p' "$c")"
+for c in "$found"/*.txt; do # this run's findings only: earlier runs' files stay for reading
+    [ "$c" -nt "$stamp" ] && echo "  $c: $(sed -n 's/^found=//p' "$c")"
 done
+rm -f "$stamp"
 exit $((failed > 0))
