@@ -153,9 +153,40 @@ static hcomm_result_t abort_pending(hcomm_comm_t *w, void *arg) {
     return HCOMM_OK;
 }
 
+/* One rank passes no place for its request (req, or a TP tensor, NULL) to the first nonblocking
+ * call of a communicator: it still joins, so its peers fail at once with PEER and the next
+ * nonblocking calls run on every rank. */
+static hcomm_result_t null_request(hcomm_comm_t *w, void *arg) {
+    (void)arg;
+    int r = t_rank(w), p = t_size(w);
+    if (p < 2)
+        return HCOMM_OK;
+    hcomm_comm_t *d = NULL;
+    T_TRY(fresh_comm(w, 30, &d));
+    float v = 1.0f;
+    hcomm_request_t *q = NULL;
+    if (r == 1) {
+        T_ERR(hcomm_iall_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM, NULL), HCOMM_ERR_NULL);
+    } else {
+        T_TRY(hcomm_iall_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM, &q));
+        T_ERR(hcomm_wait(q), HCOMM_ERR_PEER);
+    }
+    int64_t one = 1;
+    hcomm_tensor_t t;
+    hcomm_tensor_init(&t, &v, HCOMM_F32, 1, &one);
+    T_TRY(hcomm_tp_iall_reduce(d, r == 1 ? NULL : &t, &t, HCOMM_SUM, &q));
+    T_ERR(hcomm_wait(q), r == 1 ? HCOMM_ERR_NULL : HCOMM_ERR_PEER);
+    T_TRY(hcomm_iall_reduce(d, &v, &v, 1, HCOMM_F32, HCOMM_SUM, &q));
+    T_TRY(hcomm_wait(q));
+    T_CHECK(v == (float)p, "all_reduce after the failures gave %g, expected %d", v, p);
+    T_TRY(hcomm_comm_destroy(d));
+    return HCOMM_OK;
+}
+
 int main(void) {
     t_for_each_world(in_flight, NULL, 8);
     t_for_each_world(first_mixed, NULL, 4);
     t_for_each_world(abort_pending, NULL, 4);
+    t_for_each_world(null_request, NULL, 4);
     return t_finish("test_icoll");
 }

@@ -329,6 +329,8 @@ typedef struct hcomm_request hcomm_request_t;
  * Buffers must stay untouched until the request completes. *req gets the request: complete it
  * with hcomm_wait() or hcomm_test(). A rank whose argument check fails still issues its part
  * (its peers' request then fails with HCOMM_ERR_PEER) and gets its own error from the request.
+ * A NULL req is HCOMM_ERR_NULL at issue, returned once this rank's failure has joined its
+ * peers' operation (they get HCOMM_ERR_PEER), so no peer waits for a call that never comes.
  * Errors at issue: HCOMM_ERR_NULL (comm, req), HCOMM_ERR_NOMEM, HCOMM_ERR_BACKEND (no worker);
  * at completion: those of the blocking call.
  * @{ */

@@ -92,8 +92,10 @@ HCOMM_API hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group,
  *  issue order by the group's worker (see the nonblocking collectives in core.h); the call's
  *  whole body, including the permutation an inner dim needs, runs there. The tensors'
  *  descriptors are copied; their data must stay untouched until the request completes.
- *  Collective over @p group in issue order. Errors at issue: HCOMM_ERR_NULL (group, in, out,
- *  req), HCOMM_ERR_NOMEM. */
+ *  Collective over @p group in issue order. A NULL @p in or @p out is delivered by the
+ *  request, as a failed check; a NULL @p req is returned at issue once this rank's failure
+ *  has joined its peers' operation (they get HCOMM_ERR_PEER). Errors at issue: HCOMM_ERR_NULL
+ *  (group, req), HCOMM_ERR_NOMEM. */
 HCOMM_API hcomm_result_t hcomm_tp_iall_reduce(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                               hcomm_tensor_t *out, hcomm_op_t op,
                                               hcomm_request_t **req);

@@ -181,12 +181,19 @@ hcomm_result_t hcomm_comm_split(hcomm_comm_t *comm, int color, int key, hcomm_co
 
 /* --- nonblocking forms: the same checks; a failing rank issues its part of the call --- */
 
+/* A nonblocking call without a place for its request still joins its peers' operation, as a
+ * failed check does, and waits for it: a rank that returned early would leave them waiting. */
+static hcomm_result_t no_request(hcomm_comm_t *c, const char *fn) {
+    return hcomm__icoll_fail_now(c, hcomm__err(HCOMM_ERR_NULL, fn, "argument 'req' is NULL"));
+}
+
 #define HCOMM__ISSUE(comm, req, checks, body)                                                      \
     do {                                                                                           \
         HCOMM__CHECK_NULL(comm);                                                                   \
-        HCOMM__CHECK_NULL(req);                                                                    \
-        *(req) = NULL;                                                                             \
         hcomm__enter(comm, __func__);                                                              \
+        if (!(req))                                                                                \
+            return hcomm__leave(comm, no_request(comm, __func__));                                 \
+        *(req) = NULL;                                                                             \
         hcomm_result_t chk_ = (checks);                                                            \
         hcomm_result_t res_ = chk_ != HCOMM_OK ? hcomm__icoll_fail(comm, chk_, req) : (body);      \
         return hcomm__leave(comm, res_);                                                           \

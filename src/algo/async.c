@@ -207,6 +207,12 @@ hcomm_result_t hcomm__icoll_fail(hcomm_comm_t *c, hcomm_result_t why, hcomm_requ
     return submit(c, q, req);
 }
 
+hcomm_result_t hcomm__icoll_fail_now(hcomm_comm_t *c, hcomm_result_t why) {
+    hcomm_request_t *q = NULL;
+    HCOMM__TRY(hcomm__icoll_fail(c, why, &q));
+    return hcomm__request_wait(q);
+}
+
 hcomm_result_t hcomm__request_done(hcomm_request_t *q, bool *done) {
     *done = atomic_load_explicit(&q->done, memory_order_acquire) != 0;
     return HCOMM_OK;

@@ -21,6 +21,9 @@ hcomm_result_t hcomm__icall(hcomm_comm_t *c, hcomm__icall_fn_t fn, const void *c
 /* This rank's checks failed with why (message in the thread's last error): queues its part
  * so its peers' operation fails with HCOMM_ERR_PEER; the request completes with why. */
 hcomm_result_t hcomm__icoll_fail(hcomm_comm_t *c, hcomm_result_t why, hcomm_request_t **req);
+/* As hcomm__icoll_fail for a call that has no request to return (its req argument was NULL):
+ * the failure joins the peers' operation on the worker and is waited for here; returns why. */
+hcomm_result_t hcomm__icoll_fail_now(hcomm_comm_t *c, hcomm_result_t why);
 hcomm_result_t hcomm__request_done(hcomm_request_t *q, bool *done);
 /* Blocks until q completed, frees it and returns its result (message set on failure). */
 hcomm_result_t hcomm__request_wait(hcomm_request_t *q);

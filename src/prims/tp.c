@@ -283,17 +283,20 @@ static hcomm_result_t run_icall(hcomm_comm_t *g, void *p) {
 static hcomm_result_t tp_issue(const char *fn, hcomm_comm_t *group, const hcomm_tensor_t *in,
                                hcomm_tensor_t *out, tp_coll_t kind, int dim, hcomm_op_t op,
                                hcomm_request_t **req) {
-    if (req == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'req' is NULL");
+    if (group == NULL)
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'group' is NULL");
+    hcomm__enter(group, fn);
+    if (req == NULL || in == NULL || out == NULL) { /* joins the peers' operation all the same */
+        hcomm_result_t e = hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL",
+                                      req == NULL  ? "req"
+                                      : in == NULL ? "in"
+                                                   : "out");
+        return hcomm__leave(group, req ? hcomm__icoll_fail(group, e, req)
+                                       : hcomm__icoll_fail_now(group, e));
+    }
     *req = NULL;
-    if (group == NULL || in == NULL || out == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL",
-                          group == NULL ? "group"
-                          : in == NULL  ? "in"
-                                        : "out");
     tp_icall_t a = {
         .call = {fn, "in", "out"}, .in = *in, .out = *out, .kind = kind, .dim = dim, .op = op};
-    hcomm__enter(group, fn);
     return hcomm__leave(group, hcomm__icall(group, run_icall, &a, sizeof a, req));
 }
 
