@@ -315,7 +315,7 @@ hcomm_result_t hcomm__a2a_direct(const hcomm__xfer_t *x, const hcomm__a2a_t *v) 
         res = hcomm__x_tell_peers(x, read_blocks(x, v, d + p, &b));
     }
     if (res == HCOMM_OK)
-        res = hcomm__x_barrier_all(x); /* every rank has read its blocks */
+        res = hcomm__x_release_all(x); /* every rank has read its blocks */
     free(reqs);
     free(d);
     return res != HCOMM_OK ? res : hcomm__a2a_verdict(x, &b);

@@ -37,7 +37,7 @@ static hcomm_result_t rs_block_direct(const hcomm__xfer_t *x, const void *send, 
         res = hcomm__x_tell_peers(x, hcomm__pr_reduce_range(x, all, send, out, off, len, dt, op,
                                                             false, HCOMM__PR_PUSH_NONE, tmp));
     if (res == HCOMM_OK)
-        res = hcomm__x_barrier_all(x);
+        res = hcomm__x_release_all(x);
     if (res == HCOMM_OK && staged)
         memcpy(recv, out, bytes);
     free(tmp);
@@ -93,7 +93,7 @@ static hcomm_result_t gather_direct(const hcomm__xfer_t *x, const void *send, vo
     if (res == HCOMM_OK && mine != send && own)
         memcpy(mine, send, own);
     if (res == HCOMM_OK)
-        res = hcomm__x_barrier_all(x);
+        res = hcomm__x_release_all(x);
     free(off);
     free(all);
     return res;
@@ -155,7 +155,7 @@ hcomm_result_t hcomm__reduce_direct(const hcomm__xfer_t *x, const void *send, vo
             x, hcomm__pr_reduce_range(x, all, send, out, off, len, dt, op, stream,
                                       me == root ? HCOMM__PR_PUSH_NONE : root, tmp));
     if (res == HCOMM_OK)
-        res = hcomm__x_barrier_all(x);
+        res = hcomm__x_release_all(x);
     free(tmp);
     free(all);
     return res;
@@ -179,6 +179,6 @@ hcomm_result_t hcomm__bc_direct(const hcomm__xfer_t *x, void *buf, size_t bytes,
         res = hcomm__x_tell_peers(x, hcomm__x_peer_copy(x, root, &from, 0, buf, bytes));
     }
     if (res == HCOMM_OK)
-        res = hcomm__x_barrier_all(x);
+        res = hcomm__x_release_all(x);
     return res;
 }

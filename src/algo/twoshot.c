@@ -4,7 +4,8 @@
  * it may write the peers' outputs (local's threads; mpi where every output comes from
  * hcomm_mem_alloc: can_push) it writes each reduced piece into every other rank's output at
  * once (push_piece), else, after a barrier, every other rank's block is read into its output
- * (all_gather); a last barrier keeps every buffer alive until nobody touches it. Each byte is
+ * (all_gather); a last pair of barriers keeps every buffer alive until nobody touches it and tells
+ * each rank its reads were from buffers still in the call (hcomm__x_release_all). Each byte is
  * copied once per phase (transport.peer_read: memcpy on local, process_vm_readv on mpi), and each
  * element is reduced in rank order: the bits of the serial reduction. Only the buffer addresses and
  * the barriers travel as messages (with the call's signature). */
@@ -89,7 +90,7 @@ hcomm_result_t hcomm__ar_twoshot(const hcomm__xfer_t *x, const void *send, void 
     if (res == HCOMM_OK && !push)
         res = hcomm__x_tell_peers(x, gather_blocks(x, all, recv, count, dt));
     if (res == HCOMM_OK)
-        res = hcomm__x_barrier_all(x);
+        res = hcomm__x_release_all(x);
     free(tmp);
     free(all);
     return res;

@@ -97,6 +97,24 @@ hcomm__remote_t hcomm__x_remote(const hcomm__xfer_t *x, int peer, const hcomm__p
     return r;
 }
 
+/* How long a failed read of a peer's buffer waits for the reason to arrive. */
+#define READ_FAILED_WAIT_S 1.0
+
+/* A peer's buffer that cannot be read has mostly gone with its owner, which told its peers why
+ * (an abort) before it returned: that notice is the error, once it is here. */
+static hcomm_result_t read_failed(const hcomm__xfer_t *x, hcomm_result_t res) {
+    char keep[512];
+    snprintf(keep, sizeof keep, "%s", hcomm_last_error());
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    for (double waited = 0; waited < READ_FAILED_WAIT_S; waited = hcomm__backoff(&b)) {
+        hcomm_result_t why = hcomm__coll_wait_verdict(x->c, (uint32_t)x->tag, "a notice", 0);
+        if (why != HCOMM_OK)
+            return why;
+    }
+    return hcomm__err_text(res, keep);
+}
+
 hcomm_result_t hcomm__x_peer_copy(const hcomm__xfer_t *x, int peer, const hcomm__remote_t *r,
                                   size_t off, void *dst, size_t bytes) {
     if (bytes == 0)
@@ -109,7 +127,9 @@ hcomm_result_t hcomm__x_peer_copy(const hcomm__xfer_t *x, int peer, const hcomm_
             memmove(dst, src, bytes);
         return HCOMM_OK;
     }
-    return x->c->tr->peer_read(x->c, peer, (const char *)(uintptr_t)r->buf.addr + off, dst, bytes);
+    hcomm_result_t res =
+        x->c->tr->peer_read(x->c, peer, (const char *)(uintptr_t)r->buf.addr + off, dst, bytes);
+    return res == HCOMM_OK ? res : read_failed(x, res);
 }
 
 hcomm_result_t hcomm__x_peer_load(const hcomm__xfer_t *x, int peer, const hcomm__remote_t *r,
@@ -172,6 +192,14 @@ hcomm_result_t hcomm__x_addrs(const hcomm__xfer_t *x, const hcomm__group_t *g, c
 hcomm_result_t hcomm__x_barrier_all(const hcomm__xfer_t *x) {
     hcomm__group_t g = hcomm__x_everyone(x);
     return hcomm__x_barrier(x, &g);
+}
+
+/* Two barriers: one that a member leaves early (an abort) still lets the others through on
+ * its entry alone, but then it never enters the second, so they fail rather than return data
+ * they may have read after it left. */
+hcomm_result_t hcomm__x_release_all(const hcomm__xfer_t *x) {
+    HCOMM__TRY(hcomm__x_barrier_all(x));
+    return hcomm__x_barrier_all(x);
 }
 
 hcomm_result_t hcomm__x_addrs_all(const hcomm__xfer_t *x, const void *send, size_t send_bytes,

@@ -92,11 +92,15 @@ typedef struct hcomm__group {
 } hcomm__group_t;
 hcomm__group_t hcomm__x_everyone(const hcomm__xfer_t *x);
 /* Dissemination barrier over g (Hensgen, Finkel & Manber 1988): ceil(log2 n) rounds of empty
- * swaps; when it returns on one member, every member has entered it, so nobody reads a buffer
- * whose owner already returned. */
+ * swaps; when it returns on one member, every member has entered it, not that each is still
+ * there: a member that fails in it (an abort) may have returned already. */
 hcomm_result_t hcomm__x_barrier(const hcomm__xfer_t *x, const hcomm__group_t *g);
 /* hcomm__x_barrier over the whole communicator. */
 hcomm_result_t hcomm__x_barrier_all(const hcomm__xfer_t *x);
+/* The end of a call whose ranks read each other's buffers: returns OK only once every rank has
+ * finished its reads while every owner was still in the call, so nobody reports data read from
+ * a buffer whose owner had returned (after an abort) and freed or reused it. */
+hcomm_result_t hcomm__x_release_all(const hcomm__xfer_t *x);
 /* A member's two buffers, as the others read them. */
 typedef struct hcomm__buf_pair {
     hcomm__remote_t send, recv;
