@@ -111,6 +111,32 @@ static hcomm_result_t huge_sizes(hcomm_comm_t *world, void *arg) {
     return hcomm_barrier(world);
 }
 
+/* Sizes between 2^47 (the bound) and the bound of old, 2^56, with a 64-byte buffer: accepted
+ * then, a broadcast's chain received segments past the buffer and a nonblocking bf16 AVG
+ * all_reduce's twoshot read past it on mpi (fuzz corpus mpi-*-2p48). Refused on every rank,
+ * blocking or not, and the next call works. */
+static hcomm_result_t sizes_past_2p47(hcomm_comm_t *world, void *arg) {
+    (void)arg;
+    int n = t_size(world);
+    _Alignas(16) unsigned char a[64] = {0};
+    size_t p48 = (size_t)1 << 48, bf16_past = ((size_t)1 << 46) + 1; /* 2^47 + 2 bytes */
+    T_ERR(hcomm_broadcast(world, a, p48, n - 1), HCOMM_ERR_INVALID_ARG);
+    expect_text("hcomm_broadcast: bytes=281474976710656 is larger than any buffer");
+    T_ERR(hcomm_all_reduce(world, a, a, bf16_past, HCOMM_BF16, HCOMM_AVG), HCOMM_ERR_INVALID_ARG);
+    expect_text("hcomm_all_reduce: count=70368744177665");
+    hcomm_request_t *req = NULL;
+    hcomm_result_t r = hcomm_iall_reduce(world, a, a, p48, HCOMM_BF16, HCOMM_AVG, &req);
+    T_ERR(r == HCOMM_OK ? hcomm_wait(req) : r, HCOMM_ERR_INVALID_ARG);
+    expect_text("hcomm_iall_reduce: count=281474976710656");
+    r = hcomm_ireduce_scatter(world, a, a, p48, HCOMM_F32, HCOMM_SUM, &req);
+    T_ERR(r == HCOMM_OK ? hcomm_wait(req) : r, HCOMM_ERR_INVALID_ARG);
+    memset(a, 1, sizeof a);
+    T_OK(hcomm_broadcast(world, a, sizeof a, 0));
+    T_OK(hcomm_all_reduce(world, a, a, sizeof a, HCOMM_U8, HCOMM_SUM));
+    T_EQ_INT(a[63], n);
+    return hcomm_barrier(world);
+}
+
 /* A buffer not aligned to its dtype's element size is refused, never read with misaligned
  * loads; u8 has no alignment. */
 static hcomm_result_t misaligned(hcomm_comm_t *world, void *arg) {
@@ -159,6 +185,7 @@ int main(void) {
     t_for_each_world(zero_count_mismatch, NULL, 8);
     t_for_each_world(public_rs_and_a2a, NULL, 8);
     t_for_each_world(huge_sizes, NULL, 8);
+    t_for_each_world(sizes_past_2p47, NULL, 8);
     t_for_each_world(misaligned, NULL, 8);
     return t_finish("test_edge");
 }
