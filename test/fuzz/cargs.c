@@ -91,7 +91,8 @@ void fz_cargs_buffers(fz_t *f, const cargs_t *a, char **in, char **out) {
         return;
     }
     *in = fz_alloc(f, ib, a->misalign);
-    *out = a->inplace ? *in + a->inplace_off[0] : fz_alloc(f, ob, a->misalign);
+    /* a huge in-place offset is formed in integers: pointer arithmetic past the buffer is UB */
+    *out = a->inplace ? (char *)((uintptr_t)*in + a->inplace_off[0]) : fz_alloc(f, ob, a->misalign);
 }
 
 fz_expect_t fz_cargs_expect(const fz_t *f, const cargs_t *agreed, unsigned takes,
