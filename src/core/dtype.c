@@ -25,6 +25,13 @@ bool hcomm__op_valid(hcomm_op_t op) {
     return (unsigned)op < HCOMM_OP_COUNT;
 }
 
+const char *hcomm__dtype_str(hcomm_dtype_t dt) {
+    const char *name = "?";
+    if (hcomm__dtype_valid(dt))
+        hcomm_dtype_name(dt, &name);
+    return name;
+}
+
 size_t hcomm__dtype_size(hcomm_dtype_t dt) {
     return hcomm__dtype_valid(dt) ? dtype_info[dt].size : 0;
 }

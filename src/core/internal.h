@@ -51,12 +51,7 @@ const char *hcomm__err_detail(const char *fn);
 size_t hcomm__dtype_size(hcomm_dtype_t dt);
 bool hcomm__dtype_valid(hcomm_dtype_t dt);
 /* "f32", "bf16", ... for messages; "?" for an invalid dtype. */
-static inline const char *hcomm__dtype_str(hcomm_dtype_t dt) {
-    const char *name = "?";
-    if (hcomm__dtype_valid(dt))
-        hcomm_dtype_name(dt, &name);
-    return name;
-}
+const char *hcomm__dtype_str(hcomm_dtype_t dt);
 /* f16, bf16, f32 or f64. */
 bool hcomm__dtype_is_float(hcomm_dtype_t dt);
 bool hcomm__op_valid(hcomm_op_t op);

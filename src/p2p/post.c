@@ -2,6 +2,7 @@
  * batches. A new receive is matched against the unexpected queue first (in arrival order), then
  * waits in the posted queue for progress.c to match what arrives. */
 #include "p2p/progress.h"
+#include "p2p/notice.h"
 
 #include <stdint.h>
 #include <stdlib.h>

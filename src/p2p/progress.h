@@ -166,17 +166,6 @@ static inline void ux_unlink(p2p_t *p, uxm_t *prev, uxm_t *u) {
     QUEUE_UNLINK(p->ux_head, p->ux_tail, prev, u);
 }
 
-static inline hcomm_result_t check_peer(hcomm_comm_t *c, int peer, int channel) {
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-        return hcomm__comm_aborted(c);
-    if (peer < 0 || peer >= c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, c->call_fn, "peer=%d outside 0..%d", peer,
-                          c->size - 1);
-    if (channel < 0 || channel >= HCOMM__CH_COUNT)
-        return hcomm__err(HCOMM_ERR_INTERNAL, c->call_fn, "channel=%d is not a channel", channel);
-    return HCOMM_OK;
-}
-
 /* Keeps a few requests for reuse, so steady traffic does not call malloc. */
 static inline void req_release(hcomm__req_t *r) {
     p2p_t *p = p2p_of(r->c);
