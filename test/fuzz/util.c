@@ -2,6 +2,9 @@
  * checks every call kind uses. */
 #include "fuzz.h"
 
+#include "core/internal.h"
+#include "harness.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,46 +45,11 @@ size_t fz_dsize(hcomm_dtype_t dt) {
     return (unsigned)dt < HCOMM_DTYPE_COUNT ? sz[dt] : 1;
 }
 
-/* f32 -> f16, round to nearest even, normal range (the fuzzer's values are small). */
-static uint16_t to_f16(float x) {
-    if (x == 0)
-        return signbit(x) ? 0x8000 : 0;
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    uint32_t sign = (b >> 16) & 0x8000, mant = b & 0x7fffff;
-    int e = (int)((b >> 23) & 0xff) - 127 + 15;
-    uint32_t m = mant >> 13, rest = mant & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (m & 1)))
-        m++;
-    uint32_t h = ((uint32_t)e << 10) + m; /* a carry out of m moves into the exponent */
-    return (uint16_t)(sign | h);
-}
-
-static float from_f16(uint16_t h) {
-    int e = (h >> 10) & 0x1f;
-    float m = (float)(h & 0x3ff);
-    float v = e == 0 ? ldexpf(m, -24) : ldexpf(1024 + m, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t to_bf16(float x) {
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    uint32_t b = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &b, 4);
-    return x;
-}
-
 /* memcpy: the fuzzer's own buffers may be misaligned on purpose. */
 void fz_put(hcomm_dtype_t dt, void *buf, size_t i, double v) {
     char *p = (char *)buf + i * fz_dsize(dt);
     float f = (float)v;
-    uint16_t h = dt == HCOMM_F16 ? to_f16(f) : to_bf16(f);
+    uint16_t h = dt == HCOMM_F16 ? hcomm__f32_to_f16(f) : hcomm__f32_to_bf16(f);
     int8_t i8 = (int8_t)v;
     uint8_t u8 = (uint8_t)v;
     int32_t i32 = (int32_t)v;
@@ -108,9 +76,9 @@ double fz_get(hcomm_dtype_t dt, const void *buf, size_t i) {
     case HCOMM_F64:
         return u.d;
     case HCOMM_F16:
-        return from_f16(u.h);
+        return hcomm__f16_to_f32(u.h);
     case HCOMM_BF16:
-        return from_bf16(u.h);
+        return hcomm__bf16_to_f32(u.h);
     case HCOMM_I8:
         return u.i8;
     case HCOMM_U8:
@@ -119,22 +87,6 @@ double fz_get(hcomm_dtype_t dt, const void *buf, size_t i) {
         return u.i32;
     default:
         return (double)u.i64;
-    }
-}
-
-/* AVG as core.h words it: the sum, divided in the dtype (f16/bf16: in f32, rounded once). */
-static double avg(hcomm_dtype_t dt, double sum, int n) {
-    switch (dt) {
-    case HCOMM_F32:
-        return (float)sum / (float)n;
-    case HCOMM_F64:
-        return sum / n;
-    case HCOMM_F16:
-        return from_f16(to_f16((float)sum / (float)n));
-    case HCOMM_BF16:
-        return from_bf16(to_bf16((float)sum / (float)n));
-    default:
-        return (double)((long long)sum / n);
     }
 }
 
@@ -150,7 +102,7 @@ double fz_reduce(hcomm_dtype_t dt, hcomm_op_t op, const double *v, int n) {
         else
             acc = v[i] < acc ? v[i] : acc;
     }
-    return op == HCOMM_AVG ? avg(dt, acc, n) : acc;
+    return op == HCOMM_AVG ? t_avg_ref(dt, acc, n) : acc;
 }
 
 int fz_range(hcomm_op_t op) {
