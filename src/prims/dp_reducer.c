@@ -69,6 +69,13 @@ static hcomm_result_t alloc_packs(hcomm_dp_reducer_t *r) {
     return HCOMM_OK;
 }
 
+/* The bucket's all_reduce, if one was started, completed (its request is gone after). */
+static hcomm_result_t wait_bucket(rbucket_t *b) {
+    hcomm_result_t w = b->req ? hcomm_wait(b->req) : HCOMM_OK;
+    b->req = NULL;
+    return w;
+}
+
 static void reducer_free(hcomm_dp_reducer_t *r) {
     for (int k = 0; r->b && k < r->nb; k++)
         free(r->b[k].packed);
@@ -202,8 +209,7 @@ static hcomm_result_t finish(hcomm_dp_reducer_t *r, double *wait_s) {
     hcomm_result_t res = start_ready(r);
     double t0 = hcomm__now();
     for (int k = 0; k < r->nb; k++) {
-        hcomm_result_t w = r->b[k].req ? hcomm_wait(r->b[k].req) : HCOMM_OK;
-        r->b[k].req = NULL;
+        hcomm_result_t w = wait_bucket(&r->b[k]);
         if (w == HCOMM_OK)
             unpack(r, &r->b[k]);
         else if (res == HCOMM_OK)
@@ -233,7 +239,7 @@ hcomm_result_t hcomm_dp_reducer_destroy(hcomm_dp_reducer_t *r) {
         return HCOMM_OK;
     hcomm_result_t res = HCOMM_OK;
     for (int k = 0; k < r->nb; k++) {
-        hcomm_result_t w = r->b[k].req ? hcomm_wait(r->b[k].req) : HCOMM_OK;
+        hcomm_result_t w = wait_bucket(&r->b[k]);
         if (res == HCOMM_OK)
             res = w;
     }
