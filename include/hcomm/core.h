@@ -239,7 +239,7 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * count*ranks or an all_to_allv block's displacement+count beyond that is
  * HCOMM_ERR_INVALID_ARG ("bytes=... is larger than any buffer can be") before any pointer is
  * formed from it. Counts above INT_MAX work on both backends wherever hcomm's own algorithms
- * run, which is every collective on one host (measured: a u8 all_reduce of 2^31+5 elements,
+ * run, which is every collective on one host (tested: a u8 all_reduce of 2^31+5 elements,
  * in place, on 2 ranks: test_big_count); Open MPI's own collectives take int counts, so where
  * one of them would run (across hosts at large sizes, or HCOMM_ALGO=native) a count or byte
  * size above INT_MAX fails with HCOMM_ERR_UNSUPPORTED instead.
