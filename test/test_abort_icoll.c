@@ -136,6 +136,9 @@ static hcomm_result_t one_round(hcomm_comm_t *w, int round) {
     hcomm_request_t *q = NULL;
     T_TRY(hcomm_iall_reduce(d, &warm, &warm, 1, HCOMM_F32, HCOMM_SUM, &q));
     T_TRY(hcomm_wait(q));
+    /* A rank still finishing the warm-up when the abort lands fails it, rightly (an abort ends
+     * the calls in flight): every rank is past it before the watchdog starts. */
+    T_TRY(hcomm_barrier(w));
     watchdog_t wd = {.comm = d, .delay_us = 500 + 731L * round % 4000};
     pthread_t th;
     if (r == aborter)
