@@ -157,7 +157,9 @@ HCOMM_API hcomm_result_t hcomm_comm_destroy(hcomm_comm_t *comm);
  *  pending nonblocking collectives included (their hcomm_wait() returns it). The
  *  communicator stays unusable; destroy it. Peers' calls on it then fail with HCOMM_ERR_PEER
  *  naming the abort, once this rank has made or is in a call on it (a local collective that
- *  had passed its meeting completes first: no rank returns while a peer reads its buffers). Local
+ *  had passed its meeting completes first: no rank returns while a peer reads its buffers; a
+ *  split or a call's first nonblocking collective whose agreement every rank has reached makes
+ *  its communicator first, as the peers do, and only the calls after it fail). Local
  *  to the calling rank; the one hcomm call that may be made on a communicator from another
  *  thread while the owning thread is inside a call. Errors: HCOMM_ERR_NULL. */
 HCOMM_API hcomm_result_t hcomm_comm_abort(hcomm_comm_t *comm);

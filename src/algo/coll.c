@@ -218,8 +218,12 @@ static hcomm_result_t split_as(hcomm_comm_t *c, hcomm__call_kind_t kind, int col
     split_args_t s = {color, key, out};
     if (hcomm__posted_transport(c))
         return hcomm__call_end(&k, hcomm__run_posted(&k, posted_split, &s));
+    /* Once every rank has arrived the backend's blocking split cannot hang, unless a rank that
+     * arrived leaves on its own abort while its peers pass: it stays to the end. */
+    c->abort_deferred = true;
     hcomm_result_t res = hcomm__agree_all(&k);
-    if (res == HCOMM_OK) /* every rank has arrived: the backend's blocking split cannot hang */
+    c->abort_deferred = false;
+    if (res == HCOMM_OK)
         res = c->tr->split(c, color, key, out);
     return hcomm__call_end(&k, res);
 }

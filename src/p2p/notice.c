@@ -95,7 +95,7 @@ hcomm_result_t hcomm__p2p_peer_verdict(hcomm_comm_t *c, uint32_t seq) {
 
 hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const char *what,
                                         double waited) {
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    if (hcomm__aborted(c))
         return hcomm__comm_aborted(c); /* before a peer's notice: this rank's own doing */
     HCOMM__TRY(hcomm__progress(c));    /* notices arrive as frames */
     HCOMM__TRY(hcomm__p2p_peer_verdict(c, seq));

@@ -10,7 +10,7 @@ hcomm_result_t hcomm__p2p_peer_verdict(hcomm_comm_t *c, uint32_t seq);
 
 /* This rank aborted c (ABORTED, its peers told), or the peer or channel is out of range. */
 static inline hcomm_result_t check_peer(hcomm_comm_t *c, int peer, int channel) {
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    if (hcomm__aborted(c))
         return hcomm__comm_aborted(c);
     if (peer < 0 || peer >= c->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, c->call_fn, "peer=%d outside 0..%d", peer,

@@ -79,7 +79,7 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     hcomm_comm_t *c = r->c;
     p2p_t *p = p2p_of(c);
     char what[160];
-    if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    if (hcomm__aborted(c))
         return hcomm__comm_aborted(c);
     /* A send of a failed call still completes: its receiver drops the message as stale on
      * arrival (pulling a rendezvous payload into scratch), so only receives end early here. */

@@ -217,6 +217,10 @@ struct hcomm_comm {
     size_t eager_limit;    /* HCOMM_EAGER_LIMIT: larger messages go rendezvous */
     size_t unexpected_cap; /* HCOMM_UNEXPECTED_BYTES */
     atomic_int aborted;    /* hcomm_comm_abort() was called */
+    /* An agreement that a blocking backend call follows is under way: peers may pass it once
+     * this rank has arrived, so this rank's own abort is not seen until it ends (hcomm__aborted).
+     */
+    bool abort_deferred;
     /* A communicator that hcomm_comm_abort() aborts with this one (the nonblocking worker's
      * duplicate, set by the algorithms layer; cleared before that duplicate is freed). */
     _Atomic(struct hcomm_comm *) abort_with;
@@ -235,6 +239,11 @@ struct hcomm_comm {
      * their drain while this rank waits in its next call (their senders wait on that). */
     void (*idle)(hcomm_comm_t *c);
 };
+
+/* Whether this rank's hcomm_comm_abort() ends c's waits now (see abort_deferred). */
+static inline bool hcomm__aborted(const hcomm_comm_t *c) {
+    return atomic_load_explicit(&c->aborted, memory_order_relaxed) && !c->abort_deferred;
+}
 
 /* Allocates a comm with world_ranks[size] and the settings of parent (or of the environment
  * when parent is NULL); NULL on out-of-memory. */
