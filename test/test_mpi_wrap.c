@@ -119,6 +119,54 @@ static void wrapped_split(void) {
     MPI_Comm_free(&odd_even);
 }
 
+/* What a comm answers about its node: a board, and one-copy reads or not. */
+static hcomm_result_t node_answers(hcomm_comm_t *w, void *arg) {
+    int *out = arg;
+    out[0] = w->tr->board(w, w->rank) != NULL;
+    out[1] = w->tr->peer_read_ok(w);
+    return HCOMM_OK;
+}
+
+/* Sums at a size that takes several board meetings; the comm's node answers in got. */
+static void wrapped_answers(MPI_Comm comm, int *got) {
+    hcomm_comm_t *c = NULL;
+    T_OK(hcomm_comm_wrap_mpi(comm, &c));
+    if (!c)
+        return;
+    node_answers(c, got);
+    got[0] = got[0] || c->size == 1; /* a comm of one has no board */
+    enum { N = 100003 };
+    int32_t *v = malloc(N * sizeof *v);
+    for (int k = 0; v && k < N; k++)
+        v[k] = c->rank + k;
+    T_OK(hcomm_all_reduce(c, v, v, N, HCOMM_I32, HCOMM_SUM));
+    int wrong = 0;
+    for (int k = 0; v && k < N; k++)
+        wrong += v[k] != c->size * (c->size - 1) / 2 + c->size * k;
+    T_EQ_INT(wrong, 0);
+    free(v);
+    T_OK(hcomm_comm_destroy(c));
+}
+
+/* Before any launch in this process: a wrapped comm whose members share this host (mpirun on
+ * one machine) finds its node as a launched world then does (the same board and one-copy
+ * answers), on the world and on a split-off half wrapped alone. */
+static void wrapped_node(void) {
+    MPI_Comm half = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, mpi_rank % 2, mpi_rank, &half);
+    int world[2] = {-1, -1}, halves[2] = {-1, -1}, launched[2] = {-1, -1};
+    wrapped_answers(MPI_COMM_WORLD, world);
+    wrapped_answers(half, halves);
+    MPI_Comm_free(&half);
+    T_OK(hcomm_launch("mpi", 0, node_answers, launched));
+    launched[0] = launched[0] || mpi_size == 1;
+    for (int i = 0; i < 2; i++) {
+        T_CHECK(world[i] == launched[i] && halves[i] == launched[i],
+                "%s: wrapped world %d, wrapped half %d, launched world %d",
+                i ? "one-copy reads" : "board", world[i], halves[i], launched[i]);
+    }
+}
+
 static hcomm_result_t sum_ranks(hcomm_comm_t *w, void *arg) {
     (void)arg;
     int32_t mine = w->rank, sum = -1;
@@ -255,6 +303,7 @@ int main(void) {
         setenv("HCOMM_TIMEOUT", saved, 1);
     else
         unsetenv("HCOMM_TIMEOUT");
+    wrapped_node(); /* first: no launch has made the node table yet */
     wrapped_world();
     mpi_errors_return();
     wrapped_split();

@@ -36,6 +36,15 @@ extern "C" {
  *  MPI_Finalize. Every hcomm call works on it, including hcomm_comm_split(). Its waits end
  *  after HCOMM_TIMEOUT seconds (env, default 300) with HCOMM_ERR_TIMEOUT; outside
  *  hcomm_launch a failed peer is not announced, so it shows as that timeout.
+ *
+ *  Speed: it takes the paths a launched communicator takes. The members' hosts are gathered
+ *  over @p comm, so members on one host meet in shared memory (the board) and read each
+ *  other's buffers once (cross-memory attach, where the kernel allows it on every member);
+ *  its waits spin while no host has more of the live wrapped communicators' members than
+ *  cores, else they yield the core at once. It cannot tell about the application's other
+ *  processes on a host (those outside @p comm), so an application that runs more processes
+ *  than cores should expect the yielding waits' latency.
+ *
  *  Collective over @p comm: every process of @p comm calls it. MPI must already be
  *  initialized (hcomm does not initialize MPI here). Call it from the thread that
  *  initialized MPI.

@@ -49,6 +49,8 @@ typedef struct mpi_impl {
     struct mpi_tx *waiting; /* rendezvous sends awaiting clear-to-send */
     void **board;           /* [size] every member's board region (transport.board), or NULL */
     bool adopted;           /* its setup finished here: destroy says goodbye to each peer */
+    bool cma;     /* every member reads its host's members by cross-memory attach (agreed) */
+    bool wrapped; /* hcomm_comm_wrap_mpi's outside a launch: counted among ranks needing a core */
 } mpi_impl_t;
 
 /* The running launch's control communicator (MPI_COMM_NULL outside a launch). */
@@ -158,8 +160,14 @@ int hcomm__mpi_processes_here(int rank);
  * process_vm_readv and process_vm_writev (a seccomp profile may forbid either), else 0. */
 uint64_t hcomm__mpi_cma_self(void);
 /* Whether every rank of the world can read every peer on its host, agreed over
- * MPI_COMM_WORLD (polled) once the table is filled; peer_read_ok answers by it. */
+ * MPI_COMM_WORLD (polled) once the table is filled; the launch's comms keep the answer
+ * (hcomm__mpi_world_cma) and peer_read_ok gives it. */
 hcomm_result_t hcomm__mpi_cma_agree(int size, int me);
+bool hcomm__mpi_world_cma(void);
+/* Outside a launch (hcomm_comm_wrap_mpi): the rows of comm's members, gathered over comm
+ * (polled), join the table, so a wrapped comm finds its node and board as a launched one;
+ * *cma is the members' agreed cross-memory verdict, *here the members on this host. */
+hcomm_result_t hcomm__mpi_nodes_learn(const char *fn, MPI_Comm comm, bool *cma, int *here);
 /* Maps a board for a new comm whose members share one node (else none); unmaps it. */
 hcomm_result_t hcomm__mpi_board_init(const char *fn, hcomm_comm_t *c);
 void hcomm__mpi_board_free(hcomm_comm_t *c);

@@ -25,6 +25,7 @@
 #include "core/env.h"
 #include "core/topo_spec.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,8 +104,8 @@ static hcomm_result_t fill_world_ranks(const char *fn, hcomm_comm_t *c) {
 }
 
 /* Wraps mc (owned from here on: freed on failure) into a new hcomm comm; parent (may be NULL)
- * passes on its settings. */
-static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *parent,
+ * passes on its settings; cma: its members' cross-memory verdict. */
+static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *parent, bool cma,
                             hcomm_comm_t **out) {
     int rank = 0, size = 0;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
@@ -120,6 +121,7 @@ static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *par
     }
     impl->comm = mc;
     impl->broken = HCOMM_OK;
+    impl->cma = cma;
     hcomm_result_t r = fill_world_ranks(fn, c);
     if (r == HCOMM_OK)
         r = hcomm__mpi_frames_init(fn, c);
@@ -135,12 +137,47 @@ static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *par
 }
 
 /* MPI_Comm_idup, polled: ranks that cannot reach each other time out instead of hanging. */
-static hcomm_result_t dup_comm(const char *fn, MPI_Comm parent, hcomm_comm_t **out) {
+static hcomm_result_t dup_comm(const char *fn, MPI_Comm parent, bool cma, hcomm_comm_t **out) {
     MPI_Comm mc = MPI_COMM_NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_TRY(fn, MPI_Comm_idup(parent, &mc, &req));
     HCOMM__TRY(hcomm__mpi_wait_setup(fn, "MPI_Comm_idup", &req));
-    return adopt(fn, mc, NULL, out);
+    return adopt(fn, mc, NULL, cma, out);
+}
+
+/* The ranks of live wrapped comms, counted as a launch counts its own (core/wait.c): one rank
+ * in this process, and the most members on this host that any of them has. */
+static pthread_mutex_t wrap_mu = PTHREAD_MUTEX_INITIALIZER;
+static int wraps_live, wrap_here;
+
+static void wrap_count(int here) {
+    pthread_mutex_lock(&wrap_mu);
+    if (wraps_live++ == 0)
+        hcomm__ranks_here(1, wrap_here = here);
+    else if (here > wrap_here)
+        hcomm__ranks_here(0, here - wrap_here), wrap_here = here;
+    pthread_mutex_unlock(&wrap_mu);
+}
+
+static void wrap_uncount(void) {
+    pthread_mutex_lock(&wrap_mu);
+    if (--wraps_live == 0)
+        hcomm__ranks_here(-1, -wrap_here), wrap_here = 0;
+    pthread_mutex_unlock(&wrap_mu);
+}
+
+/* A wrapped comm learns its members' hosts (the board, one-copy reads) and counts its rank, so
+ * its waits spin where every member on a host has a core, as a launched comm's do. */
+static hcomm_result_t wrap_comm(const char *fn, MPI_Comm comm, hcomm_comm_t **out) {
+    bool cma = false;
+    int here = 0;
+    HCOMM__TRY(hcomm__mpi_nodes_learn(fn, comm, &cma, &here));
+    HCOMM__TRY(dup_comm(fn, comm, cma, out));
+    if (hcomm__mpi_abort_comm == MPI_COMM_NULL) { /* inside a launch its rank is counted */
+        impl_of(*out)->wrapped = true;
+        wrap_count(here);
+    }
+    return HCOMM_OK;
 }
 
 hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out) {
@@ -155,7 +192,7 @@ hcomm_result_t hcomm_comm_wrap_mpi(MPI_Comm comm, hcomm_comm_t **out) {
     if (inter)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, __func__,
                           "comm is an intercommunicator; hcomm needs an intracommunicator");
-    return dup_comm(__func__, comm, out);
+    return wrap_comm(__func__, comm, out);
 }
 
 /* The algorithms layer has seen every rank arrive (a signature agreement over p2p) before it
@@ -167,7 +204,7 @@ static hcomm_result_t mpi_split(hcomm_comm_t *c, int color, int key, hcomm_comm_
     *out = NULL;
     if (mc == MPI_COMM_NULL)
         return HCOMM_OK;
-    return adopt(c->call_fn, mc, c, out);
+    return adopt(c->call_fn, mc, c, impl_of(c)->cma, out);
 }
 
 /* How long destroy waits for its peers' goodbyes (hcomm__mpi_frames_drain). After an abort or
@@ -184,6 +221,8 @@ static void mpi_destroy(hcomm_comm_t *c) {
     MPI_Finalized(&finalized);
     if (impl)
         hcomm__mpi_board_free(c);
+    if (impl && impl->wrapped)
+        wrap_uncount();
     if (impl && !finalized) {
         bool drained = !impl->adopted || hcomm__mpi_frames_drain(c, drain_limit(c));
         hcomm__mpi_frames_free(impl);
@@ -334,7 +373,7 @@ static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int siz
     HCOMM__TRY(gather_nodes(size));
     HCOMM__TRY(hcomm__topo_spec_env_fits("hcomm_launch", size)); /* the same text everywhere now */
     int here = hcomm__mpi_processes_here(rank);
-    HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, &world));
+    HCOMM__TRY(dup_comm("hcomm_launch", MPI_COMM_WORLD, hcomm__mpi_world_cma(), &world));
     world->is_world = true;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl);
     if (rc != MPI_SUCCESS) {

@@ -6,6 +6,8 @@
 
 #include "transport/mpi_base.h"
 
+#include "core/topo_spec.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -32,7 +34,7 @@ static int world_node_size;
 bool hcomm__mpi_nodes_reset(int size) {
     free(world_node);
     world_node_size = 0;
-    world_node = malloc(sizeof *world_node * (size_t)size);
+    world_node = calloc((size_t)size, sizeof *world_node); /* pid 0: a row not known yet */
     return world_node != NULL;
 }
 
@@ -57,7 +59,8 @@ uint64_t hcomm__mpi_node_of(hcomm_comm_t *c, int rank) {
 
 bool hcomm__mpi_shares_memory(hcomm_comm_t *c, int peer) {
     int a = c->world_ranks[c->rank], b = c->world_ranks[peer];
-    if (!world_node || a >= world_node_size || b >= world_node_size)
+    if (!world_node || a >= world_node_size || b >= world_node_size || !world_node[a].pid ||
+        !world_node[b].pid)
         return a == b;
     return world_node[a].host == world_node[b].host;
 }
@@ -69,7 +72,8 @@ bool hcomm__mpi_shares_memory(hcomm_comm_t *c, int peer) {
 bool hcomm__mpi_peer_read_ok(hcomm_comm_t *c) {
     for (int r = 0; r < c->size; r++) {
         int w = c->world_ranks[r];
-        if (!world_cma || !world_node || w >= world_node_size || !hcomm__mpi_shares_memory(c, r))
+        if (!impl_of(c)->cma || !world_node || w >= world_node_size ||
+            !hcomm__mpi_shares_memory(c, r))
             return false;
     }
     return true;
@@ -138,11 +142,12 @@ uint64_t hcomm__mpi_cma_self(void) {
     return probe_reads((uint64_t)getpid(), addr) && self_writes() ? addr : 0;
 }
 
-/* True when this rank can read the probe of every peer on its host: a ptrace policy (Yama's
- * ptrace_scope=1, the Ubuntu default) may allow reading oneself but not a sibling process. */
+/* True when this rank can read the probe of every peer on its host (rows not known yet are
+ * not peers): a ptrace policy (Yama's ptrace_scope=1, the Ubuntu default) may allow reading
+ * oneself but not a sibling process. */
 static bool cma_reaches_peers(const node_info_t *nodes, int size, int me) {
     for (int r = 0; r < size; r++) {
-        if (r == me || nodes[r].host != nodes[me].host)
+        if (r == me || !nodes[r].pid || nodes[r].host != nodes[me].host)
             continue;
         if (!probe_reads(nodes[r].pid, nodes[r].cma))
             return false;
@@ -159,6 +164,74 @@ hcomm_result_t hcomm__mpi_cma_agree(int size, int me) {
         hcomm__mpi_wait_setup("hcomm_launch", "MPI_Iallreduce of the cross-memory probes", &req));
     world_cma = all != 0;
     return HCOMM_OK;
+}
+
+bool hcomm__mpi_world_cma(void) {
+    return world_cma;
+}
+
+/* --- the table outside a launch --- */
+
+enum { ROW_WORDS = 4 }; /* world rank, host, pid, probe */
+
+static hcomm_result_t poll_setup(const char *fn, const char *what, int rc, MPI_Request *req) {
+    return rc == MPI_SUCCESS ? hcomm__mpi_wait_setup(fn, what, req) : hcomm__mpi_fail(fn, what, rc);
+}
+
+/* This process's row, and every member's gathered over comm into all[size * ROW_WORDS]. */
+static hcomm_result_t gather_rows(const char *fn, MPI_Comm comm, uint64_t *all) {
+    char host[256] = "";
+    int me = 0;
+    gethostname(host, sizeof host - 1);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    uint64_t mine[ROW_WORDS] = {(uint64_t)me, hcomm__fnv(host, strlen(host), HCOMM__FNV_SEED),
+                                (uint64_t)getpid(), hcomm__mpi_cma_self()};
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc =
+        MPI_Iallgather(mine, ROW_WORDS, MPI_UINT64_T, all, ROW_WORDS, MPI_UINT64_T, comm, &req);
+    return poll_setup(fn, "MPI_Iallgather of the host names", rc, &req);
+}
+
+/* The table has a row per world rank: made here when no launch made it. */
+static bool table_ready(void) {
+    int world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world_node && world_node_size == world)
+        return true;
+    if (!hcomm__mpi_nodes_reset(world))
+        return false;
+    world_node_size = world;
+    return true;
+}
+
+hcomm_result_t hcomm__mpi_nodes_learn(const char *fn, MPI_Comm comm, bool *cma, int *here) {
+    int size = 0, me = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &me);
+    uint64_t *all = malloc(sizeof *all * (size_t)size * ROW_WORDS);
+    node_info_t *rows = malloc(sizeof *rows * (size_t)size);
+    hcomm_result_t res =
+        all && rows && table_ready()
+            ? gather_rows(fn, comm, all)
+            : hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %d node ids", size);
+    *here = 0;
+    for (int r = 0; res == HCOMM_OK && r < size; r++) {
+        const uint64_t *row = all + (size_t)r * ROW_WORDS;
+        rows[r] = (node_info_t){row[1], row[2], row[3]};
+        if (row[0] < (uint64_t)world_node_size)
+            world_node[row[0]] = rows[r];
+        *here += row[1] == all[(size_t)me * ROW_WORDS + 1];
+    }
+    int ok = res == HCOMM_OK && cma_reaches_peers(rows, size, me);
+    free(all);
+    free(rows);
+    if (res == HCOMM_OK) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm, &req);
+        res = poll_setup(fn, "MPI_Iallreduce of the cross-memory probes", rc, &req);
+    }
+    *cma = ok != 0;
+    return res;
 }
 
 /* --- views of hcomm_mem_alloc objects --- */
