@@ -41,6 +41,7 @@ enum {
     F_MOE_E,
     F_DP_N,
     F_MEM,
+    F_TIMING,
     F_COUNT
 };
 
@@ -68,6 +69,7 @@ static const flag_t flags[F_COUNT] = {
     [F_MOE_E] = {NULL, "--moe-experts", NULL, K_INT, 1, 1 << 16},
     [F_DP_N] = {NULL, "--dp-buffers", NULL, K_INT, 1, 4096},
     [F_MEM] = {NULL, "--mem", NULL, K_STR, 0, 0},
+    [F_TIMING] = {NULL, "--timing", NULL, K_STR, 0, 0},
 };
 
 static void print_version(void) {
@@ -123,6 +125,12 @@ static void usage(FILE *f) {
         "  --mem M           where the buffers come from: shared (hcomm_mem_alloc, the default:\n"
         "                    mpi processes on one node load from each other's) or host (malloc:\n"
         "                    read with cross-memory attach)\n"
+        "  --timing T        window (default: every timed call starts at one instant of the\n"
+        "                    host's clock, ReproMPI's window) or b2b (back to back, as OSU's\n"
+        "                    osu_allreduce: a sample is the mean of 100 calls in a loop below\n"
+        "                    64 KiB, 10 below 1 MiB, else 1)\n"
+        "  --wrap            under mpirun: the ranks run on hcomm_comm_wrap_mpi(MPI_COMM_WORLD),\n"
+        "                    as an MPI application adopting hcomm does, not on hcomm_launch's\n"
         "  --backend B       local or mpi (default: $HCOMM_BACKEND, else mpi under mpirun or\n"
         "                    srun, else local)\n"
         "  --calibrate [FILE]  instead of tables: measure the link classes of hcomm's cost model\n"
@@ -346,6 +354,13 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
         }
         o->host_mem = strcmp(v, "host") == 0;
         return 0;
+    case F_TIMING:
+        if (strcmp(v, "window") != 0 && strcmp(v, "b2b") != 0) {
+            fprintf(stderr, "hcomm-bench: %s=\"%s\" is not window or b2b\n", a, v);
+            return -1;
+        }
+        o->b2b = strcmp(v, "b2b") == 0;
+        return 0;
     default:
         break;
     }
@@ -366,6 +381,10 @@ static bool names_an_op(const char *v) {
 static int parse_one(bench_opts_t *o, int i, int argc, char **argv, bool *factor, bool *step,
                      uint32_t *given) {
     const char *a = argv[i];
+    if (!strcmp(a, "--wrap")) {
+        o->wrap = true;
+        return 1;
+    }
     if (!strncmp(a, "--calibrate", 11) && (a[11] == '\0' || a[11] == '=')) {
         bool next =
             a[11] == '\0' && i + 1 < argc && argv[i + 1][0] != '-' && !names_an_op(argv[i + 1]);

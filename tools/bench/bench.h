@@ -42,7 +42,12 @@ typedef struct bench_opts {
     bool iters_given;                      /* -n on the command line (compare) */
     bool redop_given;                      /* -o on the command line */
     bool ops_from_all;                     /* OP all (or none): every collective */
+    bool wrap; /* --wrap: the ranks run on hcomm_comm_wrap_mpi(MPI_COMM_WORLD) */
+    bool b2b;  /* --timing b2b: a sample is the mean of B2B_CALLS calls back to back */
 } bench_opts_t;
+
+/* --wrap (wrap.c): MPI started here, fn run on hcomm_comm_wrap_mpi(MPI_COMM_WORLD), MPI ended. */
+hcomm_result_t bench_run_wrapped(hcomm_rank_fn_t fn, void *arg);
 
 /* One operation's buffers and shape at one size on one rank. */
 typedef struct bench_op bench_op_t;

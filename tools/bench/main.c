@@ -339,7 +339,16 @@ static hcomm_result_t decide_window(run_t *R) {
     return HCOMM_OK;
 }
 
-/* One timed call of a: every rank starts together. */
+/* Calls per sample: one (window), or a loop long enough that a small call's time is not a
+ * clock read (--timing b2b, as OSU's benchmarks time a loop and divide). The same on every
+ * rank: it depends on the size alone. */
+static int sample_calls(const run_t *R, const bench_case_t *c) {
+    if (!R->o->b2b)
+        return 1;
+    return c->bytes < (64u << 10) ? 100 : c->bytes < (1u << 20) ? 10 : 1;
+}
+
+/* One timed sample of a: every rank starts together. */
 static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
                                const char **chosen) {
     BENCH_TRY(select_algo(R, a));
@@ -347,9 +356,11 @@ static hcomm_result_t time_one(run_t *R, algo_row_t *a, bench_case_t *c, int i,
      * in this one's time. */
     BENCH_TRY(start_together(R));
     hcomm__bench_take_algo(R->w);
+    int calls = sample_calls(R, c);
     double t0 = hcomm__bench_now();
-    BENCH_TRY(call(R, a, c));
-    double dt = hcomm__bench_now() - t0;
+    for (int k = 0; k < calls; k++)
+        BENCH_TRY(call(R, a, c));
+    double dt = (hcomm__bench_now() - t0) / calls;
     if (i >= 0)
         a->t[i] = dt;
     const char *got = hcomm__bench_take_algo(R->w);
@@ -1088,8 +1099,12 @@ int main(int argc, char **argv) {
     if (r == HCOMM_OK && check_algo_option(&o, mpi))
         return 2;
     int n = mpi ? 0 : o.nranks > 0 ? o.nranks : 8;
+    if (r == HCOMM_OK && o.wrap && !mpi) {
+        fprintf(stderr, "hcomm-bench: --wrap runs under mpirun (the mpi backend), not on %s\n", b);
+        return 2;
+    }
     if (r == HCOMM_OK)
-        r = hcomm_launch(b, n, rank_main, &o);
+        r = o.wrap ? bench_run_wrapped(rank_main, &o) : hcomm_launch(b, n, rank_main, &o);
     if (atomic_load(&usage_error))
         return 2;
     if (r != HCOMM_OK) {
