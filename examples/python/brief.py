@@ -35,7 +35,7 @@ back = moe.all_to_all(expert_output, routing)        # the reverse: original tok
 assert torch.allclose(back, tokens * 3)
 
 grads = [torch.ones(4) * hcomm.get_rank()]
-ctx.dp.all_reduce(grads)                             # op="avg" over the DP group
+ctx.dp.all_reduce(grads, op="avg")                   # over the DP group, in place
 ctx.destroy()
 g = hcomm.init_tensor_parallel_group(tp_rank=hcomm.get_rank() % 4, tp_size=4)
 print(f"rank {hcomm.get_rank()}: brief ok (tp rank {g.rank} of {g.size}, "

@@ -192,6 +192,14 @@ PROTOS = {
     "hcomm_dp_reducer_mark_ready": (_I, [_P, _I]),
     "hcomm_dp_reducer_finish": (_I, [_P, ctypes.POINTER(ctypes.c_double)]),
     "hcomm_dp_reducer_destroy": (_I, [_P]),
+    "hcomm_reduce": (_I, [_P, _P, _P, _SZ, _I, _I, _I]),
+    "hcomm_all_to_allv": (_I, [_P, _P, _P, _P, _P, _P, _P]),
+    "hcomm_iall_reduce": (_I, [_P, _P, _P, _SZ, _I, _I, ctypes.POINTER(_P)]),
+    "hcomm_wait": (_I, [_P]),
+    "hcomm_test": (_I, [_P, ctypes.POINTER(_I)]),
+    "hcomm_tp_iall_reduce": (_I, [_P, _T, _T, _I, ctypes.POINTER(_P)]),
+    "hcomm_tp_iall_gather": (_I, [_P, _T, _T, _I, ctypes.POINTER(_P)]),
+    "hcomm_tp_ireduce_scatter": (_I, [_P, _T, _T, _I, _I, ctypes.POINTER(_P)]),
 }
 for _region in ("copy_to", "reduce_from"):
     for _dir in ("fwd", "bwd"):

@@ -47,7 +47,8 @@ class Routing:
     @property
     def handle(self):
         if self._h is None:
-            raise RuntimeError("hcomm.moe: this routing was freed")
+            raise _world.dead("hcomm.moe", "this MoE routing", "routing.free(), or its "
+                              "group's context was destroyed")
         return self._h
 
     def received(self):

@@ -5,7 +5,7 @@ else the world. A receive without a shape takes whatever dtype and shape arrives
 or (neither given) the program has imported torch, else a numpy array."""
 import ctypes
 
-from . import _tensor
+from . import _tensor, _world
 from ._lib import Tensor, call, lib
 from .context import default_group
 
@@ -56,12 +56,25 @@ class Request:
     """A pending isend/irecv; wait() completes it and returns the received tensor (None for a
     send). The arrays and descriptors stay referenced here until then."""
 
-    def __init__(self, ptr, keep, result=None, kind=None):
+    def __init__(self, ptr, keep, result=None, kind=None, group=None):
         self._ptr, self._keep, self._result, self._kind = ptr, keep, result, kind
+        self.group = group
+        handles = getattr(_world._state, "routings", None)
+        if handles is not None:  # completed before its group goes away (Context.destroy)
+            handles.add(self)
+
+    def free(self):
+        """Completes a pending request (its context is being destroyed)."""
+        if self._ptr is not None:
+            try:
+                self.wait()
+            except Exception:  # noqa: BLE001 -- the context goes away either way
+                pass
 
     def wait(self):
         if self._ptr is None:
-            raise RuntimeError("hcomm.pp.Request: already waited")
+            raise _world.dead("hcomm.pp.Request.wait", "this request",
+                              "already waited; a request completes once")
         ptr, self._ptr = self._ptr, None
         call(lib.hcomm_pp_wait, ptr)
         if self._kind is not None:  # receive by envelope: copy out of hcomm's memory
@@ -73,7 +86,7 @@ def isend(x, dst, tag=0, group=None):
     g = default_group("pp", group)
     d, req = _tensor.desc(x, "x"), ctypes.c_void_p()
     call(lib.hcomm_pp_isend, g._ptr, ctypes.byref(d), dst, tag, ctypes.byref(req))
-    return Request(req, (x, d))
+    return Request(req, (x, d), group=g)
 
 
 def irecv(src, tag=0, shape=None, dtype=None, group=None, out=None, kind=None):
@@ -82,11 +95,11 @@ def irecv(src, tag=0, shape=None, dtype=None, group=None, out=None, kind=None):
     if shape is None and out is None:
         d = Tensor()
         call(lib.hcomm_pp_irecv_any, g._ptr, src, tag, ctypes.byref(d), ctypes.byref(req))
-        return Request(req, d, kind=_tensor.default_kind(kind, dtype))
+        return Request(req, d, kind=_tensor.default_kind(kind, dtype), group=g)
     buf = _recv_buffer(shape, dtype, out, kind)
     d = _tensor.desc(buf, "out", True)
     call(lib.hcomm_pp_irecv, g._ptr, ctypes.byref(d), src, tag, ctypes.byref(req))
-    return Request(req, (buf, d), result=buf)
+    return Request(req, (buf, d), result=buf, group=g)
 
 
 def send_recv(x, dst, src, send_tag=PP_TAG_FORWARD, recv_tag=PP_TAG_BACKWARD, shape=None,

@@ -198,7 +198,7 @@ def context_matches_plan(r, n, w):
             g = getattr(ctx, kind)
             assert g.ranks in layout[kind] and g.ranks[g.rank] == r, (kind, g.ranks, layout)
         grads = [np.full(3, float(r))]
-        ctx.dp.all_reduce(grads)
+        ctx.dp.all_reduce(grads, op="avg")
         same(grads[0], np.full(3, sum(ctx.dp.ranks) / ctx.dp.size), "ctx.dp.all_reduce")
     finally:
         ctx.destroy()

@@ -1,0 +1,119 @@
+"""torch.distributed's calls by their names and signatures, on hcomm groups: broadcast,
+barrier, all_to_all_single and reduce (hcomm.broadcast and so on). `group` None is the world.
+They write into the tensors they are given (torch.distributed's in-place style) and have no
+autograd, as torch.distributed's have none: a tensor written that requires grad is refused
+(hcomm._tensor.check_out). bool and int16 move as raw bytes in broadcast and
+all_to_all_single; reduce refuses them (DtypeError naming the dtype). async_op=True returns an
+hcomm.Work; the C forms of these three calls block, so its collective has completed when the
+call returns (tp.all_reduce/all_gather/reduce_scatter and dp.all_reduce are truly
+nonblocking)."""
+import ctypes
+
+import numpy as np
+
+from . import _lib, _tensor, _work, _world
+from ._lib import lib
+
+
+def _group(group, what):
+    g = _world.world() if group is None else group
+    if not isinstance(g, _world.Group):
+        raise TypeError(f"{what}: group must be an hcomm.Group, not {type(g).__name__}")
+    g.ptr(what)
+    return g
+
+
+def _nbytes(x):
+    return int(np.prod(x.shape)) * (x.itemsize if isinstance(x, np.ndarray) else
+                                     x.element_size())
+
+
+def _ret(g, what, r, result, async_op):
+    if r:
+        raise g.fail(what, r)
+    return _work.done(result, g, what) if async_op else (None if result is None else result)
+
+
+def _root(g, what, name, v):
+    if not isinstance(v, int) or not 0 <= v < g.size:
+        raise ValueError(f"{what}: {name}={v!r} outside 0..{g.size - 1} (a rank of the group)")
+
+
+def broadcast(tensor, src, group=None, async_op=False):
+    """Copies `tensor` of rank `src` (its rank in `group`) into `tensor` on every rank, in
+    place; returns None (a Work with async_op=True, whose wait() returns the tensor).
+    Collective: every rank passes the same shape, dtype and src."""
+    what = "hcomm.broadcast"
+    g = _group(group, what)
+    _root(g, what, "src", src)
+    _tensor.check_out(_tensor.check(tensor, "tensor"), "tensor")
+    t8, _ = _tensor.as_bytes(tensor)
+    d = _tensor.desc(t8, "tensor", writable=True)
+    r = lib.hcomm_broadcast(g._ptr, d.data, _nbytes(t8), src)
+    return _ret(g, what, r, tensor if async_op else None, async_op)
+
+
+def barrier(group=None, async_op=False):
+    """Blocks until every rank of `group` (default: the world) has called it."""
+    what = "hcomm.barrier"
+    g = _group(group, what)
+    return _ret(g, what, lib.hcomm_barrier(g._ptr), None, async_op)
+
+
+def reduce(tensor, dst, op="sum", group=None, async_op=False):
+    """`op` over the ranks of `tensor`, written into `tensor` on rank `dst` (in place; the
+    other ranks' tensors are left as they were). Collective."""
+    what = "hcomm.reduce"
+    g = _group(group, what)
+    _root(g, what, "dst", dst)
+    if op not in _lib.OPS:
+        raise ValueError(f"{what}: op must be one of {', '.join(_lib.OPS)}, not {op!r}")
+    _tensor.check_out(_tensor.check(tensor, "tensor"), "tensor")
+    d = _tensor.desc(tensor, "tensor", writable=True)
+    n = int(np.prod(tensor.shape))
+    r = lib.hcomm_reduce(g._ptr, d.data, d.data, n, d.dtype, _lib.OPS[op], dst)
+    return _ret(g, what, r, tensor if async_op else None, async_op)
+
+
+def _splits(name, sizes, rows, n, what):
+    """Row counts per rank: sizes, or rows/n each (which must divide)."""
+    if sizes is None:
+        if rows % n:
+            raise ValueError(f"{what}: {name} is None, so dim 0 ({rows}) must divide by the "
+                             f"group size {n}")
+        return [rows // n] * n
+    sizes = [int(s) for s in sizes]
+    if len(sizes) != n or min(sizes) < 0 or sum(sizes) != rows:
+        raise ValueError(f"{what}: {name}={sizes} must have {n} non-negative entries summing "
+                         f"to dim 0 of its tensor ({rows})")
+    return sizes
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                      group=None, async_op=False):
+    """Splits `input` along dim 0 (input_split_sizes rows per rank, default equal) and sends
+    block p to rank p; `output` receives rank p's block at its place in dim 0
+    (output_split_sizes). Every rank's input_split_sizes[p] must equal output_split_sizes of
+    rank p at this rank (hcomm.MismatchError naming the pair otherwise). Collective
+    (hcomm_all_to_allv). Shape errors name the argument and both shapes before any
+    communication."""
+    what = "hcomm.all_to_all_single"
+    g = _group(group, what)
+    _tensor.check(input, "input")
+    _tensor.check_out(_tensor.check(output, "output"), "output")
+    if input.dtype != output.dtype or tuple(input.shape[1:]) != tuple(output.shape[1:]):
+        raise ValueError(f"{what}: output {tuple(output.shape)} {output.dtype} and input "
+                         f"{tuple(input.shape)} {input.dtype} differ beyond dim 0")
+    ins = _splits("input_split_sizes", input_split_sizes, input.shape[0], g.size, what)
+    outs = _splits("output_split_sizes", output_split_sizes, output.shape[0], g.size, what)
+    i8, _ = _tensor.as_bytes(input)
+    o8, _ = _tensor.as_bytes(output)
+    row = _nbytes(i8) // max(input.shape[0], 1) if input.shape[0] else 0
+    row = row or (_nbytes(o8) // max(output.shape[0], 1) if output.shape[0] else 0)
+    arr = ctypes.c_size_t * g.size
+    sc, rc = arr(*[s * row for s in ins]), arr(*[s * row for s in outs])
+    sd = arr(*[int(v) * row for v in np.cumsum([0] + ins[:-1])])
+    rd = arr(*[int(v) * row for v in np.cumsum([0] + outs[:-1])])
+    di, do = _tensor.desc(i8, "input"), _tensor.desc(o8, "output", writable=True)
+    r = lib.hcomm_all_to_allv(g._ptr, di.data, sc, sd, do.data, rc, rd)
+    return _ret(g, what, r, output if async_op else None, async_op)
