@@ -2,7 +2,13 @@
 (include/hcomm/pp.h). `group` defaults to the current context's PP group (rank i = stage i),
 else the world. A receive without a shape takes whatever dtype and shape arrives
 (hcomm_pp_recv_any); it returns a torch tensor when `kind='torch'`, `dtype` is a torch dtype,
-or (neither given) the program has imported torch, else a numpy array."""
+or (neither given) the program has imported torch, else a numpy array.
+
+Autograd: none inside these calls, by design (as Megatron's p2p_communication): a send takes
+x.detach()'s bytes and a receive returns a new leaf. Gradients come back through the calls
+the user makes: the next stage marks what it received requires_grad_(), runs its backward and
+sends act.grad back with PP_TAG_BACKWARD; this stage calls out.backward(grad) on what it sent.
+A receive buffer (out=) that requires grad is refused (autograd would not see the write)."""
 import ctypes
 
 from . import _tensor, _world
@@ -17,7 +23,7 @@ _ANY_SHAPE = 2       # HCOMM_PP_ANY_SHAPE
 
 def _recv_buffer(shape, dtype, out, kind):
     if out is not None:
-        return out
+        return _tensor.check_out(out)
     import numpy as np
     if _tensor.default_kind(kind, dtype) == "torch":
         import torch
