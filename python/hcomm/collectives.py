@@ -4,9 +4,9 @@ They write into the tensors they are given (torch.distributed's in-place style) 
 autograd, as torch.distributed's have none: a tensor written that requires grad is refused
 (hcomm._tensor.check_out). bool and int16 move as raw bytes in broadcast and
 all_to_all_single; reduce refuses them (DtypeError naming the dtype). async_op=True returns an
-hcomm.Work; the C forms of these three calls block, so its collective has completed when the
-call returns (tp.all_reduce/all_gather/reduce_scatter and dp.all_reduce are truly
-nonblocking)."""
+hcomm.Work built on the C nonblocking forms (hcomm_ibroadcast, hcomm_ireduce,
+hcomm_iall_to_allv; barrier: a one-element hcomm_iall_reduce, which completes once every rank
+has entered): the tensors must stay untouched until wait()."""
 import ctypes
 
 import numpy as np
@@ -28,10 +28,15 @@ def _nbytes(x):
                                      x.element_size())
 
 
-def _ret(g, what, r, result, async_op):
+def _call(g, what, name, args, keep, result, async_op):
+    """C call `name`(*args) blocking, or its nonblocking form as a Work returning result."""
+    if async_op:
+        req = _work.issue(getattr(lib, "hcomm_i" + name), args, g, what)
+        return _work.Work(g, what, [req], keep, result=result)
+    r = getattr(lib, "hcomm_" + name)(*args)
     if r:
         raise g.fail(what, r)
-    return _work.done(result, g, what) if async_op else (None if result is None else result)
+    return None
 
 
 def _root(g, what, name, v):
@@ -49,15 +54,19 @@ def broadcast(tensor, src, group=None, async_op=False):
     _tensor.check_out(_tensor.check(tensor, "tensor"), "tensor")
     t8, _ = _tensor.as_bytes(tensor)
     d = _tensor.desc(t8, "tensor", writable=True)
-    r = lib.hcomm_broadcast(g._ptr, d.data, _nbytes(t8), src)
-    return _ret(g, what, r, tensor if async_op else None, async_op)
+    return _call(g, what, "broadcast", (g._ptr, d.data, _nbytes(t8), src), (tensor, t8),
+                 tensor, async_op)
 
 
 def barrier(group=None, async_op=False):
     """Blocks until every rank of `group` (default: the world) has called it."""
     what = "hcomm.barrier"
     g = _group(group, what)
-    return _ret(g, what, lib.hcomm_barrier(g._ptr), None, async_op)
+    if not async_op:
+        return _call(g, what, "barrier", (g._ptr,), None, None, False)
+    one = ctypes.c_int32(0)  # an all_reduce completes once every rank has entered it
+    args = (g._ptr, ctypes.byref(one), ctypes.byref(one), 1, _lib.I32, _lib.OPS["sum"])
+    return _call(g, what, "all_reduce", args, one, None, True)
 
 
 def reduce(tensor, dst, op="sum", group=None, async_op=False):
@@ -71,8 +80,8 @@ def reduce(tensor, dst, op="sum", group=None, async_op=False):
     _tensor.check_out(_tensor.check(tensor, "tensor"), "tensor")
     d = _tensor.desc(tensor, "tensor", writable=True)
     n = int(np.prod(tensor.shape))
-    r = lib.hcomm_reduce(g._ptr, d.data, d.data, n, d.dtype, _lib.OPS[op], dst)
-    return _ret(g, what, r, tensor if async_op else None, async_op)
+    args = (g._ptr, d.data, d.data, n, d.dtype, _lib.OPS[op], dst)
+    return _call(g, what, "reduce", args, (tensor, d), tensor, async_op)
 
 
 def _splits(name, sizes, rows, n, what):
@@ -115,5 +124,5 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     sd = arr(*[int(v) * row for v in np.cumsum([0] + ins[:-1])])
     rd = arr(*[int(v) * row for v in np.cumsum([0] + outs[:-1])])
     di, do = _tensor.desc(i8, "input"), _tensor.desc(o8, "output", writable=True)
-    r = lib.hcomm_all_to_allv(g._ptr, di.data, sc, sd, do.data, rc, rd)
-    return _ret(g, what, r, output if async_op else None, async_op)
+    args = (g._ptr, di.data, sc, sd, do.data, rc, rd)
+    return _call(g, what, "all_to_allv", args, (input, output, di, do), output, async_op)
