@@ -89,6 +89,32 @@ def _grad_op(what, op):
     return op
 
 
+def _all_reduce_special(x, op, code, g, out, async_op):
+    """all_reduce off its hot path: autograd, a torch out=, or async_op."""
+    what = "hcomm.tp.all_reduce"
+    if _grad.needed(x):
+        _grad_op(what, op)
+        return _grad.attach(what, x, out, lambda v: all_reduce(v, op, g, None, async_op),
+                            _reduce_bwd(op, g))
+    if out is not None:
+        _tensor.check_out(out)
+    x = _tensor.contiguous(_tensor.check(x))
+    out = _tensor.empty_like(x) if out is None else out
+    if not async_op:
+        return _blocking_all_reduce(x, code, g, out)
+    return _async(_C.hcomm_tp_iall_reduce, what, g, x, out, ctypes.c_int(code))
+
+
+def _blocking_all_reduce(x, code, g, out):
+    d_in, d_out, p_in, p_out = _tensor.slots()
+    _pack(x, d_in, "x")
+    _pack(out, d_out, "out", True)
+    r = _ALL_REDUCE(g._vp, p_in, p_out, code)
+    if r:
+        raise g.fail("hcomm.tp.all_reduce", r)
+    return out
+
+
 def all_reduce(x, op="sum", group=None, out=None, async_op=False):
     """op ('sum', 'prod', 'max', 'min', 'avg') over the group's ranks of x. Collective.
     out: where to write (x itself for in place), else a new array. async_op=True returns an
@@ -104,20 +130,9 @@ def all_reduce(x, op="sum", group=None, out=None, async_op=False):
     code = _OPS.get(op) if type(op) is str else None
     if code is None:
         code = _op(op)
-    if type(x) is not _np or async_op:
-        if _grad.needed(x):
-            what = "hcomm.tp.all_reduce"
-            _grad_op(what, op)
-            return _grad.attach(what, x, out,
-                                lambda v: all_reduce(v, op, g, None, async_op),
-                                _reduce_bwd(op, g))
-        if out is not None:
-            _tensor.check_out(out)
-        if async_op:
-            x = _tensor.contiguous(_tensor.check(x))
-            out = _tensor.empty_like(x) if out is None else out
-            return _async(_C.hcomm_tp_iall_reduce, "hcomm.tp.all_reduce", g, x, out,
-                          ctypes.c_int(code))
+    if async_op or (type(x) is not _np and (out is not None or
+                                            getattr(x, "requires_grad", False))):
+        return _all_reduce_special(x, op, code, g, out, async_op)
     d_in, d_out, p_in, p_out = _tensor.slots()
     c = _pack(x, d_in, "x")
     if c is not None:  # a strided x, copied: outputs shaped like the copy
