@@ -28,10 +28,13 @@ else:
 tokens = torch.randn(6, 8, generator=gen)
 expert_ids = torch.randint(0, 8, (6,), generator=gen, dtype=torch.int32)
 counts = torch.zeros(8 // ctx.tp.size, dtype=torch.int64)
-routed, routing = moe.all_to_all(tokens, expert_ids, num_experts=8, tokens_per_expert=counts,
-                                 group=ctx.tp)       # EP over the TP ranks here
+routed, reverse_expert_ids = moe.all_to_all(tokens, expert_ids, num_experts=8,
+                                            tokens_per_expert=counts,
+                                            group=ctx.tp)  # EP over the TP ranks here
 expert_output = routed * 3
-back = moe.all_to_all(expert_output, routing)        # the reverse: original token order
+tokens_per_npu = counts.tolist()                     # an int, a list or a tensor
+back = moe.all_to_all(expert_output, reverse_expert_ids, num_experts=8,
+                      tokens_per_expert=tokens_per_npu)  # the reverse: original token order
 assert torch.allclose(back, tokens * 3)
 
 grads = [torch.ones(4) * hcomm.get_rank()]
