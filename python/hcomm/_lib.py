@@ -125,9 +125,14 @@ def _load():
         tried.append(str(path))
         if path.exists():
             return ctypes.CDLL(str(path))  # CDLL releases the GIL around every call
+    try:  # the dynamic loader's own search (ld.so.cache: /usr/local/lib after ldconfig)
+        return ctypes.CDLL(_NAME + ".0")
+    except OSError:
+        tried.append(_NAME + ".0 through the dynamic loader")
     raise ImportError("hcomm: cannot find libhcomm-c.so; looked in: " + ", ".join(tried) +
                       ". Build it (cmake --build build) and set HCOMM_LIBRARY to the build "
-                      "directory or the .so, or install with cmake --install.")
+                      "directory or the .so, install with cmake --install, or pip install "
+                      "./python with HCOMM_LIBRARY set so that it is bundled.")
 
 
 lib = _load()
