@@ -24,14 +24,35 @@ def _is_param(t):
 
 
 def _grads(grads):
-    out = []
-    for g in _items(grads):
+    """The tensors to reduce, and (index, parameter, zeros) for each parameter without a
+    .grad: zeros take its place so that every rank reduces the same list."""
+    out, missing = [], []
+    for i, g in enumerate(_items(grads)):
         if _is_param(g):  # a parameter: its .grad
-            if g.grad is not None:
+            if g.grad is None:
+                import torch
+                missing.append((i, g, torch.zeros_like(g)))
+                out.append(missing[-1][2])
+            else:
                 out.append(g.grad)
         else:
             out.append(g)
-    return out
+    return out, missing
+
+
+def _report_missing(missing, find_unused, group, what):
+    """After the reduction: the missing gradients get the reduced zeros (find_unused), or
+    StateError naming the first one."""
+    if find_unused:
+        for _, p, z in missing:
+            p.grad = z
+    elif missing:
+        i, p, _ = missing[0]
+        raise _lib.StateError(
+            f"{what}: parameter {i} (shape {list(p.shape)}) has no gradient on rank "
+            f"{group.rank} of the DP group ({len(missing)} such: {[m[0] for m in missing][:8]}):"
+            f" it was not used in the forward. Zeros were reduced in its place; pass "
+            f"find_unused_parameters=True to accept that, as DDP does")
 
 
 def _checked(op, bucket_bytes):
@@ -49,21 +70,30 @@ def _descs(items):
     return arr
 
 
-def all_reduce_grads(grads, op="avg", bucket_bytes=0, group=None, async_op=False):
+def all_reduce_grads(grads, op="avg", bucket_bytes=0, group=None, async_op=False,
+                     find_unused_parameters=False):
     """Reduces the gradients in place over the DP group (default: the current context's) and
     returns them. op 'avg' or 'sum'; bucket_bytes 0 = 25 MiB. Every rank passes the same list
     of shapes and dtypes. Collective. No autograd: DP reduces gradients, which are not part
     of a graph. async_op=True: an hcomm.Work whose wait() returns `grads` (one
-    hcomm_iall_reduce per tensor, unbucketed)."""
+    hcomm_iall_reduce per tensor, unbucketed). A torch parameter without a .grad (unused in
+    the forward on this rank) is reduced as zeros, so no rank waits; then StateError names it
+    (index and shape), or, with find_unused_parameters=True, its .grad is the result."""
+    what = "hcomm.dp.all_reduce"
     g = default_group("dp", group)
     code = _checked(op, bucket_bytes)
-    items = _grads(grads)
+    items, missing = _grads(grads)
     for i, t in enumerate(items):
         _tensor.check_out(t, f"grads[{i}]")
     if async_op:
-        return _iall_reduce(g, items, code, grads)
-    call(lib.hcomm_dp_all_reduce_grads, g.ptr("hcomm.dp.all_reduce"), _descs(items), len(items),
-         code, bucket_bytes)
+        w = _iall_reduce(g, items, code, grads)
+        if missing:
+            w._finish = lambda: (_report_missing(missing, find_unused_parameters, g, what),
+                                 grads)[1]
+        return w
+    call(lib.hcomm_dp_all_reduce_grads, g.ptr(what), _descs(items), len(items), code,
+         bucket_bytes)
+    _report_missing(missing, find_unused_parameters, g, what)
     return grads
 
 

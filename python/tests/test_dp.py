@@ -194,3 +194,35 @@ def test_reducer_unused_parameter(find_unused):
     for a, b in ((a0, b0), (a1, b1)):
         assert torch.equal(a, torch.full((2,), 4.0, dtype=torch.float64))
         assert torch.equal(b, torch.full((3, 2), 3.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_all_reduce_params_unused_on_one_rank(find_unused, async_op):
+    """dp.all_reduce(model.parameters()) with a parameter unused on rank 1: no
+    'count=3 on rank 0 but count=8 on rank 1'; zeros stand in, and the parameter is named."""
+    torch = pytest.importorskip("torch")
+
+    def body():
+        r = hcomm.get_rank()
+        a = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+        b = torch.nn.Parameter(torch.ones(2, 4, dtype=torch.float64))
+        ((a * 2).sum() + ((b * 4).sum() if r == 0 else 0)).backward()
+        try:
+            res = dp.all_reduce([a, b], op="sum", group=hcomm.world(),
+                                find_unused_parameters=find_unused, async_op=async_op)
+            if async_op:
+                res.wait()
+            err = None
+        except hcomm.StateError as e:
+            err = str(e)
+        return err, a.grad, b.grad
+
+    (e0, a0, b0), (e1, a1, b1) = run(body, 2)
+    assert e0 is None and torch.equal(a0, torch.full((3,), 4.0, dtype=torch.float64))
+    assert torch.equal(b0, torch.full((2, 4), 4.0, dtype=torch.float64))
+    if find_unused:
+        assert e1 is None and torch.equal(b1, b0)
+    else:
+        assert "parameter 1 (shape [2, 4]) has no gradient on rank 1" in e1, e1
+        assert b1 is None
