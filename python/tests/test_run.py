@@ -15,8 +15,9 @@ from hcomm import run as hrun
 HERE = pathlib.Path(__file__).resolve().parent
 SCRIPT = ("import os, sys, hcomm\n"
           "w = hcomm.world()\n"
-          "print('rank', w.rank, 'of', w.size, w.backend, os.getpid(), sys.executable,"
-          " sys.argv[1:], flush=True)\n")
+          "line = f'rank {w.rank} of {w.size} {w.backend} {os.getpid()} {sys.executable} "
+          "{sys.argv[1:]}\\n'\n"
+          "os.write(1, line.encode())  # one write: the ranks share the pipe\n")
 
 
 def _run(tmp_path, args, env=None):

@@ -42,6 +42,9 @@ typedef struct bench_opts {
     bool iters_given;                      /* -n on the command line (compare) */
     bool redop_given;                      /* -o on the command line */
     bool ops_from_all;                     /* OP all (or none): every collective */
+    int gpus;   /* -g: ranks per thread (nccl-tests' GPUs per thread): -t x -g ranks */
+    int cycles; /* -N: times the whole run repeats; 0: until interrupted */
+    bool all_dtypes, all_redops; /* -d all, -o all: every one that suits each operation */
 } bench_opts_t;
 
 /* One operation's buffers and shape at one size on one rank. */
