@@ -37,7 +37,7 @@ def test_every_call_mpirun(n):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     for r in range(n):
-        assert f"rank {r}: 8 checks ok on mpi" in p.stdout, p.stdout + p.stderr
+        assert f"rank {r}: 9 checks ok on mpi" in p.stdout, p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("n", [1, 5, 8])
@@ -49,7 +49,7 @@ def test_every_call_local(n):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     for r in range(n):
-        assert f"rank {r}: 8 checks ok on local" in p.stdout, p.stdout + p.stderr
+        assert f"rank {r}: 9 checks ok on local" in p.stdout, p.stdout + p.stderr
 
 
 def run_brief(cmd):
