@@ -1,6 +1,6 @@
 """The design brief's Python snippets, as written, on 8 ranks:
-    python3 -m hcomm.run -n 8 examples/python/brief.py             (threads, backend local)
-    mpirun -np 8 python3 -m hcomm.run examples/python/brief.py     (processes, backend mpi)"""
+    /usr/bin/python3 -m hcomm.run -n 8 examples/python/brief.py            (processes, mpi)
+    /usr/bin/python3 -m hcomm.run --threads -n 8 examples/python/brief.py  (threads, local)"""
 import torch
 
 import hcomm
