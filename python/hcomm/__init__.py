@@ -21,9 +21,10 @@ from . import dp, moe, pp, tp  # noqa: E402  (after the names they import)
 
 HcommIOError = _lib.IOError_
 __version__ = "0.1.0"
-__all__ = ["Work", "all_to_all_single", "barrier", "broadcast", "reduce", "AbortedError", "BACKENDS", "BackendError", "Context", "DtypeError", "Group",
+__all__ = ["AbortedError", "BACKENDS", "BackendError", "Context", "DtypeError", "Group",
            "GroupError", "HcommError", "HcommIOError", "HcommTimeout", "InternalError",
            "InvalidArgError", "MismatchError", "NoMemError", "NullError", "PeerError",
-           "ShapeError", "StateError", "UnsupportedError", "dp", "get_rank", "get_world_size",
-           "init_context", "init_tensor_parallel_group", "launch", "moe", "plan", "pp", "tp",
+           "ShapeError", "StateError", "UnsupportedError", "Work", "all_to_all_single", "barrier",
+           "broadcast", "dp", "get_rank", "get_world_size", "init_context",
+           "init_tensor_parallel_group", "launch", "moe", "plan", "pp", "reduce", "tp",
            "under_mpirun", "world"]

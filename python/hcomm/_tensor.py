@@ -89,7 +89,8 @@ def check_out(out, name="out"):
     """A tensor hcomm writes in place: torch's rule for in-place writes into autograd's
     tensors (refused where autograd cannot see the write), and contiguous."""
     if is_torch(out) and out.requires_grad:
-        kind = "a leaf Variable that requires grad" if out.is_leaf else "a tensor that requires grad"
+        kind = ("a leaf Variable that requires grad" if out.is_leaf else
+                "a tensor that requires grad")
         raise RuntimeError(f"hcomm: {name} is {kind}; hcomm cannot write into it in place "
                            f"(autograd would not see the write). Pass a tensor that does "
                            f"not require grad, or {name}.detach()")

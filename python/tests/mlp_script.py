@@ -58,7 +58,8 @@ for s in range(STEPS):
     full = tp.all_reduce(loss.detach().reshape(1), op="avg", group=d)[0]
     worst = max(worst, abs(float(full - rloss)) / abs(float(rloss)))
 pairs = [(w1, ref1.weight.chunk(t.size, 0)[t.rank]), (b1, ref1.bias.chunk(t.size, 0)[t.rank]),
-         (w2, ref2.weight.chunk(t.size, 1)[t.rank]), (b2, ref2.bias), (hw, head.weight), (hb, head.bias)]
+         (w2, ref2.weight.chunk(t.size, 1)[t.rank]), (b2, ref2.bias), (hw, head.weight),
+         (hb, head.bias)]
 for p, r in pairs:
     worst = max(worst, float(((p - r).abs() / r.abs().clamp_min(1e-300)).max()))
 print(f"rank {hcomm.get_rank()}: mlp worst {worst:.3e} on {hcomm.world().backend}", flush=True)

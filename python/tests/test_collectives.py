@@ -144,7 +144,8 @@ def test_bytes_only_dtypes(dtype):
     def body():
         r = hcomm.get_rank()
         w = hcomm.world()
-        x = val(r, (2, 3), dtype) if dtype == torch.int16 else torch.tensor([[r == 0, True, False]] * 2)
+        x = (val(r, (2, 3), dtype) if dtype == torch.int16 else
+             torch.tensor([[r == 0, True, False]] * 2))
         g = tp.all_gather(x, dim=1, group=w)
         g0 = tp.all_gather(x, dim=0, group=w)
         for fn in (lambda: tp.all_reduce(x, group=w), lambda: hcomm.reduce(x, dst=0),
