@@ -49,7 +49,8 @@ def _spawn(ap, a):
     # The ranks import this same package, wherever it was found.
     here = str(pathlib.Path(hcomm.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    env.setdefault("HCOMM_LIBRARY", hcomm._lib.lib._name)
+    if os.path.isabs(hcomm._lib.lib._name):  # the very library this process loaded
+        env.setdefault("HCOMM_LIBRARY", hcomm._lib.lib._name)
     return subprocess.call(mpirun_command(a.nranks, a.script, a.args, mpirun), env=env)
 
 
