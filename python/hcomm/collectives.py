@@ -1,5 +1,6 @@
 """torch.distributed's calls by their names and signatures, on hcomm groups: broadcast,
-barrier, all_to_all_single and reduce (hcomm.broadcast and so on). `group` None is the world.
+barrier, all_to_all_single, all_to_all, reduce, all_reduce, all_gather_into_tensor and
+reduce_scatter_tensor (hcomm.broadcast and so on). `group` None is the world.
 They write into the tensors they are given (torch.distributed's in-place style) and have no
 autograd, as torch.distributed's have none: a tensor written that requires grad is refused
 (hcomm._tensor.check_out). bool and int16 move as raw bytes in broadcast and
@@ -12,6 +13,7 @@ import ctypes
 import numpy as np
 
 from . import _lib, _tensor, _work, _world
+from . import _tp_calls as _tp
 from ._lib import lib
 
 
@@ -126,3 +128,73 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     di, do = _tensor.desc(i8, "input"), _tensor.desc(o8, "output", writable=True)
     args = (g._ptr, di.data, sc, sd, do.data, rc, rd)
     return _call(g, what, "all_to_allv", args, (input, output, di, do), output, async_op)
+
+
+def all_reduce(tensor, op="sum", group=None, async_op=False):
+    """torch.distributed.all_reduce: `op` over the ranks, in place into `tensor`
+    (hcomm_tp_all_reduce, or hcomm_tp_iall_reduce with async_op). Collective."""
+    g = _group(group, "hcomm.all_reduce")
+    res = _tp.all_reduce(_tensor.check_out(tensor, "tensor"), op, g, out=tensor,
+                         async_op=async_op)
+    return res if async_op else None
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """torch.distributed.all_gather_into_tensor: every rank's input concatenated along dim 0
+    into output_tensor (size x input's dim 0 rows). Collective."""
+    g = _group(group, "hcomm.all_gather_into_tensor")
+    res = _tp.all_gather(_plain(input_tensor), 0, g,
+                         out=_tensor.check_out(output_tensor, "output_tensor"), async_op=async_op)
+    return res if async_op else None
+
+
+def reduce_scatter_tensor(output, input, op="sum", group=None, async_op=False):
+    """torch.distributed.reduce_scatter_tensor: input reduced over the ranks, this rank's
+    1/size of dim 0 written into output. Collective."""
+    g = _group(group, "hcomm.reduce_scatter_tensor")
+    res = _tp.reduce_scatter(_plain(input), 0, op, g, out=_tensor.check_out(output, "output"),
+                             async_op=async_op)
+    return res if async_op else None
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    """torch.distributed.all_to_all: input_tensor_list[p] goes to rank p, which writes it into
+    its output_tensor_list[this rank]; tensors of any dim 0, the same trailing shape and dtype
+    (one all_to_all_single over their concatenation, then copies out). Collective."""
+    what = "hcomm.all_to_all"
+    g = _group(group, what)
+    for name, lst in (("output_tensor_list", output_tensor_list),
+                      ("input_tensor_list", input_tensor_list)):
+        if len(lst) != g.size:
+            raise ValueError(f"{what}: {name} has {len(lst)} tensors; expected one per rank "
+                             f"({g.size})")
+    cat = _cat(input_tensor_list)
+    out = _tensor.empty(cat, (sum(t.shape[0] for t in output_tensor_list),) +
+                        tuple(cat.shape[1:]))
+    w = all_to_all_single(out, cat, [t.shape[0] for t in output_tensor_list],
+                          [t.shape[0] for t in input_tensor_list], g, async_op)
+
+    def scatter_out():
+        at = 0
+        for t in output_tensor_list:
+            t[...] = out[at:at + t.shape[0]]
+            at += t.shape[0]
+        return output_tensor_list
+
+    if async_op:
+        w._finish = scatter_out
+        return w
+    scatter_out()
+    return None
+
+
+def _plain(x):
+    """x outside autograd (these calls record none, as torch.distributed's)."""
+    return x.detach() if _tensor.is_torch(x) else x
+
+
+def _cat(tensors):
+    if _tensor.is_torch(tensors[0]):
+        import torch
+        return torch.cat([t.detach() for t in tensors])
+    return np.concatenate(tensors)

@@ -172,3 +172,50 @@ def test_numpy_bool_int16():
     for g, b in run(body, 2):
         np.testing.assert_array_equal(g, np.array([0, -1, 1, -2], np.int16))
         np.testing.assert_array_equal(b, [True, True])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("async_op", [False, True])
+def test_in_place_torch_distributed_calls(n, async_op):
+    """all_reduce, all_gather_into_tensor, reduce_scatter_tensor and all_to_all (lists of
+    uneven tensors) write into the tensors given, as torch.distributed's do."""
+    def body():
+        r = hcomm.get_rank()
+        done = (lambda h: h.wait()) if async_op else (lambda h: h)
+        x = val(r, (2 * n, 3))
+        ar = x.clone()
+        done(hcomm.all_reduce(ar, async_op=async_op))
+        ag = torch.empty(2 * n * n, 3, dtype=x.dtype)
+        done(hcomm.all_gather_into_tensor(ag, x, async_op=async_op))
+        rs = torch.empty(2, 3, dtype=x.dtype)
+        done(hcomm.reduce_scatter_tensor(rs, x, async_op=async_op))
+        outs = [torch.empty(q + 1, 2) for q in range(n)]  # rank q sends me q+1 rows
+        res = hcomm.all_to_all(outs, [torch.full((r + 1, 2), float(10 * r + q))
+                                      for q in range(n)], async_op=async_op)
+        if async_op:
+            assert res.wait() is outs
+        return ar, ag, rs, outs
+
+    total = sum(val(q, (2 * n, 3)) for q in range(n))
+    for r, (ar, ag, rs, outs) in enumerate(run(body, n)):
+        assert torch.equal(ar, total)
+        assert torch.equal(ag, torch.cat([val(q, (2 * n, 3)) for q in range(n)]))
+        assert torch.equal(rs, total[2 * r:2 * r + 2])
+        for q, t in enumerate(outs):
+            assert torch.equal(t, torch.full((q + 1, 2), float(10 * q + r)))
+
+
+def test_in_place_calls_refuse_grad_and_numpy_works():
+    def body():
+        w = torch.ones(3, requires_grad=True)
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            hcomm.all_reduce(w)
+        a = np.ones(4)
+        hcomm.all_reduce(a)
+        out = np.empty(8)
+        hcomm.all_gather_into_tensor(out, a)
+        return a, out
+
+    for a, out in run(body, 2):
+        np.testing.assert_array_equal(a, np.full(4, 2.0))
+        np.testing.assert_array_equal(out, np.full(8, 2.0))
