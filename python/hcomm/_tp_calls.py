@@ -154,8 +154,8 @@ def _moved(what, fn, g, x, shape, d, out, async_op, *extra):
     if back is not None:
         if x8.ndim != x.ndim:  # a 0-d tensor became [bytes]
             raise ValueError(f"{what}: a 0-d tensor has no dim to gather along")
-        shape = list(shape)
-        shape[-1] = x8.shape[-1] * (g.size if d == x.ndim - 1 else 1)
+        shape = list(shape)  # in elements of x: the last dim in bytes
+        shape[-1] *= x.itemsize if isinstance(x, np.ndarray) else x.element_size()
         o8 = None if out is None else _tensor.as_bytes(out)[0]
         res = _moved(what, fn, g, x8, shape, d, o8, async_op, *extra)
         if async_op:

@@ -219,3 +219,18 @@ def test_in_place_calls_refuse_grad_and_numpy_works():
     for a, out in run(body, 2):
         np.testing.assert_array_equal(a, np.full(4, 2.0))
         np.testing.assert_array_equal(out, np.full(8, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int16])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_bytes_only_split_and_gather_every_dim(dtype, dim):
+    def body():
+        w = hcomm.world()
+        x = (val(0, (4, 6), torch.int64) * 997 % (2 if dtype == torch.bool else 60000)
+             - (0 if dtype == torch.bool else 30000)).to(dtype)  # the same on every rank
+        s = tp.split(x, dim=dim, group=w)
+        return x, s, tp.all_gather(s, dim=dim, group=w)
+
+    for r, (x, s, g) in enumerate(run(body, 2)):
+        assert s.dtype == dtype and torch.equal(s, x.chunk(2, dim)[r])
+        assert torch.equal(g, x)  # the ranks' slices gathered back
