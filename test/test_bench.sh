@@ -19,7 +19,8 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 export HCOMM_BACKEND=local
 
-# Data rows have 14 fields: size count type redop root algo, then time algbw busbw #wrong twice.
+# Data rows have 14 fields: size count type redop root, time algbw busbw #wrong twice (nccl-tests'
+# order), then algo.
 rows() { awk '!/^#/ && NF == 14'; }
 
 # busbw/algbw per op on p ranks (nccl-tests): all_reduce 2(p-1)/p; broadcast, reduce, send_recv
@@ -40,8 +41,8 @@ check_rows() { # op p placement(both|oop|ip)
     }
     !/^#/ && NF == 14 {
         n++
-        if (place != "ip") half($7, $8, $9, $10, "out-of-place"); else if ($7 != "N/A") { print op ": out-of-place measured"; bad = 1 }
-        if (place != "oop") half($11, $12, $13, $14, "in-place"); else if ($11 != "N/A") { print op ": in-place measured"; bad = 1 }
+        if (place != "ip") half($6, $7, $8, $9, "out-of-place"); else if ($6 != "N/A") { print op ": out-of-place measured"; bad = 1 }
+        if (place != "oop") half($10, $11, $12, $13, "in-place"); else if ($10 != "N/A") { print op ": in-place measured"; bad = 1 }
     }
     END { if (n == 0) { print op ": no rows"; bad = 1 } exit bad }'
 }
@@ -54,16 +55,16 @@ for spec in all_reduce:both all_gather:both reduce_scatter:both broadcast:ip red
     op=${spec%%:*}
     out=$(timeout 120 "$bench" "$op" -t 3 -b 8 -e 4K -f 8 -n 2 -w 1 -r 2)
     echo "$out" | check_rows "$op" 3 "${spec##*:}" || { echo "$out"; fail "$op rows"; }
-    n=$(echo "$out" | rows | awk '$6 ~ /^auto/' | wc -l)
+    n=$(echo "$out" | rows | awk '$14 ~ /^auto/' | wc -l)
     [ "$n" -eq 4 ] || fail "$op: $n auto rows, expected 4 (8 B to 4 KiB by 8)"
 done
 out=$(timeout 120 "$bench" moe_dispatch_combine -t 3 -b 64 -e 4K -f 8 -n 2 -w 1 --moe-hidden 32 \
     --moe-experts 6 --moe-topk 2)
 echo "$out"
 echo "$out" | check_rows moe_dispatch_combine 3 oop || fail "moe rows"
-echo "$out" | rows | awk '$6 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
+echo "$out" | rows | awk '$14 == "baseline" {b++} END {exit b != 3}' || fail "moe: no baseline rows"
 # the all_to_allv inside the dispatch is no row of this table: auto names no choice
-echo "$out" | rows | awk '$6 == "auto" {a++} END {exit a != 3}' || fail "moe: auto rows"
+echo "$out" | rows | awk '$14 == "auto" {a++} END {exit a != 3}' || fail "moe: auto rows"
 echo "$out" | grep_all "out-of-place: auto/baseline [0-9.]* busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$" ||
     fail "moe: auto/baseline"
 # T = 64 B / (32 * 2 B) = 1 token of k = 2 rows of 64 B: 128 B received per rank on average
@@ -75,7 +76,7 @@ echo "$out" | grep_all "received 128 B per rank (mean): auto [0-9.]* GB/s baseli
 calls on the EP group (count and token exchange), 0 signature agreements$")" -eq 3 ] ||
     fail "moe: permutation and call-count line"
 out=$(timeout 60 "$bench" pp_send_recv -t 2 -b 1K -e 1K -n 2)
-echo "$out" | rows | awk '$6 == "p2p" && $10 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
+echo "$out" | rows | awk '$14 == "p2p" && $9 == 0 {n++} END {exit n != 1}' || fail "pp_send_recv: p2p row"
 
 # Every dtype and reduction of reduce_scatterv (uneven blocks) is right.
 for d in f32 f64 f16 bf16 i8 u8 i32 i64; do
@@ -112,15 +113,15 @@ out=$(timeout 120 "$bench" compare -t 2 -e 64 -n 2)
     fail "compare -e 64: pp_send_recv sizes"
 
 # -c 0: no check, #wrong N/A; a spoiled output is counted.
-timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -c 0 -n 1 | rows | awk '$10 != "N/A" || $14 != "N/A" {exit 1}' ||
+timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -c 0 -n 1 | rows | awk '$9 != "N/A" || $13 != "N/A" {exit 1}' ||
     fail "-c 0 must print N/A for #wrong"
 HCOMM_BENCH_CORRUPT=1 timeout 60 "$bench" all_reduce -t 2 -b 8 -e 64 -n 1 | rows |
-    awk '$10 == 0 || $14 == 0 {exit 1}' || fail "a spoiled output was not counted as wrong"
+    awk '$9 == 0 || $13 == 0 {exit 1}' || fail "a spoiled output was not counted as wrong"
 # Misplaced data shows too: on 5 ranks a periodic input made every element of a reduce_scatter
 # block alike, so a reversed block (HCOMM_BENCH_CORRUPT=2) passed as 0 wrong.
 for o in sum max prod; do
     HCOMM_BENCH_CORRUPT=2 timeout 60 "$bench" reduce_scatter -t 5 -b 1K -e 1K -n 1 -o $o | rows |
-        awk '$10 == 0 || $14 == 0 {exit 1}' || fail "a reversed block was not counted as wrong ($o)"
+        awk '$9 == 0 || $13 == 0 {exit 1}' || fail "a reversed block was not counted as wrong ($o)"
 done
 
 # -b 0: one row of empty calls, then 1 element; sizes that round alike run once.
@@ -137,10 +138,10 @@ out=$(timeout 120 "$bench" all_reduce --ranks=3 -b 8 -e 64K -f 64 --iters=2 -w 1
 echo "$out"
 echo "$out" | check_rows all_reduce 3 both || fail "--algo all rows"
 for a in native rd ring rhd naive; do
-    n=$(echo "$out" | rows | awk -v a=$a '$6 == a' | wc -l)
+    n=$(echo "$out" | rows | awk -v a=$a '$14 == a' | wc -l)
     [ "$n" -eq 3 ] || fail "--algo all: $n rows of $a, expected 3"
 done
-echo "$out" | rows | awk '$6 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "auto rows must name their choice"
+echo "$out" | rows | awk '$14 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "auto rows must name their choice"
 [ "$(echo "$out" | grep -c 'out-of-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* in-place: regret [0-9.]* (best [a-z]*) busbw/memcpy [0-9.]* memcpy [0-9.]* GB/s$')" -eq 3 ] ||
     fail "a regret line per size"
 echo "$out" | grep_all '^# memcpy, every rank copying at once: 1048576 B in' || fail "memcpy line"
@@ -177,7 +178,7 @@ EOF
 out=$(timeout 120 "$bench" scatter -t 3 -b 96 -e 96K -f 1024 -n 3 -w 1 --algo all \
     --json "$tmp/f.json")
 echo "$out"
-[ "$(echo "$out" | rows | awk '$6 == "shm->direct" || $6 == "native->direct"' | wc -l)" -eq 4 ] ||
+[ "$(echo "$out" | rows | awk '$14 == "shm->direct" || $14 == "native->direct"' | wc -l)" -eq 4 ] ||
     fail "scatter on local: shm and native rows must name the direct they ran"
 echo "$out" | grep -q 'regret [0-9.]* (best \(shm\|native\))' && fail "regret against a fallback"
 "$PY" - "$tmp/f.json" <<'EOF' || fail "fallback json records"
@@ -222,10 +223,10 @@ echo "$out" | grep_all 'out-of-place: regret [0-9.]* (best [a-z]*)' || fail "sim
 # all_to_all --algo all: a checked row per all_to_allv algorithm and size, auto naming its choice.
 out=$(timeout 120 "$bench" all_to_all --ranks=3 -b 8 -e 64K -f 64 -n 2 -w 1 -c 1 --algo all)
 for a in native pairwise bruck direct hier; do
-    n=$(echo "$out" | rows | awk -v a=$a '$6 == a && $10 == 0' | wc -l)
+    n=$(echo "$out" | rows | awk -v a=$a '$14 == a && $9 == 0' | wc -l)
     [ "$n" -eq 3 ] || { echo "$out"; fail "all_to_all --algo all: $n checked rows of $a, expected 3"; }
 done
-echo "$out" | rows | awk '$6 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "all_to_all auto rows"
+echo "$out" | rows | awk '$14 ~ /^auto\(.+\)$/ {n++} END {exit n != 3}' || fail "all_to_all auto rows"
 
 # 4. Under mpirun -np 2: raw MPI rows beside hcomm's, and hcomm/raw.
 if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/null; then
@@ -243,7 +244,7 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
     echo "$out" | grep_all '^# buffers from malloc (--mem host)$' || fail "--mem host: buffer source"
     echo "$out" | check_rows all_reduce 2 both || { echo "$out"; fail "--mem host rows"; }
     echo "$out" | check_rows all_reduce 2 both || fail "mpirun rows"
-    echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun: a raw row per size"
+    echo "$out" | rows | awk '$14 == "raw" {n++} END {exit n != 3}' || fail "mpirun: a raw row per size"
     [ "$(echo "$out" | grep -c 'hcomm/raw [0-9.]* busbw/memcpy [0-9.]* in-place: .* hcomm/raw [0-9.]* busbw')" -eq 3 ] ||
         fail "mpirun: hcomm/raw per size and placement"
     "$PY" -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["algo"]=="raw"]; assert len(r)==6 and all(x["wrong"]==0 and x["world"]==2 for x in r), r' \
@@ -253,14 +254,14 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
     out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
         -b 33M -e 33M -n 2 -w 1 -c 1)
     echo "$out" | check_rows all_reduce 2 both || { echo "$out"; fail "mpirun 33 MiB rows"; }
-    echo "$out" | rows | awk '$6 == "raw" && $7 > 10 && $11 > 10 && $10 == 0 && $14 == 0 {n++} END {exit n != 1}' ||
+    echo "$out" | rows | awk '$14 == "raw" && $6 > 10 && $10 > 10 && $9 == 0 && $13 == 0 {n++} END {exit n != 1}' ||
         { echo "$out"; fail "mpirun 33 MiB: a checked raw row"; }
     for op in reduce_scatterv all_to_allv broadcast; do
         out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 3 "$bench" $op \
             -b 8 -e 512 -f 8 -n 1 -w 0 -r 1)
         place=both; [ $op = all_to_allv ] && place=oop; [ $op = broadcast ] && place=ip
         echo "$out" | check_rows $op 3 $place || { echo "$out"; fail "mpirun $op"; }
-        echo "$out" | rows | awk '$6 == "raw" {n++} END {exit n != 3}' || fail "mpirun $op: raw rows"
+        echo "$out" | rows | awk '$14 == "raw" {n++} END {exit n != 3}' || fail "mpirun $op: raw rows"
     done
 else
     echo "skip the mpirun checks (HCOMM_WITH_MPI=${HCOMM_WITH_MPI:-OFF})"
@@ -326,4 +327,26 @@ v=$("$bench" --version)
 echo "$v" | grep_all -E '^hcomm-bench [0-9]+\.[0-9]+\.[0-9]+ \(hcomm library [0-9.]+; backends: local( mpi)?\)$' ||
     fail "--version: '$v'"
 "$bench" --help | grep_all -- "--algo A" || fail "--help"
+
+# nccl-tests' habits: its column order (parsers read by position; hcomm's algo last), -g
+# ranks per thread, -N cycles, -z/-C accepted, -m/-G beyond their neutral value refused as
+# not applicable on CPU, -d all / -o all every dtype and redop the op takes.
+out=$(timeout 60 "$bench" all_reduce -t 2 -b 8 -e 8 -n 1 -w 0)
+echo "$out" | grep -q '^# *size(B) *count *type *redop *root *time(us) *algbw *busbw *#wrong *time(us) *algbw *busbw *#wrong *algo$' ||
+    fail "nccl-tests' column order: $out"
+echo "$out" | rows | awk '$14 ~ /^auto\(/ && $9 == 0 && $13 == 0 {n++} END {exit n != 1}' || fail "algo last: $out"
+timeout 60 "$bench" all_gather -t 2 -g 3 -b 1K -e 1K -n 1 -w 0 | grep -q "^# all_gather, 6 ranks" || fail "-t 2 -g 3"
+timeout 60 "$bench" all_gather -g 3 -b 1K -e 1K -n 1 -w 0 | grep -q "^# all_gather, 3 ranks" || fail "-g 3 alone"
+n=$(timeout 60 "$bench" broadcast -t 2 -N 3 -z 1 -C 1 -m 1 -G 0 -b 1K -e 1K -n 1 -w 0 | rows | wc -l)
+[ "$n" -eq 3 ] || fail "-N 3: $n rows"
+expect_msg "-m 4: not applicable on CPU" all_reduce -m 4
+expect_msg "-G 1: not applicable on CPU" all_reduce -G 1
+out=$(timeout 120 "$bench" all_reduce -t 2 -b 64 -e 64 -n 1 -w 0 -d all -o all)
+[ "$(echo "$out" | rows | wc -l)" -eq 40 ] || fail "-d all -o all: not 8 dtypes x 5 redops"
+echo "$out" | rows | awk '$9 != 0 || $13 != 0 {exit 1}' || fail "-d all -o all: wrong results"
+[ "$(echo "$out" | rows | awk '{print $3 "/" $4}' | sort -u | wc -l)" -eq 40 ] || fail "-d all -o all: repeats"
+n=$(timeout 60 "$bench" dp_all_reduce -t 2 -b 64 -e 64 -n 1 -w 0 -o all -d all | rows | wc -l)
+[ "$n" -eq 16 ] || fail "dp_all_reduce -o all: $n rows, expected 8 dtypes x (sum, avg)"
+n=$(timeout 60 "$bench" all_gather -t 2 -b 64 -e 64 -n 1 -w 0 -o all | rows | wc -l)
+[ "$n" -eq 1 ] || fail "all_gather -o all: $n rows, expected 1 (it does not reduce)"
 echo "bench test passed"

@@ -47,7 +47,7 @@ HCOMM_TUNING_FILE="$tmp/two.txt" HCOMM_TOPO=nodes=2x4 timeout 300 "$bench" all_r
 printf 'intra.alpha_us = 2\nintra.bw_GBps = 10\ninter.alpha_us = 20\ninter.bw_GBps = 1\n' >"$tmp/slow.txt"
 out=$(HCOMM_TUNING_FILE="$tmp/slow.txt" HCOMM_TOPO=nodes=2x4 timeout 300 "$bench" all_reduce \
     -t 8 -b 1M -e 2M -f 2 -n 1 -w 0)
-n=$(echo "$out" | awk '!/^#/ && NF == 14 && $6 == "auto(hier)" && $10 == 0' | wc -l)
+n=$(echo "$out" | awk '!/^#/ && NF == 14 && $14 == "auto(hier)" && $9 == 0' | wc -l)
 [ "$n" -eq 2 ] || { echo "$out"; fail "auto did not pick hier at 1 and 2 MiB"; }
 
 # 4. A malformed file names its line; an unwritable FILE stops before the run.

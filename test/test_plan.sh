@@ -137,5 +137,34 @@ expect_line "$TMP/experts.err" "num_experts=3"
 run_plan 2 zero --world 0
 expect_line "$TMP/zero.err" "--world 0: out of range 1..16777216"
 
+# --- --rank R: one rank's groups, each the group of the full listing that holds R ---
+run_plan 0 full --world 32 --tp 4 --pp 2 --dp 4 --json
+for r in 0 5 17 31; do
+    run_plan 0 "rank$r" --world 32 --tp 4 --pp 2 --dp 4 --rank "$r" --json
+    json_balanced "$TMP/rank$r.out"
+    for kind in tp pp dp cp dp_cp tp_pp ep etp edp embedding; do
+        g=$(grep -o "\"$kind\": [^ ]*" "$TMP/rank$r.out" | sed "s/^\"$kind\": //; s/[,}]*\$//")
+        checks=$((checks + 1))
+        if [ "$g" = "null" ]; then # only embedding, on a middle stage: no group holds r
+            [ "$kind" = embedding ] || fail "--rank $r: $kind is null"
+            continue
+        fi
+        echo ",$g," | grep -q ",\[*$r\]*," || fail "--rank $r: $kind group $g lacks $r"
+        checks=$((checks + 1))
+        grep "\"$kind\": " "$TMP/full.out" | grep -qF -- "$g" ||
+            fail "--rank $r: $kind group $g is not one of the full listing's"
+    done
+done
+run_plan 0 rank5t --world 32 --tp 4 --pp 2 --dp 4 --rank 5
+expect_line "$TMP/rank5t.out" "rank 5:"
+expect_line "$TMP/rank5t.out" "tp: rank 1 of 4  [4, 5, 6, 7]"
+expect_line "$TMP/rank5t.out" "dp: rank 1 of 4  [1, 5, 9, 13]"
+run_plan 0 rank2e --world 8 --pp 4 --rank 2
+expect_line "$TMP/rank2e.out" "embedding: none"
+run_plan 2 rankout --world 8 --rank 8
+expect_line "$TMP/rankout.err" "--rank 8 outside 0..7"
+run_plan 2 rankneg --world 8 --rank -1
+expect_line "$TMP/rankneg.err" "'-1' is not a rank"
+
 echo "test_plan: $checks checks, $failures failed"
 [ "$failures" -eq 0 ]

@@ -1,6 +1,6 @@
 """The design brief's Python snippets, as written, on 8 ranks:
-    python3 -m hcomm.run -n 8 examples/python/brief.py             (threads, backend local)
-    mpirun -np 8 python3 -m hcomm.run examples/python/brief.py     (processes, backend mpi)"""
+    /usr/bin/python3 -m hcomm.run -n 8 examples/python/brief.py            (processes, mpi)
+    /usr/bin/python3 -m hcomm.run --threads -n 8 examples/python/brief.py  (threads, local)"""
 import torch
 
 import hcomm
@@ -28,14 +28,17 @@ else:
 tokens = torch.randn(6, 8, generator=gen)
 expert_ids = torch.randint(0, 8, (6,), generator=gen, dtype=torch.int32)
 counts = torch.zeros(8 // ctx.tp.size, dtype=torch.int64)
-routed, routing = moe.all_to_all(tokens, expert_ids, num_experts=8, tokens_per_expert=counts,
-                                 group=ctx.tp)       # EP over the TP ranks here
+routed, reverse_expert_ids = moe.all_to_all(tokens, expert_ids, num_experts=8,
+                                            tokens_per_expert=counts,
+                                            group=ctx.tp)  # EP over the TP ranks here
 expert_output = routed * 3
-back = moe.all_to_all(expert_output, routing)        # the reverse: original token order
+tokens_per_npu = counts.tolist()                     # an int, a list or a tensor
+back = moe.all_to_all(expert_output, reverse_expert_ids, num_experts=8,
+                      tokens_per_expert=tokens_per_npu)  # the reverse: original token order
 assert torch.allclose(back, tokens * 3)
 
 grads = [torch.ones(4) * hcomm.get_rank()]
-ctx.dp.all_reduce(grads)                             # op="avg" over the DP group
+ctx.dp.all_reduce(grads, op="avg")                   # over the DP group, in place
 ctx.destroy()
 g = hcomm.init_tensor_parallel_group(tp_rank=hcomm.get_rank() % 4, tp_size=4)
 print(f"rank {hcomm.get_rank()}: brief ok (tp rank {g.rank} of {g.size}, "

@@ -4,8 +4,10 @@ ctypes with its descriptors built once, in the same run. Blocks of calls alterna
 two so that load on the machine hits both alike; the figures are medians over blocks of the
 time per call, and the overhead is the median of the blocks' paired differences.
 
+    HCOMM_LIBRARY=build PYTHONPATH=python /usr/bin/python3 -m hcomm.run -n 2 \
+        examples/python/overhead.py                     # 2 processes (mpirun), the target
     HCOMM_LIBRARY=build PYTHONPATH=python /usr/bin/python3 examples/python/overhead.py
-    mpirun --oversubscribe -np 2 /usr/bin/python3 examples/python/overhead.py
+                                                        # threads: 1 and 2 ranks
 
 On the local backend the ranks are threads of one process and share the GIL: what one rank
 does in Python delays the other, so the 2-rank figure counts the Python work of both ranks;
@@ -55,20 +57,32 @@ def body(nbytes, blocks, per_block, kind):
             statistics.median(p - r for p, r in zip(py, raw)))
 
 
+RUNS = [(8, 41, 500, "numpy"), (8, 41, 200, "torch"), (1 << 20, 21, 20, "numpy")]
+
+
+def report(res, n, nbytes, blocks, per, kind):
+    py, raw, over = res
+    print(f"all_reduce {nbytes:>8} B {kind:5}, {n} rank(s): python tp.all_reduce "
+          f"{py:8.2f} us, C call {raw:8.2f} us, overhead {over:+.2f} us "
+          f"(median of {blocks} blocks of {per})", flush=True)
+
+
 def main():
+    if hcomm._world._rank_state() is not None:  # a rank of python3 -m hcomm.run
+        w = hcomm.world()
+        for nbytes, blocks, per, kind in RUNS:
+            res = body(nbytes, blocks, per, kind)
+            if w.rank == 0:
+                report(res, f"{w.size} {w.backend}", nbytes, blocks, per, kind)
+        return
     mpi = hcomm.under_mpirun()
-    runs = [(8, 41, 500, "numpy"), (8, 41, 200, "torch"), (1 << 20, 21, 20, "numpy")]
     for nranks in ((None,) if mpi else (1, 2)):
-        for nbytes, blocks, per, kind in runs:
+        for nbytes, blocks, per, kind in RUNS:
             res = hcomm.launch(body, nranks=nranks, args=(nbytes, blocks, per, kind))
             if mpi and hcomm.launch(hcomm.get_rank)[0] != 0:
                 continue
-            py, raw, over = res[0]
-            n = nranks or "mpi"
-            print(f"all_reduce {nbytes:>8} B {kind:5}, {n} rank(s): python tp.all_reduce "
-                  f"{py:8.2f} us, C call {raw:8.2f} us, overhead {over:+.2f} us "
-                  f"(median of {blocks} blocks of {per})", flush=True)
+            report(res[0], nranks or "mpi", nbytes, blocks, per, kind)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # also as a script of python3 -m hcomm.run
     main()

@@ -16,7 +16,7 @@ reductions sum partial results in another order), in f32 to ~1e-7. Dense gradien
 over expert-DP, by the DDP-style bucketed reducer during backward (--dp-overlap 1) or by one
 bucketed all_reduce after it (0).
 
-    python3 examples/python/train.py --ranks 8 --tp 2 --pp 2 --dp 2 --ep 2   (threads, local)
+    /usr/bin/python3 examples/python/train.py --ranks 8 --tp 2 --pp 2 --dp 2 --ep 2  (threads)
     mpirun --oversubscribe -np 4 /usr/bin/python3 examples/python/train.py --tp 2 --pp 2
 Prints one line per step, 'step N loss L', from one rank (the last stage's first TP/DP rank).
 """

@@ -348,6 +348,26 @@ HCOMM_API hcomm_result_t hcomm_iall_gather(hcomm_comm_t *comm, const void *sendb
 HCOMM_API hcomm_result_t hcomm_ireduce_scatter(hcomm_comm_t *comm, const void *sendbuf,
                                                void *recvbuf, size_t recvcount, hcomm_dtype_t dtype,
                                                hcomm_op_t op, hcomm_request_t **req);
+/** Nonblocking hcomm_broadcast(): @p buf must stay untouched on every rank until the request
+ *  completes. Collective, in issue order. Errors at issue: HCOMM_ERR_NULL (comm, req),
+ *  HCOMM_ERR_NOMEM; at completion: hcomm_broadcast()'s (root outside the group included). */
+HCOMM_API hcomm_result_t hcomm_ibroadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root,
+                                          hcomm_request_t **req);
+/** Nonblocking hcomm_reduce() (below): recvbuf is written on the root only. Collective, in
+ *  issue order. Errors at issue: HCOMM_ERR_NULL (comm, req), HCOMM_ERR_NOMEM; at completion:
+ *  hcomm_reduce()'s. */
+HCOMM_API hcomm_result_t hcomm_ireduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, hcomm_dtype_t dtype, hcomm_op_t op, int root,
+                                       hcomm_request_t **req);
+/** Nonblocking hcomm_all_to_allv(): the four count arrays are copied at issue (the caller may
+ *  reuse them at once); the buffers must stay untouched until the request completes. A count
+ *  mismatch between a pair fails every rank's request with HCOMM_ERR_MISMATCH. Collective, in
+ *  issue order. Errors at issue: HCOMM_ERR_NULL (comm, req), HCOMM_ERR_NOMEM; at completion:
+ *  hcomm_all_to_allv()'s. */
+HCOMM_API hcomm_result_t hcomm_iall_to_allv(hcomm_comm_t *comm, const void *sendbuf,
+                                            const size_t *sendcounts, const size_t *sdispls,
+                                            void *recvbuf, const size_t *recvcounts,
+                                            const size_t *rdispls, hcomm_request_t **req);
 /** Blocks until @p req completed, frees it and returns its result. Call from the thread that
  *  issued it. Errors: HCOMM_ERR_NULL, the collective's. */
 HCOMM_API hcomm_result_t hcomm_wait(hcomm_request_t *req);

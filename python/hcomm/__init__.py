@@ -7,7 +7,7 @@ tensors, zero-copy through ctypes. Python calls C; nothing is implemented twice.
     def rank():
         ctx = hcomm.init_context(tp_size=2, pp_size=2, dp_size=2)
         y = tp.all_reduce(x, group=ctx.tp)
-    hcomm.launch(rank, nranks=8)           # or: python3 -m hcomm.run -n 8 script.py
+    hcomm.launch(rank, nranks=8)  # threads; or: /usr/bin/python3 -m hcomm.run -n 8 script.py
 """
 from . import _lib
 from ._lib import (BACKENDS, AbortedError, BackendError, DtypeError, GroupError, HcommError,
@@ -15,6 +15,9 @@ from ._lib import (BACKENDS, AbortedError, BackendError, DtypeError, GroupError,
                    NullError, PeerError, ShapeError, StateError, UnsupportedError)
 from ._world import Group, get_rank, get_world_size, launch, under_mpirun, world
 from .context import Context, init_context, init_tensor_parallel_group, plan
+from ._work import Work
+from .collectives import (all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single,
+                          barrier, broadcast, reduce, reduce_scatter_tensor)
 from . import dp, moe, pp, tp  # noqa: E402  (after the names they import)
 
 HcommIOError = _lib.IOError_
@@ -22,6 +25,8 @@ __version__ = "0.1.0"
 __all__ = ["AbortedError", "BACKENDS", "BackendError", "Context", "DtypeError", "Group",
            "GroupError", "HcommError", "HcommIOError", "HcommTimeout", "InternalError",
            "InvalidArgError", "MismatchError", "NoMemError", "NullError", "PeerError",
-           "ShapeError", "StateError", "UnsupportedError", "dp", "get_rank", "get_world_size",
-           "init_context", "init_tensor_parallel_group", "launch", "moe", "plan", "pp", "tp",
+           "ShapeError", "StateError", "UnsupportedError", "Work", "all_gather_into_tensor",
+           "all_reduce", "all_to_all", "all_to_all_single", "reduce_scatter_tensor", "barrier",
+           "broadcast", "dp", "get_rank", "get_world_size", "init_context",
+           "init_tensor_parallel_group", "launch", "moe", "plan", "pp", "reduce", "tp",
            "under_mpirun", "world"]

@@ -125,9 +125,14 @@ def _load():
         tried.append(str(path))
         if path.exists():
             return ctypes.CDLL(str(path))  # CDLL releases the GIL around every call
+    try:  # the dynamic loader's own search (ld.so.cache: /usr/local/lib after ldconfig)
+        return ctypes.CDLL(_NAME + ".0")
+    except OSError:
+        tried.append(_NAME + ".0 through the dynamic loader")
     raise ImportError("hcomm: cannot find libhcomm-c.so; looked in: " + ", ".join(tried) +
                       ". Build it (cmake --build build) and set HCOMM_LIBRARY to the build "
-                      "directory or the .so, or install with cmake --install.")
+                      "directory or the .so, install with cmake --install, or pip install "
+                      "./python with HCOMM_LIBRARY set so that it is bundled.")
 
 
 lib = _load()
@@ -192,6 +197,17 @@ PROTOS = {
     "hcomm_dp_reducer_mark_ready": (_I, [_P, _I]),
     "hcomm_dp_reducer_finish": (_I, [_P, ctypes.POINTER(ctypes.c_double)]),
     "hcomm_dp_reducer_destroy": (_I, [_P]),
+    "hcomm_reduce": (_I, [_P, _P, _P, _SZ, _I, _I, _I]),
+    "hcomm_all_to_allv": (_I, [_P, _P, _P, _P, _P, _P, _P]),
+    "hcomm_iall_reduce": (_I, [_P, _P, _P, _SZ, _I, _I, ctypes.POINTER(_P)]),
+    "hcomm_ibroadcast": (_I, [_P, _P, _SZ, _I, ctypes.POINTER(_P)]),
+    "hcomm_ireduce": (_I, [_P, _P, _P, _SZ, _I, _I, _I, ctypes.POINTER(_P)]),
+    "hcomm_iall_to_allv": (_I, [_P, _P, _P, _P, _P, _P, _P, ctypes.POINTER(_P)]),
+    "hcomm_wait": (_I, [_P]),
+    "hcomm_test": (_I, [_P, ctypes.POINTER(_I)]),
+    "hcomm_tp_iall_reduce": (_I, [_P, _T, _T, _I, ctypes.POINTER(_P)]),
+    "hcomm_tp_iall_gather": (_I, [_P, _T, _T, _I, ctypes.POINTER(_P)]),
+    "hcomm_tp_ireduce_scatter": (_I, [_P, _T, _T, _I, _I, ctypes.POINTER(_P)]),
 }
 for _region in ("copy_to", "reduce_from"):
     for _dir in ("fwd", "bwd"):

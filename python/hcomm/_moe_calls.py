@@ -47,7 +47,8 @@ class Routing:
     @property
     def handle(self):
         if self._h is None:
-            raise RuntimeError("hcomm.moe: this routing was freed")
+            raise _world.dead("hcomm.moe", "this MoE routing", "routing.free(), or its "
+                              "group's context was destroyed")
         return self._h
 
     def received(self):
@@ -96,7 +97,8 @@ def dispatch(tokens, expert_ids, num_experts, weights=None, capacity_factor=0.0,
             if w.shape != (n, k):
                 raise ValueError(f"hcomm.moe: weights has shape {w.shape}; expected {(n, k)}")
         if drop_policy not in _DROP:
-            raise ValueError(f"hcomm.moe: drop_policy must be 'position' or 'probs'")
+            raise ValueError(f"hcomm.moe: drop_policy must be 'position' or 'probs', not "
+                             f"{drop_policy!r}")
         opts = _lib.MoeOptions(float(capacity_factor), _DROP[drop_policy],
                                None if etp_group is None else etp_group._ptr, _PATH[path])
         call(lib.hcomm_moe_dispatch_topk, g._ptr, ctypes.byref(dt), ids.ctypes.data,

@@ -1,5 +1,12 @@
 """numpy arrays and torch CPU tensors as hcomm_tensor_t descriptors, zero-copy: the
-descriptor points at the array's own memory, so the C call reads and writes it in place."""
+descriptor points at the array's own memory, so the C call reads and writes it in place.
+
+The contiguity rule, the same for every call of the package: an input that is not contiguous
+(x.t(), a strided slice) is copied into a contiguous one first (one extra read and write of
+its bytes, as x.contiguous() costs); a tensor written in place (out=, broadcast's tensor, a
+receive buffer, DP gradients) must be contiguous, else ValueError before any communication.
+bool and int16 tensors, which C has no dtype for, move as raw bytes in the calls that do not
+reduce (as_bytes); a reduction of them is a DtypeError naming the dtype."""
 import ctypes
 import struct
 import sys
@@ -42,18 +49,72 @@ def check(x, name="x"):
     return x
 
 
+_BYTES_ONLY = ("bool", "int16")
+
+
+def _unsupported(x, name):
+    dt = str(x.dtype).replace("torch.", "")
+    if dt in _BYTES_ONLY:
+        return _lib.DtypeError(f"hcomm: {name} has dtype {x.dtype}, which hcomm moves as raw "
+                               f"bytes (gather, broadcast, all-to-all, pp) but cannot reduce")
+    return _lib.DtypeError(f"hcomm: {name} has dtype {x.dtype}, which hcomm does not support "
+                           f"(f32, f64, f16, bf16, i8, u8, i32, i64; bool and int16 moved only)")
+
+
+def contiguous(x):
+    """x, or a contiguous copy of it (the package's contiguity rule for inputs)."""
+    if isinstance(x, np.ndarray):
+        return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def as_bytes(x):
+    """x as a uint8 view when its dtype is bool or int16 (int16: the last dim doubled, 0-d as
+    [2]), else x; and the function that turns a result of that view back into x's dtype."""
+    dt = str(x.dtype).replace("torch.", "")
+    if dt not in _BYTES_ONLY:
+        return x, None
+    x = contiguous(x)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    if is_torch(x):
+        import torch
+        back = x.dtype
+        return x.view(torch.uint8), lambda y: y.view(back)
+    back = x.dtype
+    return x.view(np.uint8), lambda y: y.view(back)
+
+
+def check_out(out, name="out"):
+    """A tensor hcomm writes in place: torch's rule for in-place writes into autograd's
+    tensors (refused where autograd cannot see the write), and contiguous."""
+    if is_torch(out) and out.requires_grad:
+        kind = ("a leaf Variable that requires grad" if out.is_leaf else
+                "a tensor that requires grad")
+        raise RuntimeError(f"hcomm: {name} is {kind}; hcomm cannot write into it in place "
+                           f"(autograd would not see the write). Pass a tensor that does "
+                           f"not require grad, or {name}.detach()")
+    return out
+
+
 def desc(x, name="tensor", writable=False):
     """The descriptor of `x` (numpy array or torch CPU tensor). Raises TypeError/ValueError
-    before any communication when x cannot be passed without a copy."""
+    before any communication when x cannot be passed. An input (writable False) that is not
+    contiguous is copied; the copy lives as the descriptor's `keep`."""
     d = Tensor()
+    if not writable and hasattr(x, "ndim"):
+        c = contiguous(x) if (is_torch(x) or isinstance(x, np.ndarray)) else x
+        if c is not x:
+            d = desc(c, name)
+            d.keep = c
+            return d
     if isinstance(x, np.ndarray):
         code = _NP.get(x.dtype)
         if code is None:
-            raise TypeError(f"hcomm: {name} has dtype {x.dtype}, which hcomm does not support "
-                            f"(f32, f64, f16, i8, u8, i32, i64; bf16 through torch)")
+            raise _unsupported(x, name)
         if not x.flags.c_contiguous:
-            raise ValueError(f"hcomm: {name} is not contiguous (strides {x.strides}); "
-                             f"pass np.ascontiguousarray({name})")
+            raise ValueError(f"hcomm: {name} is not contiguous (strides {x.strides}) but is "
+                             f"written in place; pass a contiguous array")
         if writable and not x.flags.writeable:
             raise ValueError(f"hcomm: {name} is read-only but is written in place")
         try:  # 3x faster than x.ctypes.data, which matters for small messages
@@ -63,12 +124,12 @@ def desc(x, name="tensor", writable=False):
     elif is_torch(x):
         code = _torch_map().get(x.dtype)
         if code is None:
-            raise TypeError(f"hcomm: {name} has dtype {x.dtype}, which hcomm does not support")
+            raise _unsupported(x, name)
         if x.device.type != "cpu":
             raise ValueError(f"hcomm: {name} is on {x.device}; hcomm takes CPU tensors")
         if not x.is_contiguous():
-            raise ValueError(f"hcomm: {name} is not contiguous (stride {x.stride()}); "
-                             f"pass {name}.contiguous()")
+            raise ValueError(f"hcomm: {name} is not contiguous (stride {x.stride()}) but is "
+                             f"written in place; pass a contiguous tensor")
         d.data = x.data_ptr()
     else:
         raise TypeError(f"hcomm: {name} must be a numpy array or a torch CPU tensor, "
@@ -126,7 +187,8 @@ def pack(x, d, name="tensor", writable=False):
     """Writes x's descriptor into Tensor `d` (see slots()): what desc() does, with
     one struct.pack_into instead of ctypes field stores. Contiguous writable numpy arrays and
     plain torch CPU tensors take the fast path; everything else goes through desc(), which
-    copies its descriptor in or raises the same TypeError/ValueError."""
+    copies its descriptor in or raises the same TypeError/ValueError. Returns the contiguous
+    copy it made of a strided input (else None), for outputs shaped like it."""
     ptr = None
     t = type(x)
     if t is np.ndarray:
@@ -141,16 +203,19 @@ def pack(x, d, name="tensor", writable=False):
         if x.is_cpu and x.is_contiguous():
             ptr = x.data_ptr()
     if ptr is None or code is None or len(x.shape) > _lib.MAX_DIMS:
-        slow = desc(x, name, writable)  # named: it must outlive the copy
+        slow = desc(x, name, writable)
         ctypes.memmove(_addressof(d), _addressof(slow), SIZE)
-        return
+        # An input's contiguous copy must outlive the blocking call that reads it: kept per
+        # thread and per slot until the next call replaces it.
+        setattr(_tls, "keep_out" if writable else "keep_in", slow)
+        return getattr(slow, "keep", None)
     shape = x.shape
     _DESC[len(shape)].pack_into(d, 0, ptr, code, len(shape), *shape)
 
 
 def empty_like(x):
-    """A new array of x's kind, shape and dtype (contiguous: x passed pack() already);
-    np.empty and torch.empty_like are the fastest ways to it."""
+    """A new array of x's kind, shape and dtype, contiguous when x is (pass the copy pack()
+    returns for a strided x); np.empty and torch.empty_like are the fastest ways to it."""
     if type(x) is np.ndarray:
         return np.empty(x.shape, x.dtype)
     return sys.modules["torch"].empty_like(x)

@@ -23,13 +23,22 @@ def register_dp(module):
     _dp = module
 
 
+def dead(what, name, why):
+    """The StateError of a call on an object that was freed: names the object and why."""
+    return _lib.StateError(f"{what}: {name} was destroyed ({why}); create a new one")
+
+
 class Group:
     """A communicator: `rank`, `size`, `ranks` (world ranks of the members, in member order)
-    and `backend`. Groups of a context belong to it; the world belongs to hcomm.launch."""
+    and `backend`. Groups of a context belong to it and die with it (ctx.destroy()); the world
+    belongs to hcomm.launch and dies when it returns. Every call on a dead group raises
+    hcomm.StateError naming it: its C pointer is then NULL, which every C call refuses, so a
+    stale group cannot reach freed memory even on the calls that skip the Python check."""
 
     def __init__(self, ptr, name="world"):
         self._ptr = ptr
         self._vp = ctypes.c_void_p(ptr)  # as _lib.raw functions take it
+        self._why = None  # why it died, once it has
         self.name = name
         r, s = ctypes.c_int(), ctypes.c_int()
         call(lib.hcomm_comm_rank, ptr, ctypes.byref(r))
@@ -43,24 +52,48 @@ class Group:
         self.backend = b.value.decode()
 
     def __repr__(self):
-        return f"<hcomm.Group {self.name} rank {self.rank} of {self.size} {self.ranks}>"
+        state = f" (destroyed: {self._why})" if self._why else ""
+        return f"<hcomm.Group {self.name} rank {self.rank} of {self.size} {self.ranks}{state}>"
+
+    def kill(self, why):
+        """Marks the group dead (its communicator is being freed by its owner)."""
+        self._why = why
+        self._ptr = None
+        self._vp = ctypes.c_void_p()
+
+    def ptr(self, what):
+        """The C pointer for call `what`; StateError naming the group when it is dead."""
+        if self._ptr is None:
+            raise self.dead(what)
+        return self._ptr
+
+    def dead(self, what):
+        return dead(what, f"group {self.name!r}", self._why)
+
+    def fail(self, what, r):
+        """The exception for C result r of call `what` on this group."""
+        return self.dead(what) if self._ptr is None else _lib.error(r)
 
     def barrier(self):
-        call(lib.hcomm_barrier, self._ptr)
+        call(lib.hcomm_barrier, self.ptr("hcomm.Group.barrier"))
 
     def set_timeout(self, seconds):
-        call(lib.hcomm_comm_set_timeout, self._ptr, float(seconds))
+        call(lib.hcomm_comm_set_timeout, self.ptr("hcomm.Group.set_timeout"), float(seconds))
 
-    def all_reduce(self, grads, op="avg", bucket_bytes=0):
+    def all_reduce(self, grads, op="sum", bucket_bytes=0, async_op=False):
         """Reduces `grads` in place over this group with hcomm_dp_all_reduce_grads (bucketed,
-        one all_reduce per bucket) and returns them. `grads`: a tensor, a list of tensors, or
-        torch parameters (their .grad is reduced; those without one are skipped)."""
-        return _dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self)
+        one all_reduce per bucket) and returns them; op 'sum' (default, as tp.all_reduce with
+        group=this group) or 'avg'. `grads`: a tensor, a list of tensors, or torch parameters
+        (their .grad is reduced; those without one are skipped). No autograd (see hcomm.dp).
+        async_op=True returns a work handle (hcomm.Work) whose wait() returns `grads`."""
+        return _dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self,
+                                    async_op=async_op)
 
-    def reducer(self, grads, op="avg", bucket_bytes=0):
+    def reducer(self, grads, op="avg", bucket_bytes=0, find_unused_parameters=False):
         """A DDP-style hcomm.dp.Reducer over this group: buckets reduced during backward as
         their gradients are marked ready (see hcomm.dp.Reducer). Collective."""
-        return _dp.Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=self)
+        return _dp.Reducer(grads, op=op, bucket_bytes=bucket_bytes, group=self,
+                           find_unused_parameters=find_unused_parameters)
 
 
 def _rank_state():
@@ -76,12 +109,18 @@ def world():
     return w
 
 
-def get_rank():
-    return world().rank
+def get_rank(group=None):
+    """This rank's index in `group` (default: the world), as torch.distributed.get_rank."""
+    g = world() if group is None else group
+    g.ptr("hcomm.get_rank")
+    return g.rank
 
 
-def get_world_size():
-    return world().size
+def get_world_size(group=None):
+    """The number of ranks in `group` (default: the world)."""
+    g = world() if group is None else group
+    g.ptr("hcomm.get_world_size")
+    return g.size
 
 
 def under_mpirun():
@@ -124,10 +163,11 @@ def launch(fn, nranks=None, args=(), backend=None):
         raise ValueError(f"hcomm.launch: nranks must be >= 1 on the local backend, not {nranks}")
     if _rank_state() is not None:
         raise RuntimeError("hcomm.launch: called from inside a rank; worlds do not nest")
-    results, errors = {}, {}
+    results, errors, size = {}, {}, [0]
 
     def body(comm, _arg):
         w = Group(comm)
+        size[0] = w.size
         _state.world, _state.contexts, _state.ctx = w, [], None
         _state.routings = weakref.WeakSet()
         try:
@@ -139,6 +179,7 @@ def launch(fn, nranks=None, args=(), backend=None):
             return e.code if isinstance(e, _lib.HcommError) else _lib.InternalError.code
         finally:
             _state.world = _state.contexts = _state.ctx = _state.routings = None
+            w.kill("its hcomm.launch returned")
 
     cb = _lib.RANK_FN(body)  # kept alive in this frame for the whole launch
     with _launching:
@@ -147,7 +188,7 @@ def launch(fn, nranks=None, args=(), backend=None):
         # The first rank with its own failure, not one aborted because of another rank.
         secondary = (_lib.AbortedError, _lib.PeerError)
         rank = min(errors, key=lambda k: (isinstance(errors[k], secondary), k))
-        raise _note(errors[rank], rank, nranks or len(results) + len(errors))
+        raise _note(errors[rank], rank, nranks or size[0])
     if r != 0:
         raise _lib.error(r)
     return [results[k] for k in sorted(results)]

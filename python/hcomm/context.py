@@ -27,8 +27,22 @@ class Context:
     def __init__(self, world, cfg):
         self.world = world
         ptr = ctypes.c_void_p()
-        call(lib.hcomm_ctx_create, world._ptr, ctypes.byref(cfg), ctypes.byref(ptr))
+        r = lib.hcomm_ctx_create(world.ptr("hcomm.init_context"), ctypes.byref(cfg),
+                                 ctypes.byref(ptr))
+        if r == _lib.StateError.code and current() is not None:
+            raise _lib.StateError(f"hcomm.init_context: this world already holds a context "
+                                  f"({current()!r}); call ctx.destroy() first")
+        if r:
+            raise _lib.error(r)
         self._ptr = ptr
+        try:  # nothing of a failed init stays behind
+            self._groups(ptr)
+        except BaseException:
+            lib.hcomm_ctx_destroy(ptr)
+            self._ptr = None
+            raise
+
+    def _groups(self, ptr):
         for kind, name in enumerate(KINDS):
             g = ctypes.c_void_p()
             r = lib.hcomm_ctx_group(ptr, kind, ctypes.byref(g))
@@ -44,18 +58,28 @@ class Context:
         self.config["order"] = res.order.decode()
 
     def __repr__(self):
-        return f"<hcomm.Context rank {self.world.rank} {self.config}>"
+        state = " (destroyed)" if self._ptr is None else ""
+        return f"<hcomm.Context rank {self.world.rank} {self.config}{state}>"
+
+    @property
+    def alive(self):
+        return self._ptr is not None
 
     def destroy(self):
-        """Frees the context and its groups. Collective over the world."""
+        """Frees the context and its groups. Collective over the world. Pending work handles
+        on its groups are completed first, MoE routings and DP reducers freed; afterwards every
+        call on its groups raises hcomm.StateError. A second destroy() does nothing."""
         if self._ptr is None:
             return
         mine = {id(getattr(self, k)) for k in KINDS}
         for r in list(getattr(_world._state, "routings", ())):
-            if id(r.group) in mine:  # a MoE handle keeps its group: free it first
+            if id(r.group) in mine:  # a handle keeps its group: complete or free it first
                 r.free()
         call(lib.hcomm_ctx_destroy, self._ptr)
         self._ptr = None
+        for k in KINDS:
+            if getattr(self, k) is not None:
+                getattr(self, k).kill("ctx.destroy() freed it with its context")
         st = _world._state
         if getattr(st, "contexts", None) and self in st.contexts:
             st.contexts.remove(self)
@@ -83,12 +107,18 @@ def init_context(tp_size=1, pp_size=1, dp_size=None, cp_size=1, ep_size=1, etp_s
 
 def init_tensor_parallel_group(tp_rank=None, tp_size=1):
     """Megatron-style shortcut: a context with TP groups of tp_size (every other rank in DP),
-    returning its TP group. tp_rank, when given, must be this rank's place in the group."""
-    g = init_context(tp_size=tp_size).tp
-    if tp_rank is not None and tp_rank != g.rank:
-        raise ValueError(f"hcomm.init_tensor_parallel_group: tp_rank={tp_rank} but this rank is "
-                         f"{g.rank} of its TP group {g.ranks}")
-    return g
+    made current, returning its TP group. Collective over the world.
+
+    tp_rank is accepted as the brief writes it (`tp_rank=0` on every rank, or
+    `tp_rank=get_rank() % tp_size`) and does not choose anything: a rank's index in its TP
+    group follows from its world rank (world rank % tp_size, Megatron's layout) and is the
+    returned group's `.rank`. It must be an int in 0..tp_size-1 (a ValueError before any
+    communication otherwise)."""
+    if tp_rank is not None and (not isinstance(tp_rank, int) or
+                                not 0 <= tp_rank < max(tp_size, 1)):
+        raise ValueError(f"hcomm.init_tensor_parallel_group: tp_rank={tp_rank!r} outside "
+                         f"0..{tp_size - 1}")
+    return init_context(tp_size=tp_size).tp
 
 
 def current():
@@ -101,6 +131,8 @@ def default_group(kind, group):
     if group is not None:
         if not isinstance(group, _world.Group):
             raise TypeError(f"hcomm: group must be an hcomm.Group, not {type(group).__name__}")
+        if group._ptr is None:
+            raise group.dead(f"hcomm.{kind}")
         return group
     ctx = current()
     return getattr(ctx, kind) if ctx is not None else _world.world()

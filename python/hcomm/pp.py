@@ -2,10 +2,16 @@
 (include/hcomm/pp.h). `group` defaults to the current context's PP group (rank i = stage i),
 else the world. A receive without a shape takes whatever dtype and shape arrives
 (hcomm_pp_recv_any); it returns a torch tensor when `kind='torch'`, `dtype` is a torch dtype,
-or (neither given) the program has imported torch, else a numpy array."""
+or (neither given) the program has imported torch, else a numpy array.
+
+Autograd: none inside these calls, by design (as Megatron's p2p_communication): a send takes
+x.detach()'s bytes and a receive returns a new leaf. Gradients come back through the calls
+the user makes: the next stage marks what it received requires_grad_(), runs its backward and
+sends act.grad back with PP_TAG_BACKWARD; this stage calls out.backward(grad) on what it sent.
+A receive buffer (out=) that requires grad is refused (autograd would not see the write)."""
 import ctypes
 
-from . import _tensor
+from . import _tensor, _world
 from ._lib import Tensor, call, lib
 from .context import default_group
 
@@ -17,7 +23,7 @@ _ANY_SHAPE = 2       # HCOMM_PP_ANY_SHAPE
 
 def _recv_buffer(shape, dtype, out, kind):
     if out is not None:
-        return out
+        return _tensor.check_out(out)
     import numpy as np
     if _tensor.default_kind(kind, dtype) == "torch":
         import torch
@@ -56,12 +62,25 @@ class Request:
     """A pending isend/irecv; wait() completes it and returns the received tensor (None for a
     send). The arrays and descriptors stay referenced here until then."""
 
-    def __init__(self, ptr, keep, result=None, kind=None):
+    def __init__(self, ptr, keep, result=None, kind=None, group=None):
         self._ptr, self._keep, self._result, self._kind = ptr, keep, result, kind
+        self.group = group
+        handles = getattr(_world._state, "routings", None)
+        if handles is not None:  # completed before its group goes away (Context.destroy)
+            handles.add(self)
+
+    def free(self):
+        """Completes a pending request (its context is being destroyed)."""
+        if self._ptr is not None:
+            try:
+                self.wait()
+            except Exception:  # noqa: BLE001 -- the context goes away either way
+                pass
 
     def wait(self):
         if self._ptr is None:
-            raise RuntimeError("hcomm.pp.Request: already waited")
+            raise _world.dead("hcomm.pp.Request.wait", "this request",
+                              "already waited; a request completes once")
         ptr, self._ptr = self._ptr, None
         call(lib.hcomm_pp_wait, ptr)
         if self._kind is not None:  # receive by envelope: copy out of hcomm's memory
@@ -73,7 +92,7 @@ def isend(x, dst, tag=0, group=None):
     g = default_group("pp", group)
     d, req = _tensor.desc(x, "x"), ctypes.c_void_p()
     call(lib.hcomm_pp_isend, g._ptr, ctypes.byref(d), dst, tag, ctypes.byref(req))
-    return Request(req, (x, d))
+    return Request(req, (x, d), group=g)
 
 
 def irecv(src, tag=0, shape=None, dtype=None, group=None, out=None, kind=None):
@@ -82,11 +101,11 @@ def irecv(src, tag=0, shape=None, dtype=None, group=None, out=None, kind=None):
     if shape is None and out is None:
         d = Tensor()
         call(lib.hcomm_pp_irecv_any, g._ptr, src, tag, ctypes.byref(d), ctypes.byref(req))
-        return Request(req, d, kind=_tensor.default_kind(kind, dtype))
+        return Request(req, d, kind=_tensor.default_kind(kind, dtype), group=g)
     buf = _recv_buffer(shape, dtype, out, kind)
     d = _tensor.desc(buf, "out", True)
     call(lib.hcomm_pp_irecv, g._ptr, ctypes.byref(d), src, tag, ctypes.byref(req))
-    return Request(req, (buf, d), result=buf)
+    return Request(req, (buf, d), result=buf, group=g)
 
 
 def send_recv(x, dst, src, send_tag=PP_TAG_FORWARD, recv_tag=PP_TAG_BACKWARD, shape=None,

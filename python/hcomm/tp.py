@@ -1,7 +1,16 @@
 """Tensor parallelism (Megatron-LM): each call fills hcomm_tensor_t descriptors over the
 caller's arrays and makes one C call from include/hcomm/tp.h. Results are new arrays of the
 input's kind (numpy or torch) and dtype. `group` defaults to the current context's TP group
-(the world without a context)."""
+(the world without a context).
+
+Autograd: every call on a torch tensor that requires grad records its backward, with the
+semantics of the role it plays in Megatron-LM: all_reduce is the reduce-from region (backward
+identity), all_gather(dim) gather-from (backward: this rank's slice), reduce_scatter(dim) its
+transpose (backward all_gather), split scatter-to (backward all_gather); copy_to, reduce_from,
+scatter_to and gather_from are the four regions by name. async_op=True (all_reduce,
+all_gather, reduce_scatter) returns an hcomm.Work whose wait() gives the result.
+Contiguity: a strided input is copied first; an out= tensor must be contiguous and must not
+require grad (hcomm._tensor)."""
 from . import _tensor
 from ._world import Group  # noqa: F401  (hcomm.tp.Group, as before the calls moved)
 from .context import default_group  # noqa: F401  (likewise)

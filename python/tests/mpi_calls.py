@@ -198,7 +198,7 @@ def context_matches_plan(r, n, w):
             g = getattr(ctx, kind)
             assert g.ranks in layout[kind] and g.ranks[g.rank] == r, (kind, g.ranks, layout)
         grads = [np.full(3, float(r))]
-        ctx.dp.all_reduce(grads)
+        ctx.dp.all_reduce(grads, op="avg")
         same(grads[0], np.full(3, sum(ctx.dp.ranks) / ctx.dp.size), "ctx.dp.all_reduce")
     finally:
         ctx.destroy()
@@ -214,6 +214,48 @@ def errors_carry_c_message(r, n, w):
         assert str(e).startswith("hcomm_") and "count=" in str(e), str(e)
     else:
         raise AssertionError("a count mismatch went unnoticed")
+
+
+@check
+def torch_distributed_names_and_async(r, n, w):
+    """broadcast, reduce, barrier, all_to_all_single (uneven), async handles on every
+    collective, get_rank/get_world_size(group), bool and int16 as bytes."""
+    x = data(r, (4, 3))
+    for src in range(n):
+        b = x.copy()
+        hcomm.broadcast(b, src=src, group=w)
+        same(b, data(src, (4, 3)), f"broadcast from {src}")
+    red = x.copy()
+    h = hcomm.reduce(red, dst=n - 1, group=w, async_op=True)
+    assert h.wait() is red and h.is_completed()
+    same(red, sum(data(q, (4, 3)) for q in range(n)) if r == n - 1 else x, "reduce")
+    hcomm.barrier(group=w)
+    hcomm.barrier(group=w, async_op=True).wait()
+    ins = [(r + q) % 3 for q in range(n)]
+    outs = [(q + r) % 3 for q in range(n)]
+    src_rows = np.concatenate([np.full((k, 2), 10 * r + q) for q, k in enumerate(ins)])
+    out = np.empty((sum(outs), 2), src_rows.dtype)
+    hcomm.all_to_all_single(out, src_rows, outs, ins, group=w, async_op=True).wait()
+    same(out, np.concatenate([np.full((k, 2), 10 * q + r) for q, k in enumerate(outs)])
+         .astype(src_rows.dtype), "all_to_all_single")
+    hs = [tp.all_reduce(x, group=w, async_op=True),
+          tp.all_gather(x, dim=1, group=w, async_op=True),
+          dp.all_reduce([x.copy()], op="sum", group=w, async_op=True)]
+    total = sum(data(q, (4, 3)) for q in range(n))
+    same(hs[2].wait()[0], total, "async dp")
+    same(hs[1].wait(), np.concatenate([data(q, (4, 3)) for q in range(n)], 1), "async gather")
+    same(hs[0].wait(), total, "async all_reduce")
+    assert (hcomm.get_rank(w), hcomm.get_world_size(w)) == (r, n)
+    for v in (np.array([r % 2 == 0, True]), np.array([r, -r - 300], np.int16)):
+        same(tp.all_gather(v, dim=0, group=w),
+             np.concatenate([np.array([q % 2 == 0, True]) if v.dtype == bool else
+                             np.array([q, -q - 300], np.int16) for q in range(n)]), "bytes")
+        try:
+            tp.all_reduce(v, group=w)
+        except hcomm.DtypeError as e:
+            assert str(v.dtype) in str(e), str(e)
+        else:
+            raise AssertionError(f"a reduction of {v.dtype} was not refused")
 
 
 w = hcomm.world()

@@ -118,7 +118,7 @@ def test_reducer_errors():
         with pytest.raises(ValueError, match="not contiguous"):
             dp.reducer([np.zeros((4, 4))[:, ::2]], group=hcomm.world())
         red.free()
-        with pytest.raises(RuntimeError, match="freed"):
+        with pytest.raises(hcomm.StateError, match="this reducer was destroyed"):
             red.mark_ready(0)
         return True
 
@@ -132,10 +132,97 @@ def test_reducer_replaced_grad_is_an_error():
         p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
         red = dp.reducer([p], group=hcomm.world()).hook_params()
         (p * 2).sum().backward()
-        red.wait()
-        p.grad = None  # the registered buffer is gone
+        p.grad = torch.zeros(3, dtype=torch.float64)  # after its hook: the reduction is lost
         with pytest.raises(RuntimeError, match="no longer the registered tensor"):
             red.wait()
-        return p.grad
+        return True
 
-    assert run(body, 2) == [None, None]
+    assert run(body, 2) == [True, True]
+
+
+def test_reducer_set_to_none_matches_serial():
+    """optimizer.zero_grad(set_to_none=True) between steps: each step's gradient, made anew
+    by backward, is reduced (avg of the ranks' gradients) over 3 steps."""
+    torch = pytest.importorskip("torch")
+
+    def body():
+        r = hcomm.get_rank()
+        p = torch.nn.Parameter(torch.arange(4, dtype=torch.float64))
+        opt = torch.optim.SGD([p], lr=0.5)
+        red = dp.reducer([p], group=hcomm.world()).hook_params()
+        for step in range(3):
+            opt.zero_grad(set_to_none=True)
+            (p * p * (r + 1 + step)).sum().backward()
+            red.wait()
+            opt.step()
+        return p.detach()
+
+    n = 3
+    p = torch.arange(4, dtype=torch.float64)
+    for step in range(3):  # grad of sum(p^2 c_r) = 2 c_r p, averaged
+        p = p - 0.5 * 2 * p * sum(r + 1 + step for r in range(n)) / n
+    for got in run(body, n):
+        assert torch.equal(got, p), (got, p)
+
+
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_reducer_unused_parameter(find_unused):
+    """A parameter unused on rank 1 only: named (index and shape) without
+    find_unused_parameters, reduced with zeros from that rank with it; no rank hangs."""
+    torch = pytest.importorskip("torch")
+
+    def body():
+        r = hcomm.get_rank()
+        a = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+        b = torch.nn.Parameter(torch.ones(3, 2, dtype=torch.float64))
+        red = dp.reducer([a, b], op="sum", group=hcomm.world(),
+                         find_unused_parameters=find_unused).hook_params()
+        loss = (a * 2).sum() + ((b * 3).sum() if r == 0 else 0)
+        loss.backward()
+        try:
+            red.wait()
+        except hcomm.StateError as e:
+            return str(e), a.grad.clone(), b.grad.clone()
+        return None, a.grad.clone(), b.grad.clone()
+
+    (e0, a0, b0), (e1, a1, b1) = run(body, 2)
+    assert e0 is None
+    if find_unused:
+        assert e1 is None
+    else:
+        assert "parameter 1 (shape [3, 2])" in e1 and "find_unused_parameters" in e1, e1
+    for a, b in ((a0, b0), (a1, b1)):
+        assert torch.equal(a, torch.full((2,), 4.0, dtype=torch.float64))
+        assert torch.equal(b, torch.full((3, 2), 3.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_all_reduce_params_unused_on_one_rank(find_unused, async_op):
+    """dp.all_reduce(model.parameters()) with a parameter unused on rank 1: no
+    'count=3 on rank 0 but count=8 on rank 1'; zeros stand in, and the parameter is named."""
+    torch = pytest.importorskip("torch")
+
+    def body():
+        r = hcomm.get_rank()
+        a = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+        b = torch.nn.Parameter(torch.ones(2, 4, dtype=torch.float64))
+        ((a * 2).sum() + ((b * 4).sum() if r == 0 else 0)).backward()
+        try:
+            res = dp.all_reduce([a, b], op="sum", group=hcomm.world(),
+                                find_unused_parameters=find_unused, async_op=async_op)
+            if async_op:
+                res.wait()
+            err = None
+        except hcomm.StateError as e:
+            err = str(e)
+        return err, a.grad, b.grad
+
+    (e0, a0, b0), (e1, a1, b1) = run(body, 2)
+    assert e0 is None and torch.equal(a0, torch.full((3,), 4.0, dtype=torch.float64))
+    assert torch.equal(b0, torch.full((2, 4), 4.0, dtype=torch.float64))
+    if find_unused:
+        assert e1 is None and torch.equal(b1, b0)
+    else:
+        assert "parameter 1 (shape [2, 4]) has no gradient on rank 1" in e1, e1
+        assert b1 is None

@@ -38,8 +38,8 @@ def test_shape_error_and_peer():
 
 def test_python_argument_errors():
     def body():
-        with pytest.raises(ValueError, match="not contiguous"):
-            tp.all_reduce(np.zeros((4, 4), np.float32)[:, ::2])
+        with pytest.raises(ValueError, match="not contiguous"):  # outputs only; inputs copy
+            tp.all_reduce(np.zeros((4, 2), np.float32), out=np.zeros((4, 4), np.float32)[:, ::2])
         with pytest.raises(TypeError, match="complex128"):
             tp.all_reduce(np.zeros(4, np.complex128))
         with pytest.raises(TypeError, match="numpy array or a torch"):

@@ -93,3 +93,69 @@ def test_expert_tp_sequence_parallel():
         np.testing.assert_allclose(out, tokens * 0.5, rtol=1e-6)
         for m in members:
             np.testing.assert_array_equal(routed, res[m][1])
+
+
+def uniform(rank, n):
+    """E tokens per rank, token i to expert i: every local expert gets one row per rank."""
+    x = np.arange(E * H, dtype=np.float64).reshape(E, H) + 100 * rank
+    return x, np.arange(E, dtype=np.int32)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_brief_reverse_call_as_written(n):
+    """routed, reverse_expert_ids = all_to_all(...); all_to_all(expert_output, reverse_ids,
+    num_experts=8, tokens_per_expert=tokens_per_npu) returns the tokens in original order,
+    with tokens_per_expert an int, a list or a tensor; reverse_ids(routing) works the same."""
+    torch = pytest.importorskip("torch")
+
+    def body():
+        r = hcomm.get_rank()
+        x, ids = uniform(r, n)
+        tokens = torch.from_numpy(x)
+        local = E // n
+        out = []
+        for tpe in (n, [n] * local, torch.full((local,), n), np.full(local, n), torch.tensor(n)):
+            routed, reverse_expert_ids = moe.all_to_all(tokens, torch.from_numpy(ids),
+                                                        num_experts=E, tokens_per_expert=tpe)
+            back = moe.all_to_all(routed * 3, reverse_expert_ids, num_experts=E,
+                                  tokens_per_expert=tpe)
+            out.append(torch.equal(back, tokens * 3))
+        rid = moe.reverse_ids(reverse_expert_ids)
+        assert rid.tolist() == sorted(list(range(local)) * n)
+        back = moe.all_to_all(routed * 2, rid, num_experts=E, tokens_per_expert=[n] * local)
+        out.append(torch.equal(back, tokens * 2))
+        return out
+
+    assert run(body, n) == [[True] * 6] * n
+
+
+def test_shape_errors_before_any_collective():
+    """Each names the argument and both shapes; nothing was sent (the next call works)."""
+    def body():
+        r = hcomm.get_rank()
+        x, ids = uniform(r, 2)
+        for call, pattern in (
+                (lambda: moe.all_to_all(x[0], ids, num_experts=E), r"tokens has shape \(3,\)"),
+                (lambda: moe.all_to_all(x, ids[:5], num_experts=E),
+                 r"expert_ids has shape \(5,\); expected \(8,\).*\(8, 3\)"),
+                (lambda: moe.all_to_all(x, ids, num_experts=E, tokens_per_expert=np.zeros(3)),
+                 r"tokens_per_expert has shape \(3,\); expected \(4,\)"),
+                (lambda: moe.all_to_all(x, ids, num_experts=E, tokens_per_expert=[1, 2]),
+                 r"tokens_per_expert has shape \(2,\); expected \(4,\)"),
+                (lambda: moe.all_to_all(x, ids, num_experts=7), "num_experts=7")):
+            with pytest.raises(ValueError, match=pattern):
+                call()
+        routed, routing = moe.all_to_all(x, ids, num_experts=E)
+        for call, pattern in (
+                (lambda: moe.all_to_all(routed[:5], routing),
+                 r"expert_output has shape \(5, 3\); expected \(8, H\)"),
+                (lambda: moe.all_to_all(routed, routing, num_experts=4), "num_experts=4"),
+                (lambda: moe.all_to_all(routed, routing, tokens_per_expert=3),
+                 r"tokens_per_expert=\[3, 3, 3, 3\] but .* \[2, 2, 2, 2\]")):
+            with pytest.raises(ValueError, match=pattern):
+                call()
+        with pytest.raises(ValueError, match=r"tokens_per_expert=\[1, 1, 1, 1\] but the local"):
+            moe.all_to_all(x, ids, num_experts=E, tokens_per_expert=1)  # checked once known
+        return np.array_equal(moe.all_to_all(routed, routing), x)
+
+    assert run(body, 2) == [True, True]

@@ -37,18 +37,19 @@ def test_every_call_mpirun(n):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     for r in range(n):
-        assert f"rank {r}: 8 checks ok on mpi" in p.stdout, p.stdout + p.stderr
+        assert f"rank {r}: 9 checks ok on mpi" in p.stdout, p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("n", [1, 5, 8])
 def test_every_call_local(n):
     """The same script on the local backend (threads), at sizes mpirun does not run here."""
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), HCOMM_TIMEOUT="60")
-    cmd = [sys.executable, "-m", "hcomm.run", "-n", str(n), str(HERE / "mpi_calls.py")]
+    cmd = [sys.executable, "-m", "hcomm.run", "--threads", "-n", str(n),
+           str(HERE / "mpi_calls.py")]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     for r in range(n):
-        assert f"rank {r}: 8 checks ok on local" in p.stdout, p.stdout + p.stderr
+        assert f"rank {r}: 9 checks ok on local" in p.stdout, p.stdout + p.stderr
 
 
 def run_brief(cmd):
@@ -65,7 +66,7 @@ BRIEF = str(HERE.parents[1] / "examples" / "python" / "brief.py")
 def test_brief_snippets_local():
     """The README's snippets, through python3 -m hcomm.run -n 8."""
     pytest.importorskip("torch")
-    run_brief([sys.executable, "-m", "hcomm.run", "-n", "8", BRIEF])
+    run_brief([sys.executable, "-m", "hcomm.run", "--threads", "-n", "8", BRIEF])
 
 
 @pytest.mark.skipif("mpi" not in hcomm.BACKENDS, reason="this build has no mpi backend")

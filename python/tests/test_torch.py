@@ -30,9 +30,15 @@ def test_dtypes(dtype):
 
 
 def test_noncontiguous_torch():
+    """The contiguity rule: a non-contiguous input is copied (tp.all_reduce(x.t()) works, as
+    tp.reduce_from(x.t()) does); an output written in place must be contiguous."""
     def body():
-        with pytest.raises(ValueError, match="contiguous"):
-            tp.all_reduce(torch.zeros(4, 4).t())
+        x = torch.arange(16.0).reshape(4, 4)
+        assert torch.equal(tp.all_reduce(x.t()), 2 * x.t())
+        assert torch.equal(tp.reduce_from(x.t()), 2 * x.t())
+        assert torch.equal(tp.all_gather(x[:, ::2], dim=0), torch.cat([x[:, ::2]] * 2))
+        with pytest.raises(ValueError, match="not contiguous.*written in place"):
+            tp.all_reduce(x, out=torch.zeros(4, 4).t())
         return True
 
     assert run(body, 2) == [True, True]

@@ -3,6 +3,9 @@
  * HCOMM_ERR_PEER), then hand it to the algorithms layer. */
 #include "algo/async.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* Runs body with the call named fn on comm (NULL: an error); a failed argument check joins the
  * peers' call. */
 #define HCOMM__PUBLIC_CALL(comm, checks, body)                                                     \
@@ -69,13 +72,12 @@ hcomm_result_t hcomm_all_reduce(hcomm_comm_t *comm, const void *sendbuf, void *r
 }
 
 static hcomm_result_t broadcast_checks(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
+    const char *fn = c->call_fn; /* hcomm_broadcast or hcomm_ibroadcast */
     if (root < 0 || root >= c->size)
-        return hcomm__err(HCOMM_ERR_INVALID_ARG, "hcomm_broadcast", "root=%d outside 0..%d", root,
-                          c->size - 1);
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "root=%d outside 0..%d", root, c->size - 1);
     if (bytes > 0 && buf == NULL)
-        return hcomm__err(HCOMM_ERR_NULL, "hcomm_broadcast",
-                          "argument 'buf' is NULL with bytes=%zu", bytes);
-    return hcomm__span("hcomm_broadcast", "bytes", bytes, 1, 1, NULL);
+        return hcomm__err(HCOMM_ERR_NULL, fn, "argument 'buf' is NULL with bytes=%zu", bytes);
+    return hcomm__span(fn, "bytes", bytes, 1, 1, NULL);
 }
 
 hcomm_result_t hcomm_broadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root) {
@@ -134,7 +136,7 @@ static hcomm_result_t all_to_allv_checks(hcomm_comm_t *c, const void *sendbuf,
                                          const size_t *sendcounts, const size_t *sdispls,
                                          void *recvbuf, const size_t *recvcounts,
                                          const size_t *rdispls) {
-    const char *fn = "hcomm_all_to_allv";
+    const char *fn = c->call_fn; /* hcomm_all_to_allv or hcomm_iall_to_allv */
     if (!sendcounts || !sdispls || !recvcounts || !rdispls)
         return hcomm__err(HCOMM_ERR_NULL, fn, "argument '%s' is NULL",
                           !sendcounts   ? "sendcounts"
@@ -235,6 +237,88 @@ hcomm_result_t hcomm_test(hcomm_request_t *req, int *done) {
     return d ? hcomm__request_wait(req) : HCOMM_OK;
 }
 
+/* Nonblocking broadcast and reduce: the blocking bodies, queued on the worker with their
+ * arguments (the buffers must stay untouched until the request completes). */
+typedef struct {
+    const void *send;
+    void *recv;
+    size_t count;
+    hcomm_dtype_t dt;
+    hcomm_op_t op;
+    int root;
+} rooted_args_t;
+
+static hcomm_result_t run_ibroadcast(hcomm_comm_t *c, void *p) {
+    rooted_args_t *a = p;
+    return hcomm__coll_broadcast(c, a->recv, a->count, a->root);
+}
+
+hcomm_result_t hcomm_ibroadcast(hcomm_comm_t *comm, void *buf, size_t bytes, int root,
+                                hcomm_request_t **req) {
+    rooted_args_t a = {.recv = buf, .count = bytes, .root = root};
+    HCOMM__ISSUE(comm, req, broadcast_checks(comm, buf, bytes, root),
+                 hcomm__icall(comm, run_ibroadcast, &a, sizeof a, req));
+}
+
+static hcomm_result_t run_ireduce(hcomm_comm_t *c, void *p) {
+    rooted_args_t *a = p;
+    return hcomm__coll_reduce(c, a->send, a->recv, a->count, a->dt, a->op, a->root);
+}
+
+static hcomm_result_t reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root);
+
+hcomm_result_t hcomm_ireduce(hcomm_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             hcomm_dtype_t dtype, hcomm_op_t op, int root, hcomm_request_t **req) {
+    rooted_args_t a = {sendbuf, recvbuf, count, dtype, op, root};
+    HCOMM__ISSUE(comm, req, reduce_checks(comm, sendbuf, recvbuf, count, dtype, op, root),
+                 hcomm__icall(comm, run_ireduce, &a, sizeof a, req));
+}
+
+/* Nonblocking all_to_allv: the four count arrays are copied into one allocation that the
+ * queued body frees once it ran (the worker runs every queued operation, also after an abort). */
+typedef struct {
+    const void *send;
+    void *recv;
+    size_t *counts; /* sendcounts, sdispls, recvcounts, rdispls: size entries each */
+} a2av_args_t;
+
+static hcomm_result_t run_iall_to_allv(hcomm_comm_t *c, void *p) {
+    a2av_args_t *a = p;
+    size_t n = (size_t)c->size, *k = a->counts;
+    hcomm_result_t r =
+        hcomm__coll_all_to_allv(c, a->send, k, k + n, a->recv, k + 2 * n, k + 3 * n, false);
+    free(a->counts);
+    return r;
+}
+
+static hcomm_result_t issue_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
+                                        const size_t *sendcounts, const size_t *sdispls,
+                                        void *recvbuf, const size_t *recvcounts,
+                                        const size_t *rdispls, hcomm_request_t **req) {
+    size_t n = (size_t)c->size;
+    a2av_args_t a = {sendbuf, recvbuf, malloc(4 * n * sizeof(size_t))};
+    if (!a.counts)
+        return hcomm__icoll_fail(
+            c, hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory for the counts"), req);
+    const size_t *src[4] = {sendcounts, sdispls, recvcounts, rdispls};
+    for (int i = 0; i < 4; i++)
+        memcpy(a.counts + (size_t)i * n, src[i], n * sizeof(size_t));
+    hcomm_result_t r = hcomm__icall(c, run_iall_to_allv, &a, sizeof a, req);
+    if (r != HCOMM_OK)
+        free(a.counts);
+    return r;
+}
+
+hcomm_result_t hcomm_iall_to_allv(hcomm_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
+                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                  const size_t *rdispls, hcomm_request_t **req) {
+    HCOMM__ISSUE(
+        comm, req,
+        all_to_allv_checks(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls),
+        issue_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, req));
+}
+
 static hcomm_result_t check_root(const char *fn, const hcomm_comm_t *c, int root) {
     if (root < 0 || root >= c->size)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "root=%d outside 0..%d", root, c->size - 1);
@@ -243,7 +327,7 @@ static hcomm_result_t check_root(const char *fn, const hcomm_comm_t *c, int root
 
 static hcomm_result_t reduce_checks(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                     size_t count, hcomm_dtype_t dt, hcomm_op_t op, int root) {
-    const char *fn = "hcomm_reduce";
+    const char *fn = c->call_fn; /* hcomm_reduce or hcomm_ireduce */
     HCOMM__TRY(check_root(fn, c, root));
     bool is_root = c->rank == root;
     HCOMM__TRY(check_reduce_args(fn, "count", count, dt, op, sendbuf, is_root ? recvbuf : sendbuf));

@@ -42,8 +42,15 @@ enum {
     F_DP_N,
     F_MEM,
     F_TIMING,
+    F_GPUS,
+    F_CYCLES,
+    F_BLOCKING,
+    F_AGG,
+    F_GRAPH,
+    F_CPUTIME,
     F_COUNT
 };
+_Static_assert(F_COUNT <= 32, "the flags given fit one uint32_t mask");
 
 static const flag_t flags[F_COUNT] = {
     [F_BACKEND] = {NULL, "--backend", NULL, K_STR, 0, 0},
@@ -70,6 +77,12 @@ static const flag_t flags[F_COUNT] = {
     [F_DP_N] = {NULL, "--dp-buffers", NULL, K_INT, 1, 4096},
     [F_MEM] = {NULL, "--mem", NULL, K_STR, 0, 0},
     [F_TIMING] = {NULL, "--timing", NULL, K_STR, 0, 0},
+    [F_GPUS] = {"-g", "--ngpus", NULL, K_INT, 1, 4096},
+    [F_CYCLES] = {"-N", "--run_cycles", NULL, K_INT, 0, 1 << 20},
+    [F_BLOCKING] = {"-z", "--blocking", NULL, K_INT, 0, 1},
+    [F_AGG] = {"-m", "--agg_iters", NULL, K_INT, 1, 1 << 20},
+    [F_GRAPH] = {"-G", "--cudagraph", NULL, K_INT, 0, 1 << 20},
+    [F_CPUTIME] = {"-C", "--report_cputime", NULL, K_INT, 0, 1},
 };
 
 static void print_version(void) {
@@ -105,14 +118,24 @@ static void usage(FILE *f) {
         "                    (one host, the first 18 of a size; a program's loop pays them once)\n"
         "  -c, --check N     checked iterations per size against a reference (default 1; 0: "
         "#wrong N/A)\n"
-        "  -o, --redop OP    sum, prod, max, min, avg (default sum)\n"
-        "  -d, --datatype T  f32 (float), f64 (double), f16 (half), bf16, i8, u8, i32, i64\n"
+        "  -o, --redop OP    sum, prod, max, min, avg, or all (each that the op takes; default "
+        "sum)\n"
+        "  -d, --datatype T  f32 (float), f64 (double), f16 (half), bf16, i8, u8, i32, i64, all\n"
         "                    (default f32; moe_dispatch_combine: bf16)\n"
         "  -r, --root R      root of broadcast, reduce, gather, scatter (default 0)\n"
         "  -a, --average A   time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3: the\n"
         "                    slowest rank; each figure is the median over iterations)\n"
         "  -t, --ranks N     ranks as threads on the local backend (default 8); under mpirun or\n"
-        "                    srun the job's processes are the ranks (1 too, unless -t is given)\n"
+        "                    srun the job's processes are the ranks (1 too, unless -t is given)\n");
+    fprintf(
+        f,
+        "  -g, --ngpus G     ranks per thread (nccl-tests' GPUs per thread): -t x -g ranks in\n"
+        "                    all (-g alone: -t 1); under mpirun only 1\n"
+        "  -N, --run_cycles N  run everything N times (default 1; 0: until interrupted)\n"
+        "  -z, --blocking 0|1, -C, --report_cputime 0|1  accepted for nccl-tests' command lines:\n"
+        "                    hcomm's calls block and their times are the CPU's either way\n"
+        "  -m, --agg_iters 1, -G, --cudagraph 0  only these: grouped launches and CUDA graphs\n"
+        "                    are not applicable on CPU\n"
         "  --algo A          auto (default: hcomm's choice), all (every algorithm valid for the\n"
         "                    op, plus auto and its regret), one name (native, ring, ...), or raw\n"
         "                    (MPI alone); on mpi a raw row (MPI called directly) joins auto's\n"
@@ -143,11 +166,12 @@ static void usage(FILE *f) {
         "  --version         print the version and the backends built\n");
     fprintf(
         f,
-        "table: size (B: the whole vector, result or input), count (elements), type, redop,\n"
-        "  root, algo (auto(X): hcomm chose X), then out-of-place and in-place: time (us, the\n"
-        "  median over iterations of the slowest rank's time; -a), algbw (bytes / time, GB/s),\n"
-        "  busbw (algbw x nccl-tests' factor: all_reduce 2(p-1)/p; all_gather, reduce_scatter,\n"
-        "  all_to_all, gather, scatter (p-1)/p; broadcast, reduce, send_recv 1), #wrong. Under\n"
+        "table (nccl-tests' columns in its order, then hcomm's algo): size (B: the whole\n"
+        "  vector, result or input), count (elements), type, redop, root, then out-of-place and\n"
+        "  in-place: time (us, the median over iterations of the slowest rank's time; -a), algbw\n"
+        "  (bytes / time, GB/s), busbw (algbw x nccl-tests' factor: all_reduce 2(p-1)/p;\n"
+        "  all_gather, reduce_scatter, all_to_all, gather, scatter (p-1)/p; broadcast, reduce,\n"
+        "  send_recv 1), #wrong; last algo (auto(X): hcomm chose X). Under\n"
         "  each size: auto's regret (its time over the best algorithm's), hcomm/raw on mpi and\n"
         "  busbw over the memcpy bandwidth measured in the same run (every rank copying at once);\n"
         "  last, the average busbw per algorithm.\n"
@@ -310,6 +334,21 @@ static int find_flag(const char *a, size_t len) {
     return -1;
 }
 
+/* -m and -G ask for what a CPU run has not (grouped launches, CUDA graphs): only their
+ * neutral values (1 and 0) are accepted. */
+static int not_on_cpu(int f, const char *a, const char *v) {
+    int n = 0, neutral = f == F_AGG ? 1 : 0;
+    if (parse_int(a, v, &n, flags[f].min, flags[f].max) != 0)
+        return -1;
+    if (n == neutral)
+        return 0;
+    fprintf(stderr, "hcomm-bench: %s %s: not applicable on CPU (%s); only %s %d\n", a, v,
+            f == F_AGG ? "hcomm has no grouped launch of several collectives"
+                       : "there are no CUDA graphs",
+            a, neutral);
+    return -1;
+}
+
 static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     const flag_t *fl = &flags[f];
     switch (f) {
@@ -335,10 +374,15 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     case F_FACTOR:
         return parse_factor(a, v, &o->factor);
     case F_REDOP:
-        return parse_redop(a, v, &o->redop);
+        o->all_redops = !strcmp(v, "all");
+        return o->all_redops ? 0 : parse_redop(a, v, &o->redop);
     case F_DTYPE:
         o->dtype_given = true;
-        return parse_dtype(a, v, &o->dtype);
+        o->all_dtypes = !strcmp(v, "all");
+        return o->all_dtypes ? 0 : parse_dtype(a, v, &o->dtype);
+    case F_AGG:
+    case F_GRAPH:
+        return not_on_cpu(f, a, v);
     case F_ALGO:
         return parse_algo(a, v, &o->algo);
     case F_CSV:
@@ -364,11 +408,13 @@ static int set_flag(bench_opts_t *o, int f, const char *a, const char *v) {
     default:
         break;
     }
+    int ignored; /* -z and -C: hcomm's calls block, and their times are the CPU's, either way */
     int *dst[F_COUNT] = {
         [F_RANKS] = &o->nranks,     [F_ITERS] = &o->iters,    [F_WARMUP] = &o->warmup,
         [F_CHECK] = &o->check,      [F_ROOT] = &o->root,      [F_AVG] = &o->report,
         [F_MOE_H] = &o->moe_hidden, [F_MOE_K] = &o->moe_topk, [F_MOE_E] = &o->moe_experts,
-        [F_DP_N] = &o->dp_buffers};
+        [F_DP_N] = &o->dp_buffers,  [F_GPUS] = &o->gpus,      [F_CYCLES] = &o->cycles,
+        [F_BLOCKING] = &ignored,    [F_CPUTIME] = &ignored};
     return parse_int(a, v, dst[f], fl->min, fl->max);
 }
 

@@ -42,8 +42,11 @@ typedef struct bench_opts {
     bool iters_given;                      /* -n on the command line (compare) */
     bool redop_given;                      /* -o on the command line */
     bool ops_from_all;                     /* OP all (or none): every collective */
-    bool wrap; /* --wrap: the ranks run on hcomm_comm_wrap_mpi(MPI_COMM_WORLD) */
-    bool b2b;  /* --timing b2b: a sample is the mean of B2B_CALLS calls back to back */
+    bool wrap;  /* --wrap: the ranks run on hcomm_comm_wrap_mpi(MPI_COMM_WORLD) */
+    bool b2b;   /* --timing b2b: a sample is the mean of B2B_CALLS calls back to back */
+    int gpus;   /* -g: ranks per thread (nccl-tests' GPUs per thread): -t x -g ranks */
+    int cycles; /* -N: times the whole run repeats; 0: until interrupted */
+    bool all_dtypes, all_redops; /* -d all, -o all: every one that suits each operation */
 } bench_opts_t;
 
 /* --wrap (wrap.c): MPI started here, fn run on hcomm_comm_wrap_mpi(MPI_COMM_WORLD), MPI ended. */

@@ -133,17 +133,19 @@ static int check_algo_option(const bench_opts_t *o, bool mpi) {
     const char *want = o->algo ? o->algo : "auto";
     for (int i = 0; i < o->nops; i++) {
         const bench_op_t *op = &ops[o->ops[i]];
-        if (op->sum_avg_only && o->redop != HCOMM_SUM && o->redop != HCOMM_AVG) {
+        if (op->sum_avg_only && !o->all_redops && o->redop != HCOMM_SUM && o->redop != HCOMM_AVG) {
             fprintf(stderr, "hcomm-bench: %s reduces with sum or avg, not -o %s\n", op->name,
                     bench_op_names[o->redop]);
             return -1;
         }
-        if (o->redop_given && !op->reduces && !o->ops_from_all && o->redop != HCOMM_SUM) {
+        if (o->redop_given && !o->all_redops && !op->reduces && !o->ops_from_all &&
+            o->redop != HCOMM_SUM) {
             fprintf(stderr, "hcomm-bench: %s does not reduce; -o %s does not apply\n", op->name,
                     bench_op_names[o->redop]);
             return -1;
         }
-        if (op->float_only && o->dtype_given && !hcomm__bench_dtype_is_float(o->dtype)) {
+        if (op->float_only && o->dtype_given && !o->all_dtypes &&
+            !hcomm__bench_dtype_is_float(o->dtype)) {
             fprintf(stderr, "hcomm-bench: %s combines f32, f64, f16 or bf16, not -d %s\n", op->name,
                     dtype_name(o->dtype));
             return -1;
@@ -543,10 +545,11 @@ static void print_header(run_t *R, const bench_case_t *c) {
     if (R->mpi && R->op->raw && !bench_raw_supported(R->o->dtype, R->o->redop, R->op->reduces))
         printf("# no raw row: MPI has no %s of %s with %s\n", R->op->name, dtype_name(R->o->dtype),
                bench_op_names[R->o->redop]);
-    printf("#%99s\n", "out-of-place                         in-place          ");
-    printf("#%11s %12s %6s %6s %5s %-16s %10s %8s %8s %6s %10s %8s %8s %6s\n", "size(B)", "count",
-           "type", "redop", "root", "algo", "time(us)", "algbw", "busbw", "#wrong", "time(us)",
-           "algbw", "busbw", "#wrong");
+    /* nccl-tests' columns in their order (its parsers read them by position), then hcomm's */
+    printf("#%105s\n", "out-of-place                         in-place          ");
+    printf("#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %8s %8s %6s %s\n", "size(B)", "count",
+           "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
+           "busbw", "#wrong", "algo");
 }
 
 static void print_half(const bench_record_t *r) {
@@ -570,12 +573,11 @@ static void print_row(run_t *R, const algo_row_t *a, const bench_case_t *c) {
         snprintf(name, sizeof name, "%s->%s", a->name, r->chosen);
     else
         snprintf(name, sizeof name, "%s", a->name);
-    printf("%12zu %12zu %6s %6s %5d %-16s", c->bytes, c->count, dtype_name(c->dt),
-           R->op->reduces ? bench_op_names[R->o->redop] : "none", R->op->rooted ? R->o->root : -1,
-           name);
+    printf("%12zu %12zu %6s %6s %5d", c->bytes, c->count, dtype_name(c->dt),
+           R->op->reduces ? bench_op_names[R->o->redop] : "none", R->op->rooted ? R->o->root : -1);
     print_half(&a->rec[0]);
     print_half(&a->rec[1]);
-    printf("\n");
+    printf(" %s\n", name);
 }
 
 /* A named row that ran another row's algorithm: a second sample of that row, left out of the
@@ -915,6 +917,41 @@ static hcomm_result_t check_root(const run_t *R) {
     return HCOMM_OK;
 }
 
+/* Whether -d all / -o all run dtype dt and redop op for this operation (what -d and -o
+ * given alone would accept). */
+static bool variant_fits(const bench_opts_t *o, const bench_op_t *op, int dt, int redop) {
+    if (o->all_dtypes && op->float_only && !hcomm__bench_dtype_is_float((hcomm_dtype_t)dt))
+        return false;
+    if (o->all_redops && op->sum_avg_only && redop != HCOMM_SUM && redop != HCOMM_AVG)
+        return false;
+    return true;
+}
+
+/* One operation at every dtype of -d all and redop of -o all (one each otherwise; an op that
+ * does not reduce runs once), in nccl-tests' order: dtypes outer, redops inner. */
+static hcomm_result_t bench_variants(run_t *R, const bench_op_t *op) {
+    const bench_opts_t *o = R->o;
+    int dt0 = o->all_dtypes ? 0 : (int)o->dtype, dt1 = o->all_dtypes ? HCOMM_DTYPE_COUNT : dt0 + 1;
+    int op0 = o->all_redops && op->reduces ? 0 : (int)o->redop;
+    int op1 = o->all_redops && op->reduces ? HCOMM_OP_COUNT : op0 + 1;
+    hcomm_result_t r = HCOMM_OK;
+    for (int dt = dt0; r == HCOMM_OK && dt < dt1; dt++)
+        for (int red = op0; r == HCOMM_OK && red < op1; red++) {
+            if (!variant_fits(o, op, dt, red))
+                continue;
+            bench_opts_t oo = *o;
+            oo.dtype = (hcomm_dtype_t)dt;
+            oo.redop = (hcomm_op_t)red;
+            if (!strcmp(op->name, "moe_dispatch_combine") && !o->dtype_given)
+                oo.dtype = HCOMM_BF16;
+            R->op = op;
+            R->o = &oo;
+            r = bench_op(R);
+            R->o = o;
+        }
+    return r;
+}
+
 static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
     const bench_opts_t *o = arg;
     if (o->legacy)
@@ -938,15 +975,9 @@ static hcomm_result_t rank_main(hcomm_comm_t *w, void *arg) {
         r = bench_memcpy(&R);
     int n;
     const bench_op_t *ops = bench_ops(&n);
-    for (int i = 0; r == HCOMM_OK && i < o->nops; i++) {
-        bench_opts_t oo = *o;
-        R.op = &ops[o->ops[i]];
-        if (!strcmp(R.op->name, "moe_dispatch_combine") && !o->dtype_given)
-            oo.dtype = HCOMM_BF16;
-        R.o = &oo;
-        r = bench_op(&R);
-        R.o = o;
-    }
+    for (int c = 0; r == HCOMM_OK && (o->cycles == 0 || c < o->cycles); c++)
+        for (int i = 0; r == HCOMM_OK && i < o->nops; i++)
+            r = bench_variants(&R, &ops[o->ops[i]]);
     if (R.rep && bench_report_close(R.rep, r == HCOMM_OK) != 0 && r == HCOMM_OK)
         r = hcomm__bench_err(HCOMM_ERR_IO, "hcomm-bench",
                              "an output file could not be written (above)");
@@ -1063,7 +1094,8 @@ int main(int argc, char **argv) {
                       .moe_hidden = 7168,
                       .moe_topk = 8,
                       .moe_experts = 256,
-                      .dp_buffers = 16};
+                      .dp_buffers = 16,
+                      .cycles = 1};
     /* Under a launcher every process checks the command line; one of them says what is wrong. */
     int saved = quiet_unless_first() ? dup(2) : -1;
     if (saved >= 0 && !freopen("/dev/null", "w", stderr))
@@ -1098,7 +1130,15 @@ int main(int argc, char **argv) {
     bool mpi = r == HCOMM_OK && !strcmp(b, "mpi");
     if (r == HCOMM_OK && check_algo_option(&o, mpi))
         return 2;
-    int n = mpi ? 0 : o.nranks > 0 ? o.nranks : 8;
+    if (r == HCOMM_OK && mpi && o.gpus > 1) {
+        fprintf(stderr,
+                "hcomm-bench: -g %d: under mpirun each process is one rank; not "
+                "applicable (ranks per process are nccl-tests' GPUs per thread)\n",
+                o.gpus);
+        return 2;
+    }
+    /* -t x -g ranks; -g alone means one thread (nccl-tests' -t default) */
+    int n = mpi ? 0 : (o.nranks > 0 ? o.nranks : o.gpus > 0 ? 1 : 8) * (o.gpus > 0 ? o.gpus : 1);
     if (r == HCOMM_OK && o.wrap && !mpi) {
         fprintf(stderr, "hcomm-bench: --wrap runs under mpirun (the mpi backend), not on %s\n", b);
         return 2;

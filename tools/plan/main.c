@@ -2,6 +2,7 @@
  * anything, as a table or as JSON. Uses only the public plan API (hcomm/domain.h).
  *
  *   hcomm-plan --world 32 --tp 4 --pp 2 --json
+ *   hcomm-plan --world 32 --tp 4 --pp 2 --rank 5     (only the groups of rank 5)
  *
  * Exit status: 0 ok, 1 invalid configuration (hcomm's message on stderr), 2 bad usage. */
 #include "hcomm/api.h"
@@ -19,6 +20,7 @@
 typedef struct options {
     int world;
     int max_groups; /* --max-groups: groups shown per kind in the table; 0: all */
+    int rank;       /* --rank: print only this world rank's groups; -1: every group */
     bool have_world, json;
     hcomm_parallel_config_t cfg;
 } options_t;
@@ -38,6 +40,7 @@ static void usage(FILE *f) {
           "  --experts N  number of experts, checked to be divisible by ep (default: no check)\n"
           "  --order O    axes fastest-varying first (default tp-cp-ep-dp-pp)\n"
           "  --max-groups N  show the first N groups of each kind in the table (default: all)\n"
+          "  --rank R     only the groups of world rank R (0..W-1) and its index in each\n"
           "  --json       one JSON object: a list of groups (world ranks) per kind\n"
           "  --help       this text\n",
           f);
@@ -59,6 +62,20 @@ static bool parse_int(const char *flag, const char *text, int *out) {
     if (errno == ERANGE || v < 1 || v > HCOMM_PLAN_MAX_WORLD) {
         fprintf(stderr, "hcomm-plan: %s %s: out of range 1..%d\n", flag, text,
                 HCOMM_PLAN_MAX_WORLD);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+/* --rank's value: a whole decimal int from 0 (checked against --world once both are known). */
+static bool parse_rank(const char *text, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (text[0] == '\0' || *end != '\0' || errno == ERANGE || v < 0 || v >= HCOMM_PLAN_MAX_WORLD) {
+        fprintf(stderr, "hcomm-plan: --rank: '%s' is not a rank (0..%d)\n", text,
+                HCOMM_PLAN_MAX_WORLD - 1);
         return false;
     }
     *out = (int)v;
@@ -88,7 +105,9 @@ static int *int_flag(options_t *o, const char *flag) {
 /* Applies one "--flag value" (value NULL if missing). Returns false after a message. */
 static bool apply_flag(options_t *o, const char *flag, const char *value) {
     int *dst = int_flag(o, flag);
-    if (!dst && strcmp(flag, "--order") != 0) {
+    if (strcmp(flag, "--rank") == 0 && value)
+        return parse_rank(value, &o->rank);
+    if (!dst && strcmp(flag, "--order") != 0 && strcmp(flag, "--rank") != 0) {
         fprintf(stderr, "hcomm-plan: unknown option %s (see --help)\n", flag);
         return false;
     }
@@ -132,6 +151,11 @@ static int parse_args(int argc, char **argv, options_t *o) {
     }
     if (!o->have_world) {
         fprintf(stderr, "hcomm-plan: --world is required (see --help)\n");
+        return 2;
+    }
+    if (o->rank >= o->world) {
+        fprintf(stderr, "hcomm-plan: --rank %d outside 0..%d (--world %d)\n", o->rank, o->world - 1,
+                o->world);
         return 2;
     }
     return 0;
@@ -197,6 +221,48 @@ static void print_table(FILE *f, int world, const hcomm_parallel_config_t *c, in
     }
 }
 
+/* The group of list l that holds world rank r (its members, and r's index in *idx), or NULL
+ * (embedding on a middle stage). */
+static const int *group_of(const hcomm_group_list_t *l, int r, int *idx) {
+    for (int g = 0; g < l->num_groups; g++)
+        for (int m = 0; m < l->group_size; m++)
+            if (l->ranks[(size_t)g * (size_t)l->group_size + (size_t)m] == r) {
+                *idx = m;
+                return l->ranks + (size_t)g * (size_t)l->group_size;
+            }
+    return NULL;
+}
+
+/* --rank: one line (table) or one key (JSON) per kind with the rank's group, or none. */
+static void print_rank(FILE *f, int r, bool json,
+                       const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
+    if (!json)
+        fprintf(f, "rank %d:\n", r);
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
+        const char *name = "";
+        hcomm_group_kind_name((hcomm_group_kind_t)k, &name);
+        int idx = -1, n = lists[k].group_size;
+        const int *g = group_of(&lists[k], r, &idx);
+        if (json) {
+            fprintf(f, "%s\"%s\": ", k ? ",\n " : "{", name);
+            if (g)
+                print_group_json(f, g, n);
+            else
+                fputs("null", f);
+            continue;
+        }
+        fprintf(f, "%s:", name);
+        if (!g) {
+            fputs(" none (not in any group of this kind)\n", f);
+            continue;
+        }
+        fprintf(f, " rank %d of %d", idx, n);
+        print_group_table(f, g, n);
+    }
+    if (json)
+        fputs("}\n", f);
+}
+
 /* Computes every kind's groups and prints them; returns the exit status. */
 static int plan(const options_t *o) {
     hcomm_group_list_t lists[HCOMM_GROUP_COUNT];
@@ -209,7 +275,9 @@ static int plan(const options_t *o) {
         if (hcomm_plan_groups(&o->cfg, o->world, (hcomm_group_kind_t)k, &lists[k]) != HCOMM_OK)
             goto done;
     int edp = lists[HCOMM_GROUP_EDP].group_size;
-    if (o->json)
+    if (o->rank >= 0)
+        print_rank(stdout, o->rank, o->json, lists);
+    else if (o->json)
         print_json(stdout, lists);
     else
         print_table(stdout, o->world, &resolved, edp, lists, o->max_groups);
@@ -227,6 +295,7 @@ done:
 int main(int argc, char **argv) {
     options_t o;
     memset(&o, 0, sizeof o);
+    o.rank = -1;
     int r = parse_args(argc, argv, &o);
     if (r != 0)
         return r == 1 ? 0 : 2;
