@@ -249,6 +249,11 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ] && command -v "${MPIEXEC:-mpirun}" >/dev/
         fail "mpirun: hcomm/raw per size and placement"
     "$PY" -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["algo"]=="raw"]; assert len(r)==6 and all(x["wrong"]==0 and x["world"]==2 for x in r), r' \
         "$tmp/m.json" || fail "mpirun: raw json records"
+    # --wrap: the ranks on hcomm_comm_wrap_mpi(MPI_COMM_WORLD); --timing b2b: loops of calls
+    out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
+        -b 8 -e 32K -f 64 -n 2 -w 1 --wrap --timing b2b)
+    echo "$out" | check_rows all_reduce 2 both || { echo "$out"; fail "--wrap --timing b2b rows"; }
+    echo "$out" | rows | awk '$14 == "raw" {n++} END {exit n != 3}' || fail "--wrap: a raw row per size"
     # from 32 MiB raw is timed in a block after hcomm's rows: still one checked, timed row (a
     # 33 MiB call takes far more than 10 us)
     out=$(HCOMM_BACKEND=mpi timeout 120 "${MPIEXEC:-mpirun}" --oversubscribe -np 2 "$bench" all_reduce \
@@ -314,6 +319,8 @@ expect_msg "-i 0: the step must be at least 1 byte" -i 0
 expect_msg "-f and -i exclude each other" -f 2 -i 8
 expect_msg "-d f12 is not a dtype" -d f12
 expect_msg '--mem="device" is not shared or host' --mem=device
+expect_msg '--timing="later" is not window or b2b' --timing=later
+expect_msg "--wrap runs under mpirun (the mpi backend), not on local" all_reduce --wrap -t 2
 expect_msg "-o mean is not a reduction" -o mean
 expect_msg "gatherx is not an operation; valid: all_reduce" gatherx
 expect_msg "--op gatherx is not an operation" --op gatherx
