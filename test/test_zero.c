@@ -275,7 +275,18 @@ static void one_run(const run_t *r) {
     }
     accumulate(r, plan, 0); /* a new window starts from zero */
     T_OK(sync_grads(r, plan, l.nb));
-    check_shards(r, plan, &l, 1);
+    if (r->cfg.accumulate) { /* a reduce_scatter per micro-step, added into the shard */
+        T_OK(hcomm_zero_clear_grads(plan));
+        T_OK(sync_grads(r, plan, l.nb)); /* reduces zeros: adds nothing */
+        accumulate(r, plan, 0);
+        T_OK(sync_grads(r, plan, l.nb));
+        accumulate(r, plan, 1);
+        check_shards(r, plan, &l, 1); /* before a second reduce_scatter: still step 0 alone */
+        T_OK(sync_grads(r, plan, l.nb));
+        check_shards(r, plan, &l, 2);
+    } else {
+        check_shards(r, plan, &l, 1);
+    }
     T_OK(hcomm_zero_destroy(&plan));
     T_CHECK(plan == NULL, "destroy left the handle set");
 }
@@ -299,7 +310,7 @@ static void sweep(run_t *r) {
             for (size_t t = 0; t < sizeof plans / sizeof plans[0]; t++)
                 for (int mode = 0; mode < 2; mode++) {
                     r->cfg = (hcomm_zero_config_t){stage, caps[c], mode ? HCOMM_AVG : HCOMM_SUM,
-                                                   plans[t].rd};
+                                                   plans[t].rd, (stage + (int)c + mode) % 2};
                     r->types = plans[t].types;
                     r->nonblocking = mode == 1;
                     one_run(r);
@@ -339,7 +350,7 @@ static hcomm_result_t sweep_rank(hcomm_comm_t *w, void *arg) {
 /* ---- bad input ---- */
 
 static hcomm_zero_config_t cfg3(int stage) {
-    return (hcomm_zero_config_t){stage, 64, HCOMM_SUM, HCOMM_ZERO_PARAM_DTYPE};
+    return (hcomm_zero_config_t){stage, 64, HCOMM_SUM, HCOMM_ZERO_PARAM_DTYPE, 0};
 }
 
 static void expect_msg(const char *a, const char *b) {

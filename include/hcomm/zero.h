@@ -55,6 +55,10 @@ typedef struct hcomm_zero_config {
      *  bucket's (f16/bf16 to f32 or f64, f32 to f64); the message size is then the reduction
      *  dtype's. A narrower or integer one is HCOMM_ERR_DTYPE. */
     int reduce_dtype;
+    /** 0: each reduce_scatter overwrites the gradient shard; 1: adds its result into it
+     *  (FSDP's sharded accumulation: a reduce_scatter per micro-batch frees the full gradients
+     *  at once), until hcomm_zero_clear_grads(). */
+    int accumulate;
 } hcomm_zero_config_t;
 
 /** A shard plan. Opaque. */
@@ -149,6 +153,9 @@ HCOMM_API hcomm_result_t hcomm_zero_ireduce_scatter_grads(hcomm_zero_plan_t *pla
  *  gets the seconds spent waiting. Collective where a replicate all_reduce is left to run.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG, the collectives'. */
 HCOMM_API hcomm_result_t hcomm_zero_wait(hcomm_zero_plan_t *plan, int bucket, double *wait_s);
+/** Zeroes every gradient shard (with accumulate: after the optimizer step). Local.
+ *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_STATE (a reduce_scatter in flight). */
+HCOMM_API hcomm_result_t hcomm_zero_clear_grads(hcomm_zero_plan_t *plan);
 /** no_sync mode on (@p on != 0) or off: while on, reduce_scatter calls keep gradients local
  *  (gradient accumulation steps, as DDP's and FSDP's no_sync()). Local. Errors: HCOMM_ERR_NULL,
  *  HCOMM_ERR_STATE (a reduce_scatter in flight). */

@@ -159,15 +159,18 @@ static void widen(void *dst, hcomm_dtype_t rd, const void *src, hcomm_dtype_t dt
  * failed, this rank's failed part of it, so that replicas do not wait), then the full
  * gradients start the next window: zeroed (ZeRO-1) or freed. */
 static hcomm_result_t rs_finish(hcomm_zero_plan_t *p, zbucket_t *b, hcomm_result_t r) {
+    void *dst = b->gnew ? b->gnew : b->gshard;
+    size_t es = hcomm__dtype_size(b->dt), rs = hcomm__dtype_size(b->rd);
     if (p->rep) {
         hcomm__enter(p->rep, p->g->call_fn);
-        r = r == HCOMM_OK
-                ? hcomm__coll_all_reduce(p->rep, b->gshard, b->gshard, b->shard, b->rd, p->cfg.op)
-                : hcomm__coll_fail(p->rep, r);
+        r = r == HCOMM_OK ? hcomm__coll_all_reduce(p->rep, dst, dst, b->shard, b->rd, p->cfg.op)
+                          : hcomm__coll_fail(p->rep, r);
         hcomm__leave(p->rep, r);
     }
-    size_t es = hcomm__dtype_size(b->dt);
-    hcomm__zero_free(p, &b->gwide, b->padded * hcomm__dtype_size(b->rd));
+    if (b->gnew && r == HCOMM_OK)
+        hcomm__reduce(b->gshard, b->gnew, b->shard, b->rd, HCOMM_SUM);
+    hcomm__zero_free(p, &b->gnew, b->shard * rs);
+    hcomm__zero_free(p, &b->gwide, b->padded * rs);
     if (p->cfg.stage == 1 && b->gfull)
         memset(b->gfull, 0, b->padded * es);
     else
@@ -188,11 +191,14 @@ static hcomm_result_t rs_one(hcomm_zero_plan_t *p, int k, bool nb) {
             widen(b->gwide, b->rd, b->gfull, b->dt, b->padded);
         src = b->gwide;
     }
+    if (r == HCOMM_OK && p->cfg.accumulate)
+        r = hcomm__zero_alloc(p, b->shard * hcomm__dtype_size(b->rd), &b->gnew);
     if (r != HCOMM_OK)
         return rs_finish(p, b, join_failed(p, r, nb));
+    void *dst = b->gnew ? b->gnew : b->gshard;
     if (nb)
-        return hcomm_ireduce_scatter(p->g, src, b->gshard, b->shard, b->rd, p->cfg.op, &b->rs);
-    r = hcomm__coll_reduce_scatter(p->g, src, b->gshard, b->shard, b->rd, p->cfg.op);
+        return hcomm_ireduce_scatter(p->g, src, dst, b->shard, b->rd, p->cfg.op, &b->rs);
+    r = hcomm__coll_reduce_scatter(p->g, src, dst, b->shard, b->rd, p->cfg.op);
     return rs_finish(p, b, r);
 }
 

@@ -18,6 +18,7 @@ typedef struct zbucket {
     bool gathered;        /* full holds the gathered values (no gather in flight) */
     void *gfull;          /* [padded] dt: accumulating gradients, or NULL */
     void *gwide;          /* [padded] rd: widened gradients while a reduce_scatter runs */
+    void *gnew;           /* [shard] rd: with accumulate, the result before it is added */
     hcomm_request_t *ag;  /* gather in flight */
     hcomm_request_t *rs;  /* reduce_scatter in flight */
 } zbucket_t;

@@ -144,7 +144,7 @@ static hcomm_result_t name_difference(hcomm_comm_t *g, const hcomm_tensor_t *par
                       i, a, b, q, gname);
 }
 
-enum { H_VALID, H_N, H_STAGE, H_BUCKET, H_OP, H_RD, H_COUNT };
+enum { H_VALID, H_N, H_STAGE, H_BUCKET, H_OP, H_RD, H_ACC, H_COUNT };
 
 /* The header: validity and config; then a hash per parameter up to the longest list. One
  * MAX all_reduce of (v, -v) gives each entry's max and min; entries that differ name the
@@ -156,7 +156,8 @@ static hcomm_result_t agree(hcomm_comm_t *g, const char *gname, bool valid,
                                 valid ? c->stage : 0,
                                 valid ? (int64_t)c->bucket_bytes : 0,
                                 valid ? c->op : 0,
-                                valid ? c->reduce_dtype : 0};
+                                valid ? c->reduce_dtype : 0,
+                                valid ? c->accumulate != 0 : 0};
     int64_t buf[2 * H_COUNT];
     for (int k = 0; k < H_COUNT; k++) {
         buf[k] = h[k];
@@ -185,8 +186,13 @@ static hcomm_result_t agree(hcomm_comm_t *g, const char *gname, bool valid,
     HCOMM__TRY(r);
     if (first >= 0)
         return name_difference(g, params, n, first, gname);
-    static const char *const names[H_COUNT] = {
-        "", "n", "cfg->stage", "cfg->bucket_bytes", "cfg->op", "cfg->reduce_dtype"};
+    static const char *const names[H_COUNT] = {"",
+                                               "n",
+                                               "cfg->stage",
+                                               "cfg->bucket_bytes",
+                                               "cfg->op",
+                                               "cfg->reduce_dtype",
+                                               "cfg->accumulate"};
     for (int k = H_STAGE; k < H_COUNT; k++)
         if (buf[k] != -buf[H_COUNT + k])
             return hcomm__err(HCOMM_ERR_MISMATCH, g->call_fn,
@@ -256,6 +262,7 @@ static void plan_free(hcomm_zero_plan_t *p) {
         hcomm__zero_free(p, &b->gshard, b->shard * rs);
         hcomm__zero_free(p, &b->gfull, b->padded * es);
         hcomm__zero_free(p, &b->gwide, b->padded * rs);
+        hcomm__zero_free(p, &b->gnew, b->shard * rs);
         if (b->full_owned)
             hcomm__zero_free(p, &b->full, b->padded * es);
     }
@@ -434,12 +441,26 @@ hcomm_result_t hcomm_zero_grad(hcomm_zero_plan_t *plan, int index, void **data) 
     return HCOMM_OK;
 }
 
+/* HCOMM_ERR_STATE naming the first bucket with a reduce_scatter in flight. */
+static hcomm_result_t none_in_flight(const char *fn, const hcomm_zero_plan_t *p) {
+    for (int k = 0; k < p->nb; k++)
+        if (p->b[k].rs)
+            return hcomm__err(HCOMM_ERR_STATE, fn,
+                              "bucket %d has a reduce_scatter in flight: wait for it first", k);
+    return HCOMM_OK;
+}
+
+hcomm_result_t hcomm_zero_clear_grads(hcomm_zero_plan_t *plan) {
+    HCOMM__CHECK_NULL(plan);
+    HCOMM__TRY(none_in_flight(__func__, plan));
+    for (int k = 0; k < plan->nb; k++)
+        memset(plan->b[k].gshard, 0, plan->b[k].shard * hcomm__dtype_size(plan->b[k].rd));
+    return HCOMM_OK;
+}
+
 hcomm_result_t hcomm_zero_set_no_sync(hcomm_zero_plan_t *plan, int on) {
     HCOMM__CHECK_NULL(plan);
-    for (int k = 0; k < plan->nb; k++)
-        if (plan->b[k].rs)
-            return hcomm__err(HCOMM_ERR_STATE, __func__,
-                              "bucket %d has a reduce_scatter in flight: wait for it first", k);
+    HCOMM__TRY(none_in_flight(__func__, plan));
     plan->no_sync = on != 0;
     return HCOMM_OK;
 }
