@@ -277,6 +277,9 @@ static void one_run(const run_t *r) {
     T_OK(sync_grads(r, plan, l.nb));
     if (r->cfg.accumulate) { /* a reduce_scatter per micro-step, added into the shard */
         T_OK(hcomm_zero_clear_grads(plan));
+        hcomm_zero_shard_t sh;
+        T_OK(hcomm_zero_shard(plan, 0, &sh));
+        T_CHECK(sh.grads == NULL, "clear_grads kept a gradient shard");
         T_OK(sync_grads(r, plan, l.nb)); /* reduces zeros: adds nothing */
         accumulate(r, plan, 0);
         T_OK(sync_grads(r, plan, l.nb));

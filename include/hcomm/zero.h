@@ -14,7 +14,8 @@
  * shard view (hcomm_zero_shard()) shows where a shard ends (its valid count).
  *
  * The plan owns, per bucket: this rank's parameter shard (the master copy the optimizer
- * steps), its gradient shard (in the reduction dtype), the gathered full parameters when
+ * steps), its gradient shard (in the reduction dtype; from the first reduce_scatter until
+ * hcomm_zero_clear_grads()), the gathered full parameters when
  * gathered (unless the caller gives a buffer) and the full gradients while a step accumulates
  * them. The stages are modes of the same calls:
  *  - ZeRO-1: the gathered parameters and the full gradients stay allocated; reduce_scatter
@@ -67,7 +68,9 @@ typedef struct hcomm_zero_plan hcomm_zero_plan_t;
 /** This rank's shard of one bucket (views owned by the plan, valid until destroy). */
 typedef struct hcomm_zero_shard {
     void *params;               /**< [count] parameter dtype: the master shard to step */
-    void *grads;                /**< [count] reduction dtype: the reduced gradient shard */
+    void *grads;                /**< [count] reduction dtype: the reduced gradient shard; NULL
+                                     before the first reduce_scatter since creation or
+                                     hcomm_zero_clear_grads() */
     size_t count;               /**< elements of the shard (every rank: the same) */
     size_t valid;               /**< the first valid elements hold parameters; the rest is pad */
     size_t offset;              /**< element offset of the shard in the bucket */
@@ -91,7 +94,9 @@ HCOMM_API hcomm_result_t hcomm_zero_create(hcomm_comm_t *shard_group, hcomm_comm
                                            const hcomm_zero_config_t *cfg, hcomm_zero_plan_t **out);
 /** Waits for whatever the plan has in flight, frees it and sets *plan to NULL (so a later use
  *  of the variable is HCOMM_ERR_NULL, not a use after free); NULL or *plan NULL is a no-op.
- *  Local. Returns the first error of an operation that was in flight. */
+ *  Local, except that a reduce_scatter still in flight is finished first, which with a
+ *  replicate group is that group's all_reduce. Returns the first error of an operation that
+ *  was in flight. */
 HCOMM_API hcomm_result_t hcomm_zero_destroy(hcomm_zero_plan_t **plan);
 
 /** Number of buckets in @p *nb. Local. Errors: HCOMM_ERR_NULL. */
@@ -153,7 +158,8 @@ HCOMM_API hcomm_result_t hcomm_zero_ireduce_scatter_grads(hcomm_zero_plan_t *pla
  *  gets the seconds spent waiting. Collective where a replicate all_reduce is left to run.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG, the collectives'. */
 HCOMM_API hcomm_result_t hcomm_zero_wait(hcomm_zero_plan_t *plan, int bucket, double *wait_s);
-/** Zeroes every gradient shard (with accumulate: after the optimizer step). Local.
+/** Frees every gradient shard (after the optimizer step, as set_to_none: ZeRO-2/3 hold no
+ *  gradients between steps); the next reduce_scatter starts a zeroed one. Local.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_STATE (a reduce_scatter in flight). */
 HCOMM_API hcomm_result_t hcomm_zero_clear_grads(hcomm_zero_plan_t *plan);
 /** no_sync mode on (@p on != 0) or off: while on, reduce_scatter calls keep gradients local

@@ -191,6 +191,8 @@ static hcomm_result_t rs_one(hcomm_zero_plan_t *p, int k, bool nb) {
             widen(b->gwide, b->rd, b->gfull, b->dt, b->padded);
         src = b->gwide;
     }
+    if (r == HCOMM_OK && !b->gshard) /* the first reduce_scatter since clear_grads */
+        r = hcomm__zero_alloc(p, b->shard * hcomm__dtype_size(b->rd), &b->gshard);
     if (r == HCOMM_OK && p->cfg.accumulate)
         r = hcomm__zero_alloc(p, b->shard * hcomm__dtype_size(b->rd), &b->gnew);
     if (r != HCOMM_OK)

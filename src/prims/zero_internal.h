@@ -11,7 +11,8 @@ typedef struct zbucket {
     int first, end;       /* its parameters are among params[first, end) */
     size_t numel, padded; /* elements of parameters, and with the pad (a multiple of S) */
     size_t shard;         /* padded / S */
-    void *pshard;         /* [shard] dt: this rank's master parameters */
+    void *pshard;         /* [shard] dt: this rank's master parameters (ZeRO-1/2: a view of
+                             its block of full, which is gathered in place) */
     void *gshard;         /* [shard] rd: this rank's reduced gradients */
     void *full;           /* [padded] dt: gathered parameters, or NULL */
     bool full_owned;      /* full is the plan's (else the caller's) */

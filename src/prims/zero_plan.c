@@ -245,8 +245,15 @@ static void copy_into_shard(hcomm_zero_plan_t *p, const hcomm_tensor_t *params, 
 static hcomm_result_t alloc_shards(hcomm_zero_plan_t *p, const hcomm_tensor_t *params) {
     for (int k = 0; k < p->nb; k++) {
         zbucket_t *b = &p->b[k];
-        HCOMM__TRY(hcomm__zero_alloc(p, b->shard * hcomm__dtype_size(b->dt), &b->pshard));
-        HCOMM__TRY(hcomm__zero_alloc(p, b->shard * hcomm__dtype_size(b->rd), &b->gshard));
+        size_t es = hcomm__dtype_size(b->dt);
+        if (p->cfg.stage == 3) {
+            HCOMM__TRY(hcomm__zero_alloc(p, b->shard * es, &b->pshard));
+            continue;
+        }
+        /* ZeRO-1/2 keep the gathered parameters: the shard is this rank's block of them. */
+        HCOMM__TRY(hcomm__zero_alloc(p, b->padded * es, &b->full));
+        b->full_owned = true;
+        b->pshard = (char *)b->full + (size_t)p->rank * b->shard * es;
     }
     for (int i = 0; i < p->n; i++)
         if (p->bucket_of[i] >= 0)
@@ -258,7 +265,8 @@ static void plan_free(hcomm_zero_plan_t *p) {
     for (int k = 0; p->b && k < p->nb; k++) {
         zbucket_t *b = &p->b[k];
         size_t es = hcomm__dtype_size(b->dt), rs = hcomm__dtype_size(b->rd);
-        hcomm__zero_free(p, &b->pshard, b->shard * es);
+        if (p->cfg.stage == 3)
+            hcomm__zero_free(p, &b->pshard, b->shard * es);
         hcomm__zero_free(p, &b->gshard, b->shard * rs);
         hcomm__zero_free(p, &b->gfull, b->padded * es);
         hcomm__zero_free(p, &b->gwide, b->padded * rs);
@@ -454,7 +462,8 @@ hcomm_result_t hcomm_zero_clear_grads(hcomm_zero_plan_t *plan) {
     HCOMM__CHECK_NULL(plan);
     HCOMM__TRY(none_in_flight(__func__, plan));
     for (int k = 0; k < plan->nb; k++)
-        memset(plan->b[k].gshard, 0, plan->b[k].shard * hcomm__dtype_size(plan->b[k].rd));
+        hcomm__zero_free(plan, &plan->b[k].gshard,
+                         plan->b[k].shard * hcomm__dtype_size(plan->b[k].rd));
     return HCOMM_OK;
 }
 
