@@ -218,9 +218,10 @@ static void check_layout(const run_t *r, hcomm_zero_plan_t *plan, const layout_t
     }
 }
 
-/* Shards, and in ZeRO-3 after a release nothing else: the plan's live bytes. */
+/* Shards, and in ZeRO-3 after a release at most the four spare buffers a plan keeps for reuse
+ * (each one bucket's parameters or gradients, widened at most twice): the plan's live bytes. */
 static void check_memory(const run_t *r, hcomm_zero_plan_t *plan, int nb) {
-    size_t live = 0, peak = 0, want = 0;
+    size_t live = 0, peak = 0, want = 0, biggest = 0;
     T_OK(hcomm_zero_memory(plan, &live, &peak));
     for (int k = 0; k < nb; k++) {
         hcomm_zero_shard_t sh;
@@ -230,10 +231,14 @@ static void check_memory(const run_t *r, hcomm_zero_plan_t *plan, int nb) {
         hcomm_dtype_size(sh.reduce_dtype, &b);
         want += sh.count * (a + b);
     }
-    T_CHECK(live == want && peak >= live,
-            "ZeRO-3 after release holds %zu bytes (peak %zu), "
-            "its shards %zu",
-            live, peak, want);
+    for (int i = 0; i < NP; i++) {
+        size_t bytes = 0;
+        T_OK(hcomm_zero_locate(plan, i, NULL, &bytes));
+        biggest = bytes > biggest ? bytes : biggest;
+    }
+    T_CHECK(live >= want && live <= want + 4 * 2 * biggest && peak >= live,
+            "ZeRO-3 after release holds %zu bytes (peak %zu); its shards %zu, a bucket %zu", live,
+            peak, want, biggest);
     (void)r;
 }
 

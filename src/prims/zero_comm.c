@@ -48,7 +48,7 @@ static hcomm_result_t gather_target(hcomm_zero_plan_t *p, int k, void *buf, size
     if (!b->full_owned)
         b->full = NULL;
     b->full_owned = true;
-    return b->full ? HCOMM_OK : hcomm__zero_alloc(p, need, &b->full);
+    return b->full ? HCOMM_OK : hcomm__zero_alloc_raw(p, need, &b->full);
 }
 
 static hcomm_result_t gather_one(hcomm_zero_plan_t *p, int k, void *buf, size_t bytes, bool nb) {
@@ -118,7 +118,7 @@ static hcomm_result_t release_one(hcomm_zero_plan_t *p, int k) {
     if (p->cfg.stage < 3)
         return HCOMM_OK;
     if (b->full_owned)
-        hcomm__zero_free(p, &b->full, b->padded * hcomm__dtype_size(b->dt));
+        hcomm__zero_recycle(p, &b->full, b->padded * hcomm__dtype_size(b->dt));
     b->full = NULL;
     b->full_owned = false;
     b->gathered = false;
@@ -170,11 +170,11 @@ static hcomm_result_t rs_finish(hcomm_zero_plan_t *p, zbucket_t *b, hcomm_result
     if (b->gnew && r == HCOMM_OK)
         hcomm__reduce(b->gshard, b->gnew, b->shard, b->rd, HCOMM_SUM);
     hcomm__zero_free(p, &b->gnew, b->shard * rs);
-    hcomm__zero_free(p, &b->gwide, b->padded * rs);
+    hcomm__zero_recycle(p, &b->gwide, b->padded * rs);
     if (p->cfg.stage == 1 && b->gfull)
         memset(b->gfull, 0, b->padded * es);
     else
-        hcomm__zero_free(p, &b->gfull, b->padded * es);
+        hcomm__zero_recycle(p, &b->gfull, b->padded * es);
     return r;
 }
 
@@ -186,7 +186,7 @@ static hcomm_result_t rs_one(hcomm_zero_plan_t *p, int k, bool nb) {
     hcomm_result_t r = b->gfull ? HCOMM_OK : hcomm__zero_alloc(p, b->padded * es, &b->gfull);
     const void *src = b->gfull;
     if (r == HCOMM_OK && b->rd != b->dt) {
-        r = hcomm__zero_alloc(p, b->padded * hcomm__dtype_size(b->rd), &b->gwide);
+        r = hcomm__zero_alloc_raw(p, b->padded * hcomm__dtype_size(b->rd), &b->gwide);
         if (r == HCOMM_OK)
             widen(b->gwide, b->rd, b->gfull, b->dt, b->padded);
         src = b->gwide;

@@ -6,6 +6,10 @@
 #include "hcomm/zero.h"
 #include "prims/prims.h"
 
+/* Released buffers a plan keeps for reuse: a bucket's parameters, gradients and widened
+ * gradients, and one more. */
+#define ZERO_SPARES 4
+
 typedef struct zbucket {
     hcomm_dtype_t dt, rd; /* parameter and reduction dtype */
     int first, end;       /* its parameters are among params[first, end) */
@@ -34,12 +38,19 @@ struct hcomm_zero_plan {
     int *bucket_of; /* [n]; -1 for parameters without elements */
     zbucket_t *b;   /* [nb] */
     bool no_sync;
+    void *spare[ZERO_SPARES]; /* released buffers kept for the next of their size (counted live) */
+    size_t spare_bytes[ZERO_SPARES];
     size_t live, peak; /* bytes of buffers the plan holds */
 };
 
-/* Zeroed bytes counted in the plan's live and peak figures. */
+/* Zeroed bytes counted in the plan's live and peak figures (a spare of that size if any). */
 hcomm_result_t hcomm__zero_alloc(hcomm_zero_plan_t *p, size_t bytes, void **out);
+/* The same, not zeroed: for a buffer that is overwritten whole (a gather's). */
+hcomm_result_t hcomm__zero_alloc_raw(hcomm_zero_plan_t *p, size_t bytes, void **out);
 void hcomm__zero_free(hcomm_zero_plan_t *p, void **ptr, size_t bytes);
+/* Frees a released bucket-sized buffer, or keeps it as one of ZERO_SPARES spares: ZeRO-3 frees and
+ * gathers the same sizes every step, and fresh pages fault inside the collectives. */
+void hcomm__zero_recycle(hcomm_zero_plan_t *p, void **ptr, size_t bytes);
 /* HCOMM_ERR_INVALID_ARG unless bucket is a bucket index (or, with all_ok, HCOMM_ZERO_ALL). */
 hcomm_result_t hcomm__zero_check_bucket(const hcomm_zero_plan_t *p, int bucket, bool all_ok);
 /* Waits for the bucket's gather and reduce_scatter, finishing the latter. */

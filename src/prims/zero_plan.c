@@ -8,7 +8,38 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A spare of exactly bytes, taken out of the spares (still counted live), or NULL. */
+static void *take_spare(hcomm_zero_plan_t *p, size_t bytes) {
+    for (int i = 0; i < ZERO_SPARES; i++)
+        if (p->spare[i] && p->spare_bytes[i] == bytes) {
+            void *b = p->spare[i];
+            p->spare[i] = NULL;
+            return b;
+        }
+    return NULL;
+}
+
+hcomm_result_t hcomm__zero_alloc_raw(hcomm_zero_plan_t *p, size_t bytes, void **out) {
+    *out = take_spare(p, bytes);
+    return *out ? HCOMM_OK : hcomm__zero_alloc(p, bytes, out);
+}
+
+void hcomm__zero_recycle(hcomm_zero_plan_t *p, void **ptr, size_t bytes) {
+    for (int i = 0; *ptr && i < ZERO_SPARES; i++)
+        if (!p->spare[i]) {
+            p->spare[i] = *ptr;
+            p->spare_bytes[i] = bytes;
+            *ptr = NULL;
+        }
+    hcomm__zero_free(p, ptr, bytes);
+}
+
 hcomm_result_t hcomm__zero_alloc(hcomm_zero_plan_t *p, size_t bytes, void **out) {
+    *out = take_spare(p, bytes);
+    if (*out) {
+        memset(*out, 0, bytes);
+        return HCOMM_OK;
+    }
     *out = calloc(bytes ? bytes : 1, 1);
     if (!*out)
         return hcomm__err(HCOMM_ERR_NOMEM, p->g->call_fn, "out of memory allocating %zu bytes",
@@ -274,6 +305,8 @@ static void plan_free(hcomm_zero_plan_t *p) {
         if (b->full_owned)
             hcomm__zero_free(p, &b->full, b->padded * es);
     }
+    for (int i = 0; i < ZERO_SPARES; i++)
+        hcomm__zero_free(p, &p->spare[i], p->spare_bytes[i]);
     free(p->offset);
     free(p->numel);
     free(p->bucket_of);

@@ -6,7 +6,7 @@
  * then one wait), as an overlapped backward issues it. Bytes moved by the reduction are the
  * reduction dtype's. Times are the slowest rank's, medians over the iterations.
  *
- *   hcomm-bench zero [-g RANKS] [--backend B] [--size BYTES] [--bucket BYTES]
+ *   hcomm-bench zero [-t RANKS] [--backend B] [--size BYTES] [--bucket BYTES]
  *                    [--dtype f32|bf16|f64] [--reduce-dtype f32|f64|param] [-n ITERS]
  */
 #include "bench.h"
@@ -23,13 +23,13 @@ typedef struct zopts {
 } zopts_t;
 
 static int zero_usage(FILE *f) {
-    fputs("usage: hcomm-bench zero [-g RANKS] [--backend local|mpi] [--size BYTES] "
+    fputs("usage: hcomm-bench zero [-t RANKS] [--backend local|mpi] [--size BYTES] "
           "[--bucket BYTES]\n"
           "                        [--dtype f32|bf16|f64] [--reduce-dtype f32|f64|param] "
           "[-n ITERS]\n"
           "  a shard plan of --size bytes of parameters (default 64 MiB) in buckets of --bucket\n"
           "  bytes (default 4 MiB) over every rank; times against hcomm_all_reduce of the same\n"
-          "  bytes; -g ranks on the local backend (default 4); -n iterations (default 10)\n",
+          "  bytes; -t ranks on the local backend (default 4); -n iterations (default 10)\n",
           f);
     return f == stdout ? 0 : 2;
 }
@@ -66,7 +66,7 @@ static int zero_parse(int argc, char **argv, zopts_t *o) {
             return zero_usage(stdout) - 1;
         int dt = 0;
         bool ok = v != NULL;
-        if (ok && strcmp(a, "-g") == 0)
+        if (ok && (strcmp(a, "-t") == 0 || strcmp(a, "--ranks") == 0))
             ok = (o->ranks = atoi(v)) >= 1;
         else if (ok && strcmp(a, "-n") == 0)
             ok = (o->iters = atoi(v)) >= 1;
@@ -120,10 +120,25 @@ static hcomm_result_t z_step12(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf,
     return z_ag(w, p, buf, n, dt);
 }
 
+/* ZeRO-3's step as a forward and a backward issue it: each bucket gathered just in time with
+ * the next one prefetched and released after its use, the backward's gathers in reverse with
+ * each bucket's reduce_scatter issued after it; one wait at the end. */
 static hcomm_result_t z_step3(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, size_t n,
                               hcomm_dtype_t dt) {
-    BENCH_TRY(z_ag(w, p, buf, n, dt));
-    return z_step12(w, p, buf, n, dt);
+    (void)w, (void)buf, (void)n, (void)dt;
+    int nb = 0;
+    BENCH_TRY(hcomm_zero_num_buckets(p, &nb));
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < nb; j++) {
+            int k = pass == 0 ? j : nb - 1 - j, next = pass == 0 ? k + 1 : k - 1;
+            BENCH_TRY(hcomm_zero_all_gather_params(p, k, NULL, 0));
+            if (next >= 0 && next < nb)
+                BENCH_TRY(hcomm_zero_iall_gather_params(p, next, NULL, 0));
+            if (pass == 1)
+                BENCH_TRY(hcomm_zero_ireduce_scatter_grads(p, k));
+            BENCH_TRY(hcomm_zero_release(p, k));
+        }
+    return hcomm_zero_wait(p, HCOMM_ZERO_ALL, NULL);
 }
 
 /* ZeRO-1/2's step issued as an overlapped backward does: every bucket's reduce_scatter at
@@ -146,12 +161,25 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The backward pass's part, not timed: every gradient written (its pages touched). */
+static hcomm_result_t zero_write_grads(hcomm_zero_plan_t *p, size_t per) {
+    for (int i = 0;; i++) {
+        if (hcomm_zero_locate(p, i, NULL, NULL) != HCOMM_OK)
+            return HCOMM_OK; /* past the last parameter */
+        void *g = NULL;
+        BENCH_TRY(hcomm_zero_grad(p, i, &g));
+        if (g)
+            memset(g, 0, per);
+    }
+}
+
 static hcomm_result_t zero_time(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, size_t n,
-                                hcomm_dtype_t dt, zstep_fn fn, int iters, double *med) {
+                                hcomm_dtype_t dt, zstep_fn fn, int iters, size_t per, double *med) {
     double *t = calloc((size_t)iters + 2, sizeof *t);
     hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (int i = -2; i < iters && r == HCOMM_OK; i++) { /* two warm-up calls */
-        r = hcomm_barrier(w);
+        r = fn != z_ar && fn != z_ag ? zero_write_grads(p, per) : HCOMM_OK;
+        r = r == HCOMM_OK ? hcomm_barrier(w) : r;
         double t0 = hcomm__bench_now();
         r = r == HCOMM_OK ? fn(w, p, buf, n, dt) : r;
         double d = hcomm__bench_now() - t0;
@@ -203,9 +231,9 @@ static hcomm_result_t zero_rank(hcomm_comm_t *w, void *arg) {
     int rank = 0, p = 1, nb = 0;
     BENCH_TRY(hcomm_comm_rank(w, &rank));
     BENCH_TRY(hcomm_comm_size(w, &p));
-    /* ZeRO-2's plan keeps its gathered buffers; ZeRO-3's frees them after each use. */
+    /* ZeRO-1's plan keeps its gathered parameters and gradients; ZeRO-3's frees them. */
     hcomm_zero_plan_t *plan = NULL, *plan3 = NULL;
-    BENCH_TRY(zero_plan(w, o, 2, &plan));
+    BENCH_TRY(zero_plan(w, o, 1, &plan));
     BENCH_TRY(zero_plan(w, o, 3, &plan3));
     BENCH_TRY(hcomm_zero_num_buckets(plan, &nb));
     size_t es = 0, bucket_bytes = 0, rs = 0;
@@ -220,7 +248,8 @@ static hcomm_result_t zero_rank(hcomm_comm_t *w, void *arg) {
     double t[6] = {0};
     hcomm_result_t r = HCOMM_OK;
     for (int k = 0; k < 6 && r == HCOMM_OK; k++)
-        r = zero_time(w, k == 4 ? plan3 : plan, buf, n, o->dt, fns[k], o->iters, &t[k]);
+        r = zero_time(w, k == 4 ? plan3 : plan, buf, n, o->dt, fns[k], o->iters,
+                      o->size < (1u << 20) ? o->size : 1u << 20, &t[k]);
     free(buf);
     hcomm_zero_destroy(&plan);
     hcomm_zero_destroy(&plan3);
@@ -239,7 +268,7 @@ static hcomm_result_t zero_rank(hcomm_comm_t *w, void *arg) {
            1e3 * t[2], zero_busbw(t[2], bucket_bytes / es * rs, nb, p));
     printf("  ZeRO-1/2 step (rs + ag)          %10.3f ms   %.2fx the all_reduce\n", 1e3 * t[3],
            t[0] > 0 ? t[3] / t[0] : 0.0);
-    printf("  ZeRO-3 step (ag + ag + rs)       %10.3f ms   %.2fx the all_reduce\n", 1e3 * t[4],
+    printf("  ZeRO-3 step (ag, ag + rs/bucket) %10.3f ms   %.2fx the all_reduce\n", 1e3 * t[4],
            t[0] > 0 ? t[4] / t[0] : 0.0);
     printf("  ZeRO-1/2 step, nonblocking       %10.3f ms   %.2fx the all_reduce\n", 1e3 * t[5],
            t[0] > 0 ? t[5] / t[0] : 0.0);
