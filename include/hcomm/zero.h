@@ -60,6 +60,11 @@ typedef struct hcomm_zero_config {
      *  (FSDP's sharded accumulation: a reduce_scatter per micro-batch frees the full gradients
      *  at once), until hcomm_zero_clear_grads(). */
     int accumulate;
+    /** Released buffers (gathered parameters, full or widened gradients) the plan keeps, at
+     *  most 4, for the next buffer of the same size, counted in hcomm_zero_memory(): a plan
+     *  that is gathered and released bucket by bucket then stops faulting fresh pages inside
+     *  its collectives. 0: every release frees (one plan per layer wants that). */
+    int spares;
 } hcomm_zero_config_t;
 
 /** A shard plan. Opaque. */

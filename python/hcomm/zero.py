@@ -22,7 +22,7 @@ ALL = -1  # HCOMM_ZERO_ALL
 class Config(ctypes.Structure):
     """hcomm_zero_config_t."""
     _fields_ = [("stage", _I), ("bucket_bytes", _SZ), ("op", _I), ("reduce_dtype", _I),
-                ("accumulate", _I)]
+                ("accumulate", _I), ("spares", _I)]
 
 
 class Shard(ctypes.Structure):
@@ -79,7 +79,7 @@ class Sharded:
         descs = (Tensor * max(len(self.params), 1))()
         for i, p in enumerate(self.params):
             descs[i] = _tensor.desc(p.detach(), f"params[{i}]")
-        cfg = Config(stage, bucket_bytes, _lib.OPS[op], PARAM_DTYPE, 0)
+        cfg = Config(stage, bucket_bytes, _lib.OPS[op], PARAM_DTYPE, 0, 2)
         self._ptr = _P()
         rep = replicate_group._ptr if replicate_group is not None else None
         call(lib.hcomm_zero_create, self.group._ptr, rep, descs, len(self.params),

@@ -6,8 +6,7 @@
 #include "hcomm/zero.h"
 #include "prims/prims.h"
 
-/* Released buffers a plan keeps for reuse: a bucket's parameters, gradients and widened
- * gradients, and one more. */
+/* Most released buffers a plan keeps for reuse (hcomm_zero_config_t.spares). */
 #define ZERO_SPARES 4
 
 typedef struct zbucket {
@@ -48,8 +47,8 @@ hcomm_result_t hcomm__zero_alloc(hcomm_zero_plan_t *p, size_t bytes, void **out)
 /* The same, not zeroed: for a buffer that is overwritten whole (a gather's). */
 hcomm_result_t hcomm__zero_alloc_raw(hcomm_zero_plan_t *p, size_t bytes, void **out);
 void hcomm__zero_free(hcomm_zero_plan_t *p, void **ptr, size_t bytes);
-/* Frees a released bucket-sized buffer, or keeps it as one of ZERO_SPARES spares: ZeRO-3 frees and
- * gathers the same sizes every step, and fresh pages fault inside the collectives. */
+/* Frees a released bucket-sized buffer, or keeps it as a spare (cfg.spares): ZeRO-3 frees
+ * and gathers the same sizes every step, and fresh pages fault inside the collectives. */
 void hcomm__zero_recycle(hcomm_zero_plan_t *p, void **ptr, size_t bytes);
 /* HCOMM_ERR_INVALID_ARG unless bucket is a bucket index (or, with all_ok, HCOMM_ZERO_ALL). */
 hcomm_result_t hcomm__zero_check_bucket(const hcomm_zero_plan_t *p, int bucket, bool all_ok);

@@ -25,7 +25,7 @@ hcomm_result_t hcomm__zero_alloc_raw(hcomm_zero_plan_t *p, size_t bytes, void **
 }
 
 void hcomm__zero_recycle(hcomm_zero_plan_t *p, void **ptr, size_t bytes) {
-    for (int i = 0; *ptr && i < ZERO_SPARES; i++)
+    for (int i = 0; *ptr && i < ZERO_SPARES && i < p->cfg.spares; i++)
         if (!p->spare[i]) {
             p->spare[i] = *ptr;
             p->spare_bytes[i] = bytes;
@@ -82,6 +82,9 @@ static hcomm_result_t check_config(const char *fn, const hcomm_zero_config_t *c)
     if (c->op != HCOMM_SUM && c->op != HCOMM_AVG)
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "cfg->op=%d is not HCOMM_SUM or HCOMM_AVG",
                           (int)c->op);
+    if (c->spares < 0 || c->spares > ZERO_SPARES)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "cfg->spares=%d is outside 0..%d", c->spares,
+                          ZERO_SPARES);
     if (c->reduce_dtype != HCOMM_ZERO_PARAM_DTYPE && !hcomm__dtype_valid(c->reduce_dtype))
         return hcomm__err(HCOMM_ERR_DTYPE, fn,
                           "cfg->reduce_dtype=%d is neither a dtype nor HCOMM_ZERO_PARAM_DTYPE",

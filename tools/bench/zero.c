@@ -207,7 +207,7 @@ static hcomm_result_t zero_plan(hcomm_comm_t *w, const zopts_t *o, int stage,
     hcomm_result_t r = data && t ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (size_t i = 0; r == HCOMM_OK && i < n; i++)
         r = hcomm_tensor_init(&t[i], data, o->dt, 1, &len);
-    hcomm_zero_config_t c = {stage, o->bucket, HCOMM_SUM, o->rd, 0};
+    hcomm_zero_config_t c = {stage, o->bucket, HCOMM_SUM, o->rd, 0, 4};
     if (r == HCOMM_OK)
         r = hcomm_zero_create(w, NULL, t, (int)n, &c, p);
     for (size_t i = 0; r == HCOMM_OK && i < n; i++) { /* gradients to reduce */
