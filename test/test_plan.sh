@@ -83,14 +83,14 @@ expect_line "$T" '  [19, 23, 27, 31]'
 expect_line "$T" 'pp: 16 groups of 2'
 expect_line "$T" '  [15, 31]'
 checks=$((checks + 1))
-[ "$(grep -c '^  \[' "$T")" -eq $((8 + 16 + 8 + 32 + 8 + 4 + 32 + 8 + 8 + 16)) ] ||
+[ "$(grep -c '^  \[' "$T")" -eq $((8 + 16 + 8 + 32 + 8 + 4 + 32 + 8 + 8 + 16 + 8 + 32 + 8 + 32)) ] ||
     fail "the table does not list every group: $(grep -c '^  \[' "$T") group lines"
 checks=$((checks + 1))
 grep -q '\.\.\.' "$T" && fail "the table cut a list without --max-groups"
 run_plan 0 table-cut --world 32 --tp 4 --pp 2 --max-groups 3
 expect_line "$TMP/table-cut.out" '  ... 13 more (16 groups; --max-groups 3 cut the list)'
 checks=$((checks + 1))
-[ "$(grep -c '^  \[' "$TMP/table-cut.out")" -eq 30 ] || fail "--max-groups 3 did not show 3 per kind"
+[ "$(grep -c '^  \[' "$TMP/table-cut.out")" -eq 42 ] || fail "--max-groups 3 did not show 3 per kind"
 
 # --- world 65536 within 5 s, JSON and table ---
 checks=$((checks + 1))
@@ -135,6 +135,16 @@ expect_line "$TMP/badorder.err" "'zz'"
 run_plan 1 experts --world 8 --ep 2 --experts 3
 expect_line "$TMP/experts.err" "num_experts=3"
 run_plan 2 zero --world 0
+
+# --- HSDP: dp = dp_shard x dp_replicate, shard index innermost ---
+run_plan 0 hsdp --world 8 --dp-shard 4 --json
+expect_line "$TMP/hsdp.out" '"dp_shard": [[0,1,2,3],[4,5,6,7]]'
+expect_line "$TMP/hsdp.out" '"dp_replicate": [[0,4],[1,5],[2,6],[3,7]]'
+run_plan 0 hsdp-table --world 8 --tp 2 --dp-shard 2
+expect_line "$TMP/hsdp-table.out" 'dp_shard=2 dp_replicate=2'
+expect_line "$TMP/hsdp-table.out" 'dp_shard: 4 groups of 2'
+run_plan 1 hsdp-bad --world 8 --dp-shard 3
+expect_line "$TMP/hsdp-bad.err" "dp_shard=3 does not divide dp=8"
 expect_line "$TMP/zero.err" "--world 0: out of range 1..16777216"
 
 # --- --rank R: one rank's groups, each the group of the full listing that holds R ---

@@ -252,6 +252,11 @@ static const struct {
     [HCOMM_GROUP_ETP] = {true, 1u << TP},
     [HCOMM_GROUP_EDP] = {true, 1u << DP},
     [HCOMM_GROUP_EMBEDDING] = {false, 1u << PP},
+    /* dp_shard defaults to dp: no replicas (test_zero_domain covers HSDP layouts) */
+    [HCOMM_GROUP_DP_SHARD] = {false, (1u << DP) | (1u << CP)},
+    [HCOMM_GROUP_DP_REPLICATE] = {false, 0},
+    [HCOMM_GROUP_EDP_SHARD] = {true, 1u << DP},
+    [HCOMM_GROUP_EDP_REPLICATE] = {true, 0},
 };
 
 /* Groups of kind by brute force; embedding keeps the first and last of each pipeline. */
@@ -463,8 +468,9 @@ static void test_resolve_defaults_and_api_errors(void) {
     T_OK(hcomm_group_list_free(NULL));
     T_OK(hcomm_group_list_free(&list));
 
-    const char *const want[HCOMM_GROUP_COUNT] = {"tp",    "pp", "dp",  "cp",  "dp_cp",
-                                                 "tp_pp", "ep", "etp", "edp", "embedding"};
+    const char *const want[HCOMM_GROUP_COUNT] = {
+        "tp",  "pp",  "dp",        "cp",       "dp_cp",        "tp_pp",     "ep",
+        "etp", "edp", "embedding", "dp_shard", "dp_replicate", "edp_shard", "edp_replicate"};
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
         const char *name = NULL;
         T_OK(hcomm_group_kind_name((hcomm_group_kind_t)k, &name));

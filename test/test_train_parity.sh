@@ -96,6 +96,8 @@ LAYOUTS=(
     "tp2-pp3-dp1-ep1-mb8|--tp 2 --pp 3 --dp 1 --ep 1 --micro-batches 8"
     "tp1-pp4-dp2-ep2-mb4-1f1b|--tp 1 --pp 4 --dp 2 --ep 2 --micro-batches 4 --schedule 1f1b"
     "tp2-pp3-dp1-ep1-mb8-1f1b-noverlap|--tp 2 --pp 3 --dp 1 --ep 1 --micro-batches 8 --schedule 1f1b --dp-overlap 0"
+    "zero1-tp2-pp2-dp2-ep2|--zero 1"
+    "zero3-hsdp-tp2-pp1-dp4-shard2-ep2|--tp 2 --pp 1 --dp 4 --ep 2 --zero 3 --dp-shard 2"
 )
 # Layouts checked over the first SHORT steps only (a run's step k does not depend on --steps),
 # to keep the script within minutes on 2 cores.
@@ -103,6 +105,9 @@ SHORT=30
 SHORT_LAYOUTS=(
     "tp2-pp2-dp2-ep2-interleaved-v2|--schedule interleaved --virtual-stages 2"
     "tp1-pp2-dp2-ep2-mb4-interleaved-v2|--tp 1 --pp 2 --dp 2 --ep 2 --micro-batches 4 --schedule interleaved --virtual-stages 2"
+    "zero2-tp1-pp4-dp2-ep2-mb4-1f1b|--tp 1 --pp 4 --dp 2 --ep 2 --micro-batches 4 --schedule 1f1b --zero 2"
+    "zero3-tp1-pp2-dp4-ep4-interleaved-v2|--tp 1 --pp 2 --dp 4 --ep 4 --micro-batches 4 --schedule interleaved --virtual-stages 2 --zero 3"
+    "zero3-hsdp-tp1-pp1-dp8-shard4-ep2|--tp 1 --pp 1 --dp 8 --dp-shard 4 --ep 2 --zero 3"
 )
 for entry in "${LAYOUTS[@]}"; do
     name=${entry%%|*}
@@ -136,6 +141,11 @@ check_variant() {
 }
 check_variant f32 1e-5 --dtype f32
 check_variant bf16 5e-2 --dtype bf16
+# ZeRO-3 with HSDP in bf16 (f32 master shards and gradient reduction) within bf16's bound.
+run bf16-zero3-hsdp "$TRAIN" "${COMMON[@]}" --steps "$SHORT" --dtype bf16 --tp 1 --pp 2 --dp 4 \
+    --ep 2 --zero 3 --dp-shard 2 --metrics "$WORK/bf16-zero3-hsdp.csv" &&
+    { STEPS=$SHORT compare bf16-zero3-hsdp ref-bf16 5e-2 ||
+        fail "bf16-zero3-hsdp: losses differ from the 1-rank run"; }
 # bf16 really computes in bf16: its losses are not the f32 ones.
 if STEPS=$SHORT compare ref-bf16 ref-f32 1e-4 >/dev/null; then
     fail "--dtype bf16 trains to the losses of f32 (within 1e-4): is it rounding?"
@@ -198,6 +208,13 @@ if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then
             "${flags[@]}" --metrics "$WORK/$name.csv" &&
             { compare "$name" || fail "$name: losses differ from the 1-rank run"; }
     done
+    # ZeRO-3 with HSDP (dp 4 = 2 shards x 2 replicas) and TP as 8 processes.
+    entry=${LAYOUTS[9]}
+    name=mpi-${entry%%|*}
+    read -r -a flags <<<"${entry#*|}"
+    run "$name" "$MPIRUN" --oversubscribe -np 8 "$TRAIN" --backend mpi "${COMMON[@]}" \
+        "${flags[@]}" --metrics "$WORK/$name.csv" &&
+        { compare "$name" || fail "$name: losses differ from the 1-rank run"; }
     # Interleaved 1F1B (2 stages x 2 chunks, 4 micro-batches) as 4 processes.
     entry=${SHORT_LAYOUTS[1]}
     name=mpi-${entry%%|*}
@@ -276,6 +293,14 @@ expect_fail interleaved-chunks "--pp 2 x --virtual-stages 3 = 6 chunks, but the 
 expect_fail topk-too-large "--topk 5 is more than --experts 4" --topk 5
 expect_fail negative-capacity "--capacity-factor -1: out of range" --capacity-factor -1
 expect_fail metrics-path "$WORK/no-dir/x.csv" --metrics "$WORK/no-dir/x.csv" --steps 1
+expect_fail zero-dp-shard "--dp-shard 2 needs --zero 1, 2 or 3" --dp-shard 2
+expect_fail zero-shard-divides "--dp-shard 3 does not divide --dp 4" --tp 1 --pp 1 --dp 4 \
+    --zero 1 --dp-shard 3
+expect_fail zero-stage "--zero 4: out of range" --zero 4
+expect_fail zero-save "not supported with --zero" --zero 1 --save "$WORK/ck"
+# The memory line of a sharded run names both figures.
+grep -q "memory: peak live bytes .* with --zero 1 --dp-shard 2, [0-9]* unsharded" \
+    "$WORK/zero1-tp2-pp2-dp2-ep2.log" || fail "zero1: no memory line"
 "$TRAIN" --help | grep -q -- "default: \$HCOMM_BACKEND, else mpi under mpirun/srun, else local" ||
     fail "--help does not say the backend defaults to \$HCOMM_BACKEND"
 

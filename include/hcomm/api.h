@@ -12,6 +12,7 @@
 #include "hcomm/pp.h"
 #include "hcomm/moe.h"
 #include "hcomm/dp.h"
+#include "hcomm/zero.h"
 #include "hcomm/topo.h"
 #include "hcomm/version.h"
 

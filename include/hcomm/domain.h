@@ -24,27 +24,40 @@ extern "C" {
 
 /** The groups a context builds. */
 typedef enum hcomm_group_kind {
-    HCOMM_GROUP_TP = 0,    /**< tensor parallel */
-    HCOMM_GROUP_PP,        /**< pipeline parallel (member i = stage i) */
-    HCOMM_GROUP_DP,        /**< data parallel */
-    HCOMM_GROUP_CP,        /**< context parallel */
-    HCOMM_GROUP_DP_CP,     /**< data x context parallel (gradient reduction of dense params) */
-    HCOMM_GROUP_TP_PP,     /**< model parallel (tensor x pipeline) */
-    HCOMM_GROUP_EP,        /**< expert parallel */
-    HCOMM_GROUP_ETP,       /**< expert tensor parallel */
-    HCOMM_GROUP_EDP,       /**< expert data parallel */
-    HCOMM_GROUP_EMBEDDING, /**< first and last pipeline stage (one rank if pp == 1) */
+    HCOMM_GROUP_TP = 0,        /**< tensor parallel */
+    HCOMM_GROUP_PP,            /**< pipeline parallel (member i = stage i) */
+    HCOMM_GROUP_DP,            /**< data parallel */
+    HCOMM_GROUP_CP,            /**< context parallel */
+    HCOMM_GROUP_DP_CP,         /**< data x context parallel (gradient reduction of dense params) */
+    HCOMM_GROUP_TP_PP,         /**< model parallel (tensor x pipeline) */
+    HCOMM_GROUP_EP,            /**< expert parallel */
+    HCOMM_GROUP_ETP,           /**< expert tensor parallel */
+    HCOMM_GROUP_EDP,           /**< expert data parallel */
+    HCOMM_GROUP_EMBEDDING,     /**< first and last pipeline stage (one rank if pp == 1) */
+    HCOMM_GROUP_DP_SHARD,      /**< ZeRO/FSDP shard group of dense params: dp_shard x cp */
+    HCOMM_GROUP_DP_REPLICATE,  /**< HSDP replicas of a dense shard (dp / dp_shard ranks) */
+    HCOMM_GROUP_EDP_SHARD,     /**< shard group of expert params: edp / dp_replicate ranks */
+    HCOMM_GROUP_EDP_REPLICATE, /**< HSDP replicas of an expert shard (dp_replicate ranks) */
     HCOMM_GROUP_COUNT
 } hcomm_group_kind_t;
 
 /** Parallel sizes. A size of 0 means "default": tp, pp, cp, ep default to 1, etp to tp,
- *  dp to world/(tp*pp*cp). num_experts 0 means no MoE check. order NULL means
+ *  dp to world/(tp*pp*cp), dp_shard to dp. num_experts 0 means no MoE check. order NULL means
  *  "tp-cp-ep-dp-pp"; it must name each of tp, cp, ep, dp, pp at most once, separated by '-';
- *  an axis of size 1 may be left out. */
+ *  an axis of size 1 may be left out.
+ *
+ *  Sharded data parallel (ZeRO, FSDP, HSDP): dp = dp_shard x dp_replicate with the shard index
+ *  innermost, as torchtitan and Megatron-FSDP lay it out (a rank's dp index d has shard index
+ *  d % dp_shard and replica index d / dp_shard). Dense parameters shard over dp_shard x cp
+ *  (HCOMM_GROUP_DP_SHARD, Megatron's DP x CP) and replicate over dp_replicate ranks; expert
+ *  parameters keep the same replica count, so they shard over edp / dp_replicate ranks of their
+ *  EDP group (HCOMM_GROUP_EDP_SHARD), which dp_replicate must divide. dp_shard == dp (the
+ *  default) is plain ZeRO/FSDP: every replicate group has one rank. */
 typedef struct hcomm_parallel_config {
     int tp, pp, dp, cp, ep, etp;
     int num_experts;
     const char *order;
+    int dp_shard; /**< ranks of a DP group sharing one copy of the state; divides dp */
 } hcomm_parallel_config_t;
 
 /** A rank's view of every group of the job. Opaque. */
@@ -63,7 +76,8 @@ typedef struct hcomm_group_list {
  *  or non-multiplying sizes, unknown/repeated axis in order, a size > 1 missing from order,
  *  num_experts not divisible by ep, etp*ep*pp not dividing the world, and Megatron-Core's
  *  pipeline checks for pp > 1: an order not ending in pp needs edp == dp, and expert layers
- *  must get the same pipeline groups as dense ones). */
+ *  must get the same pipeline groups as dense ones; dp_shard not dividing dp, and
+ *  dp_replicate = dp / dp_shard not dividing edp). */
 HCOMM_API hcomm_result_t hcomm_parallel_config_resolve(const hcomm_parallel_config_t *cfg,
                                                        int world_size,
                                                        hcomm_parallel_config_t *resolved);

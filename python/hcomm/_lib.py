@@ -20,7 +20,8 @@ class ParallelConfig(ctypes.Structure):
     """hcomm_parallel_config_t (domain.h); 0 means "default" for every size."""
     _fields_ = [("tp", ctypes.c_int), ("pp", ctypes.c_int), ("dp", ctypes.c_int),
                 ("cp", ctypes.c_int), ("ep", ctypes.c_int), ("etp", ctypes.c_int),
-                ("num_experts", ctypes.c_int), ("order", ctypes.c_char_p)]
+                ("num_experts", ctypes.c_int), ("order", ctypes.c_char_p),
+                ("dp_shard", ctypes.c_int)]
 
 
 class GroupList(ctypes.Structure):

@@ -61,13 +61,14 @@ static int64_t order_hash(const char *order) {
 static hcomm_result_t check_same_config(const char *fn, hcomm_comm_t *world,
                                         const hcomm_parallel_config_t *cfg,
                                         const hcomm__layout_t *l) {
-    enum { N = 9 };
-    static const char *const names[N] = {"validity", "tp",  "pp",          "dp",   "cp",
-                                         "ep",       "etp", "num_experts", "order"};
+    enum { N = 10 };
+    static const char *const names[N] = {"validity", "tp",  "pp",          "dp",    "cp",
+                                         "ep",       "etp", "num_experts", "order", "dp_shard"};
     const hcomm_parallel_config_t *c = l ? &l->cfg : cfg;
     const char *order = l ? l->order : cfg->order ? cfg->order : hcomm__default_order;
     const int64_t v[N] = {
-        l != NULL, c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, c->num_experts, order_hash(order)};
+        l != NULL,         c->tp,      c->pp, c->dp, c->cp, c->ep, c->etp, c->num_experts,
+        order_hash(order), c->dp_shard};
     int64_t buf[2 * N];
     for (int i = 0; i < N; i++) {
         buf[i] = v[i];

@@ -5,11 +5,20 @@
 #include <stdlib.h>
 
 static const char *const kind_names[HCOMM_GROUP_COUNT] = {
-    [HCOMM_GROUP_TP] = "tp",       [HCOMM_GROUP_PP] = "pp",
-    [HCOMM_GROUP_DP] = "dp",       [HCOMM_GROUP_CP] = "cp",
-    [HCOMM_GROUP_DP_CP] = "dp_cp", [HCOMM_GROUP_TP_PP] = "tp_pp",
-    [HCOMM_GROUP_EP] = "ep",       [HCOMM_GROUP_ETP] = "etp",
-    [HCOMM_GROUP_EDP] = "edp",     [HCOMM_GROUP_EMBEDDING] = "embedding",
+    [HCOMM_GROUP_TP] = "tp",
+    [HCOMM_GROUP_PP] = "pp",
+    [HCOMM_GROUP_DP] = "dp",
+    [HCOMM_GROUP_CP] = "cp",
+    [HCOMM_GROUP_DP_CP] = "dp_cp",
+    [HCOMM_GROUP_TP_PP] = "tp_pp",
+    [HCOMM_GROUP_EP] = "ep",
+    [HCOMM_GROUP_ETP] = "etp",
+    [HCOMM_GROUP_EDP] = "edp",
+    [HCOMM_GROUP_EMBEDDING] = "embedding",
+    [HCOMM_GROUP_DP_SHARD] = "dp_shard",
+    [HCOMM_GROUP_DP_REPLICATE] = "dp_replicate",
+    [HCOMM_GROUP_EDP_SHARD] = "edp_shard",
+    [HCOMM_GROUP_EDP_REPLICATE] = "edp_replicate",
 };
 
 hcomm_result_t hcomm_parallel_config_resolve(const hcomm_parallel_config_t *cfg, int world_size,

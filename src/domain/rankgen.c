@@ -14,6 +14,9 @@ static const char *const axis_names[HCOMM__NUM_AXES] = {"tp", "cp", "ep", "dp", 
 static const hcomm__axis_t append_order[HCOMM__NUM_AXES] = {
     HCOMM__AXIS_TP, HCOMM__AXIS_PP, HCOMM__AXIS_DP, HCOMM__AXIS_EP, HCOMM__AXIS_CP};
 
+/* The whole dp axis: its shard digit (AXIS_DP on a grid) and its replica digit. */
+#define DP_BOTH ((1u << HCOMM__AXIS_DP) | (1u << HCOMM__AXIS_DPR))
+
 /* Which grid and which axes make up each group kind (the "token" of Megatron's get_ranks). */
 static const struct {
     bool expert;
@@ -21,14 +24,18 @@ static const struct {
 } kind_axes[HCOMM_GROUP_COUNT] = {
     [HCOMM_GROUP_TP] = {false, 1u << HCOMM__AXIS_TP},
     [HCOMM_GROUP_PP] = {false, 1u << HCOMM__AXIS_PP},
-    [HCOMM_GROUP_DP] = {false, 1u << HCOMM__AXIS_DP},
+    [HCOMM_GROUP_DP] = {false, DP_BOTH},
     [HCOMM_GROUP_CP] = {false, 1u << HCOMM__AXIS_CP},
-    [HCOMM_GROUP_DP_CP] = {false, (1u << HCOMM__AXIS_DP) | (1u << HCOMM__AXIS_CP)},
+    [HCOMM_GROUP_DP_CP] = {false, DP_BOTH | (1u << HCOMM__AXIS_CP)},
     [HCOMM_GROUP_TP_PP] = {false, (1u << HCOMM__AXIS_TP) | (1u << HCOMM__AXIS_PP)},
     [HCOMM_GROUP_EP] = {true, 1u << HCOMM__AXIS_EP},
     [HCOMM_GROUP_ETP] = {true, 1u << HCOMM__AXIS_TP},
-    [HCOMM_GROUP_EDP] = {true, 1u << HCOMM__AXIS_DP},
+    [HCOMM_GROUP_EDP] = {true, DP_BOTH},
     [HCOMM_GROUP_EMBEDDING] = {false, 1u << HCOMM__AXIS_PP},
+    [HCOMM_GROUP_DP_SHARD] = {false, (1u << HCOMM__AXIS_DP) | (1u << HCOMM__AXIS_CP)},
+    [HCOMM_GROUP_DP_REPLICATE] = {false, 1u << HCOMM__AXIS_DPR},
+    [HCOMM_GROUP_EDP_SHARD] = {true, 1u << HCOMM__AXIS_DP},
+    [HCOMM_GROUP_EDP_REPLICATE] = {true, 1u << HCOMM__AXIS_DPR},
 };
 
 /* a * b for a, b >= 1, saturating instead of overflowing. */
@@ -49,7 +56,8 @@ static hcomm_result_t check_signs(const char *fn, const hcomm_parallel_config_t 
                   {"cp", cfg->cp},
                   {"ep", cfg->ep},
                   {"etp", cfg->etp},
-                  {"num_experts", cfg->num_experts}};
+                  {"num_experts", cfg->num_experts},
+                  {"dp_shard", cfg->dp_shard}};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (fields[i].value < 0)
             return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "%s=%d is negative (0 means default)",
@@ -96,6 +104,24 @@ static hcomm_result_t resolve_expert(const char *fn, const hcomm_parallel_config
         return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "num_experts=%d is not divisible by ep=%d",
                           c->num_experts, c->ep);
     *edp = (int)(world / etp_ep_pp);
+    return HCOMM_OK;
+}
+
+/* HSDP: dp = dp_shard * dp_replicate, and expert layers keep the replica count, so it must
+ * divide edp too. */
+static hcomm_result_t resolve_shard(const char *fn, hcomm__layout_t *l) {
+    hcomm_parallel_config_t *c = &l->cfg;
+    c->dp_shard = c->dp_shard ? c->dp_shard : c->dp;
+    if (c->dp % c->dp_shard != 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "dp_shard=%d does not divide dp=%d",
+                          c->dp_shard, c->dp);
+    l->dp_replicate = c->dp / c->dp_shard;
+    if (l->edp % l->dp_replicate != 0)
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn,
+                          "dp_replicate=%d (dp=%d / dp_shard=%d) does not divide the expert data "
+                          "parallel size edp=%d (world/(etp*ep*pp)), so expert parameters cannot "
+                          "keep the same replicas",
+                          l->dp_replicate, c->dp, c->dp_shard, l->edp);
     return HCOMM_OK;
 }
 
@@ -153,19 +179,28 @@ static hcomm_result_t check_omitted(const char *fn, const char *order,
     return HCOMM_OK;
 }
 
+/* size_of[HCOMM__AXIS_DP] is the whole dp extent; it is split into the shard digit and the
+ * replica digit right after it (replicas of extent dpr). */
 static void build_grid(const int axis_at[HCOMM__NUM_AXES], const int size_of[HCOMM__NUM_AXES],
-                       hcomm__grid_t *g) {
-    int stride = 1;
+                       int dpr, hcomm__grid_t *g) {
+    int stride = 1, j = 0;
     for (int i = 0; i < HCOMM__NUM_AXES; i++) {
-        g->axis[i] = axis_at[i];
-        g->size[i] = size_of[axis_at[i]];
-        g->stride[i] = stride;
-        stride *= g->size[i];
+        int a = axis_at[i];
+        g->axis[j] = a;
+        g->size[j] = a == HCOMM__AXIS_DP ? size_of[a] / dpr : size_of[a];
+        g->stride[j] = stride;
+        stride *= g->size[j++];
+        if (a != HCOMM__AXIS_DP)
+            continue;
+        g->axis[j] = HCOMM__AXIS_DPR;
+        g->size[j] = dpr;
+        g->stride[j] = stride;
+        stride *= g->size[j++];
     }
 }
 
 static int pp_stride(const hcomm__grid_t *g) {
-    for (int i = 0; i < HCOMM__NUM_AXES; i++)
+    for (int i = 0; i < HCOMM__GRID_AXES; i++)
         if (g->axis[i] == HCOMM__AXIS_PP)
             return g->stride[i];
     return 0; /* unreachable: every grid holds all five axes */
@@ -206,6 +241,7 @@ hcomm_result_t hcomm__layout_init(const char *fn, const hcomm_parallel_config_t 
     l.world = world_size;
     HCOMM__TRY(resolve_dense(fn, &l.cfg, world_size));
     HCOMM__TRY(resolve_expert(fn, &l.cfg, world_size, &l.edp));
+    HCOMM__TRY(resolve_shard(fn, &l));
 
     const char *order = cfg->order ? cfg->order : hcomm__default_order;
     int axis_at[HCOMM__NUM_AXES], ngiven = 0;
@@ -217,8 +253,8 @@ hcomm_result_t hcomm__layout_init(const char *fn, const hcomm_parallel_config_t 
     HCOMM__TRY(check_omitted(fn, order, axis_at, ngiven, expert_size, expert_names));
     /* A valid order has at most five two-letter axes, so it fits. */
     strncpy(l.order, order, sizeof l.order - 1);
-    build_grid(axis_at, dense_size, &l.dense);
-    build_grid(axis_at, expert_size, &l.expert);
+    build_grid(axis_at, dense_size, l.dp_replicate, &l.dense);
+    build_grid(axis_at, expert_size, l.dp_replicate, &l.expert);
     HCOMM__TRY(check_pipelines(fn, &l, axis_at[ngiven - 1] == HCOMM__AXIS_PP));
     *out = l;
     return HCOMM_OK;
@@ -228,7 +264,7 @@ hcomm_result_t hcomm__layout_init(const char *fn, const hcomm_parallel_config_t 
  * index (unmasked digits, first axis fastest) and position (masked digits, likewise). */
 static void locate_masked(const hcomm__grid_t *g, unsigned mask, int rank, int *group, int *pos) {
     int gi = 0, gmul = 1, pi = 0, pmul = 1;
-    for (int i = 0; i < HCOMM__NUM_AXES; i++) {
+    for (int i = 0; i < HCOMM__GRID_AXES; i++) {
         int digit = (rank / g->stride[i]) % g->size[i];
         if (mask & (1u << g->axis[i])) {
             pi += digit * pmul;
@@ -263,7 +299,7 @@ void hcomm__layout_shape(const hcomm__layout_t *l, hcomm_group_kind_t kind, int 
         return;
     }
     const hcomm__grid_t *g = kind_axes[kind].expert ? &l->expert : &l->dense;
-    for (int i = 0; i < HCOMM__NUM_AXES; i++)
+    for (int i = 0; i < HCOMM__GRID_AXES; i++)
         if (kind_axes[kind].mask & (1u << g->axis[i]))
             gs *= g->size[i];
     *num_groups = l->world / gs;
@@ -284,8 +320,20 @@ void hcomm__layout_groups(const hcomm__layout_t *l, hcomm_group_kind_t kind, int
 void hcomm__layout_coords(const hcomm__layout_t *l, bool expert, int rank,
                           int coords[HCOMM__NUM_AXES]) {
     const hcomm__grid_t *g = expert ? &l->expert : &l->dense;
-    for (int i = 0; i < HCOMM__NUM_AXES; i++)
-        coords[g->axis[i]] = (rank / g->stride[i]) % g->size[i];
+    int shard = 0, replica = 0, dp_shard = 1;
+    for (int i = 0; i < HCOMM__GRID_AXES; i++) {
+        int digit = (rank / g->stride[i]) % g->size[i];
+        if (g->axis[i] == HCOMM__AXIS_DPR) {
+            replica = digit;
+        } else {
+            coords[g->axis[i]] = digit;
+            if (g->axis[i] == HCOMM__AXIS_DP) {
+                shard = digit;
+                dp_shard = g->size[i];
+            }
+        }
+    }
+    coords[HCOMM__AXIS_DP] = shard + dp_shard * replica;
 }
 
 hcomm_result_t hcomm__kind_check(const char *fn, hcomm_group_kind_t kind) {

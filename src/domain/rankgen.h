@@ -14,6 +14,10 @@
 #include "hcomm/domain.h"
 
 #define HCOMM__NUM_AXES 5
+/* A grid splits dp into its shard digit (kept as HCOMM__AXIS_DP) and, right after it, the
+ * replica digit (HCOMM__AXIS_DPR): dp index = shard + dp_shard * replica, so the rank
+ * numbering is that of the five-axis grid. */
+#define HCOMM__GRID_AXES 6
 /* Longest valid order string: five two-letter axes and four dashes, plus the terminator. */
 #define HCOMM__ORDER_CAP 16
 
@@ -22,15 +26,16 @@ typedef enum hcomm__axis {
     HCOMM__AXIS_CP,
     HCOMM__AXIS_EP,
     HCOMM__AXIS_DP,
-    HCOMM__AXIS_PP
+    HCOMM__AXIS_PP,
+    HCOMM__AXIS_DPR /* grids only: the HSDP replica digit of dp */
 } hcomm__axis_t;
 
 /* One grid: position i (fastest first) holds axis[i] with extent size[i]; stride[i] is the
  * product of the extents before it. */
 typedef struct hcomm__grid {
-    int axis[HCOMM__NUM_AXES];
-    int size[HCOMM__NUM_AXES];
-    int stride[HCOMM__NUM_AXES];
+    int axis[HCOMM__GRID_AXES];
+    int size[HCOMM__GRID_AXES];
+    int stride[HCOMM__GRID_AXES];
 } hcomm__grid_t;
 
 /* A validated job layout: the dense grid (tp, cp, ep=1, dp, pp) and the expert grid
@@ -39,6 +44,7 @@ typedef struct hcomm__layout {
     hcomm_parallel_config_t cfg; /* every default explicit; cfg.order is NOT set (see order) */
     int world;
     int edp;                      /* expert data parallel size: world / (etp * ep * pp) */
+    int dp_replicate;             /* dp / dp_shard: HSDP replicas, on both grids */
     char order[HCOMM__ORDER_CAP]; /* the order as given (or the default), validated */
     hcomm__grid_t dense, expert;
 } hcomm__layout_t;

@@ -105,6 +105,8 @@ struct bench_op {
 };
 
 const bench_op_t *bench_ops(int *n);
+/* hcomm-bench zero ... (zero.c): argv[0] is "zero". Returns the exit status. */
+int bench_zero_main(int argc, char **argv);
 int bench_op_find(const char *name);
 
 /* Element access in any dtype (values are small integers, exact in every dtype). */

@@ -1082,6 +1082,8 @@ static bool one_process_job(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "zero") == 0)
+        return bench_zero_main(argc - 1, argv + 1);
     bench_opts_t o = {.iters = 20,
                       .warmup = 3,
                       .check = 1,

@@ -27,9 +27,10 @@ typedef struct options {
 
 static void usage(FILE *f) {
     fputs("usage: hcomm-plan --world W [--tp T] [--pp P] [--dp D] [--cp C] [--ep E] [--etp X]\n"
-          "                  [--experts N] [--order O] [--json]\n"
-          "Prints every parallel group (tp, pp, dp, cp, dp_cp, tp_pp, ep, etp, edp, embedding)\n"
-          "of a job laid out as Megatron-Core's RankGenerator does, without running anything.\n"
+          "                  [--experts N] [--dp-shard S] [--order O] [--json]\n"
+          "Prints every parallel group (tp, pp, dp, cp, dp_cp, tp_pp, ep, etp, edp, embedding,\n"
+          "dp_shard, dp_replicate, edp_shard, edp_replicate) of a job laid out as Megatron-Core's\n"
+          "RankGenerator does, without running anything.\n"
           "  --world W    number of ranks (required, at most 16777216)\n"
           "  --tp T       tensor parallel size (default 1)\n"
           "  --pp P       pipeline parallel size (default 1)\n"
@@ -38,6 +39,8 @@ static void usage(FILE *f) {
           "  --ep E       expert parallel size (default 1)\n"
           "  --etp X      expert tensor parallel size (default tp)\n"
           "  --experts N  number of experts, checked to be divisible by ep (default: no check)\n"
+          "  --dp-shard S ranks of dp sharing one copy of sharded state (ZeRO/FSDP; default dp);\n"
+          "               the other dp/S replicate it (HSDP), shard index innermost\n"
           "  --order O    axes fastest-varying first (default tp-cp-ep-dp-pp)\n"
           "  --max-groups N  show the first N groups of each kind in the table (default: all)\n"
           "  --rank R     only the groups of world rank R (0..W-1) and its index in each\n"
@@ -46,7 +49,7 @@ static void usage(FILE *f) {
           f);
 }
 
-/* Every group of every kind is held in memory (10 ints per rank): 16M ranks is ~700 MB. */
+/* Every group of every kind is held in memory (14 ints per rank): 16M ranks is ~1 GB. */
 #define HCOMM_PLAN_MAX_WORLD (1 << 24)
 
 /* Parses a whole decimal int in 1..HCOMM_PLAN_MAX_WORLD (every flag is a size or a count); on
@@ -95,6 +98,7 @@ static int *int_flag(options_t *o, const char *flag) {
                  {"--ep", &o->cfg.ep},
                  {"--etp", &o->cfg.etp},
                  {"--experts", &o->cfg.num_experts},
+                 {"--dp-shard", &o->cfg.dp_shard},
                  {"--max-groups", &o->max_groups}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (strcmp(flag, flags[i].name) == 0)
@@ -168,7 +172,7 @@ static void print_group_json(FILE *f, const int *members, int n) {
     fputc(']', f);
 }
 
-/* Exactly the ten group kinds as keys, so a consumer can compare the object as a whole; the
+/* Exactly the group kinds as keys, so a consumer can compare the object as a whole; the
  * resolved sizes are in the table view. */
 static void print_json(FILE *f, const hcomm_group_list_t lists[HCOMM_GROUP_COUNT]) {
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
@@ -204,8 +208,11 @@ static void print_group_table(FILE *f, const int *members, int n) {
 
 static void print_table(FILE *f, int world, const hcomm_parallel_config_t *c, int edp,
                         const hcomm_group_list_t lists[HCOMM_GROUP_COUNT], int max_groups) {
-    fprintf(f, "world=%d tp=%d pp=%d dp=%d cp=%d ep=%d etp=%d edp=%d experts=%d order=%s\n", world,
-            c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, edp, c->num_experts, c->order);
+    fprintf(f,
+            "world=%d tp=%d pp=%d dp=%d cp=%d ep=%d etp=%d edp=%d experts=%d order=%s "
+            "dp_shard=%d dp_replicate=%d\n",
+            world, c->tp, c->pp, c->dp, c->cp, c->ep, c->etp, edp, c->num_experts, c->order,
+            c->dp_shard, c->dp / c->dp_shard);
     for (int k = 0; k < HCOMM_GROUP_COUNT; k++) {
         const char *name = "";
         hcomm_group_kind_name((hcomm_group_kind_t)k, &name);

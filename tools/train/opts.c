@@ -79,6 +79,13 @@ static const opt_def_t OPTS[] = {
              "model chunks per pipeline stage (--schedule interleaved)"),
     OPT_INT_("dp-overlap", dp_overlap, "1", 0, 1,
              "1: reduce DP gradient buckets during backward (DDP-style); 0: after it"),
+    OPT_INT_("zero", zero, "0", 0, 3,
+             "ZeRO stage: 0 replicated DP; 1 momentum sharded; 2 gradients too; 3 parameters "
+             "too, gathered per unit just in time (tools/train/real/zero.c)"),
+    OPT_("dp-shard", OPT_INT, dp_shard, "0", "--dp",
+         "with --zero: DP ranks sharing one copy of "
+         "the state (divides --dp; the rest of --dp replicates it, HSDP)",
+         0, 4096, 0),
     OPT_INT_("deterministic", deterministic, "1", 0, 1,
              "1: every reduction gives the serial rank-order bits whatever algorithm runs "
              "(hcomm_comm_set_deterministic), so f64 losses equal the 1-rank run on any layout "
@@ -201,6 +208,34 @@ static const opt_def_t *opt_find(const char *name, size_t len) {
     return NULL;
 }
 
+/* --zero and --dp-shard: see tools/train/real/zero.c. */
+static int opts_validate_zero(const train_opts_t *o, FILE *err) {
+    if (o->dp_shard > 0 && o->zero == 0) {
+        fprintf(err,
+                "hcomm-train: --dp-shard %d needs --zero 1, 2 or 3 (--zero 0 replicates "
+                "everything over --dp)\n",
+                o->dp_shard);
+        return -1;
+    }
+    const int shard = o->dp_shard > 0 ? o->dp_shard : o->dp;
+    if (o->zero > 0 && o->dp % shard != 0) {
+        fprintf(err, "hcomm-train: --dp-shard %d does not divide --dp %d\n", shard, o->dp);
+        return -1;
+    }
+    if (o->zero > 0 && (o->dp / o->ep) % (o->dp / shard) != 0) {
+        fprintf(err,
+                "hcomm-train: the %d replicas of --dp %d / --dp-shard %d must divide the expert "
+                "data-parallel size --dp / --ep = %d\n",
+                o->dp / shard, o->dp, shard, o->dp / o->ep);
+        return -1;
+    }
+    if (o->zero > 0 && (o->save != NULL || o->resume != NULL)) {
+        fprintf(err, "hcomm-train: --save and --resume are not supported with --zero yet\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks the values together; says which flag to change. */
 static int opts_validate(const train_opts_t *o, FILE *err) {
     if (strcmp(o->dtype, "f64") != 0 && strcmp(o->dtype, "f32") != 0 &&
@@ -274,6 +309,8 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                 o->tp, 4 * o->hidden, 2 * o->hidden);
         return -1;
     }
+    if (opts_validate_zero(o, err) != 0)
+        return -1;
     if (o->sample > 0 && o->prompt != NULL && o->prompt[0] == '\0') {
         fprintf(err, "hcomm-train: --prompt is empty; the sample needs at least one character "
                      "to continue (or pass --sample 0)\n");
@@ -345,6 +382,8 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
     /* The default --ep must not break a layout that never mentions experts: 2 where it fits. */
     if (!ep_given)
         o->ep = o->dp % 2 == 0 && o->experts % 2 == 0 ? 2 : 1;
+    if (o->zero > 0 && o->dp_shard == 0)
+        o->dp_shard = o->dp;
     /* An empty string is "none" for the optional paths. */
     const char **paths[] = {&o->metrics, &o->val_data, &o->save, &o->resume};
     for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)

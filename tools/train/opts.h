@@ -42,6 +42,8 @@ typedef struct train_opts {
     const char *resume;     /* checkpoint directory (or file) to continue from, or NULL */
     int help;               /* --help was given */
     int version;            /* --version was given */
+    int zero;               /* ZeRO stage 0..3 (0: replicated DP) */
+    int dp_shard;           /* ranks of DP sharing one copy of the state; 0: dp (with --zero) */
 } train_opts_t;
 
 /* Fills *o from argv. Returns 0, or -1 after writing one line saying what is wrong to err. */

@@ -29,9 +29,10 @@ typedef struct train_rt {
     double pp_s;   /* ... of which in PP transfers */
     double dp_s;   /* ... of which waiting for DP gradient reductions */
     hcomm_dp_reducer_t *red_dense, *red_expert; /* --dp-overlap 1 */
-    int *red_index; /* [nparams]: the parameter's index in its reducer's list */
-    double mark;    /* when the current hcomm call started */
-    arena_t arena;  /* buffers of the current step */
+    int *red_index;          /* [nparams]: the parameter's index in its reducer's list */
+    double mark;             /* when the current hcomm call started */
+    arena_t arena;           /* buffers of the current step */
+    struct train_zero *zero; /* --zero >= 1: the shard plans (real/zero.c), else NULL */
 } train_rt_t;
 
 /* Monotonic clock, seconds. */

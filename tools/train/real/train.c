@@ -74,6 +74,7 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     cfg.ep = o->ep;
     cfg.etp = o->tp;
     cfg.num_experts = o->experts;
+    cfg.dp_shard = o->zero > 0 ? o->dp_shard : 0;
     TRAIN_TRY(rt, hcomm_comm_rank(rt->world, &rt->world_rank));
     TRAIN_TRY(rt, hcomm_comm_size(rt->world, &rt->world_size));
     /* Before the groups are split, so every group inherits it. */
@@ -212,6 +213,8 @@ static hcomm_result_t reduce_grads(model_t *m, train_rt_t *rt) {
     rt->dp_s += train_now() - t0;
     return r == HCOMM_OK ? r : train_fail(rt, "hcomm_dp_all_reduce_grads", r);
 }
+
+#include "zero.c"
 
 /* ---------------------------------------------------------------- pipeline schedules */
 
@@ -358,16 +361,19 @@ static void chunk_units(const model_t *m, int v, int *lo, int *hi) {
 }
 
 /* Forward of chunk v on micro-batch c: receive its input, run its units, send its output. */
-static hcomm_result_t chunk_forward(const model_t *m, train_rt_t *rt, pipe_t *p, mb_cache_t *c,
-                                    int v, int mb, real_t *h) {
+static hcomm_result_t chunk_forward(model_t *m, train_rt_t *rt, pipe_t *p, mb_cache_t *c, int v,
+                                    int mb, real_t *h) {
     const int chunk = v * p->P + rt->stage;
     int lo, hi;
     chunk_units(m, v, &lo, &hi);
     double t = train_now();
     hcomm_result_t r = chunk > 0 ? pipe_take(p, rt, PIPE_ACT, v, mb, h) : HCOMM_OK;
     rt->pp_s += train_now() - t;
-    for (int u = lo; u < hi && r == HCOMM_OK; u++)
-        r = unit_forward(u, m, rt, c, h);
+    for (int u = lo; u < hi && r == HCOMM_OK; u++) {
+        r = zero_unit_begin(m, rt, u, 1);
+        r = r == HCOMM_OK ? unit_forward(u, m, rt, c, h) : r;
+        r = r == HCOMM_OK ? zero_unit_end(m, rt, u, 1) : r;
+    }
     t = train_now();
     if (r == HCOMM_OK && chunk < p->chunks - 1)
         r = pipe_give(p, rt, PIPE_ACT, v, mb, h, c->n, m->C);
@@ -387,7 +393,9 @@ static hcomm_result_t chunk_backward(model_t *m, train_rt_t *rt, pipe_t *p, mb_c
     hcomm_result_t r = chunk < p->chunks - 1 ? pipe_take(p, rt, PIPE_GRAD, v, mb, dh) : HCOMM_OK;
     rt->pp_s += train_now() - t;
     for (int u = hi - 1; u >= lo && r == HCOMM_OK; u--) {
-        r = unit_backward(u, m, rt, c, dh, scale);
+        r = zero_unit_begin(m, rt, u, 0);
+        r = r == HCOMM_OK ? unit_backward(u, m, rt, c, dh, scale) : r;
+        r = r == HCOMM_OK ? zero_unit_end(m, rt, u, 0) : r;
         if (r == HCOMM_OK && last)
             r = grads_ready(m, rt, u);
     }
@@ -795,15 +803,17 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
     for (int step = st->step; step < o->steps && r == HCOMM_OK; step++) {
         /* Every rank draws the whole global batch, so the stream stays the same everywhere. */
         batch_sample(&st->data_rng, job->corpus, o->batch, o->seq, starts);
-        model_zero_grads(m);
+        if (!rt->zero)
+            model_zero_grads(m);
         double loss = 0.0, val = NAN;
         r = step_grads(job, m, rt, starts, &loss);
         if (r == HCOMM_OK)
-            r = reduce_grads(m, rt);
+            r = rt->zero ? zero_step(m, rt, o->lr, o->momentum) : reduce_grads(m, rt);
         arena_reset(&rt->arena);
         if (r != HCOMM_OK)
             break;
-        model_sgd(m, o->lr, o->momentum);
+        if (!rt->zero)
+            model_sgd(m, o->lr, o->momentum);
         double mine[5] = {loss, rt->comm_s, train_now() - t0, rt->pp_s, rt->dp_s};
         r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, mine, sums, 5, HCOMM_F64, HCOMM_SUM));
         if (r != HCOMM_OK) {
@@ -828,10 +838,14 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
             ((o->save_every > 0 && st->step % o->save_every == 0) || st->step == o->steps))
             r = ckpt_save(job, m, rt, st);
     }
+    if (r == HCOMM_OK && rt->zero)
+        r = zero_gather_everything(m, rt, 0);
     if (r == HCOMM_OK)
         r = check_replicas(m, rt);
     if (r == HCOMM_OK && rt->world_rank == 0)
         report_end(rep, o, sums);
+    if (r == HCOMM_OK)
+        r = zero_report_memory(m, rt, o);
     free(starts);
     return r;
 }
@@ -879,7 +893,9 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
     if (r == HCOMM_OK)
         model_init(&m, job->opts, job->corpus->vocab, &rt, job->start);
-    if (r == HCOMM_OK && job->opts->dp_overlap)
+    if (r == HCOMM_OK && job->opts->zero > 0)
+        r = zero_setup(&m, &rt, job->opts, ctx);
+    else if (r == HCOMM_OK && job->opts->dp_overlap)
         r = reducers_setup(&m, &rt);
     rng_seed(&st.data_rng, job->opts->seed, 0xDA7A);
     if (job->start != NULL)
@@ -900,6 +916,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     if (r == HCOMM_OK)
         r = sample_and_print(job, &m, &rt);
     reducers_free(&rt);
+    zero_free(&m, &rt, model_units(job->opts->layers));
     model_free(&m);
     arena_free(&rt.arena);
     /* ctx_destroy is collective: skip it after a failure, when peers may be gone. */
