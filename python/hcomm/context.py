@@ -7,22 +7,25 @@ from ._lib import ParallelConfig, call, lib
 from ._world import destroy_all  # noqa: F401  (hcomm.context.destroy_all, as before)
 
 # hcomm_group_kind_t, in the C enum's order; the attribute names of a Context.
-KINDS = ("tp", "pp", "dp", "cp", "dp_cp", "tp_pp", "ep", "etp", "edp", "embedding")
+KINDS = ("tp", "pp", "dp", "cp", "dp_cp", "tp_pp", "ep", "etp", "edp", "embedding",
+         "dp_shard", "dp_replicate", "edp_shard", "edp_replicate")
 
 
-def _config(tp, pp, dp, cp, ep, etp, num_experts, order):
+def _config(tp, pp, dp, cp, ep, etp, num_experts, order, dp_shard=None):
     for name, v in (("tp_size", tp), ("pp_size", pp), ("dp_size", dp), ("cp_size", cp),
-                    ("ep_size", ep), ("etp_size", etp), ("num_experts", num_experts)):
+                    ("ep_size", ep), ("etp_size", etp), ("num_experts", num_experts),
+                    ("dp_shard_size", dp_shard)):
         if v is not None and (not isinstance(v, int) or v < 0):
             raise ValueError(f"hcomm: {name} must be a non-negative int, not {v!r}")
     return ParallelConfig(tp or 0, pp or 0, dp or 0, cp or 0, ep or 0, etp or 0,
-                          num_experts or 0, order.encode() if order else None)
+                          num_experts or 0, order.encode() if order else None, dp_shard or 0)
 
 
 class Context:
     """A rank's view of every group of the job: ctx.tp, ctx.pp, ctx.dp, ctx.cp, ctx.dp_cp,
-    ctx.tp_pp, ctx.ep, ctx.etp, ctx.edp (hcomm.Group each) and ctx.embedding (None on the
-    middle pipeline stages). ctx.config is the resolved configuration as a dict."""
+    ctx.tp_pp, ctx.ep, ctx.etp, ctx.edp, the sharded-DP groups ctx.dp_shard, ctx.dp_replicate,
+    ctx.edp_shard, ctx.edp_replicate (hcomm.Group each) and ctx.embedding (None on the middle
+    pipeline stages). ctx.config is the resolved configuration as a dict."""
 
     def __init__(self, world, cfg):
         self.world = world
@@ -88,18 +91,20 @@ class Context:
 
 
 def init_context(tp_size=1, pp_size=1, dp_size=None, cp_size=1, ep_size=1, etp_size=None,
-                 order="tp-cp-ep-dp-pp", backend=None, num_experts=0):
+                 order="tp-cp-ep-dp-pp", backend=None, num_experts=0, dp_shard_size=None):
     """Builds every group of the job (Megatron-Core order) over this rank's world and makes it
     the current context (the default group of hcomm.tp/pp/moe calls). Collective over the
-    world. dp_size None: world / (tp*pp*cp). backend: None, or the backend the world runs on
-    ('local' or 'mpi'); one this build lacks is a ValueError naming the built ones."""
+    world. dp_size None: world / (tp*pp*cp). dp_shard_size None: dp (no HSDP); else the shard
+    group's DP size, the rest of dp replicating (ctx.dp_shard, ctx.dp_replicate; hcomm.zero).
+    backend: None, or the backend the world runs on ('local' or 'mpi'); one this build lacks
+    is a ValueError naming the built ones."""
     _world.check_backend(backend)
     w = _world.world()
     if backend is not None and backend != w.backend:
         raise ValueError(f"hcomm.init_context: backend {backend!r} asked for, but this world "
                          f"runs on {w.backend!r} (choose it in hcomm.launch or hcomm.run)")
     ctx = Context(w, _config(tp_size, pp_size, dp_size, cp_size, ep_size, etp_size,
-                             num_experts, order))
+                             num_experts, order, dp_shard_size))
     _world._state.contexts.append(ctx)
     _world._state.ctx = ctx
     return ctx
@@ -138,14 +143,15 @@ def default_group(kind, group):
     return getattr(ctx, kind) if ctx is not None else _world.world()
 
 
-def plan(world, tp=1, pp=1, dp=None, cp=1, ep=1, etp=None, num_experts=0, order=None):
+def plan(world, tp=1, pp=1, dp=None, cp=1, ep=1, etp=None, num_experts=0, order=None,
+         dp_shard=None):
     """The layout hcomm-plan prints, without launching: {kind: [[world ranks] per group]} for
     every kind, plus "config" (the resolved sizes). `world` is the world size (an int) or a
     Group."""
     n = world.size if isinstance(world, _world.Group) else world
     if not isinstance(n, int):
         raise TypeError(f"hcomm.plan: world must be an int or an hcomm.Group, not {world!r}")
-    cfg = _config(tp, pp, dp, cp, ep, etp, num_experts, order)
+    cfg = _config(tp, pp, dp, cp, ep, etp, num_experts, order, dp_shard)
     res = ParallelConfig()
     call(lib.hcomm_parallel_config_resolve, ctypes.byref(cfg), n, ctypes.byref(res))
     out = {"config": {f: getattr(res, f) for f, _ in ParallelConfig._fields_}}

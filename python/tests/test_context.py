@@ -22,6 +22,23 @@ def test_groups_match_plan():
             assert ranks in layout[kind] and ranks[r] == rank and size == len(ranks)
 
 
+def test_hsdp_groups_match_plan():
+    def body():
+        ctx = hcomm.init_context(tp_size=1, dp_size=8, dp_shard_size=4)
+        return hcomm.get_rank(), {k: (getattr(ctx, k).rank, getattr(ctx, k).ranks)
+                                  for k in ("dp_shard", "dp_replicate")}, ctx.config
+
+    layout = hcomm.plan(8, dp=8, dp_shard=4)
+    assert layout["dp_shard"] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # shard innermost
+    assert layout["dp_replicate"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    for rank, groups, cfg in run(body, 8):
+        assert cfg["dp_shard"] == 4
+        for kind, (r, ranks) in groups.items():
+            assert ranks in layout[kind] and ranks[r] == rank
+    with pytest.raises(hcomm.HcommError, match="dp_shard=3 does not divide dp=8"):
+        hcomm.plan(8, dp=8, dp_shard=3)
+
+
 @pytest.mark.parametrize("op", ["avg", "sum"])
 def test_dp_all_reduce(op):
     def body():
