@@ -100,8 +100,9 @@ struct bench_op {
     /* A header line saying what the rows measure (NULL: none). */
     void (*describe)(const bench_case_t *c, char *line, size_t cap);
     /* A line per size after the rows, on rank 0 (moe: its permutation's bandwidth against
-     * memcpy and the collective calls of one dispatch), NULL: none. */
-    void (*note)(const bench_case_t *c, char *line, size_t cap);
+     * memcpy, its bound against auto's time, auto_s: 0 when not measured, and the collective
+     * calls of one dispatch), NULL: none. */
+    void (*note)(const bench_case_t *c, double auto_s, char *line, size_t cap);
 };
 
 const bench_op_t *bench_ops(int *n);

@@ -690,8 +690,9 @@ static void report_size(run_t *R, const bench_case_t *c) {
     if (R->rank == 0 && R->op->received)
         print_received(R, c);
     if (R->rank == 0 && R->op->note) {
-        char line[512];
-        R->op->note(c, line, sizeof line);
+        char line[768];
+        bool timed = au && au->kind == KIND_AUTO && au->rec[0].measured;
+        R->op->note(c, timed ? au->rec[0].time_us * 1e-6 : 0.0, line, sizeof line);
         printf("#%-28s %s\n", "", line);
     }
 }

@@ -7,7 +7,12 @@
  *   baseline  what a plain implementation does: sort the (token, slot) rows by expert, send the
  *             counts and then every row with the native all_to_allv, send them back the same
  *             way, and sum each token's slots weighted (f32 accumulation).
- * size(B) is the tokens of one rank; busbw uses all_to_all's factor (p-1)/p. */
+ * size(B) is the tokens of one rank; busbw uses all_to_all's factor (p-1)/p.
+ * The bound under each size: the least memory traffic one rank's dispatch + combine must cause,
+ * row bytes x T x (d + 2k + 1), d the distinct ranks a token goes to on average: each token
+ * read once per destination rank, its k expanded rows written once, read once by combine, and
+ * the combined token written once; at the memcpy rate measured beside it (a copied byte is
+ * read once and written once), over auto's out-of-place time. */
 #include "bench.h"
 
 #include <math.h>
@@ -28,6 +33,7 @@ typedef struct moe {
     float *acc;
     /* measured once per size (moe_probe), printed by moe_note */
     double perm_gbs, unperm_gbs, copy_gbs;
+    double dests; /* distinct destination ranks per token, on average (route) */
     uint64_t calls, agreements;
 } moe_t;
 
@@ -52,7 +58,19 @@ static int experts_of(const bench_case_t *c) {
 }
 
 /* Token t of rank r picks k distinct experts spread over the ranks (a deterministic hash). */
-static void route(moe_t *m, int rank) {
+/* Distinct ranks among token t's experts (experts_of: E is a multiple of the p ranks). */
+static int ranks_of(const moe_t *m, int64_t t, int p) {
+    int n = 0, per = m->E / p;
+    for (int j = 0; j < m->k; j++) {
+        int r = m->ids[t * m->k + j] / per, seen = 0;
+        for (int i = 0; i < j; i++)
+            seen |= m->ids[t * m->k + i] / per == r;
+        n += !seen;
+    }
+    return n;
+}
+
+static void route(moe_t *m, int rank, int p) {
     int stride = m->E / m->k > 0 ? m->E / m->k : 1;
     for (int64_t t = 0; t < m->T; t++) {
         uint64_t h =
@@ -65,6 +83,10 @@ static void route(moe_t *m, int rank) {
             m->w[t * m->k + j] = 1.0f / (float)m->k;
         }
     }
+    double dests = 0;
+    for (int64_t t = 0; t < m->T; t++)
+        dests += ranks_of(m, t, p);
+    m->dests = m->T > 0 ? dests / (double)m->T : 0;
 }
 
 static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m);
@@ -100,7 +122,7 @@ static hcomm_result_t moe_setup(bench_case_t *c) {
         m->one[q] = sizeof(int64_t);
         m->offs[q] = q * sizeof(int64_t);
     }
-    route(m, c->rank);
+    route(m, c->rank, c->size);
     return moe_probe(c, m);
 }
 
@@ -297,13 +319,31 @@ static hcomm_result_t moe_probe(bench_case_t *c, moe_t *m) {
     return time_permutation(c, m);
 }
 
-static void moe_note(const bench_case_t *c, char *line, size_t cap) {
+/* The bound's seconds (see the top of this file): its bytes at the memcpy rate. */
+static double bound_s(const bench_case_t *c, const moe_t *m, double *bytes) {
+    double row = (double)m->H * (double)c->es;
+    *bytes = row * (double)m->T * (m->dests + 2.0 * m->k + 1.0);
+    return *bytes / (2.0 * m->copy_gbs * 1e9);
+}
+
+static void moe_note(const bench_case_t *c, double auto_s, char *line, size_t cap) {
     const moe_t *m = c->extra;
     if (!(m->copy_gbs > 0)) { /* no rows to move: nothing was timed */
         snprintf(line, cap, "no rows to permute at this size");
         return;
     }
-    snprintf(line, cap,
+    double bytes, bound = bound_s(c, m, &bytes);
+    int n = snprintf(line, cap,
+                     "bound %.1f us (%.1f MB read and written, %.2f ranks a token, at memcpy's "
+                     "rate)",
+                     bound * 1e6, bytes / 1e6, m->dests);
+    if (auto_s > 0 && n > 0 && (size_t)n < cap)
+        n += snprintf(line + n, cap - (size_t)n, ", auto %.1f us: bound/auto %.2f", auto_s * 1e6,
+                      bound / auto_s);
+    if (n > 0 && (size_t)n < cap)
+        snprintf(line + n, cap - (size_t)n, "\n#%-28s ", "");
+    n = n > 0 && (size_t)n < cap ? (int)strlen(line) : 0;
+    snprintf(line + n, cap - (size_t)n,
              "permute %.3f GB/s (%.0f%% of memcpy), unpermute %.3f GB/s (%.0f%%), memcpy %.3f "
              "GB/s: %lld rows of %zu B, every rank at once; one dispatch: %llu collective calls "
              "on the EP group (count and token exchange), %llu signature agreements",
