@@ -83,7 +83,7 @@ hcomm_result_t hcomm__tensor_check(const char *fn, const char *arg, const hcomm_
     if (n > 0 && t->data == NULL)
         return hcomm__err(HCOMM_ERR_NULL, fn, "%s->data is NULL with %zu elements", arg, n);
     if (n > 0 && (uintptr_t)t->data % hcomm__dtype_size(t->dtype) != 0) {
-        char data[64]; /* named only on failure: a format costs a small message's send */
+        char data[64]; /* named only on failure (docs/tuning.md: pp.blocking-no-request) */
         snprintf(data, sizeof data, "%s->data", arg);
         return hcomm__check_aligned(fn, data, t->data, t->dtype);
     }

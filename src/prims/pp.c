@@ -230,7 +230,7 @@ static bool group_open(hcomm_comm_t *g) {
 }
 
 /* A blocking send or receive outside a group completes its p2p request here, without a PP
- * request around it: the allocation was a seventh of an 8-byte message's time on mpi. */
+ * request around it (docs/tuning.md: pp.blocking-no-request). */
 static hcomm_result_t pp_send_now(hcomm_comm_t *g, const hcomm_tensor_t *t, int peer, int tag) {
     hcomm_pp_req_t *q = NULL;
     if (group_open(g))
