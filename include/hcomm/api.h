@@ -13,6 +13,7 @@
 #include "hcomm/moe.h"
 #include "hcomm/dp.h"
 #include "hcomm/topo.h"
+#include "hcomm/cp.h"
 #include "hcomm/version.h"
 
 #endif /* HCOMM_C_API_H_ */
