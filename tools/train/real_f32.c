@@ -2,4 +2,5 @@
 #define TRAIN_REAL_F32 1
 #include "real/model.c"
 #include "real/nn.c"
+#include "real/attn.c"
 #include "real/train.c"

@@ -4,6 +4,7 @@
 
 #include "../ckpt.h"
 #include "../data.h"
+#include "attn.h"
 #include "nn.h"
 
 #include <math.h>
@@ -64,7 +65,19 @@ static void comm_out_done(const hcomm_tensor_t *t, real_t *x) {
 
 /* Tensor ids seed each tensor's own random stream, so a rank that keeps only some tensors
  * still draws exactly what the 1-rank model draws for them. */
-enum { ID_EMB_CUR = 1, ID_EMB_PREV, ID_W1, ID_W2, ID_ROUTER, ID_HEAD, ID_EXPERT0 = 100 };
+enum {
+    ID_EMB_CUR = 1,
+    ID_EMB_PREV,
+    ID_W1,
+    ID_W2,
+    ID_ROUTER,
+    ID_HEAD,
+    ID_WQ,
+    ID_WK,
+    ID_WV,
+    ID_WO,
+    ID_EXPERT0 = 100
+};
 
 /* Layer l's random streams are its layer-0 ids plus l * LAYER_IDS, so --layers 1 draws what
  * the one-layer model always drew. */
@@ -126,6 +139,21 @@ static int has_unit(const model_t *m, int u) {
     return in;
 }
 
+/* Layer l's attention: Wq, Wk, Wv column-parallel (TP rank t keeps heads t*H/tp...), Wo
+ * row-parallel, bo on every rank. */
+static void init_attn(model_t *m, const train_opts_t *o, const train_rt_t *rt, int l) {
+    layer_t *ly = &m->layers[l];
+    const int C = m->C, gi = gi_layer(m->E, l), id = l * LAYER_IDS;
+    const double std = 1.0 / sqrt((double)C);
+    param_t *w[3] = {&ly->wq, &ly->wk, &ly->wv};
+    for (int i = 0; i < 3; i++)
+        param_init(m, w[i], o->seed, id + ID_WQ + i, gi + GL_WQ + i, C, C, std, SHARD_COLS,
+                   rt->tp_rank, rt->tp_size);
+    param_init(m, &ly->wo, o->seed, id + ID_WO, gi + GL_WO, C, C, 0.5 * std, SHARD_ROWS,
+               rt->tp_rank, rt->tp_size);
+    param_init(m, &ly->bo, o->seed, 0, gi + GL_BO, 1, C, 0.0, SHARD_NONE, 0, 1);
+}
+
 static void init_dense_units(model_t *m, const train_opts_t *o, const train_rt_t *rt) {
     const int C = m->C, F = m->F, V = m->V;
     const uint64_t s = o->seed;
@@ -145,6 +173,7 @@ static void init_dense_units(model_t *m, const train_opts_t *o, const train_rt_t
         param_init(m, &ly->w2, s, id + ID_W2, gi + GL_W2, F, C, 0.5 / sqrt((double)F), SHARD_ROWS,
                    rt->tp_rank, rt->tp_size);
         param_init(m, &ly->b2, s, 0, gi + GL_B2, 1, C, 0.0, SHARD_NONE, 0, 1);
+        init_attn(m, o, rt, l);
     }
     if (has_unit(m, 1 + 2 * m->L)) {
         const int gi = gi_layer(m->E, m->L);
@@ -193,6 +222,9 @@ static void model_init(model_t *m, const train_opts_t *o, int vocab, const train
     m->L = o->layers;
     m->Fs = m->F / rt->tp_size;
     m->Fes = m->Fe / rt->etp_size;
+    m->heads = o->heads;
+    m->Hl = o->heads / rt->tp_size;
+    m->D = o->hidden / o->heads;
     /* The units split evenly into P * V chunks; chunk v of stage s is the model's v*P + s. */
     m->vstages = o->virtual_stages;
     m->chunk_lo = train_alloc(2 * (size_t)m->vstages * sizeof(int));
@@ -202,7 +234,7 @@ static void model_init(model_t *m, const train_opts_t *o, int vocab, const train
         m->chunk_lo[v] = chunk * model_units(m->L) / n;
         m->chunk_hi[v] = (chunk + 1) * model_units(m->L) / n;
     }
-    int max_params = 4 + m->L * (5 + 4 * m->E);
+    int max_params = 4 + m->L * (GL_EXPERT0 + 4 * m->E);
     m->params = train_alloc((size_t)max_params * sizeof(param_t *));
     m->layers = train_alloc((size_t)m->L * sizeof(layer_t));
     memset(m->layers, 0, (size_t)m->L * sizeof(layer_t));
@@ -279,6 +311,7 @@ static void embed_backward(model_t *m, const mb_cache_t *c, const real_t *dh) {
 
 /* h = x + reduce_from(gelu(copy_to(x) W1 + b1) W2) + b2 (Megatron-LM's parallel MLP). */
 static hcomm_result_t tp_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *h) {
+    TRAIN_TRY(rt, attn_forward(m, rt, c, h)); /* the block's attention sublayer first */
     const layer_t *ly = &m->layers[c->layer];
     layer_cache_t *lc = &c->lc[c->layer];
     const int64_t n = c->n, C = m->C, Fs = m->Fs;
@@ -329,7 +362,7 @@ static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, rea
     comm_out_done(&dx_t, dx);
     nn_add(dh, dx, n * C); /* the residual plus the block's input gradient */
     bf16_store(m, dh, n * C);
-    return HCOMM_OK;
+    return attn_backward(m, rt, c, dh);
 }
 
 /* ---------------------------------------------------------------- unit 2: MoE */

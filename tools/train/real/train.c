@@ -70,7 +70,7 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     cfg.tp = o->tp;
     cfg.pp = o->pp;
     cfg.dp = o->dp;
-    cfg.cp = 1;
+    cfg.cp = o->cp;
     cfg.ep = o->ep;
     cfg.etp = o->tp;
     cfg.num_experts = o->experts;
@@ -92,25 +92,30 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
         r = rt_group(rt, *ctx, HCOMM_GROUP_EDP, &rt->edp, &rt->edp_rank, &rt->edp_size);
     if (r == HCOMM_OK)
         r = rt_check_etp(rt);
+    if (r == HCOMM_OK)
+        r = attn_setup(rt, o, *ctx);
     return r;
 }
 
 /* ---------------------------------------------------------------- one step */
 
 /* Token ids of micro-batch m of this DP rank: DP rank d takes sequences
- * [d*batch/dp, (d+1)*batch/dp) of the global batch, and micro-batch m the m-th slice of that. */
+ * [d*batch/dp, (d+1)*batch/dp) of the global batch, and micro-batch m the m-th slice of that;
+ * of each sequence, this CP rank takes its seq/cp positions (attn_token_pos). */
 static void mb_tokens(const train_job_t *job, train_rt_t *rt, const int64_t *starts, int m,
                       mb_cache_t *c) {
     const train_opts_t *o = job->opts;
-    const int per_mb = o->batch / o->dp / o->micro_batches, seq = o->seq;
-    const int first = rt->dp_rank * (o->batch / o->dp) + m * per_mb;
+    const int per_mb = o->batch / o->dp / o->micro_batches, seq = o->seq / o->cp;
+    const int first = rt->data_rank * (o->batch / o->dp) + m * per_mb;
     c->n = (int64_t)per_mb * seq;
+    c->nseq = per_mb;
+    c->seq_len = seq;
     c->cur = arena_alloc(&rt->arena, (size_t)c->n * sizeof(int32_t));
     c->prev = arena_alloc(&rt->arena, (size_t)c->n * sizeof(int32_t));
     c->tgt = arena_alloc(&rt->arena, (size_t)c->n * sizeof(int32_t));
     for (int b = 0; b < per_mb; b++) {
         for (int t = 0; t < seq; t++) {
-            const int64_t i = (int64_t)b * seq + t, s = starts[first + b] + t;
+            const int64_t i = (int64_t)b * seq + t, s = starts[first + b] + attn_token_pos(rt, t);
             c->cur[i] = job->corpus->ids[s];
             c->prev[i] = job->corpus->ids[s - 1];
             c->tgt[i] = job->corpus->ids[s + 1];
@@ -126,7 +131,8 @@ static int param_unit(const model_t *m, const param_t *p) {
         return 0;
     for (int l = 0; l < m->L; l++) {
         const layer_t *y = &m->layers[l];
-        if (p == &y->w1 || p == &y->b1 || p == &y->w2 || p == &y->b2)
+        if (p == &y->w1 || p == &y->b1 || p == &y->w2 || p == &y->b2 || p == &y->wq ||
+            p == &y->wk || p == &y->wv || p == &y->wo || p == &y->bo)
             return 1 + 2 * l;
         if (p == &y->router || (y->experts && (const void *)p >= (const void *)y->experts &&
                                 (const void *)p < (const void *)(y->experts + m->E_local)))
@@ -586,7 +592,7 @@ static hcomm_result_t generate(const train_job_t *job, model_t *m, train_rt_t *r
     rng_seed(&rng, o->seed, 0x5A3F1E);
     for (int i = 0; i < o->sample; i++) {
         mb_cache_t c = {0};
-        c.n = 1;
+        c.n = c.nseq = c.seq_len = c.solo = 1;
         c.prev = &ids[0];
         c.cur = &ids[1];
         c.tgt = &ids[2];
@@ -622,6 +628,11 @@ static void report_start(const train_job_t *job, const train_rt_t *rt, int first
     printf("hcomm-train: %d rank%s (tp %d x pp %d x dp %d; ep %d, %d expert%s) on %s\n",
            rt->world_size, plural(rt->world_size), o->tp, o->pp, o->dp, o->ep, o->experts,
            plural(o->experts), opts_backend(o));
+    printf("hcomm-train: attention: %d heads over tp %d, key blocks of %d; cp %d (%s", o->heads,
+           o->tp, o->attn_block, o->cp, o->cp > 1 ? o->cp_algo : "off");
+    if (o->cp > 1 && rt->cp_algo == CP_A2A_P2P)
+        printf(": a2a %d x p2p %d", rt->a2a_size, rt->p2p_size);
+    printf(")%s\n", o->sequence_parallel ? ", sequence parallel" : "");
     printf("hcomm-train: data %s (%zu bytes: %zu train, %zu held out%s; vocab %d), %lld "
            "parameters, batch %d x %d chars, %d micro-batch%s\n",
            o->data, job->corpus->len, job->corpus->train_len,
@@ -902,6 +913,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     reducers_free(&rt);
     model_free(&m);
     arena_free(&rt.arena);
+    attn_teardown(&rt, r == HCOMM_OK);
     /* ctx_destroy is collective: skip it after a failure, when peers may be gone. */
     if (r == HCOMM_OK)
         r = hcomm_ctx_destroy(ctx);
