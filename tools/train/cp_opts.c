@@ -31,6 +31,10 @@ static int check_algo(const train_opts_t *o, FILE *err) {
 }
 
 static int check_heads(const train_opts_t *o, FILE *err) {
+    if (!strcmp(o->cp_algo, "a2a+p2p") && o->cp_a2a > 0 && o->cp % o->cp_a2a != 0) {
+        fprintf(err, "hcomm-train: --cp-a2a %d must divide --cp %d\n", o->cp_a2a, o->cp);
+        return -1;
+    }
     if (o->heads % o->tp != 0 || o->hidden % o->heads != 0) {
         fprintf(err,
                 "hcomm-train: --heads %d must be divisible by --tp %d and divide --hidden %d "
@@ -55,14 +59,6 @@ static int check_seq(const train_opts_t *o, FILE *err) {
     if (o->seq % parts != 0) {
         fprintf(err, "hcomm-train: --seq %d is not divisible by %s = %d (--cp-algo %s)\n", o->seq,
                 ulysses ? "cp" : "2*cp", parts, o->cp_algo);
-        return -1;
-    }
-    if (!strcmp(o->cp_algo, "a2a+p2p") && o->cp_a2a > 0 &&
-        (o->cp % o->cp_a2a != 0 || (o->seq / (o->cp / o->cp_a2a)) % o->cp_a2a != 0)) {
-        fprintf(err,
-                "hcomm-train: --cp-a2a %d must divide --cp %d and each ring rank's %d tokens of "
-                "a sequence\n",
-                o->cp_a2a, o->cp, o->cp % o->cp_a2a ? 0 : o->seq / (o->cp / o->cp_a2a));
         return -1;
     }
     if (o->attn_block > 0 && chunk_len(o) % o->attn_block != 0) {

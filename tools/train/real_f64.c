@@ -3,4 +3,5 @@
 #include "real/model.c"
 #include "real/nn.c"
 #include "real/attn.c"
+#include "real/sp.c"
 #include "real/train.c"

@@ -38,6 +38,7 @@ typedef struct train_rt {
     int cp_rank, cp_size, cp_algo, data_rank; /* data_rank: the rank in the DP group alone */
     int a2a_rank, a2a_size, p2p_rank, p2p_size;
     int seq, attn_block;
+    int sp; /* --sequence-parallel (real/sp.h) */
 } train_rt_t;
 
 /* Monotonic clock, seconds. */

@@ -3,6 +3,7 @@
 #include "attn.h"
 
 #include "nn.h"
+#include "sp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -413,8 +414,7 @@ static hcomm_tensor_t heads_tensor(real_t *data, int64_t nb, int64_t rows, int64
 /* The micro-batch's core: which exchange runs over which group, and the geometry. */
 static void attn_plan(const model_t *m, const train_rt_t *rt, const mb_cache_t *c,
                       attn_cache_t *a) {
-    const int solo = c->solo || rt->cp_size == 1;
-    const int alg = rt->cp_algo;
+    const int solo = c->solo, alg = rt->cp_size == 1 ? -1 : rt->cp_algo;
     a->a2a = !solo && (alg == CP_ULYSSES || alg == CP_A2A_P2P) && rt->a2a_size > 1;
     const int A = a->a2a ? rt->a2a_size : 1;
     a->mode = CORE_LOCAL;
@@ -429,7 +429,7 @@ static void attn_plan(const model_t *m, const train_rt_t *rt, const mb_cache_t *
         a->grank = rt->p2p_rank;
         a->gsize = rt->p2p_size;
     }
-    const int64_t full = solo ? c->seq_len : rt->seq;
+    const int64_t full = solo ? 1 : rt->seq;
     a->g = (core_t){.nb = c->nseq,
                     .nq = c->seq_len * A,
                     .H = m->Hl / A,
@@ -443,7 +443,7 @@ static void attn_plan(const model_t *m, const train_rt_t *rt, const mb_cache_t *
 static hcomm_result_t attn_qkv(const model_t *m, train_rt_t *rt, const mb_cache_t *c,
                                attn_cache_t *a) {
     const layer_t *ly = &m->layers[c->layer];
-    const int64_t n = c->n, C = m->C, HD = m->Hl * m->D, sz = core_size(&a->g);
+    const int64_t n = mb_rows(c), C = m->C, HD = m->Hl * m->D, sz = core_size(&a->g);
     real_t *dst[3] = {a->q, a->k, a->v}, *cdst[3];
     const param_t *w[3] = {&ly->wq, &ly->wk, &ly->wv};
     for (int i = 0; i < 3; i++) {
@@ -468,7 +468,7 @@ static hcomm_result_t attn_qkv(const model_t *m, train_rt_t *rt, const mb_cache_
 static hcomm_result_t attn_uncore(const model_t *m, train_rt_t *rt, const mb_cache_t *c,
                                   const attn_cache_t *a, real_t *core, real_t *rows) {
     if (!a->a2a) {
-        memcpy(rows, core, (size_t)(c->n * m->Hl * m->D) * sizeof *rows);
+        memcpy(rows, core, (size_t)(mb_rows(c) * m->Hl * m->D) * sizeof *rows);
         return HCOMM_OK;
     }
     const int64_t A = rt->a2a_size;
@@ -496,7 +496,7 @@ static hcomm_result_t attn_core_of(const model_t *m, train_rt_t *rt, const mb_ca
 
 static hcomm_result_t attn_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *h) {
     const layer_t *ly = &m->layers[c->layer];
-    const int64_t n = c->n, C = m->C, HD = m->Hl * m->D;
+    const int64_t n = mb_rows(c), C = m->C, HD = m->Hl * m->D;
     arena_t *ar = &rt->arena;
     attn_cache_t *a = arena_alloc(ar, sizeof *a);
     memset(a, 0, sizeof *a);
@@ -509,9 +509,7 @@ static hcomm_result_t attn_forward(const model_t *m, train_rt_t *rt, mb_cache_t 
     a->o = arena_reals(ar, n * HD);
     a->qpos = arena_alloc(ar, (size_t)a->g.nq * sizeof *a->qpos);
     core_positions(a, a->grank, a->qpos);
-    hcomm_tensor_t h_t = comm_in(rt, h, n, C), x_t = comm_out(rt, a->x, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_fwd(rt->tp, &h_t, &x_t)));
-    comm_out_done(&x_t, a->x);
+    TRAIN_TRY(rt, sp_enter_fwd(rt, c, h, a->x, C));
     hcomm_result_t r = attn_qkv(m, rt, c, a);
     a->co = arena_reals(ar, core_size(&a->g));
     a->lse = arena_reals(ar, a->g.nb * a->g.nq * a->g.H);
@@ -522,15 +520,13 @@ static hcomm_result_t attn_forward(const model_t *m, train_rt_t *rt, mb_cache_t 
     if (r != HCOMM_OK)
         return r;
     bf16_store(m, a->o, n * HD);
-    real_t *y = arena_reals(ar, n * C);
+    real_t *y = arena_reals(ar, n * C), *s = arena_reals(ar, c->n * C);
     nn_linear_fwd(a->o, ly->wo.w, NULL, y, n, HD, C); /* partial sum over my heads */
-    hcomm_tensor_t y_t = comm_in(rt, y, n, C), s_t = comm_out(rt, h, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_fwd(rt->tp, &y_t, &s_t)));
-    comm_out_done(&s_t, h);
-    for (int64_t i = 0; i < n; i++)
+    TRAIN_TRY(rt, sp_exit_fwd(rt, c, y, s, C));
+    for (int64_t i = 0; i < c->n; i++) /* h holds the sublayer's input rows of this rank */
         for (int64_t k = 0; k < C; k++)
-            h[i * C + k] += a->x[i * C + k] + ly->bo.w[k];
-    bf16_store(m, h, n * C);
+            h[i * C + k] = s[i * C + k] + (h[i * C + k] + ly->bo.w[k]);
+    bf16_store(m, h, c->n * C);
     return HCOMM_OK;
 }
 
@@ -542,7 +538,7 @@ static hcomm_result_t attn_core_grads(const model_t *m, train_rt_t *rt, const mb
     TRAIN_TRY(rt, attn_core_of(m, rt, c, a, dout, &cdo));
     for (int i = 0; i < 3; i++) {
         cd[i] = arena_reals(&rt->arena, sz);
-        d[i] = a->a2a ? arena_reals(&rt->arena, c->n * HD) : cd[i];
+        d[i] = a->a2a ? arena_reals(&rt->arena, mb_rows(c) * HD) : cd[i];
     }
     hcomm_result_t r = core_backward(rt, a, cdo, cd[0], cd[1], cd[2]);
     for (int i = 0; i < 3 && r == HCOMM_OK && a->a2a; i++)
@@ -553,15 +549,13 @@ static hcomm_result_t attn_core_grads(const model_t *m, train_rt_t *rt, const mb
 static hcomm_result_t attn_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *dh) {
     layer_t *ly = &m->layers[c->layer];
     attn_cache_t *a = c->lc[c->layer].attn;
-    const int64_t n = c->n, C = m->C, HD = m->Hl * m->D;
+    const int64_t n = mb_rows(c), C = m->C, HD = m->Hl * m->D;
     arena_t *ar = &rt->arena;
     real_t *dy = arena_reals(ar, n * C), *dout = arena_reals(ar, n * HD), *d[3];
     real_t *dxp = arena_reals(ar, n * C), *part = arena_reals(ar, n * C);
-    real_t *dx = arena_reals(ar, n * C), *wt = arena_reals(ar, C * HD);
-    hcomm_tensor_t dh_t = comm_in(rt, dh, n, C), dy_t = comm_out(rt, dy, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_bwd(rt->tp, &dh_t, &dy_t)));
-    comm_out_done(&dy_t, dy);
-    for (int64_t i = 0; i < n; i++)
+    real_t *dx = arena_reals(ar, c->n * C), *wt = arena_reals(ar, C * HD);
+    TRAIN_TRY(rt, sp_exit_bwd(rt, c, dh, dy, C));
+    for (int64_t i = 0; i < c->n; i++)
         nn_add(ly->bo.g, dh + i * C, C);
     nn_linear_bwd_params(a->o, dy, ly->wo.g, NULL, n, HD, C);
     nn_linear_bwd_input(dy, ly->wo.w, dout, wt, n, HD, C);
@@ -577,10 +571,8 @@ static hcomm_result_t attn_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, r
         if (i > 0)
             nn_add(dxp, part, n * C);
     }
-    hcomm_tensor_t dxp_t = comm_in(rt, dxp, n, C), dx_t = comm_out(rt, dx, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_bwd(rt->tp, &dxp_t, &dx_t)));
-    comm_out_done(&dx_t, dx);
-    nn_add(dh, dx, n * C); /* the residual plus the sublayer's input gradient */
-    bf16_store(m, dh, n * C);
+    TRAIN_TRY(rt, sp_enter_bwd(rt, c, dxp, dx, C));
+    nn_add(dh, dx, c->n * C); /* the residual plus the sublayer's input gradient */
+    bf16_store(m, dh, c->n * C);
     return HCOMM_OK;
 }

@@ -98,6 +98,7 @@ typedef struct mb_cache {
     double loss;               /* sum of the token losses */
     int64_t nseq, seq_len;     /* n = nseq sequences of seq_len tokens (this CP rank's) */
     int solo;                  /* 1: one token with no context (sampling): no CP exchange */
+    int sp;                    /* 1: n is this TP rank's share of the rows (real/sp.h) */
 } mb_cache_t;
 
 struct ckpt;

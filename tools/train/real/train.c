@@ -121,6 +121,14 @@ static void mb_tokens(const train_job_t *job, train_rt_t *rt, const int64_t *sta
             c->tgt[i] = job->corpus->ids[s + 1];
         }
     }
+    if (rt->sp && rt->tp_size > 1) { /* this TP rank's rows outside the TP block (sp.h) */
+        const int64_t share = c->n / rt->tp_size, first_row = rt->tp_rank * share;
+        c->sp = 1;
+        c->n = share;
+        c->cur += first_row;
+        c->prev += first_row;
+        c->tgt += first_row;
+    }
 }
 
 /* --- DP gradient reduction overlapped with backward (--dp-overlap 1) --- */
@@ -425,7 +433,7 @@ static hcomm_result_t run_ops(model_t *m, train_rt_t *rt, mb_cache_t *cs, int M,
             r = chunk_forward(m, rt, &p, c, op.v, op.mb, h);
         else
             r = chunk_backward(m, rt, &p, c, op.v, op.mb, h, scale, final[op.v] == i);
-        if (r == HCOMM_OK && op.v == last_chunk && op.fwd == !train && rt->tp_rank == 0)
+        if (r == HCOMM_OK && op.v == last_chunk && op.fwd == !train && (rt->tp_rank == 0 || c->sp))
             *loss += c->loss;
     }
     double t = train_now();
@@ -811,6 +819,8 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
         r = step_grads(job, m, rt, starts, &loss);
         if (r == HCOMM_OK)
             r = reduce_grads(m, rt);
+        if (r == HCOMM_OK)
+            r = sp_reduce_grads(m, rt);
         arena_reset(&rt->arena);
         if (r != HCOMM_OK)
             break;
@@ -886,6 +896,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     train_state_t st = {0};
     rt.world = world;
     rt.bf16 = strcmp(job->opts->dtype, "bf16") == 0;
+    rt.sp = job->opts->sequence_parallel;
     rep.last_val = NAN;
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
     if (r == HCOMM_OK)
