@@ -68,6 +68,15 @@ static void strides_of(const int64_t *shape, int ndim, size_t *st) {
     }
 }
 
+/* The first dim from which on the box spans both tensors whole: dims [lo, ndim) are one
+ * contiguous run in each, so they are copied with one call per index of the dims before. */
+static int first_whole(const int64_t *dshape, const int64_t *sshape, const int64_t *ext, int ndim) {
+    int lo = ndim - 1;
+    while (lo > 0 && ext[lo] == dshape[lo] && ext[lo] == sshape[lo])
+        lo--;
+    return lo;
+}
+
 void hcomm__cp_box(void *dst, const int64_t *dshape, const int64_t *doff, const void *src,
                    const int64_t *sshape, const int64_t *soff, const int64_t *ext, int ndim,
                    hcomm_dtype_t dt, bool add) {
@@ -78,12 +87,13 @@ void hcomm__cp_box(void *dst, const int64_t *dshape, const int64_t *doff, const 
             return;
     strides_of(dshape, ndim, ds);
     strides_of(sshape, ndim, ss);
-    size_t run = (size_t)ext[ndim - 1];
+    const int lo = first_whole(dshape, sshape, ext, ndim);
+    const size_t run = (size_t)ext[lo] * ds[lo]; /* ds[lo] == ss[lo]: the dims after are whole */
     for (;;) {
         size_t di = 0, si = 0;
         for (int i = 0; i < ndim; i++) {
-            di += (size_t)(doff[i] + (i < ndim - 1 ? idx[i] : 0)) * ds[i];
-            si += (size_t)(soff[i] + (i < ndim - 1 ? idx[i] : 0)) * ss[i];
+            di += (size_t)(doff[i] + (i < lo ? idx[i] : 0)) * ds[i];
+            si += (size_t)(soff[i] + (i < lo ? idx[i] : 0)) * ss[i];
         }
         char *d = (char *)dst + di * es;
         const char *s = (const char *)src + si * es;
@@ -91,7 +101,7 @@ void hcomm__cp_box(void *dst, const int64_t *dshape, const int64_t *doff, const 
             hcomm__reduce(d, s, run, dt, HCOMM_SUM);
         else
             memcpy(d, s, run * es);
-        int i = ndim - 2; /* the odometer over every dim but the last */
+        int i = lo - 1; /* the odometer over the dims before the run */
         while (i >= 0 && ++idx[i] == ext[i])
             idx[i--] = 0;
         if (i < 0)
