@@ -73,7 +73,8 @@ HCOMM_API hcomm_result_t hcomm_cp_all_gather(hcomm_comm_t *group, const hcomm_te
                                              hcomm_tensor_t *out, int seq_dim, int flags);
 /** All-gather CP's backward, collective: @p in is this rank's gradient over the full sequence
  *  (natural order); @p out gets the sum over ranks of this rank's part (layout per @p flags,
- *  out.shape[seq_dim] = in.shape[seq_dim] / cp). The sum runs in rank order (deterministic). */
+ *  out.shape[seq_dim] = in.shape[seq_dim] / cp), summed as hcomm_reduce_scatter() sums (in rank
+ *  order under hcomm_comm_set_deterministic()). */
 HCOMM_API hcomm_result_t hcomm_cp_reduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                  hcomm_tensor_t *out, int seq_dim, int flags);
 /** Nonblocking hcomm_cp_all_gather() (see the file comment). Errors at issue: HCOMM_ERR_NULL
