@@ -108,6 +108,7 @@ SHORT_LAYOUTS=(
     "zero2-tp1-pp4-dp2-ep2-mb4-1f1b|--tp 1 --pp 4 --dp 2 --ep 2 --micro-batches 4 --schedule 1f1b --zero 2"
     "zero3-tp1-pp2-dp4-ep4-interleaved-v2|--tp 1 --pp 2 --dp 4 --ep 4 --micro-batches 4 --schedule interleaved --virtual-stages 2 --zero 3"
     "zero3-hsdp-tp1-pp1-dp8-shard4-ep2|--tp 1 --pp 1 --dp 8 --dp-shard 4 --ep 2 --zero 3"
+    "zero3-cp2-tp1-pp1-dp4-shard4|--tp 1 --cp 2 --pp 1 --dp 4 --ep 1 --zero 3"
 )
 for entry in "${LAYOUTS[@]}"; do
     name=${entry%%|*}
@@ -298,6 +299,8 @@ expect_fail zero-shard-divides "--dp-shard 3 does not divide --dp 4" --tp 1 --pp
     --zero 1 --dp-shard 3
 expect_fail zero-stage "--zero 4: out of range" --zero 4
 expect_fail zero-save "not supported with --zero" --zero 1 --save "$WORK/ck"
+expect_fail zero-sp "--sequence-parallel is not supported with --zero" --tp 2 --pp 1 --dp 4 \
+    --zero 1 --sequence-parallel
 # The memory line of a sharded run names both figures.
 grep -q "memory: peak live bytes .* with --zero 1 --dp-shard 2, [0-9]* unsharded" \
     "$WORK/zero1-tp2-pp2-dp2-ep2.log" || fail "zero1: no memory line"

@@ -14,6 +14,7 @@
 #include "hcomm/dp.h"
 #include "hcomm/zero.h"
 #include "hcomm/topo.h"
+#include "hcomm/cp.h"
 #include "hcomm/version.h"
 
 #endif /* HCOMM_C_API_H_ */

@@ -87,6 +87,48 @@ HCOMM_API hcomm_result_t hcomm_tp_gather_from_bwd(hcomm_comm_t *group,
                                                   const hcomm_tensor_t *grad_out,
                                                   hcomm_tensor_t *grad_in, int dim);
 
+/** @} */
+
+/** @name Sequence-parallel TP regions
+ * Megatron-LM's --sequence-parallel mappings (Korthikanti et al. 2022, "Reducing Activation
+ * Recomputation in Large Transformer Models"; mappings.py's *_sequence_parallel_region): outside
+ * the TP block the activations are split along the sequence dim @p dim over the TP group (rank r
+ * holds the r-th of size equal parts); the block's entry gathers them and its exit
+ * reduce-scatters, in place of copy_to / reduce_from. Each is one of the calls above with the
+ * same shapes, rules and errors: all_gather along dim (collective), reduce_scatter(sum) along
+ * dim (collective), or split (local). Megatron-LM uses the first dim (the sequence), 0.
+ * @{ */
+
+/** gather_from_sequence_parallel region forward (the block's entry): all_gather along @p dim.
+ *  Collective. */
+HCOMM_API hcomm_result_t hcomm_tp_gather_from_sp_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                                     hcomm_tensor_t *out, int dim);
+/** gather_from_sequence_parallel region backward: reduce_scatter(sum) of the gradient along
+ *  @p dim. Collective. */
+HCOMM_API hcomm_result_t hcomm_tp_gather_from_sp_bwd(hcomm_comm_t *group,
+                                                     const hcomm_tensor_t *grad_out,
+                                                     hcomm_tensor_t *grad_in, int dim);
+/** reduce_scatter_to_sequence_parallel region forward (the block's exit): reduce_scatter(sum)
+ *  along @p dim. Collective. */
+HCOMM_API hcomm_result_t hcomm_tp_reduce_scatter_to_sp_fwd(hcomm_comm_t *group,
+                                                           const hcomm_tensor_t *in,
+                                                           hcomm_tensor_t *out, int dim);
+/** reduce_scatter_to_sequence_parallel region backward: all_gather of the gradient along @p dim.
+ *  Collective. */
+HCOMM_API hcomm_result_t hcomm_tp_reduce_scatter_to_sp_bwd(hcomm_comm_t *group,
+                                                           const hcomm_tensor_t *grad_out,
+                                                           hcomm_tensor_t *grad_in, int dim);
+/** scatter_to_sequence_parallel region forward (e.g. after the embedding): split along @p dim.
+ *  Local. */
+HCOMM_API hcomm_result_t hcomm_tp_scatter_to_sp_fwd(hcomm_comm_t *group, const hcomm_tensor_t *in,
+                                                    hcomm_tensor_t *out, int dim);
+/** scatter_to_sequence_parallel region backward: all_gather of the gradient along @p dim.
+ *  Collective. */
+HCOMM_API hcomm_result_t hcomm_tp_scatter_to_sp_bwd(hcomm_comm_t *group,
+                                                    const hcomm_tensor_t *grad_out,
+                                                    hcomm_tensor_t *grad_in, int dim);
+/** @} */
+
 /** Nonblocking hcomm_tp_all_reduce(), hcomm_tp_all_gather() and hcomm_tp_reduce_scatter():
  *  the same checks, results and errors (delivered by hcomm_wait()/hcomm_test() on *req), run in
  *  issue order by the group's worker (see the nonblocking collectives in core.h); the call's
@@ -108,7 +150,6 @@ HCOMM_API hcomm_result_t hcomm_tp_iall_gather(hcomm_comm_t *group, const hcomm_t
 HCOMM_API hcomm_result_t hcomm_tp_ireduce_scatter(hcomm_comm_t *group, const hcomm_tensor_t *in,
                                                   hcomm_tensor_t *out, int dim, hcomm_op_t op,
                                                   hcomm_request_t **req);
-/** @} */
 
 #ifdef __cplusplus
 }

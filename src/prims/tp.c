@@ -227,6 +227,11 @@ static hcomm_result_t tp_gather(const tp_call_t *c, hcomm_comm_t *group, const h
     return tp_coll(c, group, in, out, TP_ALL_GATHER, dim, HCOMM_SUM);
 }
 
+static hcomm_result_t tp_scatter_sum(const tp_call_t *c, hcomm_comm_t *group,
+                                     const hcomm_tensor_t *in, hcomm_tensor_t *out, int dim) {
+    return tp_coll(c, group, in, out, TP_REDUCE_SCATTER, dim, HCOMM_SUM);
+}
+
 /* --- the public calls: each runs one of the calls above under its own name, naming its tensors
  * as its signature does (the parameter names are the names in the messages) --- */
 
@@ -263,6 +268,14 @@ TP_ENTRY_DIM(hcomm_tp_scatter_to_fwd, tp_split, in, out)
 TP_ENTRY_DIM(hcomm_tp_scatter_to_bwd, tp_gather, grad_out, grad_in)
 TP_ENTRY_DIM(hcomm_tp_gather_from_fwd, tp_gather, in, out)
 TP_ENTRY_DIM(hcomm_tp_gather_from_bwd, tp_split, grad_out, grad_in)
+
+/* Sequence-parallel regions (mappings.py's *_sequence_parallel_region). */
+TP_ENTRY_DIM(hcomm_tp_gather_from_sp_fwd, tp_gather, in, out)
+TP_ENTRY_DIM(hcomm_tp_gather_from_sp_bwd, tp_scatter_sum, grad_out, grad_in)
+TP_ENTRY_DIM(hcomm_tp_reduce_scatter_to_sp_fwd, tp_scatter_sum, in, out)
+TP_ENTRY_DIM(hcomm_tp_reduce_scatter_to_sp_bwd, tp_gather, grad_out, grad_in)
+TP_ENTRY_DIM(hcomm_tp_scatter_to_sp_fwd, tp_split, in, out)
+TP_ENTRY_DIM(hcomm_tp_scatter_to_sp_bwd, tp_gather, grad_out, grad_in)
 
 /* --- nonblocking forms: the whole body (checks, permutation) runs on the group's worker --- */
 

@@ -659,8 +659,8 @@ bool bench_raw_supported(hcomm_dtype_t dt, hcomm_op_t op, bool reduces) {
 #endif
 }
 
-/* The moe_dispatch_combine op lives in moe.c. */
-extern const bench_op_t bench_moe_op;
+/* The moe_dispatch_combine op lives in moe.c, cp_ring and cp_a2a in cp.c. */
+extern const bench_op_t bench_moe_op, bench_cp_ring_op, bench_cp_a2a_op;
 
 static const bench_op_t ops[] = {
     {.name = "all_reduce",
@@ -841,6 +841,8 @@ const bench_op_t *bench_ops(int *n) {
         for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
             all[count++] = ops[i];
         all[count++] = bench_moe_op;
+        all[count++] = bench_cp_ring_op;
+        all[count++] = bench_cp_a2a_op;
     }
     *n = count;
     return all;

@@ -11,12 +11,13 @@
 
 #define CKPT_MAGIC "HCOMMCKP"
 #define CKPT_END "HCKPTEND"
-enum { CKPT_VERSION = 2, CKPT_NFIELDS = 17 };
+enum { CKPT_VERSION = 3, CKPT_NFIELDS = 18 };
 
 /* The header's u64 fields after the version, in file order. */
 static const char *const FIELD_NAMES[CKPT_NFIELDS] = {
-    "step",      "data_rng", "first_loss", "seed", "hidden", "experts", "vocab",   "batch", "seq",
-    "data_hash", "tp",       "pp",         "dp",   "ep",     "layers",  "tensors", "dtype"};
+    "step",  "data_rng", "first_loss", "seed",      "hidden", "experts",
+    "vocab", "batch",    "seq",        "data_hash", "tp",     "pp",
+    "dp",    "ep",       "layers",     "tensors",   "dtype",  "heads"};
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -135,7 +136,8 @@ int ckpt_write(const train_job_t *job, const train_state_t *st, const model_tens
                                (uint64_t)o->ep,
                                (uint64_t)o->layers,
                                (uint64_t)nt,
-                               (uint64_t)ckpt_dtype_code(o->dtype)};
+                               (uint64_t)ckpt_dtype_code(o->dtype),
+                               (uint64_t)o->heads};
     /* A field left out would be written as 0 by a sized initializer: count them instead. */
     _Static_assert(sizeof fields / sizeof fields[0] == CKPT_NFIELDS, "one value per field name");
     w_bytes(&w, CKPT_MAGIC, 8);
@@ -274,7 +276,8 @@ static int read_header(rfile_t *r, ckpt_t *ck, const train_opts_t *o, const corp
         expect(ck, r->err, "vocab", f[6], (uint64_t)c->vocab, "the vocabulary of --data") != 0 ||
         expect(ck, r->err, "batch", f[7], (uint64_t)o->batch, "--batch") != 0 ||
         expect(ck, r->err, "seq", f[8], (uint64_t)o->seq, "--seq") != 0 ||
-        expect(ck, r->err, "layers", f[14], (uint64_t)o->layers, "--layers") != 0)
+        expect(ck, r->err, "layers", f[14], (uint64_t)o->layers, "--layers") != 0 ||
+        expect(ck, r->err, "heads", f[17], (uint64_t)o->heads, "--heads") != 0)
         return -1;
     if (f[16] != (uint64_t)ckpt_dtype_code(o->dtype)) {
         fprintf(r->err,

@@ -1,12 +1,12 @@
 /* Checkpoints of hcomm-train: the full (unsharded) tensors, so that any layout can load them.
  *
  * One file per checkpoint, DIR/ckpt-NNNNNNNN.bin (NNNNNNNN: steps done), native byte order:
- *   "HCOMMCKP", u64 version (2), u64 fields: step, data RNG state, first loss (f64 bits),
- *   seed, hidden, experts, vocab, batch, seq, data hash, tp, pp, dp, ep, layers, tensor count,
- *   dtype (1 f64, 2 f32, 3 bf16); the vocabulary (256 bytes); u64 FNV-1a of everything before
- *   it (the header checksum); then per tensor: u64 name length, name, u64 rows, u64 cols,
- *   rows*cols weights, as many momentum values, u64 FNV-1a of the tensor's record; then
- *   "HCKPTEND". Values are f64 for --dtype f64, f32 for f32 and bf16 (whose master weights are
+ *   "HCOMMCKP", u64 version (3: the model with attention), u64 fields: step, data RNG state,
+ *   first loss (f64 bits), seed, hidden, experts, vocab, batch, seq, data hash, tp, pp, dp, ep,
+ *   layers, tensor count, dtype (1 f64, 2 f32, 3 bf16), heads; the vocabulary (256 bytes); u64
+ * FNV-1a of everything before it (the header checksum); then per tensor: u64 name length, name, u64
+ * rows, u64 cols, rows*cols weights, as many momentum values, u64 FNV-1a of the tensor's record;
+ * then "HCKPTEND". Values are f64 for --dtype f64, f32 for f32 and bf16 (whose master weights are
  *   f32), so a resumed run continues bit for bit; resuming with another --dtype is an error.
  * Writing is atomic: a temporary file is written, fsync'ed and renamed, then DIR/latest (the
  * file name, one line) is replaced the same way, so a crash at any point leaves `latest`

@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
                 hcomm_last_error());
         if (r == HCOMM_ERR_INVALID_ARG && strcmp(opts_backend(&opts), "mpi") == 0)
             fprintf(stderr,
-                    "hcomm-train: with --backend mpi the world size tp*pp*dp = %d must "
+                    "hcomm-train: with --backend mpi the world size tp*cp*pp*dp = %d must "
                     "equal the number of processes mpirun starts\n",
                     opts_world_size(&opts));
     }

@@ -39,7 +39,21 @@ static const opt_def_t OPTS[] = {
     OPT_INT_("tp", tp, "2", 1, 4096, "tensor-parallel size (also the expert-TP size)"),
     OPT_INT_("pp", pp, "2", 1, 4096,
              "pipeline stages, at most the units: embed, --layers x (TP block, MoE), head"),
-    OPT_INT_("dp", dp, "2", 1, 4096, "data-parallel size; world size = tp * pp * dp"),
+    OPT_INT_("dp", dp, "2", 1, 4096, "data-parallel size; world size = tp * cp * pp * dp"),
+    OPT_INT_("cp", cp, "1", 1, 4096, "context-parallel size: each sequence split over cp ranks"),
+    OPT_STR_("cp-algo", cp_algo, "ring",
+             "how CP ranks see each other's keys: ring (KV ring, zigzag split), allgather (KV "
+             "all_gather, zigzag), ulysses (all-to-all of heads; heads/tp divisible by cp), "
+             "a2a+p2p (Ulysses in a node, ring across; --cp-a2a)"),
+    OPT_INT_("cp-a2a", cp_a2a, "0", 0, 4096,
+             "a2a+p2p: ranks per Ulysses group; 0: the ranks per node (hosts or HCOMM_TOPO)"),
+    OPT_INT_("heads", heads, "8", 1, 4096, "attention heads; divisible by --tp, dividing --hidden"),
+    OPT_("attn-block", OPT_INT, attn_block, NULL, "seq/8 (a divisor of a CP chunk)",
+         "keys per attention block, merged in ascending order on every layout", 1, 1 << 20, 0),
+    OPT_("sequence-parallel", OPT_FLAG, sequence_parallel, NULL, "off",
+         "Megatron's sequence parallelism: outside the TP block each TP rank keeps 1/tp of the "
+         "tokens",
+         0, 0, 0),
     OPT_("ep", OPT_INT, ep, NULL, "2 if 2 divides --dp and --experts, else 1",
          "expert-parallel size; must divide dp and --experts", 1, 4096, 0),
     OPT_INT_("experts", experts, "4", 1, 4096, "experts in the MoE layer"),
@@ -233,11 +247,15 @@ static int opts_validate_zero(const train_opts_t *o, FILE *err) {
         fprintf(err, "hcomm-train: --save and --resume are not supported with --zero yet\n");
         return -1;
     }
+    if (o->zero > 0 && o->sequence_parallel) { /* its TP sums of whole weights come first */
+        fprintf(err, "hcomm-train: --sequence-parallel is not supported with --zero yet\n");
+        return -1;
+    }
     return 0;
 }
 
 /* Checks the values together; says which flag to change. */
-static int opts_validate(const train_opts_t *o, FILE *err) {
+static int opts_validate(train_opts_t *o, FILE *err) {
     if (strcmp(o->dtype, "f64") != 0 && strcmp(o->dtype, "f32") != 0 &&
         strcmp(o->dtype, "bf16") != 0) {
         fprintf(err, "hcomm-train: --dtype %s is unknown (f64, f32 or bf16)\n", o->dtype);
@@ -262,9 +280,9 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                 o->pp, o->micro_batches);
         return -1;
     }
-    if ((long long)o->tp * o->pp * o->dp > 4096) {
-        fprintf(err, "hcomm-train: world size tp*pp*dp = %lld is over 4096\n",
-                (long long)o->tp * o->pp * o->dp);
+    if ((long long)o->tp * o->cp * o->pp * o->dp > 4096) {
+        fprintf(err, "hcomm-train: world size tp*cp*pp*dp = %lld is over 4096\n",
+                (long long)o->tp * o->cp * o->pp * o->dp);
         return -1;
     }
     if (o->pp > 2 + 2 * o->layers) {
@@ -316,6 +334,8 @@ static int opts_validate(const train_opts_t *o, FILE *err) {
                      "to continue (or pass --sample 0)\n");
         return -1;
     }
+    if (opts_validate_cp(o, err) != 0)
+        return -1;
     const char *backend = opts_backend(o);
     if (strcmp(backend, "local") != 0 && strcmp(backend, "mpi") != 0) {
         if (o->backend != NULL)
@@ -419,5 +439,5 @@ const char *opts_backend(const train_opts_t *o) {
 }
 
 int opts_world_size(const train_opts_t *o) {
-    return o->tp * o->pp * o->dp;
+    return o->tp * o->cp * o->pp * o->dp;
 }

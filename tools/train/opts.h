@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Every flag of hcomm-train; the layout is tp x pp x dp ranks (cp = 1), experts spread over
+/* Every flag of hcomm-train; the layout is tp x cp x pp x dp ranks, experts spread over
  * ep ranks, and sharded over the expert-TP group, which is the TP group (etp = tp). */
 typedef struct train_opts {
     int tp, pp, dp, ep;     /* parallel sizes */
@@ -44,6 +44,12 @@ typedef struct train_opts {
     int version;            /* --version was given */
     int zero;               /* ZeRO stage 0..3 (0: replicated DP) */
     int dp_shard;           /* ranks of DP sharing one copy of the state; 0: dp (with --zero) */
+    int heads;              /* attention heads of each TP block (split over TP) */
+    int attn_block;         /* keys per attention block; 0 until opts_validate_cp picks it */
+    int cp;                 /* context-parallel size (world = tp * cp * pp * dp) */
+    const char *cp_algo;    /* "ring", "allgather", "ulysses" or "a2a+p2p" */
+    int cp_a2a;             /* a2a+p2p: the a2a size; 0: from the node layout */
+    int sequence_parallel;  /* --sequence-parallel: activations split over TP along the sequence */
 } train_opts_t;
 
 /* Fills *o from argv. Returns 0, or -1 after writing one line saying what is wrong to err. */
@@ -53,7 +59,10 @@ void opts_usage(FILE *out);
 /* The backend to run on: --backend, else $HCOMM_BACKEND, else mpi under mpirun/srun, else
  * local (as hcomm_launch picks it from NULL). */
 const char *opts_backend(const train_opts_t *o);
-/* Number of ranks the layout needs: tp * pp * dp. */
+/* Checks and completes the attention and context-parallel flags (cp_opts.c). Returns 0, or -1
+ * after writing one line saying what is wrong to err. */
+int opts_validate_cp(train_opts_t *o, FILE *err);
+/* Number of ranks the layout needs: tp * cp * pp * dp. */
 int opts_world_size(const train_opts_t *o);
 
 #endif /* HCOMM_TRAIN_OPTS_H_ */

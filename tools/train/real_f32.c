@@ -2,4 +2,6 @@
 #define TRAIN_REAL_F32 1
 #include "real/model.c"
 #include "real/nn.c"
+#include "real/attn.c"
+#include "real/sp.c"
 #include "real/train.c"

@@ -57,8 +57,10 @@ int model_num_tensors(const train_opts_t *o) {
 int model_tensors(const train_opts_t *o, int vocab, model_tensor_t *out) {
     const int64_t C = o->hidden, F = 4 * C, Fe = 2 * C, V = vocab;
     const int E = o->experts;
-    static const char *const lnames[] = {"tp.w1", "tp.b1", "tp.w2", "tp.b2", "router"};
-    const int64_t lshapes[][2] = {{C, F}, {1, F}, {F, C}, {1, C}, {C, E}};
+    static const char *const lnames[] = {"tp.w1",   "tp.b1",   "tp.w2",   "tp.b2",   "router",
+                                         "attn.wq", "attn.wk", "attn.wv", "attn.wo", "attn.bo"};
+    const int64_t lshapes[][2] = {{C, F}, {1, F}, {F, C}, {1, C}, {C, E},
+                                  {C, C}, {C, C}, {C, C}, {C, C}, {1, C}};
     const int64_t eshapes[][2] = {{C, Fe}, {1, Fe}, {Fe, C}, {1, C}};
     static const char *const enames[] = {"w1", "b1", "w2", "b2"};
     int n = 0;
@@ -93,6 +95,7 @@ int model_tensors(const train_opts_t *o, int vocab, model_tensor_t *out) {
 int64_t model_full_size(const train_opts_t *o, int vocab) {
     int64_t C = o->hidden, F = 4 * C, Fe = 2 * C, V = vocab, E = o->experts;
     return 2 * V * C +
-           o->layers * ((C * F + F + F * C + C) + C * E + E * (C * Fe + Fe + Fe * C + C)) + C * V +
-           V;
+           o->layers *
+               ((C * F + F + F * C + C) + C * E + E * (C * Fe + Fe + Fe * C + C) + 4 * C * C + C) +
+           C * V + V;
 }

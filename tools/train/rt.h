@@ -33,6 +33,13 @@ typedef struct train_rt {
     double mark;             /* when the current hcomm call started */
     arena_t arena;           /* buffers of the current step */
     struct train_zero *zero; /* --zero >= 1: the shard plans (real/zero.c), else NULL */
+    /* context parallelism (real/attn.c): the CP group, and for a2a+p2p its two parts */
+    hcomm_comm_t *cp, *cp_a2a, *cp_p2p;
+    hcomm_cp_hier_t *cp_hier;
+    int cp_rank, cp_size, cp_algo, data_rank; /* data_rank: the rank in the DP group alone */
+    int a2a_rank, a2a_size, p2p_rank, p2p_size;
+    int seq, attn_block;
+    int sp; /* --sequence-parallel (real/sp.h) */
 } train_rt_t;
 
 /* Monotonic clock, seconds. */
@@ -71,10 +78,11 @@ int model_tensors(const train_opts_t *o, int vocab, model_tensor_t *out);
 /* Number of parameters of the full model. */
 int64_t model_full_size(const train_opts_t *o, int vocab);
 
-/* Indices in model_tensors(): the embeddings, then per layer the TP block's four, the router
+/* Indices in model_tensors(): the embeddings, then per layer the TP block's MLP four, the router,
+ * the attention's five
  * and 4 per expert, then the head's two. */
 enum { GI_EMB_CUR, GI_EMB_PREV, GI_LAYER0 };
-enum { GL_W1, GL_B1, GL_W2, GL_B2, GL_ROUTER, GL_EXPERT0 };
+enum { GL_W1, GL_B1, GL_W2, GL_B2, GL_ROUTER, GL_WQ, GL_WK, GL_WV, GL_WO, GL_BO, GL_EXPERT0 };
 /* Index in model_tensors() of layer l's first tensor (of E experts per layer); l = L gives
  * the head's. */
 static inline int gi_layer(int E, int l) {

@@ -4,7 +4,9 @@
 
 #include "../ckpt.h"
 #include "../data.h"
+#include "attn.h"
 #include "nn.h"
+#include "sp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -64,7 +66,19 @@ static void comm_out_done(const hcomm_tensor_t *t, real_t *x) {
 
 /* Tensor ids seed each tensor's own random stream, so a rank that keeps only some tensors
  * still draws exactly what the 1-rank model draws for them. */
-enum { ID_EMB_CUR = 1, ID_EMB_PREV, ID_W1, ID_W2, ID_ROUTER, ID_HEAD, ID_EXPERT0 = 100 };
+enum {
+    ID_EMB_CUR = 1,
+    ID_EMB_PREV,
+    ID_W1,
+    ID_W2,
+    ID_ROUTER,
+    ID_HEAD,
+    ID_WQ,
+    ID_WK,
+    ID_WV,
+    ID_WO,
+    ID_EXPERT0 = 100
+};
 
 /* Layer l's random streams are its layer-0 ids plus l * LAYER_IDS, so --layers 1 draws what
  * the one-layer model always drew. */
@@ -126,6 +140,22 @@ static int has_unit(const model_t *m, int u) {
     return in;
 }
 
+/* Layer l's attention: Wq, Wk, Wv column-parallel (TP rank t keeps heads t*H/tp...), Wo
+ * row-parallel, bo on every rank. Wo starts small (0.2/sqrt(C)): the model has no
+ * normalization, and a larger Wo made --layers 2 diverge at --lr 0.3 within 10 steps. */
+static void init_attn(model_t *m, const train_opts_t *o, const train_rt_t *rt, int l) {
+    layer_t *ly = &m->layers[l];
+    const int C = m->C, gi = gi_layer(m->E, l), id = l * LAYER_IDS;
+    const double std = 1.0 / sqrt((double)C);
+    param_t *w[3] = {&ly->wq, &ly->wk, &ly->wv};
+    for (int i = 0; i < 3; i++)
+        param_init(m, w[i], o->seed, id + ID_WQ + i, gi + GL_WQ + i, C, C, std, SHARD_COLS,
+                   rt->tp_rank, rt->tp_size);
+    param_init(m, &ly->wo, o->seed, id + ID_WO, gi + GL_WO, C, C, 0.2 * std, SHARD_ROWS,
+               rt->tp_rank, rt->tp_size);
+    param_init(m, &ly->bo, o->seed, 0, gi + GL_BO, 1, C, 0.0, SHARD_NONE, 0, 1);
+}
+
 static void init_dense_units(model_t *m, const train_opts_t *o, const train_rt_t *rt) {
     const int C = m->C, F = m->F, V = m->V;
     const uint64_t s = o->seed;
@@ -145,6 +175,7 @@ static void init_dense_units(model_t *m, const train_opts_t *o, const train_rt_t
         param_init(m, &ly->w2, s, id + ID_W2, gi + GL_W2, F, C, 0.5 / sqrt((double)F), SHARD_ROWS,
                    rt->tp_rank, rt->tp_size);
         param_init(m, &ly->b2, s, 0, gi + GL_B2, 1, C, 0.0, SHARD_NONE, 0, 1);
+        init_attn(m, o, rt, l);
     }
     if (has_unit(m, 1 + 2 * m->L)) {
         const int gi = gi_layer(m->E, m->L);
@@ -193,6 +224,9 @@ static void model_init(model_t *m, const train_opts_t *o, int vocab, const train
     m->L = o->layers;
     m->Fs = m->F / rt->tp_size;
     m->Fes = m->Fe / rt->etp_size;
+    m->heads = o->heads;
+    m->Hl = o->heads / rt->tp_size;
+    m->D = o->hidden / o->heads;
     /* The units split evenly into P * V chunks; chunk v of stage s is the model's v*P + s. */
     m->vstages = o->virtual_stages;
     m->chunk_lo = train_alloc(2 * (size_t)m->vstages * sizeof(int));
@@ -202,7 +236,7 @@ static void model_init(model_t *m, const train_opts_t *o, int vocab, const train
         m->chunk_lo[v] = chunk * model_units(m->L) / n;
         m->chunk_hi[v] = (chunk + 1) * model_units(m->L) / n;
     }
-    int max_params = 4 + m->L * (5 + 4 * m->E);
+    int max_params = 4 + m->L * (GL_EXPERT0 + 4 * m->E);
     m->params = train_alloc((size_t)max_params * sizeof(param_t *));
     m->layers = train_alloc((size_t)m->L * sizeof(layer_t));
     memset(m->layers, 0, (size_t)m->L * sizeof(layer_t));
@@ -279,43 +313,38 @@ static void embed_backward(model_t *m, const mb_cache_t *c, const real_t *dh) {
 
 /* h = x + reduce_from(gelu(copy_to(x) W1 + b1) W2) + b2 (Megatron-LM's parallel MLP). */
 static hcomm_result_t tp_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *h) {
+    TRAIN_TRY(rt, attn_forward(m, rt, c, h)); /* the block's attention sublayer first */
     const layer_t *ly = &m->layers[c->layer];
     layer_cache_t *lc = &c->lc[c->layer];
-    const int64_t n = c->n, C = m->C, Fs = m->Fs;
+    const int64_t n = mb_rows(c), C = m->C, Fs = m->Fs;
     arena_t *a = &rt->arena;
     lc->tp_x = arena_reals(a, n * C);
     lc->tp_z = arena_reals(a, n * Fs);
     lc->tp_g = arena_reals(a, n * Fs);
-    real_t *y = arena_reals(a, n * C);
-    hcomm_tensor_t h_t = comm_in(rt, h, n, C), x_t = comm_out(rt, lc->tp_x, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_fwd(rt->tp, &h_t, &x_t)));
-    comm_out_done(&x_t, lc->tp_x);
+    real_t *y = arena_reals(a, n * C), *s = arena_reals(a, c->n * C);
+    TRAIN_TRY(rt, sp_enter_fwd(rt, c, h, lc->tp_x, C));
     nn_linear_fwd(lc->tp_x, ly->w1.w, ly->b1.w, lc->tp_z, n, C, Fs);
     bf16_store(m, lc->tp_z, n * Fs);
     nn_gelu_fwd(lc->tp_z, lc->tp_g, n * Fs);
     bf16_store(m, lc->tp_g, n * Fs);
     nn_linear_fwd(lc->tp_g, ly->w2.w, NULL, y, n, Fs, C); /* partial sum over my shard */
-    hcomm_tensor_t y_t = comm_in(rt, y, n, C), s_t = comm_out(rt, h, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_fwd(rt->tp, &y_t, &s_t)));
-    comm_out_done(&s_t, h);
-    for (int64_t i = 0; i < n; i++)
+    TRAIN_TRY(rt, sp_exit_fwd(rt, c, y, s, C));
+    for (int64_t i = 0; i < c->n; i++) /* h holds the block's input rows of this rank */
         for (int64_t k = 0; k < C; k++)
-            h[i * C + k] += lc->tp_x[i * C + k] + ly->b2.w[k];
-    bf16_store(m, h, n * C);
+            h[i * C + k] = s[i * C + k] + (h[i * C + k] + ly->b2.w[k]);
+    bf16_store(m, h, c->n * C);
     return HCOMM_OK;
 }
 
 static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *dh) {
     layer_t *ly = &m->layers[c->layer];
     layer_cache_t *lc = &c->lc[c->layer];
-    const int64_t n = c->n, C = m->C, Fs = m->Fs;
+    const int64_t n = mb_rows(c), C = m->C, Fs = m->Fs;
     arena_t *a = &rt->arena;
     real_t *dy = arena_reals(a, n * C), *dz = arena_reals(a, n * Fs);
-    real_t *dxp = arena_reals(a, n * C), *dx = arena_reals(a, n * C);
-    hcomm_tensor_t dh_t = comm_in(rt, dh, n, C), dy_t = comm_out(rt, dy, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_bwd(rt->tp, &dh_t, &dy_t)));
-    comm_out_done(&dy_t, dy);
-    for (int64_t i = 0; i < n; i++)
+    real_t *dxp = arena_reals(a, n * C), *dx = arena_reals(a, c->n * C);
+    TRAIN_TRY(rt, sp_exit_bwd(rt, c, dh, dy, C));
+    for (int64_t i = 0; i < c->n; i++)
         nn_add(ly->b2.g, dh + i * C, C);
     nn_linear_bwd_params(lc->tp_g, dy, ly->w2.g, NULL, n, Fs, C);
     nn_linear_bwd_input(dy, ly->w2.w, dz, arena_reals(a, Fs * C), n, Fs, C);
@@ -324,12 +353,10 @@ static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, rea
     bf16_store(m, dz, n * Fs);
     nn_linear_bwd_params(lc->tp_x, dz, ly->w1.g, ly->b1.g, n, C, Fs);
     nn_linear_bwd_input(dz, ly->w1.w, dxp, arena_reals(a, C * Fs), n, C, Fs);
-    hcomm_tensor_t dxp_t = comm_in(rt, dxp, n, C), dx_t = comm_out(rt, dx, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_bwd(rt->tp, &dxp_t, &dx_t)));
-    comm_out_done(&dx_t, dx);
-    nn_add(dh, dx, n * C); /* the residual plus the block's input gradient */
-    bf16_store(m, dh, n * C);
-    return HCOMM_OK;
+    TRAIN_TRY(rt, sp_enter_bwd(rt, c, dxp, dx, C));
+    nn_add(dh, dx, c->n * C); /* the residual plus the block's input gradient */
+    bf16_store(m, dh, c->n * C);
+    return attn_backward(m, rt, c, dh);
 }
 
 /* ---------------------------------------------------------------- unit 2: MoE */
@@ -390,11 +417,13 @@ static void experts_forward(const model_t *m, const train_rt_t *rt, mb_cache_t *
 static hcomm_result_t moe_dispatch_experts(const model_t *m, train_rt_t *rt, mb_cache_t *c) {
     layer_cache_t *lc = &c->lc[c->layer];
     const int64_t n = c->n, C = m->C;
-    const hcomm_moe_options_t opt = {m->capacity_factor, HCOMM_MOE_DROP_POSITION};
+    const hcomm_moe_options_t opt = {m->capacity_factor, HCOMM_MOE_DROP_POSITION,
+                                     c->sp ? rt->etp : NULL, HCOMM_MOE_PATH_AUTO};
     hcomm_tensor_t x_t = comm_in(rt, lc->moe_x, n, C), recv = {0};
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_dispatch_topk(
-                                     rt->ep, &x_t, lc->moe_e, m->K > 1 ? lc->moe_w : NULL, m->K,
-                                     m->E, m->capacity_factor > 0 ? &opt : NULL, &lc->moe_h)));
+    TRAIN_TRY(rt,
+              TRAIN_COMM(rt, hcomm_moe_dispatch_topk(
+                                 rt->ep, &x_t, lc->moe_e, m->K > 1 ? lc->moe_w : NULL, m->K, m->E,
+                                 m->capacity_factor > 0 || c->sp ? &opt : NULL, &lc->moe_h)));
     lc->moe_count = arena_alloc(&rt->arena, (size_t)m->E_local * sizeof(int64_t));
     TRAIN_TRY(rt, hcomm_moe_received(lc->moe_h, &recv, lc->moe_count));
     int64_t total = 0;
@@ -415,7 +444,10 @@ static hcomm_result_t moe_dispatch_experts(const model_t *m, train_rt_t *rt, mb_
     experts_forward(m, rt, c, lc->moe_r);
     real_t *sum = lc->moe_o + total * C;
     hcomm_tensor_t o_t = comm_in(rt, lc->moe_o, total, C), s_t = comm_out(rt, sum, total, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_fwd(rt->etp, &o_t, &s_t)));
+    if (c->sp) /* combine sums the members' partial outputs itself (reduce_scatterv) */
+        s_t = o_t;
+    else
+        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_fwd(rt->etp, &o_t, &s_t)));
     hcomm_tensor_t y_t = comm_out(rt, lc->moe_y, n, C);
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_combine_topk(lc->moe_h, &s_t, &y_t)));
     comm_out_done(&y_t, lc->moe_y);
@@ -550,7 +582,10 @@ static hcomm_result_t moe_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, re
     hcomm_tensor_t d_rows_t = comm_in(rt, d_rows, R, C), dtok_t = comm_out(rt, dtok, n, C);
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_dispatch_topk_bwd(lc->moe_h, &d_rows_t, &dtok_t)));
     hcomm_tensor_t dx_t = comm_out(rt, dx, n, C);
-    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_bwd(rt->etp, &dtok_t, &dx_t)));
+    if (c->sp) /* dispatch's backward summed over the expert-TP group already */
+        dx_t = dtok_t;
+    else
+        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_bwd(rt->etp, &dtok_t, &dx_t)));
     comm_out_done(&dx_t, dx);
     nn_add(dh, dx, n * C);
     bf16_store(m, dh, n * C);

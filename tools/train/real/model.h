@@ -3,7 +3,8 @@
  * Four kinds of unit (embed, --layers x (TP block, MoE), head), split into pp x V contiguous
  * chunks (V = --virtual-stages, 1 unless interleaved), chunk v*pp + s on stage s:
  *   0 embed: h = emb_cur[c_t] + emb_prev[c_{t-1}]                         [n, C]
- *   1 TP block: h += W2 gelu(W1 h + b1) + b2, W1 column- and W2 row-parallel over TP
+ *   1 TP block: h += attention(h) (causal, heads split over TP, sequence over CP: attn.h);
+ *      h += W2 gelu(W1 h + b1) + b2, W1 column- and W2 row-parallel over TP
  *   2 MoE: p = softmax(h Wr); h += sum over the --topk most likely experts e of
  *      p[e] * expert_e(h) (not renormalized), experts spread over EP and each sharded over the
  *      expert-TP group like the TP block; dropless unless --capacity-factor
@@ -45,9 +46,10 @@ typedef struct expert {
 
 /* One of the --layers blocks: a TP MLP and an MoE layer. */
 typedef struct layer {
-    param_t w1, b1, w2, b2; /* [C, Fs], [Fs], [Fs, C], [C] */
-    param_t router;         /* [C, E] */
-    expert_t *experts;      /* [E_local] */
+    param_t w1, b1, w2, b2;     /* [C, Fs], [Fs], [Fs, C], [C] */
+    param_t router;             /* [C, E] */
+    expert_t *experts;          /* [E_local] */
+    param_t wq, wk, wv, wo, bo; /* attention: [C, C/tp] x 3 (its heads), [C/tp, C], [C] */
 } layer_t;
 
 struct ckpt;
@@ -68,6 +70,7 @@ typedef struct model {
     param_t **params;          /* the allocated parameters of this rank */
     int nparams;
     const struct ckpt *ck; /* during model_init: the checkpoint to load, or NULL */
+    int heads, Hl, D;      /* attention heads, those of this TP rank, head width C / heads */
 } model_t;
 
 /* What one layer keeps of one micro-batch between its forward and its backward. */
@@ -81,6 +84,7 @@ typedef struct layer_cache {
     real_t *moe_r;                 /* [R,C] those rows (widened from bf16 with --dtype bf16) */
     int64_t *moe_count;            /* [E_local] rows per local expert */
     real_t *moe_z, *moe_g, *moe_o; /* [R,Fes], [R,Fes], [2R,C]: shard outputs, then their sum */
+    struct attn_cache *attn;       /* the attention sublayer's (real/attn.c) */
 } layer_cache_t;
 
 /* Everything one micro-batch keeps between its forward and its backward (buffers from the
@@ -92,6 +96,9 @@ typedef struct mb_cache {
     layer_cache_t *lc;         /* [nl], allocated by the first layer unit */
     real_t *head_x, *head_p;   /* head: input [n,C], probabilities [n,V] */
     double loss;               /* sum of the token losses */
+    int64_t nseq, seq_len;     /* n = nseq sequences of seq_len tokens (this CP rank's) */
+    int solo;                  /* 1: one token with no context (sampling): no CP exchange */
+    int sp;                    /* 1: n is this TP rank's share of the rows (real/sp.h) */
 } mb_cache_t;
 
 struct ckpt;

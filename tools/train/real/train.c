@@ -70,7 +70,7 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     cfg.tp = o->tp;
     cfg.pp = o->pp;
     cfg.dp = o->dp;
-    cfg.cp = 1;
+    cfg.cp = o->cp;
     cfg.ep = o->ep;
     cfg.etp = o->tp;
     cfg.num_experts = o->experts;
@@ -93,29 +93,42 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
         r = rt_group(rt, *ctx, HCOMM_GROUP_EDP, &rt->edp, &rt->edp_rank, &rt->edp_size);
     if (r == HCOMM_OK)
         r = rt_check_etp(rt);
+    if (r == HCOMM_OK)
+        r = attn_setup(rt, o, *ctx);
     return r;
 }
 
 /* ---------------------------------------------------------------- one step */
 
 /* Token ids of micro-batch m of this DP rank: DP rank d takes sequences
- * [d*batch/dp, (d+1)*batch/dp) of the global batch, and micro-batch m the m-th slice of that. */
+ * [d*batch/dp, (d+1)*batch/dp) of the global batch, and micro-batch m the m-th slice of that;
+ * of each sequence, this CP rank takes its seq/cp positions (attn_token_pos). */
 static void mb_tokens(const train_job_t *job, train_rt_t *rt, const int64_t *starts, int m,
                       mb_cache_t *c) {
     const train_opts_t *o = job->opts;
-    const int per_mb = o->batch / o->dp / o->micro_batches, seq = o->seq;
-    const int first = rt->dp_rank * (o->batch / o->dp) + m * per_mb;
+    const int per_mb = o->batch / o->dp / o->micro_batches, seq = o->seq / o->cp;
+    const int first = rt->data_rank * (o->batch / o->dp) + m * per_mb;
     c->n = (int64_t)per_mb * seq;
+    c->nseq = per_mb;
+    c->seq_len = seq;
     c->cur = arena_alloc(&rt->arena, (size_t)c->n * sizeof(int32_t));
     c->prev = arena_alloc(&rt->arena, (size_t)c->n * sizeof(int32_t));
     c->tgt = arena_alloc(&rt->arena, (size_t)c->n * sizeof(int32_t));
     for (int b = 0; b < per_mb; b++) {
         for (int t = 0; t < seq; t++) {
-            const int64_t i = (int64_t)b * seq + t, s = starts[first + b] + t;
+            const int64_t i = (int64_t)b * seq + t, s = starts[first + b] + attn_token_pos(rt, t);
             c->cur[i] = job->corpus->ids[s];
             c->prev[i] = job->corpus->ids[s - 1];
             c->tgt[i] = job->corpus->ids[s + 1];
         }
+    }
+    if (rt->sp && rt->tp_size > 1) { /* this TP rank's rows outside the TP block (sp.h) */
+        const int64_t share = c->n / rt->tp_size, first_row = rt->tp_rank * share;
+        c->sp = 1;
+        c->n = share;
+        c->cur += first_row;
+        c->prev += first_row;
+        c->tgt += first_row;
     }
 }
 
@@ -127,7 +140,8 @@ static int param_unit(const model_t *m, const param_t *p) {
         return 0;
     for (int l = 0; l < m->L; l++) {
         const layer_t *y = &m->layers[l];
-        if (p == &y->w1 || p == &y->b1 || p == &y->w2 || p == &y->b2)
+        if (p == &y->w1 || p == &y->b1 || p == &y->w2 || p == &y->b2 || p == &y->wq ||
+            p == &y->wk || p == &y->wv || p == &y->wo || p == &y->bo)
             return 1 + 2 * l;
         if (p == &y->router || (y->experts && (const void *)p >= (const void *)y->experts &&
                                 (const void *)p < (const void *)(y->experts + m->E_local)))
@@ -427,7 +441,7 @@ static hcomm_result_t run_ops(model_t *m, train_rt_t *rt, mb_cache_t *cs, int M,
             r = chunk_forward(m, rt, &p, c, op.v, op.mb, h);
         else
             r = chunk_backward(m, rt, &p, c, op.v, op.mb, h, scale, final[op.v] == i);
-        if (r == HCOMM_OK && op.v == last_chunk && op.fwd == !train && rt->tp_rank == 0)
+        if (r == HCOMM_OK && op.v == last_chunk && op.fwd == !train && (rt->tp_rank == 0 || c->sp))
             *loss += c->loss;
     }
     double t = train_now();
@@ -594,7 +608,7 @@ static hcomm_result_t generate(const train_job_t *job, model_t *m, train_rt_t *r
     rng_seed(&rng, o->seed, 0x5A3F1E);
     for (int i = 0; i < o->sample; i++) {
         mb_cache_t c = {0};
-        c.n = 1;
+        c.n = c.nseq = c.seq_len = c.solo = 1;
         c.prev = &ids[0];
         c.cur = &ids[1];
         c.tgt = &ids[2];
@@ -630,6 +644,11 @@ static void report_start(const train_job_t *job, const train_rt_t *rt, int first
     printf("hcomm-train: %d rank%s (tp %d x pp %d x dp %d; ep %d, %d expert%s) on %s\n",
            rt->world_size, plural(rt->world_size), o->tp, o->pp, o->dp, o->ep, o->experts,
            plural(o->experts), opts_backend(o));
+    printf("hcomm-train: attention: %d heads over tp %d, key blocks of %d; cp %d (%s", o->heads,
+           o->tp, o->attn_block, o->cp, o->cp > 1 ? o->cp_algo : "off");
+    if (o->cp > 1 && rt->cp_algo == CP_A2A_P2P)
+        printf(": a2a %d x p2p %d", rt->a2a_size, rt->p2p_size);
+    printf(")%s\n", o->sequence_parallel ? ", sequence parallel" : "");
     printf("hcomm-train: data %s (%zu bytes: %zu train, %zu held out%s; vocab %d), %lld "
            "parameters, batch %d x %d chars, %d micro-batch%s\n",
            o->data, job->corpus->len, job->corpus->train_len,
@@ -809,6 +828,8 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
         r = step_grads(job, m, rt, starts, &loss);
         if (r == HCOMM_OK)
             r = rt->zero ? zero_step(m, rt, o->lr, o->momentum) : reduce_grads(m, rt);
+        if (r == HCOMM_OK)
+            r = sp_reduce_grads(m, rt);
         arena_reset(&rt->arena);
         if (r != HCOMM_OK)
             break;
@@ -889,6 +910,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     train_state_t st = {0};
     rt.world = world;
     rt.bf16 = strcmp(job->opts->dtype, "bf16") == 0;
+    rt.sp = job->opts->sequence_parallel;
     rep.last_val = NAN;
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
     if (r == HCOMM_OK)
@@ -919,6 +941,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     zero_free(&m, &rt, model_units(job->opts->layers));
     model_free(&m);
     arena_free(&rt.arena);
+    attn_teardown(&rt, r == HCOMM_OK);
     /* ctx_destroy is collective: skip it after a failure, when peers may be gone. */
     if (r == HCOMM_OK)
         r = hcomm_ctx_destroy(ctx);
