@@ -3,6 +3,8 @@
  * what can be compared).
  *   all_reduce 8 B      hcomm_all_reduce vs raw MPI_Allreduce (mpi) on MPI_COMM_WORLD
  *   p2p 8 B one way     hcomm_pp_send/recv ping-pong (half the round trip) vs MPI_Send/Recv
+ *   send_recv 8 B       hcomm_pp_send_recv between ranks 0 and 1, both directions at once, vs
+ *                       MPI_Sendrecv (one exchange per step)
  *   p2p 16 MiB          a rendezvous hcomm_pp_send between rank pairs (all pairs at once) vs
  *                       memcpy of the same size with every rank copying at once
  *   pp_send_recv N B    hcomm_pp_send/recv ping-pong vs the p2p layer's own send/recv under it
@@ -78,8 +80,8 @@ typedef struct ctx {
     const bench_opts_t *sizes; /* the pp_send_recv sizes from -b/-e/-f/-i; NULL: none given */
     int rank, size;
     double in, out;
-    hcomm_tensor_t small, big, sized;
-    size_t sized_bytes; /* sized: a u8 vector of this many bytes */
+    hcomm_tensor_t small, small_back, big, sized; /* small_back: send_recv's receive */
+    size_t sized_bytes;                           /* sized: a u8 vector of this many bytes */
     void *copy_dst;
 } ctx_t;
 
@@ -105,6 +107,15 @@ static hcomm_result_t hcomm_pingpong(hcomm_comm_t *w, void *p) {
         return r == HCOMM_OK ? hcomm_pp_send(w, &c->small, 0, 1) : r;
     }
     return HCOMM_OK;
+}
+
+/* Ranks 0 and 1 exchange 8 bytes, both directions at once. */
+static hcomm_result_t hcomm_exchange(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    if (c->rank > 1)
+        return HCOMM_OK;
+    int peer = 1 - c->rank;
+    return hcomm_pp_send_recv(w, &c->small, peer, 3, &c->small_back, peer, 3);
 }
 
 /* Even ranks send BW_BYTES to the next odd rank, all pairs at once. */
@@ -175,6 +186,16 @@ static hcomm_result_t mpi_ar(hcomm_comm_t *w, void *p) {
                : HCOMM_ERR_BACKEND;
 }
 
+static hcomm_result_t mpi_exchange(hcomm_comm_t *w, void *p) {
+    ctx_t *c = p;
+    (void)w;
+    if (c->rank > 1)
+        return HCOMM_OK;
+    MPI_Sendrecv(c->small.data, 1, MPI_DOUBLE, 1 - c->rank, 3, c->small_back.data, 1, MPI_DOUBLE,
+                 1 - c->rank, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return HCOMM_OK;
+}
+
 static hcomm_result_t mpi_pingpong(hcomm_comm_t *w, void *p) {
     ctx_t *c = p;
     (void)w;
@@ -226,6 +247,11 @@ static hcomm_result_t latency_rows(hcomm_comm_t *w, ctx_t *c) {
     r = time_steps(w, pingpong, 2, c, iters_of(c, LAT_ITERS), t);
     if (r == HCOMM_OK)
         line(c->rank, "p2p 8 B one way", t[0] / 2, "MPI_Send/Recv", t[1] / 2, "us", 1e6);
+    const step_fn exchange[2] = {hcomm_exchange, RAW_STEP(w, mpi_exchange)};
+    if (r == HCOMM_OK)
+        r = time_steps(w, exchange, 2, c, iters_of(c, LAT_ITERS), t);
+    if (r == HCOMM_OK)
+        line(c->rank, "send_recv 8 B", t[0], "MPI_Sendrecv", t[1], "us", 1e6);
     return r;
 }
 
@@ -313,9 +339,10 @@ hcomm_result_t hcomm_bench_compare(hcomm_comm_t *w, const bench_opts_t *o) {
     size_t copy_bytes = c.sizes && s.max_bytes > COPY_BYTES ? s.max_bytes : COPY_BYTES;
     hcomm_comm_rank(w, &c.rank);
     hcomm_comm_size(w, &c.size);
-    double x = 0;
+    double x = 0, back = 0;
     int64_t one = 1, big = (int64_t)(BW_BYTES / sizeof(float));
     hcomm_tensor_init(&c.small, &x, HCOMM_F64, 1, &one);
+    hcomm_tensor_init(&c.small_back, &back, HCOMM_F64, 1, &one);
     void *src = malloc(BW_BYTES);
     c.copy_dst = malloc(copy_bytes);
     if (!src || !c.copy_dst) {
