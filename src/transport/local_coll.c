@@ -110,7 +110,7 @@ static void own_next_post(hcomm_comm_t *c) {
 
 /* Posts this rank's slot, the signature the algorithms layer set and `bytes` of data; the
  * barrier that follows publishes them to peers, or the seq stored last (wait_posts). */
-static void post(hcomm_comm_t *c, local_slot_t slot, const void *data, size_t bytes) {
+static void post(hcomm_comm_t *c, const local_slot_t *slot, const void *data, size_t bytes) {
     unsigned n = ++lc_of(c)->posts;
     local_post_t *p = post_of(c, c->rank);
     hcomm__posted_sig_t sig = c->posted ? *c->posted : (hcomm__posted_sig_t){{0}};
@@ -119,7 +119,7 @@ static void post(hcomm_comm_t *c, local_slot_t slot, const void *data, size_t by
     p->failed_text = sig.failed_text;
     if (bytes)
         memcpy(p->data, data, bytes);
-    shared_of(c)->slots[c->rank] = slot;
+    shared_of(c)->slots[c->rank] = *slot;
     atomic_store_explicit(&p->seq, n, memory_order_release);
 }
 
@@ -174,7 +174,7 @@ static hcomm_result_t wait_posts(hcomm_comm_t *c) {
 }
 
 hcomm_result_t hcomm__local_posted_only(hcomm_comm_t *c) {
-    post(c, (local_slot_t){0}, NULL, 0);
+    post(c, &(local_slot_t){0}, NULL, 0);
     return arrive(c);
 }
 
@@ -218,7 +218,7 @@ static hcomm_result_t reduce_posted(hcomm_comm_t *c, void *dst, size_t off, size
  * barrier: one meeting per call (see local_post_t). */
 static hcomm_result_t small_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                        size_t count, hcomm_dtype_t dt, hcomm_op_t op) {
-    post(c, (local_slot_t){0}, sendbuf, count * hcomm__dtype_size(dt));
+    post(c, &(local_slot_t){0}, sendbuf, count * hcomm__dtype_size(dt));
     HCOMM__TRY(wait_posts(c));
     hcomm_result_t res = reduce_posted(c, recvbuf, 0, count, dt, op, true);
     own_next_post(c);
@@ -236,7 +236,7 @@ static hcomm_result_t local_all_reduce(hcomm_comm_t *c, const void *sendbuf, voi
     if (count * es <= SMALL_REDUCE_BYTES)
         return small_all_reduce(c, sendbuf, recvbuf, count, dt, op);
     hcomm__block(count, c->size, c->rank, &lo, &n);
-    post(c, (local_slot_t){.send = sendbuf, .aux = recvbuf}, NULL, 0);
+    post(c, &(local_slot_t){.send = sendbuf, .aux = recvbuf}, NULL, 0);
     HCOMM__TRY(arrive(c));
     char *mine = (char *)recvbuf + lo * es;
     hcomm_result_t red = reduce_posted(c, mine, lo, n, dt, op, false);
@@ -263,7 +263,7 @@ static hcomm_result_t reduce_own_block(hcomm_comm_t *c, const void *sendbuf, voi
                                       : hcomm__scratch(&lc_of(c)->scratch, n * es);
     if (!mine && n > 0) /* an empty block may have no buffer at all */
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate %zu bytes", n * es);
-    post(c, (local_slot_t){.send = sendbuf}, NULL, 0);
+    post(c, &(local_slot_t){.send = sendbuf}, NULL, 0);
     hcomm_result_t res = arrive(c), red = HCOMM_OK;
     if (res == HCOMM_OK) {
         red = reduce_posted(c, mine, lo, n, dt, op, false);
@@ -285,7 +285,7 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
  * posted input to its place, blocks back to back in rank order. */
 static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                     const size_t *each, size_t equal) {
-    post(c, (local_slot_t){.send = sendbuf}, NULL, 0);
+    post(c, &(local_slot_t){.send = sendbuf}, NULL, 0);
     HCOMM__TRY(arrive(c));
     size_t off = 0;
     for (int r = 0; r < c->size; r++) {
@@ -320,7 +320,7 @@ static hcomm_result_t local_reduce_scatterv(hcomm_comm_t *c, const void *sendbuf
 }
 
 static hcomm_result_t local_broadcast(hcomm_comm_t *c, void *buf, size_t bytes, int root) {
-    post(c, (local_slot_t){.send = buf}, NULL, 0);
+    post(c, &(local_slot_t){.send = buf}, NULL, 0);
     HCOMM__TRY(arrive(c));
     if (c->rank != root && bytes > 0)
         hcomm__copy_pieces(buf, slot_of(c, root)->send, bytes);
@@ -349,7 +349,7 @@ static hcomm_result_t local_all_to_allv(hcomm_comm_t *c, const void *sendbuf,
                                         const size_t *rdispls, bool counts_proved) {
     (void)counts_proved; /* the posted slots compare every pair's counts anyway */
     post(c,
-         (local_slot_t){
+         &(local_slot_t){
              .send = sendbuf, .counts = sendcounts, .displs = sdispls, .rcounts = recvcounts},
          NULL, 0);
     HCOMM__TRY(arrive(c));
@@ -422,7 +422,7 @@ static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, cons
 hcomm_result_t hcomm__local_split(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out) {
     *out = NULL;
     member_t *mem = malloc(sizeof *mem * (size_t)c->size);
-    post(c, (local_slot_t){.color = color < 0 ? -1 : color, .key = key}, NULL, 0);
+    post(c, &(local_slot_t){.color = color < 0 ? -1 : color, .key = key}, NULL, 0);
     hcomm_result_t res = arrive(c);
     if (res != HCOMM_OK) {
         free(mem);
