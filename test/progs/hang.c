@@ -1,0 +1,50 @@
+/* Makes a real hang or mismatch for test_doctor.sh: every rank runs three calls on the world
+ * (seq 1-3), then at seq 4 an all_reduce of 1024 floats, except rank 1, which by MODE:
+ *   skip   sleeps past HCOMM_TIMEOUT and then calls hcomm_barrier instead,
+ *   count  calls the all_reduce with count 512,
+ *   dead   stops: returns from its rank function without calling it.
+ * Usage: hang BACKEND NRANKS MODE (NRANKS 0 under mpirun). Exits 0 when launch failed as a hang
+ * should (the dumps are what the test reads), 1 when every call succeeded. */
+#include "hcomm/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static float in[1024], out[1024];
+
+static hcomm_result_t warm_up(hcomm_comm_t *w) {
+    hcomm_result_t r = hcomm_barrier(w);
+    if (r == HCOMM_OK)
+        r = hcomm_all_reduce(w, in, out, 8, HCOMM_F32, HCOMM_SUM);
+    if (r == HCOMM_OK)
+        r = hcomm_broadcast(w, in, 64, 0);
+    return r;
+}
+
+static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
+    const char *mode = arg;
+    int rank = 0;
+    hcomm_comm_rank(w, &rank);
+    hcomm_result_t r = warm_up(w);
+    if (r != HCOMM_OK || rank != 1)
+        return r == HCOMM_OK ? hcomm_all_reduce(w, in, out, 1024, HCOMM_F32, HCOMM_SUM) : r;
+    if (strcmp(mode, "count") == 0)
+        return hcomm_all_reduce(w, in, out, 512, HCOMM_F32, HCOMM_SUM);
+    if (strcmp(mode, "dead") == 0)
+        return HCOMM_ERR_INVALID_ARG;
+    const char *t = getenv("HCOMM_TIMEOUT");
+    sleep((unsigned)(t ? atoi(t) : 1) * 3 + 1);
+    return hcomm_barrier(w);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead\n");
+        return 2;
+    }
+    hcomm_result_t r = hcomm_launch(argv[1], atoi(argv[2]), body, argv[3]);
+    printf("hang %s: launch returned %s\n", argv[3], hcomm_result_name(r));
+    return r == HCOMM_OK ? 1 : 0;
+}
