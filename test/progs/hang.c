@@ -45,6 +45,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     hcomm_result_t r = hcomm_launch(argv[1], atoi(argv[2]), body, argv[3]);
-    printf("hang %s: launch returned %s\n", argv[3], hcomm_result_name(r));
+    printf("hang %s: launch returned %s (%s)\n", argv[3], hcomm_result_name(r), hcomm_last_error());
     return r == HCOMM_OK ? 1 : 0;
 }
