@@ -57,6 +57,7 @@ void hcomm__enter(hcomm_comm_t *c, const char *fn) {
     if (a && a->depth++ == 0) {
         a->outer_fn = c->call_fn;
         c->call_fn = fn;
+        c->wait_peer = -1;
     }
 }
 

@@ -19,9 +19,9 @@
 typedef struct snap {
     int world_rank, index, size, peer;
     uint64_t id;
-    int *members; /* world ranks */
-    const char *result;
-    uint32_t failed_seq; /* 0: the failure came before a sequence number */
+    int *members;                   /* world ranks */
+    const char *result, *failed_fn; /* the public call that failed: maybe not a collective */
+    uint32_t failed_seq;            /* 0: the failure came before a sequence number */
     unsigned ncalls;
     hcomm__flight_t calls[HCOMM__FLIGHT];
 } snap_t;
@@ -57,6 +57,7 @@ static bool fill(snap_t *s, hcomm_comm_t *c, const algo_state_t *a, hcomm_result
     s->index = c->rank;
     s->size = c->size;
     s->result = hcomm_result_name(res);
+    s->failed_fn = c->call_fn;
     s->ncalls = a->nflight < HCOMM__FLIGHT ? a->nflight : HCOMM__FLIGHT;
     unsigned first = a->nflight - s->ncalls;
     for (unsigned i = 0; i < s->ncalls; i++)
@@ -64,7 +65,7 @@ static bool fill(snap_t *s, hcomm_comm_t *c, const algo_state_t *a, hcomm_result
     const hcomm__flight_t *last = s->ncalls ? &s->calls[s->ncalls - 1] : NULL;
     bool pending = last && strcmp(last->state, "done") != 0;
     s->failed_seq = pending ? last->seq : 0;
-    bool known = pending && c->wait_peer >= 0 && c->wait_peer < c->size;
+    bool known = c->wait_peer >= 0 && c->wait_peer < c->size; /* this call's (hcomm__enter) */
     s->peer = known ? c->world_ranks[c->wait_peer] : -1;
     return true;
 }
@@ -101,8 +102,10 @@ static void write_comm(FILE *f, const snap_t *s, bool more) {
             (unsigned long long)s->id, s->size, s->index);
     for (int r = 0; r < s->size; r++)
         fprintf(f, "%s%d", r ? ", " : "", s->members[r]);
-    fprintf(f, "], \"result\": \"%s\", \"failed_seq\": %u, \"peer\": %d, \"calls\": [\n", s->result,
-            (unsigned)s->failed_seq, s->peer);
+    fprintf(f,
+            "], \"result\": \"%s\", \"failed_call\": \"%s\", \"failed_seq\": %u, \"peer\": %d, "
+            "\"calls\": [\n",
+            s->result, s->failed_fn, (unsigned)s->failed_seq, s->peer);
     for (unsigned i = 0; i < s->ncalls; i++)
         write_call(f, &s->calls[i], i + 1 < s->ncalls);
     fprintf(f, "    ]}%s\n", more ? "," : "");

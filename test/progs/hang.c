@@ -2,17 +2,20 @@
  * (seq 1-3), then at seq 4 an all_reduce of 1024 floats, except rank 1, which by MODE:
  *   skip   sleeps past HCOMM_TIMEOUT and then calls hcomm_barrier instead,
  *   count  calls the all_reduce with count 512,
- *   dead   stops: returns from its rank function without calling it.
+ *   dead   stops: returns from its rank function without calling it;
+ * or, in MODE pp, rank 0 sends rank 1 a PP message of 64 KiB (rendezvous: the send waits for
+ * its receive) that rank 1 never receives, and every other rank goes on to the all_reduce.
  * Usage: hang BACKEND NRANKS MODE (NRANKS 0 under mpirun). Exits 0 when launch failed as a hang
  * should (the dumps are what the test reads), 1 when every call succeeded. */
 #include "hcomm/api.h"
+#include "hcomm/pp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static float in[1024], out[1024];
+static float in[16384], out[1024];
 
 static hcomm_result_t warm_up(hcomm_comm_t *w) {
     hcomm_result_t r = hcomm_barrier(w);
@@ -23,11 +26,23 @@ static hcomm_result_t warm_up(hcomm_comm_t *w) {
     return r;
 }
 
+/* Rank 0 sends a message nobody receives, then joins the all_reduce; the others join it. */
+static hcomm_result_t pp_body(hcomm_comm_t *w, int rank) {
+    hcomm_tensor_t t;
+    int64_t shape[1] = {16384};
+    hcomm_result_t r = hcomm_tensor_init(&t, in, HCOMM_F32, 1, shape);
+    if (r == HCOMM_OK && rank == 0)
+        r = hcomm_pp_send(w, &t, 1, 7);
+    return r == HCOMM_OK ? hcomm_all_reduce(w, in, out, 1024, HCOMM_F32, HCOMM_SUM) : r;
+}
+
 static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
     const char *mode = arg;
     int rank = 0;
     hcomm_comm_rank(w, &rank);
     hcomm_result_t r = warm_up(w);
+    if (r == HCOMM_OK && strcmp(mode, "pp") == 0)
+        return pp_body(w, rank);
     if (r != HCOMM_OK || rank != 1)
         return r == HCOMM_OK ? hcomm_all_reduce(w, in, out, 1024, HCOMM_F32, HCOMM_SUM) : r;
     if (strcmp(mode, "count") == 0)
@@ -41,7 +56,7 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead\n");
+        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead|pp\n");
         return 2;
     }
     hcomm_result_t r = hcomm_launch(argv[1], atoi(argv[2]), body, argv[3]);

@@ -21,7 +21,7 @@ typedef struct doc_rec {
     int rank, index, size, peer;
     long pid;
     unsigned failed_seq;
-    char host[64], comm[24], result[DOC_NAME];
+    char host[64], comm[24], result[DOC_NAME], failed_fn[DOC_NAME];
     int *members;
     int ncalls;
     doc_call_t calls[DOC_CALLS];

@@ -57,6 +57,7 @@ static doc_rec_t *new_rec(doc_set_t *s, const doc_rec_t *head, const char *line)
     *r = *head;
     str(line, "comm", r->comm, sizeof r->comm);
     str(line, "result", r->result, sizeof r->result);
+    str(line, "failed_call", r->failed_fn, sizeof r->failed_fn);
     r->size = (int)num(line, "size", 0);
     r->index = (int)num(line, "index", -1);
     r->failed_seq = (unsigned)num(line, "failed_seq", 0);

@@ -182,6 +182,30 @@ static const doc_call_t *last_call(const doc_rec_t *r) {
 /* At most this many lines per kind of finding, so that the verdict fits a screen. */
 enum { SHOWN = 6 };
 
+/* "; it failed in hcomm_pp_send (HCOMM_ERR_TIMEOUT) waiting on rank 1" where r failed in a call
+ * that is not a collective of its record, else "". */
+static const char *failed_elsewhere(const doc_rec_t *r, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (r->failed_seq != 0 || !r->failed_fn[0])
+        return buf;
+    int w = snprintf(buf, n, "; it failed in %s (%s)", r->failed_fn, r->result);
+    if (r->peer >= 0 && w > 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, " waiting on rank %d", r->peer);
+    return buf;
+}
+
+/* A member whose record ends before the verdict's call. */
+static void text_behind(FILE *out, const verdict_t *v, int i) {
+    const doc_call_t *l = last_call(v->rec[i]);
+    char why[256];
+    fprintf(out, "  behind:     rank %d has not reached seq %u: ", v->any->members[i], v->seq);
+    if (l)
+        fprintf(out, "its last call is seq %u %s (%s)", l->seq, l->fn, l->state);
+    else
+        fprintf(out, "no call on this communicator");
+    fprintf(out, "%s\n", failed_elsewhere(v->rec[i], why, sizeof why));
+}
+
 /* A member without a record of this communicator: dead, or failed on another one. */
 static void text_nodump(FILE *out, const verdict_t *v, int r) {
     const doc_rec_t *other = NULL;
@@ -201,22 +225,14 @@ static void text_nodump(FILE *out, const verdict_t *v, int r) {
 
 static void text_member(FILE *out, const verdict_t *v, int i) {
     int r = v->any->members[i];
-    const doc_call_t *c = doc_call_at(v->rec[i], v->seq), *l;
+    const doc_call_t *c = doc_call_at(v->rec[i], v->seq);
     char text[512];
     switch (v->cls[i]) {
     case C_NODUMP:
         text_nodump(out, v, r);
         break;
     case C_BEHIND:
-        if ((l = last_call(v->rec[i])) != NULL)
-            fprintf(
-                out,
-                "  behind:     rank %d has not reached seq %u: its last call is seq %u %s (%s)\n",
-                r, v->seq, l->seq, l->fn, l->state);
-        else
-            fprintf(out,
-                    "  behind:     rank %d has not reached seq %u: no call on this communicator\n",
-                    r, v->seq);
+        text_behind(out, v, i);
         break;
     case C_OTHER:
         fprintf(out, "  other call: rank %d called %s (%s) at seq %u where rank %d called %s\n", r,
@@ -295,6 +311,9 @@ static void json_member(FILE *out, const verdict_t *v, int i, int n) {
     if (v->cls[i] == C_BEHIND && (l = last_call(v->rec[i])) != NULL)
         fprintf(out, ", \"last_seq\": %u, \"last_call\": \"%s\", \"state\": \"%s\"", l->seq, l->fn,
                 l->state);
+    if (v->cls[i] == C_BEHIND && v->rec[i]->failed_seq == 0)
+        fprintf(out, ", \"failed_call\": \"%s\", \"result\": \"%s\", \"waiting_on\": %d",
+                v->rec[i]->failed_fn, v->rec[i]->result, v->rec[i]->peer);
     if (v->cls[i] == C_OTHER)
         fprintf(out, ", \"call\": \"%s\", \"state\": \"%s\"", c->fn, c->state);
     if (v->cls[i] == C_DIFFER) {
