@@ -59,16 +59,22 @@ check_verdict() { # NAME DIR MODE NRANKS
 }
 
 run_case() { # BACKEND NRANKS MODE
-    local name="$1 np$2 $3" dir="$WORK/$1-$2-$3" out rc
+    local name="$1 np$2 $3" dir="$WORK/$1-$2-$3" out rc asan=${ASAN_OPTIONS:-}
     mkdir -p "$dir"
+    # A PP send that timed out leaves its p2p request to the transport (cancelled, never
+    # freed when the world ends): a known leak outside the dump, not what this test checks.
+    if [ "$1" = mpi ] || [ "$3" = pp ]; then asan=${ASAN_OPTIONS:-detect_leaks=0}; fi
     if [ "$1" = mpi ]; then
-        out=$(ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} HCOMM_DUMP_DIR="$dir" timeout -k 5 90 \
+        out=$(ASAN_OPTIONS=$asan HCOMM_DUMP_DIR="$dir" timeout -k 5 90 \
             "$MPIEXEC" --oversubscribe -np "$2" "$BUILD/test/hang" mpi 0 "$3" 2>&1)
     else
-        out=$(HCOMM_DUMP_DIR="$dir" timeout -k 5 90 "$BUILD/test/hang" local "$2" "$3" 2>&1)
+        out=$(ASAN_OPTIONS=$asan HCOMM_DUMP_DIR="$dir" timeout -k 5 90 "$BUILD/test/hang" local "$2" "$3" 2>&1)
     fi
     rc=$?
     [ "$rc" -eq 124 ] || [ "$rc" -ge 128 ] && fail "$name: exit $rc" && printf '%s\n' "$out" | tail -5
+    if printf '%s\n' "$out" | grep_all -E 'Sanitizer|runtime error:'; then
+        fail "$name: a sanitizer report" && printf '%s\n' "$out" | grep -A8 -E 'Sanitizer|runtime error:'
+    fi
     local files want=$2
     [ "$3" = dead ] && want=$(($2 - 1))
     files=$(find "$dir" -name 'hcomm-rank*.json' | wc -l)
