@@ -15,9 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-static float in[16384], out[1024];
+/* Each rank's buffers (on local the ranks are threads of this process). */
+typedef struct bufs {
+    float in[16384], out[1024];
+} bufs_t;
 
-static hcomm_result_t warm_up(hcomm_comm_t *w) {
+static hcomm_result_t warm_up(hcomm_comm_t *w, float *in, float *out) {
     hcomm_result_t r = hcomm_barrier(w);
     if (r == HCOMM_OK)
         r = hcomm_all_reduce(w, in, out, 8, HCOMM_F32, HCOMM_SUM);
@@ -27,7 +30,7 @@ static hcomm_result_t warm_up(hcomm_comm_t *w) {
 }
 
 /* Rank 0 sends a message nobody receives, then joins the all_reduce; the others join it. */
-static hcomm_result_t pp_body(hcomm_comm_t *w, int rank) {
+static hcomm_result_t pp_body(hcomm_comm_t *w, int rank, float *in, float *out) {
     hcomm_tensor_t t;
     int64_t shape[1] = {16384};
     hcomm_result_t r = hcomm_tensor_init(&t, in, HCOMM_F32, 1, shape);
@@ -36,22 +39,35 @@ static hcomm_result_t pp_body(hcomm_comm_t *w, int rank) {
     return r == HCOMM_OK ? hcomm_all_reduce(w, in, out, 1024, HCOMM_F32, HCOMM_SUM) : r;
 }
 
-static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
-    const char *mode = arg;
-    int rank = 0;
-    hcomm_comm_rank(w, &rank);
-    hcomm_result_t r = warm_up(w);
-    if (r == HCOMM_OK && strcmp(mode, "pp") == 0)
-        return pp_body(w, rank);
-    if (r != HCOMM_OK || rank != 1)
-        return r == HCOMM_OK ? hcomm_all_reduce(w, in, out, 1024, HCOMM_F32, HCOMM_SUM) : r;
+/* What rank 1 does at seq 4 in MODE skip, count or dead. */
+static hcomm_result_t rank1(hcomm_comm_t *w, const char *mode, bufs_t *b) {
     if (strcmp(mode, "count") == 0)
-        return hcomm_all_reduce(w, in, out, 512, HCOMM_F32, HCOMM_SUM);
+        return hcomm_all_reduce(w, b->in, b->out, 512, HCOMM_F32, HCOMM_SUM);
     if (strcmp(mode, "dead") == 0)
         return HCOMM_ERR_INVALID_ARG;
     const char *t = getenv("HCOMM_TIMEOUT");
     sleep((unsigned)(t ? atoi(t) : 1) * 3 + 1);
     return hcomm_barrier(w);
+}
+
+static hcomm_result_t run(hcomm_comm_t *w, const char *mode, bufs_t *b) {
+    int rank = 0;
+    hcomm_comm_rank(w, &rank);
+    hcomm_result_t r = warm_up(w, b->in, b->out);
+    if (r == HCOMM_OK && strcmp(mode, "pp") == 0)
+        return pp_body(w, rank, b->in, b->out);
+    if (r == HCOMM_OK && rank == 1)
+        return rank1(w, mode, b);
+    return r == HCOMM_OK ? hcomm_all_reduce(w, b->in, b->out, 1024, HCOMM_F32, HCOMM_SUM) : r;
+}
+
+static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
+    bufs_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return HCOMM_ERR_NOMEM;
+    hcomm_result_t r = run(w, arg, b);
+    free(b);
+    return r;
 }
 
 int main(int argc, char **argv) {
