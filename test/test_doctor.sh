@@ -3,7 +3,9 @@
 # skips the all_reduce at seq 4 (calls a barrier after the timeout), calls it with count 512
 # instead of 1024, or stops before it; or rank 0 sends rank 1 a PP message it never receives
 # and the others go on to the all_reduce; on local threads (3 and 5 ranks) and under mpirun -np
-# 3. The verdict must name the rank, seq 4 and the call (both counts for the mismatch; the PP
+# 3; and a count mismatch on a communicator split from the world in reverse rank order, whose id
+# every member must compute alike and whose members the doctor names by world rank.
+# The verdict must name the rank, seq 4 and the call (both counts for the mismatch; the PP
 # send and its peer), as text and as JSON. Usage: test_doctor.sh BUILD_DIR   (CTest sets MPIEXEC and HCOMM_WITH_MPI)
 set -u
 BUILD=${1:?usage: test_doctor.sh BUILD_DIR}
@@ -27,7 +29,7 @@ expect() {
 
 # The ranks that wait, as the doctor lists them: every rank but 1 (pp: but 0).
 waiters() {
-    case $1-$2 in 3-pp) echo "1, 2" ;; 5-pp) echo "1-4" ;; 3-*) echo "0, 2" ;; 5-*) echo "0, 2-4" ;; esac
+    case $1-$2 in 3-subcount) echo "2, 0" ;; 5-subcount) echo "4, 3, 2, 0" ;; 3-pp) echo "1, 2" ;; 5-pp) echo "1-4" ;; 3-*) echo "0, 2" ;; 5-*) echo "0, 2-4" ;; esac
 }
 
 check_verdict() { # NAME DIR MODE NRANKS
@@ -36,8 +38,10 @@ check_verdict() { # NAME DIR MODE NRANKS
     "$DOCTOR" "$dir" --json >"$json" 2>&1 || fail "$name: hcomm-doctor --json exit $?"
     /usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$json" ||
         fail "$name: --json output is not JSON"
-    expect "$name" "$text" "waiting:    ranks $(waiters "$n" "$mode") in hcomm_all_reduce seq 4"
-    expect "$name" "$json" '"seq": 4, "call": "hcomm_all_reduce"'
+    local seq=4
+    [ "$mode" = subcount ] && seq=1
+    expect "$name" "$text" "waiting:    ranks $(waiters "$n" "$mode") in hcomm_all_reduce seq $seq"
+    expect "$name" "$json" "\"seq\": $seq, \"call\": \"hcomm_all_reduce\""
     case $mode in
     skip)
         expect "$name" "$text" "other call: rank 1 called hcomm_barrier"
@@ -47,6 +51,9 @@ check_verdict() { # NAME DIR MODE NRANKS
     count)
         expect "$name" "$text" "mismatch:   hcomm_all_reduce: count=1024 on rank 0 but count=512 on rank 1"
         expect "$name" "$json" '"rank": 1, "field": "count", "value": "512", "ref_rank": 0, "ref_value": "1024"' ;;
+    subcount)
+        expect "$name" "$text" "mismatch:   hcomm_all_reduce: count=512 on rank 1 but count=1024 on rank $((n - 1))"
+        [ "$(grep -c '^communicator' "$text")" -eq 1 ] || fail "$name: not one communicator id" ;;
     pp)
         expect "$name" "$text" "behind:     rank 0 has not reached seq 4: its last call is seq 3 hcomm_broadcast (done); it failed in hcomm_pp_send"
         expect "$name" "$text" "waiting on rank 1"
@@ -83,7 +90,7 @@ run_case() { # BACKEND NRANKS MODE
     check_verdict "$name" "$dir" "$3" "$2"
 }
 
-for mode in skip count dead pp; do
+for mode in skip count dead pp subcount; do
     run_case local 3 "$mode"
     run_case local 5 "$mode"
     if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then

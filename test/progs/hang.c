@@ -4,7 +4,9 @@
  *   count  calls the all_reduce with count 512,
  *   dead   stops: returns from its rank function without calling it;
  * or, in MODE pp, rank 0 sends rank 1 a PP message of 64 KiB (rendezvous: the send waits for
- * its receive) that rank 1 never receives, and every other rank goes on to the all_reduce.
+ * its receive) that rank 1 never receives, and every other rank goes on to the all_reduce; or,
+ * in MODE subcount, all ranks split the world in reverse order (seq 4) and rank 1 calls the
+ * new communicator's first all_reduce with count 512 (the doctor names world ranks).
  * Usage: hang BACKEND NRANKS MODE (NRANKS 0 under mpirun). Exits 0 when launch failed as a hang
  * should (the dumps are what the test reads), 1 when every call succeeded. */
 #include "hcomm/api.h"
@@ -50,12 +52,26 @@ static hcomm_result_t rank1(hcomm_comm_t *w, const char *mode, bufs_t *b) {
     return hcomm_barrier(w);
 }
 
+static hcomm_result_t sub_count(hcomm_comm_t *w, int rank, bufs_t *b) {
+    int size = 0;
+    hcomm_comm_t *s = NULL;
+    hcomm_comm_size(w, &size);
+    hcomm_result_t r = hcomm_comm_split(w, 0, size - 1 - rank, &s);
+    if (r == HCOMM_OK)
+        r = hcomm_all_reduce(s, b->in, b->out, rank == 1 ? 512 : 1024, HCOMM_F32, HCOMM_SUM);
+    if (s)
+        hcomm_comm_destroy(s);
+    return r;
+}
+
 static hcomm_result_t run(hcomm_comm_t *w, const char *mode, bufs_t *b) {
     int rank = 0;
     hcomm_comm_rank(w, &rank);
     hcomm_result_t r = warm_up(w, b->in, b->out);
     if (r == HCOMM_OK && strcmp(mode, "pp") == 0)
         return pp_body(w, rank, b->in, b->out);
+    if (r == HCOMM_OK && strcmp(mode, "subcount") == 0)
+        return sub_count(w, rank, b);
     if (r == HCOMM_OK && rank == 1)
         return rank1(w, mode, b);
     return r == HCOMM_OK ? hcomm_all_reduce(w, b->in, b->out, 1024, HCOMM_F32, HCOMM_SUM) : r;
@@ -72,7 +88,7 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead|pp\n");
+        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead|pp|subcount\n");
         return 2;
     }
     hcomm_result_t r = hcomm_launch(argv[1], atoi(argv[2]), body, argv[3]);

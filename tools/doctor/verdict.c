@@ -278,7 +278,8 @@ static void text_waiting(FILE *out, const verdict_t *v) {
 static void text_comm(FILE *out, const verdict_t *v) {
     char ranks[256];
     ranks_of(v, C_KINDS, ranks, sizeof ranks);
-    fprintf(out, "communicator %s (%d ranks: %s)\n", v->any->comm, v->any->size, ranks);
+    fprintf(out, "communicator %s (%d ranks; world ranks in its order: %s)\n", v->any->comm,
+            v->any->size, ranks);
     if (v->seq == 0) {
         fprintf(out, "  no call pending on the ranks that dumped it\n");
         return;
