@@ -83,8 +83,9 @@ static bool is_rooted(uint32_t kind) {
 }
 
 static void write_call(FILE *f, const hcomm__flight_t *e, bool more) {
-    const char *dt = "?";
-    if (hcomm_dtype_name((hcomm_dtype_t)e->sig.dtype, &dt) != HCOMM_OK)
+    const char *dt = "?"; /* a failed rank's dtype may be invalid: no error may replace its own */
+    if (!hcomm__dtype_valid((hcomm_dtype_t)e->sig.dtype) ||
+        hcomm_dtype_name((hcomm_dtype_t)e->sig.dtype, &dt) != HCOMM_OK)
         dt = "?";
     fprintf(f,
             "      {\"seq\": %u, \"call\": \"%s\", \"kind\": \"%s\", \"count\": %llu, "

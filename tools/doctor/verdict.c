@@ -42,7 +42,7 @@ static bool same_args(const doc_call_t *a, const doc_call_t *b) {
            strcmp(a->op, b->op) == 0 && a->root == b->root;
 }
 
-/* The call most members made at v->seq (ties: the lowest rank's). */
+/* The call most members made at v->seq (ties: the first member's in the communicator's order). */
 static void pick_ref(verdict_t *v) {
     int best = -1, n = v->any->size;
     for (int i = 0; i < n; i++) {
