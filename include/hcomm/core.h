@@ -251,7 +251,8 @@ HCOMM_API hcomm_result_t hcomm_barrier(hcomm_comm_t *comm);
  * Common errors of the five: HCOMM_ERR_NULL (comm; a buffer with a nonzero size),
  * HCOMM_ERR_INVALID_ARG (partial overlap), HCOMM_ERR_MISMATCH, HCOMM_ERR_PEER, HCOMM_ERR_NOMEM,
  * HCOMM_ERR_TIMEOUT (the message names the call, the peer awaited, channel, tag and sequence
- * number; each rank prints its last calls, see HCOMM_TRACE_FILE), HCOMM_ERR_ABORTED,
+ * number; each rank prints its last calls, see HCOMM_TRACE_FILE, and with HCOMM_DUMP_DIR set
+ * writes them as JSON for hcomm-doctor, as after ABORTED, PEER and MISMATCH), HCOMM_ERR_ABORTED,
  * HCOMM_ERR_UNSUPPORTED, HCOMM_ERR_BACKEND; more are listed per function.
  * Thread-safe for distinct comms.
  * @{ */
@@ -519,7 +520,8 @@ HCOMM_API hcomm_result_t hcomm_launch_backend(const char *backend, const char **
  *  mpi: this process's rank result, or HCOMM_ERR_ABORTED if it succeeded and another failed.
  *  When a rank's function fails, peers waiting on it get HCOMM_ERR_ABORTED (both backends)
  *  instead of hanging; any wait longer than HCOMM_TIMEOUT seconds (env, default 300) fails
- *  with HCOMM_ERR_TIMEOUT. Called by the program's main thread (for mpi, the thread that
+ *  with HCOMM_ERR_TIMEOUT (with HCOMM_DUMP_DIR=DIR each failed rank writes its flight recorder
+ *  into DIR; hcomm-doctor DIR names the rank behind). Called by the program's main thread (for mpi, the thread that
  *  initializes MPI), one world at a time; worlds can be launched repeatedly. Not thread-safe.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend,
  * nranks < 1 or > 4096 for local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is

@@ -2,6 +2,7 @@
  * times out (call.h). */
 #include "algo/call.h"
 
+#include "algo/dump.h"
 #include "algo/sig.h"
 #include "algo/xfer.h"
 #include "core/log.h"
@@ -56,6 +57,7 @@ void hcomm__enter(hcomm_comm_t *c, const char *fn) {
     if (a && a->depth++ == 0) {
         a->outer_fn = c->call_fn;
         c->call_fn = fn;
+        c->wait_peer = -1;
     }
 }
 
@@ -65,6 +67,8 @@ hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res) {
         return res;
     if (res == HCOMM_ERR_TIMEOUT)
         dump_flight(c);
+    if (hcomm__dump_wanted(res))
+        hcomm__dump_comm(c, a, res);
     c->call_fn = a->outer_fn ? a->outer_fn : "hcomm";
     return res;
 }
@@ -87,6 +91,7 @@ hcomm_result_t hcomm__call_begin(hcomm_comm_t *c, hcomm__call_t *k, hcomm__call_
                             .extra = kind == HCOMM__CALL_FAILED ? 0 : k->a->extra};
     k->seq = ++k->a->seq;
     c->call_seq = k->seq;
+    c->wait_peer = -1;
     k->f = &k->a->flight[k->a->nflight++ % HCOMM__FLIGHT];
     *k->f = (hcomm__flight_t){.fn = c->call_fn, .seq = k->seq, .sig = k->sig, .state = "running"};
     return HCOMM_OK;

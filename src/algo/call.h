@@ -8,7 +8,8 @@
 #include "algo/state.h"
 
 /* Names the public call running on c for every message below it (the outermost call wins);
- * hcomm__leave restores the previous name and, after a timeout, prints the flight recorder. */
+ * hcomm__leave restores the previous name and, after a timeout, prints the flight recorder;
+ * after a failure that leaves peers out of step it dumps it as JSON (dump.h). */
 void hcomm__enter(hcomm_comm_t *c, const char *fn);
 hcomm_result_t hcomm__leave(hcomm_comm_t *c, hcomm_result_t res);
 

@@ -25,6 +25,10 @@ const char *hcomm__call_name(uint32_t kind) {
     return kind < HCOMM__CALL_KINDS ? call_names[kind] : "?";
 }
 
+const char *hcomm__op_name(int op) {
+    return op >= 0 && op < HCOMM_OP_COUNT ? op_names[op] : "?";
+}
+
 const char *hcomm__call_count_name(uint32_t kind) {
     return kind < HCOMM__CALL_KINDS ? count_names[kind] : "count";
 }

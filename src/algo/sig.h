@@ -10,6 +10,8 @@
  * "recvcount", "bytes"); "?" / "count" for a kind out of range. */
 const char *hcomm__call_name(uint32_t kind);
 const char *hcomm__call_count_name(uint32_t kind);
+/* "sum", "prod", ... ("?" out of range). */
+const char *hcomm__op_name(int op);
 
 /* The signature as the shared-memory transports and the board post it (five words). */
 static inline hcomm__posted_sig_t hcomm__sig_post(const hcomm__sig_t *s) {

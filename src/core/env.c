@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 hcomm_result_t hcomm__env_timeout(const char *fn, double *seconds) {
     const char *s = getenv("HCOMM_TIMEOUT");
@@ -111,4 +112,21 @@ const char *hcomm__strip(const char *s, size_t *len) {
     while (*len > 0 && isspace((unsigned char)s[*len - 1]))
         (*len)--;
     return s;
+}
+
+const char *hcomm__dump_dir(void) {
+    const char *s = getenv("HCOMM_DUMP_DIR");
+    struct stat st;
+    return s && s[0] && stat(s, &st) == 0 && S_ISDIR(st.st_mode) ? s : NULL;
+}
+
+hcomm_result_t hcomm__env_dump_dir(const char *fn, const char **dir) {
+    const char *s = getenv("HCOMM_DUMP_DIR");
+    *dir = NULL;
+    if (s == NULL || s[0] == '\0')
+        return HCOMM_OK;
+    if (!hcomm__dump_dir())
+        return hcomm__err(HCOMM_ERR_INVALID_ARG, fn, "HCOMM_DUMP_DIR=\"%s\" is not a directory", s);
+    *dir = s;
+    return HCOMM_OK;
 }

@@ -24,6 +24,13 @@ int hcomm__check_mode(void);
 const char *hcomm__check_hint(bool compared);
 /* HCOMM_DETERMINISTIC: 0 (the default) or 1, every new world's deterministic mode. */
 hcomm_result_t hcomm__env_deterministic(const char *fn, bool *on);
+/* HCOMM_DUMP_DIR: the directory each rank writes its flight recorder into as JSON after a
+ * call fails with a timeout, abort, peer failure or mismatch (*dir NULL when unset); a value
+ * that is not a directory is an error. */
+hcomm_result_t hcomm__env_dump_dir(const char *fn, const char **dir);
+/* The same without an error (a failed call's message stays the thread's last error): NULL when
+ * unset or not a directory. */
+const char *hcomm__dump_dir(void);
 /* s[0..*len) without the blanks around it (its start; *len shrinks): the settings' parsers
  * (HCOMM_TOPO, HCOMM_ALGO) read "a = b ; c" as "a=b;c". */
 const char *hcomm__strip(const char *s, size_t *len);

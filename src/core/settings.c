@@ -12,7 +12,9 @@ hcomm_result_t hcomm__env_validate(const char *fn) {
     double t;
     int mode;
     bool det;
+    const char *dir;
     HCOMM__TRY(hcomm__env_timeout(fn, &t));
+    HCOMM__TRY(hcomm__env_dump_dir(fn, &dir));
     HCOMM__TRY(hcomm__env_check(fn, &mode));
     HCOMM__TRY(hcomm__env_deterministic(fn, &det));
     HCOMM__TRY(hcomm__log_init(fn));

@@ -106,6 +106,7 @@ static hcomm_result_t pause_for(hcomm_comm_t *c, uint32_t seq, int r, hcomm__bac
         return HCOMM_OK;
     char what[64];
     snprintf(what, sizeof what, "rank %d in shared memory", r);
+    c->wait_peer = r; /* for the flight recorder's dump */
     return hcomm__coll_wait_verdict(c, seq, what, waited);
 }
 

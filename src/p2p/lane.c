@@ -51,8 +51,9 @@ static bool lane_advance(lane_step_t *s, hcomm_result_t *res) {
 /* Why a lane wait must end now (HCOMM_OK: keep waiting). */
 static hcomm_result_t lane_verdict(lane_step_t *s, double waited) {
     char what[96];
+    s->c->wait_peer = s->received ? s->to : s->from; /* for the flight recorder's dump */
     snprintf(what, sizeof what, "a message from rank %d (collective channel, tag %u)",
-             s->received ? s->to : s->from, (unsigned)s->seq);
+             s->c->wait_peer, (unsigned)s->seq);
     return hcomm__coll_wait_verdict(s->c, s->seq, what, waited);
 }
 

@@ -79,6 +79,7 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
     hcomm_comm_t *c = r->c;
     p2p_t *p = p2p_of(c);
     char what[160];
+    c->wait_peer = r->peer; /* for the flight recorder's dump */
     if (hcomm__aborted(c))
         return hcomm__comm_aborted(c);
     /* A send of a failed call still completes: its receiver drops the message as stale on

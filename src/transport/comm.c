@@ -29,6 +29,19 @@ hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *e
                             unexpected);
 }
 
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    return h * 0xbf58476d1ce4e5b9ull;
+}
+
+uint64_t hcomm__comm_id(const hcomm_comm_t *c) {
+    uint64_t h = mix(c->lineage, (uint64_t)c->size);
+    for (int r = 0; r < c->size; r++)
+        h = mix(h, (uint64_t)(uint32_t)c->world_ranks[r]);
+    return h;
+}
+
 hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int rank, int size,
                                 const hcomm_comm_t *parent) {
     hcomm_comm_t *c = hcomm__calloc_lines(1, sizeof *c);
@@ -40,6 +53,9 @@ hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int ra
     }
     *c = (hcomm_comm_t){
         .tr = tr, .impl = impl, .rank = rank, .size = size, .world_ranks = wr, .call_fn = "hcomm"};
+    c->wait_peer = -1;
+    /* A split runs as a call of its parent, so every member sees the same sequence number. */
+    c->lineage = parent ? mix(hcomm__comm_id(parent), parent->call_seq) : 0x68636f6d6dull;
     atomic_init(&c->aborted, 0);
     atomic_init(&c->abort_with, NULL);
     if (parent) {

@@ -158,6 +158,7 @@ static hcomm_result_t wait_posts(hcomm_comm_t *c) {
         hcomm__backoff_init(&b);
         while (atomic_load_explicit(&p->seq, memory_order_acquire) != n) {
             double waited = hcomm__backoff(&b);
+            c->wait_peer = r; /* for the flight recorder's dump */
             if ((b.iter & 63) == 0 && atomic_load_explicit(&p->seq, memory_order_acquire) != n)
                 HCOMM__TRY(
                     hcomm__local_wait_verdict(c, waited, "every rank of the group to arrive"));

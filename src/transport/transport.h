@@ -238,6 +238,12 @@ struct hcomm_comm {
      * local posted meetings) run now and then, so that a failed call's messages still reach
      * their drain while this rank waits in its next call (their senders wait on that). */
     void (*idle)(hcomm_comm_t *c);
+    /* Where c came from: its parent's id and call sequence number at the split, the same on
+     * every member (hcomm__comm_id adds the members). */
+    uint64_t lineage;
+    /* The rank of c the current call's wait was waiting on when its verdict last ran, for the
+     * flight recorder's dump; -1: unknown (a wait that counts arrivals). */
+    int wait_peer;
 };
 
 /* Whether this rank's hcomm_comm_abort() ends c's waits now (see abort_deferred). */
@@ -249,6 +255,8 @@ static inline bool hcomm__aborted(const hcomm_comm_t *c) {
  * when parent is NULL); NULL on out-of-memory. */
 hcomm_comm_t *hcomm__comm_alloc(const hcomm__transport_t *tr, void *impl, int rank, int size,
                                 const hcomm_comm_t *parent);
+/* An id of c that every member computes alike: its lineage and its members' world ranks. */
+uint64_t hcomm__comm_id(const hcomm_comm_t *c);
 /* Frees the upper layers' state, calls tr->destroy, then frees the comm. */
 void hcomm__comm_free(hcomm_comm_t *c);
 /* The settings every new world starts with, read once per launch (malformed: an error). */
