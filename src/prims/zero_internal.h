@@ -1,5 +1,5 @@
-/* The shard plan's state, shared by zero_plan.c (layout, agreement, accessors) and
- * zero_comm.c (gather, reduce_scatter, release, wait). */
+/* The shard plan's state, shared by zero_plan.c (layout, agreement, accessors), zero_comm.c
+ * (gather, reduce_scatter, release, wait) and zero_buf.c (its buffers). */
 #ifndef HCOMM_C_PRIMS_ZERO_INTERNAL_H_
 #define HCOMM_C_PRIMS_ZERO_INTERNAL_H_
 
