@@ -509,7 +509,7 @@ static hcomm_result_t attn_forward(const model_t *m, train_rt_t *rt, mb_cache_t 
     a->o = arena_reals(ar, n * HD);
     a->qpos = arena_alloc(ar, (size_t)a->g.nq * sizeof *a->qpos);
     core_positions(a, a->grank, a->qpos);
-    TRAIN_TRY(rt, sp_enter_fwd(rt, c, h, a->x, C));
+    TRAIN_TRY(rt, sp_enter_fwd(rt, sp_rows_of(c), h, a->x, C));
     hcomm_result_t r = attn_qkv(m, rt, c, a);
     a->co = arena_reals(ar, core_size(&a->g));
     a->lse = arena_reals(ar, a->g.nb * a->g.nq * a->g.H);
@@ -522,7 +522,7 @@ static hcomm_result_t attn_forward(const model_t *m, train_rt_t *rt, mb_cache_t 
     bf16_store(m, a->o, n * HD);
     real_t *y = arena_reals(ar, n * C), *s = arena_reals(ar, c->n * C);
     nn_linear_fwd(a->o, ly->wo.w, NULL, y, n, HD, C); /* partial sum over my heads */
-    TRAIN_TRY(rt, sp_exit_fwd(rt, c, y, s, C));
+    TRAIN_TRY(rt, sp_exit_fwd(rt, sp_rows_of(c), y, s, C));
     for (int64_t i = 0; i < c->n; i++) /* h holds the sublayer's input rows of this rank */
         for (int64_t k = 0; k < C; k++)
             h[i * C + k] = s[i * C + k] + (h[i * C + k] + ly->bo.w[k]);
@@ -554,7 +554,7 @@ static hcomm_result_t attn_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, r
     real_t *dy = arena_reals(ar, n * C), *dout = arena_reals(ar, n * HD), *d[3];
     real_t *dxp = arena_reals(ar, n * C), *part = arena_reals(ar, n * C);
     real_t *dx = arena_reals(ar, c->n * C), *wt = arena_reals(ar, C * HD);
-    TRAIN_TRY(rt, sp_exit_bwd(rt, c, dh, dy, C));
+    TRAIN_TRY(rt, sp_exit_bwd(rt, sp_rows_of(c), dh, dy, C));
     for (int64_t i = 0; i < c->n; i++)
         nn_add(ly->bo.g, dh + i * C, C);
     nn_linear_bwd_params(a->o, dy, ly->wo.g, NULL, n, HD, C);
@@ -571,7 +571,7 @@ static hcomm_result_t attn_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, r
         if (i > 0)
             nn_add(dxp, part, n * C);
     }
-    TRAIN_TRY(rt, sp_enter_bwd(rt, c, dxp, dx, C));
+    TRAIN_TRY(rt, sp_enter_bwd(rt, sp_rows_of(c), dxp, dx, C));
     nn_add(dh, dx, c->n * C); /* the residual plus the sublayer's input gradient */
     bf16_store(m, dh, c->n * C);
     return HCOMM_OK;

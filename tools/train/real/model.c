@@ -30,38 +30,6 @@ static void bf16_store(const model_t *m, real_t *x, int64_t count) {
         x[i] = (real_t)bf16_value(bf16_bits((float)x[i]));
 }
 
-/* The tensor an hcomm call reads from x [rows, cols]: x itself, or with --dtype bf16 a bf16
- * copy from the arena, so that the message is half the size of the f32 one. */
-static hcomm_tensor_t comm_in(train_rt_t *rt, real_t *x, int64_t rows, int64_t cols) {
-    if (!rt->bf16)
-        return train_view2(x, rows, cols);
-    uint16_t *b = arena_alloc(&rt->arena, (size_t)(rows * cols) * sizeof *b);
-    for (int64_t i = 0; i < rows * cols; i++)
-        b[i] = bf16_bits((float)x[i]);
-    return train_view(b, HCOMM_BF16, rows, cols);
-}
-
-/* The tensor an hcomm call writes for x [rows, cols]: x itself, or a bf16 buffer that
- * comm_out_done() then widens into x. */
-static hcomm_tensor_t comm_out(train_rt_t *rt, real_t *x, int64_t rows, int64_t cols) {
-    if (!rt->bf16)
-        return train_view2(x, rows, cols);
-    uint16_t *b = arena_alloc(&rt->arena, (size_t)(rows * cols) * sizeof *b);
-    return train_view(b, HCOMM_BF16, rows, cols);
-}
-
-/* x = the values in t (a tensor of comm_out() or of a received bf16 message). */
-static void comm_out_done(const hcomm_tensor_t *t, real_t *x) {
-    const int64_t count = t->shape[0] * t->shape[1];
-    if (t->data == (void *)x)
-        return;
-    if (t->dtype == HCOMM_BF16)
-        for (int64_t i = 0; i < count; i++)
-            x[i] = (real_t)bf16_value(((const uint16_t *)t->data)[i]);
-    else
-        memcpy(x, t->data, (size_t)count * sizeof(real_t));
-}
-
 /* ---------------------------------------------------------------- parameters */
 
 /* Tensor ids seed each tensor's own random stream, so a rank that keeps only some tensors
@@ -322,13 +290,13 @@ static hcomm_result_t tp_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c
     lc->tp_z = arena_reals(a, n * Fs);
     lc->tp_g = arena_reals(a, n * Fs);
     real_t *y = arena_reals(a, n * C), *s = arena_reals(a, c->n * C);
-    TRAIN_TRY(rt, sp_enter_fwd(rt, c, h, lc->tp_x, C));
+    TRAIN_TRY(rt, sp_enter_fwd(rt, sp_rows_of(c), h, lc->tp_x, C));
     nn_linear_fwd(lc->tp_x, ly->w1.w, ly->b1.w, lc->tp_z, n, C, Fs);
     bf16_store(m, lc->tp_z, n * Fs);
     nn_gelu_fwd(lc->tp_z, lc->tp_g, n * Fs);
     bf16_store(m, lc->tp_g, n * Fs);
     nn_linear_fwd(lc->tp_g, ly->w2.w, NULL, y, n, Fs, C); /* partial sum over my shard */
-    TRAIN_TRY(rt, sp_exit_fwd(rt, c, y, s, C));
+    TRAIN_TRY(rt, sp_exit_fwd(rt, sp_rows_of(c), y, s, C));
     for (int64_t i = 0; i < c->n; i++) /* h holds the block's input rows of this rank */
         for (int64_t k = 0; k < C; k++)
             h[i * C + k] = s[i * C + k] + (h[i * C + k] + ly->b2.w[k]);
@@ -343,7 +311,7 @@ static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, rea
     arena_t *a = &rt->arena;
     real_t *dy = arena_reals(a, n * C), *dz = arena_reals(a, n * Fs);
     real_t *dxp = arena_reals(a, n * C), *dx = arena_reals(a, c->n * C);
-    TRAIN_TRY(rt, sp_exit_bwd(rt, c, dh, dy, C));
+    TRAIN_TRY(rt, sp_exit_bwd(rt, sp_rows_of(c), dh, dy, C));
     for (int64_t i = 0; i < c->n; i++)
         nn_add(ly->b2.g, dh + i * C, C);
     nn_linear_bwd_params(lc->tp_g, dy, ly->w2.g, NULL, n, Fs, C);
@@ -353,7 +321,7 @@ static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, rea
     bf16_store(m, dz, n * Fs);
     nn_linear_bwd_params(lc->tp_x, dz, ly->w1.g, ly->b1.g, n, C, Fs);
     nn_linear_bwd_input(dz, ly->w1.w, dxp, arena_reals(a, C * Fs), n, C, Fs);
-    TRAIN_TRY(rt, sp_enter_bwd(rt, c, dxp, dx, C));
+    TRAIN_TRY(rt, sp_enter_bwd(rt, sp_rows_of(c), dxp, dx, C));
     nn_add(dh, dx, c->n * C); /* the residual plus the block's input gradient */
     bf16_store(m, dh, c->n * C);
     return attn_backward(m, rt, c, dh);
@@ -674,4 +642,20 @@ static void mb_cache_clear(mb_cache_t *c) {
     for (int l = 0; c->lc != NULL && l < c->nl; l++)
         hcomm_moe_handle_free(c->lc[l].moe_h);
     memset(c, 0, sizeof *c);
+}
+
+/* With --sequence-parallel: sums over TP the gradients of the dense weights every TP rank
+ * keeps whole (embeddings, router, head, the blocks' output biases; sp.h). */
+static hcomm_result_t sp_reduce_grads(const model_t *m, train_rt_t *rt) {
+    if (!rt->sp || rt->tp_size == 1)
+        return HCOMM_OK;
+    hcomm_tensor_t *g = arena_alloc(&rt->arena, (size_t)(m->nparams + 1) * sizeof *g);
+    int n = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const param_t *p = m->params[i];
+        if (!p->sharded && !p->expert)
+            g[n++] = train_view2(p->g, p->rows, p->cols);
+    }
+    TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_dp_all_reduce_grads(rt->tp, g, n, HCOMM_SUM, 0)));
+    return HCOMM_OK;
 }

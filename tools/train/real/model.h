@@ -17,12 +17,9 @@
 #define HCOMM_TRAIN_MODEL_H_
 
 #include "../rt.h"
+#include "comm.h"
 #include "real.h"
-
-/* A 2-D real_t tensor [rows, cols] over data. */
-static inline hcomm_tensor_t train_view2(real_t *data, int64_t rows, int64_t cols) {
-    return train_view(data, REAL_DTYPE, rows, cols);
-}
+#include "sp.h"
 
 typedef enum shard { SHARD_NONE, SHARD_ROWS, SHARD_COLS } shard_t;
 
@@ -101,6 +98,16 @@ typedef struct mb_cache {
     int sp;                    /* 1: n is this TP rank's share of the rows (real/sp.h) */
 } mb_cache_t;
 
+/* Rows of the micro-batch inside the TP block: every token of this CP rank. */
+static inline int64_t mb_rows(const mb_cache_t *c) {
+    return c->nseq * c->seq_len;
+}
+
+/* The rows the TP block's entry and exit map between (sp.h). */
+static inline sp_rows_t sp_rows_of(const mb_cache_t *c) {
+    return (sp_rows_t){.n = c->n, .rows = mb_rows(c), .on = c->sp};
+}
+
 struct ckpt;
 /* Builds this rank's share of the model: every rank draws the full tensors from the seed (or
  * takes them and their momentum from checkpoint @p ck, when not NULL) and keeps its shards,
@@ -122,5 +129,7 @@ static hcomm_result_t unit_backward(int u, model_t *m, train_rt_t *rt, mb_cache_
                                     double scale);
 /* Frees the MoE routing a micro-batch still holds (after a failure) and clears c. */
 static void mb_cache_clear(mb_cache_t *c);
+/* With --sequence-parallel: sums over TP the gradients of the weights every TP rank keeps whole. */
+static hcomm_result_t sp_reduce_grads(const model_t *m, train_rt_t *rt);
 
 #endif /* HCOMM_TRAIN_MODEL_H_ */
