@@ -945,5 +945,9 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     /* ctx_destroy is collective: skip it after a failure, when peers may be gone. */
     if (r == HCOMM_OK)
         r = hcomm_ctx_destroy(ctx);
+    if (r == HCOMM_OK && rt.world_rank == 0) { /* what a relauncher looks for (README) */
+        printf("finished %d steps\n", job->opts->steps);
+        fflush(stdout);
+    }
     return r;
 }
