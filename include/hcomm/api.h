@@ -15,6 +15,7 @@
 #include "hcomm/zero.h"
 #include "hcomm/topo.h"
 #include "hcomm/cp.h"
+#include "hcomm/fault.h"
 #include "hcomm/version.h"
 
 #endif /* HCOMM_C_API_H_ */

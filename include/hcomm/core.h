@@ -47,7 +47,9 @@ extern "C" {
     X(HCOMM_ERR_UNSUPPORTED, 12, "not supported by this build or backend")                         \
     X(HCOMM_ERR_IO, 13, "input/output error")                                                      \
     X(HCOMM_ERR_INTERNAL, 14, "internal error")                                                    \
-    X(HCOMM_ERR_PEER, 15, "a peer's checks failed in this call; nothing moved, the group works")
+    X(HCOMM_ERR_PEER, 15, "a peer's checks failed in this call; nothing moved, the group works") \
+    X(HCOMM_ERR_PEER_LOST, 16, "a member of the group was lost (its process or thread stopped)")  \
+    X(HCOMM_ERR_REVOKED, 17, "the communicator was revoked (hcomm_comm_revoke)")
 
 /** Result of every hcomm call; HCOMM_OK (0) is success. */
 typedef enum hcomm_result {

@@ -12,7 +12,8 @@ tensors, zero-copy through ctypes. Python calls C; nothing is implemented twice.
 from . import _lib
 from ._lib import (BACKENDS, AbortedError, BackendError, DtypeError, GroupError, HcommError,
                    HcommTimeout, InternalError, InvalidArgError, MismatchError, NoMemError,
-                   NullError, PeerError, ShapeError, StateError, UnsupportedError)
+                   NullError, PeerError, PeerLostError, RevokedError, ShapeError,
+                   StateError, UnsupportedError)
 from ._world import Group, get_rank, get_world_size, launch, under_mpirun, world
 from .context import Context, init_context, init_tensor_parallel_group, plan
 from ._work import Work
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = ["AbortedError", "BACKENDS", "BackendError", "Context", "DtypeError", "Group",
            "GroupError", "HcommError", "HcommIOError", "HcommTimeout", "InternalError",
            "InvalidArgError", "MismatchError", "NoMemError", "NullError", "PeerError",
+           "PeerLostError", "RevokedError",
            "ShapeError", "StateError", "UnsupportedError", "Work", "all_gather_into_tensor",
            "all_reduce", "all_to_all", "all_to_all_single", "reduce_scatter_tensor", "barrier",
            "broadcast", "dp", "get_rank", "get_world_size", "init_context",

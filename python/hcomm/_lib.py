@@ -73,10 +73,12 @@ UnsupportedError = _err("UnsupportedError", 12)
 IOError_ = _err("HcommIOError", 13, HcommError, OSError)
 InternalError = _err("InternalError", 14)
 PeerError = _err("PeerError", 15)
+PeerLostError = _err("PeerLostError", 16)
+RevokedError = _err("RevokedError", 17)
 ERRORS = {c.code: c for c in (NullError, InvalidArgError, DtypeError, ShapeError, GroupError,
                               MismatchError, StateError, NoMemError, BackendError, HcommTimeout,
                               AbortedError, UnsupportedError, IOError_, InternalError,
-                              PeerError)}
+                              PeerError, PeerLostError, RevokedError)}
 
 
 def error(code, message=None):

@@ -114,6 +114,13 @@ static hcomm_result_t timeout_hint(hcomm_result_t res) {
     return hcomm__err_text(res, text);
 }
 
+/* Results a lost member causes on its peers: its own loss, and its echoes (a peer's notice,
+ * a revoke, an abandoned operation, a timeout). */
+static bool follows_loss(hcomm_result_t res) {
+    return res == HCOMM_ERR_PEER_LOST || res == HCOMM_ERR_PEER || res == HCOMM_ERR_REVOKED ||
+           res == HCOMM_ERR_ABORTED || res == HCOMM_ERR_TIMEOUT;
+}
+
 hcomm_result_t hcomm__call_end(hcomm__call_t *k, hcomm_result_t res) {
     k->a->last_probed |= k->probe.active;
     if (res == HCOMM_ERR_NOMEM) { /* peers may wait on this rank's messages: tell them */
@@ -126,6 +133,8 @@ hcomm_result_t hcomm__call_end(hcomm__call_t *k, hcomm_result_t res) {
     }
     if (res != HCOMM_OK && atomic_load_explicit(&k->c->aborted, memory_order_relaxed))
         hcomm__abort_tell(k->c); /* where a wait below p2p found the abort */
+    if (follows_loss(res) && hcomm__lost_member(k->c) >= 0)
+        res = hcomm__lost_verdict(k->c, -1); /* the cause, whichever wait saw its echo first */
     hcomm__coll_done(k->c, k->seq);
     k->f->state = res == HCOMM_OK ? "done" : hcomm_result_name(res);
     k->f->timed_out = res == HCOMM_ERR_TIMEOUT;

@@ -76,7 +76,8 @@ hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
     snprintf(keep, sizeof keep, "%s", hcomm_last_error());
     /* The peers' message names the call once. */
     snprintf(text, sizeof text, "rank %d failed: %s", x->c->rank, hcomm__err_detail(x->c->call_fn));
-    hcomm__notify_error(x->c, (uint32_t)x->tag, HCOMM_ERR_PEER, text);
+    hcomm__notify_error(x->c, (uint32_t)x->tag,
+                        res == HCOMM_ERR_PEER_LOST ? HCOMM_ERR_PEER_LOST : HCOMM_ERR_PEER, text);
     return hcomm__err_text(res, keep);
 }
 

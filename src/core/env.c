@@ -23,6 +23,15 @@ hcomm_result_t hcomm__env_timeout(const char *fn, double *seconds) {
     return HCOMM_OK;
 }
 
+double hcomm__env_failure_detect(void) {
+    const char *s = getenv("HCOMM_FAILURE_DETECT");
+    if (s == NULL || s[0] == '\0')
+        return 2.0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    return end != s && *end == '\0' && isfinite(v) && v >= 0.0 ? v : 2.0;
+}
+
 hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, size_t lo, size_t hi,
                                 size_t *out) {
     const char *s = getenv(name);

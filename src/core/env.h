@@ -7,6 +7,9 @@
 
 /* A positive number of seconds from HCOMM_TIMEOUT (default 300). fn names the caller. */
 hcomm_result_t hcomm__env_timeout(const char *fn, double *seconds);
+/* HCOMM_FAILURE_DETECT: the seconds within which a lost rank is noticed (default 2; 0: never
+ * looked for; malformed: the default). */
+double hcomm__env_failure_detect(void);
 /* A byte count in lo..hi from name (suffixes K, M, G are powers of 1024), or dflt if unset. */
 hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, size_t lo, size_t hi,
                                 size_t *out);

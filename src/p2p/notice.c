@@ -21,6 +21,7 @@ hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t
         n = 255;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_P2P, "rank %d tells its peers seq %u failed: %s",
                c->rank, (unsigned)seq, text);
+    hcomm_result_t first = HCOMM_OK;
     for (int peer = 0; p && peer < c->size; peer++) {
         if (peer == c->rank)
             continue;
@@ -38,14 +39,15 @@ hcomm_result_t hcomm__notify_error(hcomm_comm_t *c, uint32_t seq, hcomm_result_t
         r->state = REQ_POSTED;
         /* Eager whatever the limit: a notice must never wait for its receiver. */
         hcomm_result_t res = c->tr->send_frame(c, peer, &r->env, r->msg, n, false, &r->tr);
-        if (res != HCOMM_OK) {
+        if (res != HCOMM_OK) { /* the other peers are still told */
             req_release(r);
-            return res;
+            first = first == HCOMM_OK ? res : first;
+            continue;
         }
         r->next = p->detached;
         p->detached = r;
     }
-    return HCOMM_OK;
+    return first;
 }
 
 bool hcomm__peer_error(hcomm_comm_t *c, uint32_t seq, int *src, hcomm_result_t *why, char *text,
@@ -71,8 +73,15 @@ void hcomm__abort_tell(hcomm_comm_t *c) {
     p2p_t *p = p2p_of(c);
     if (!p || p->abort_told)
         return;
-    /* Any seq: the notice holds for every call the peers are in or make later. */
-    hcomm__notify_error(c, c->call_seq, HCOMM_ERR_ABORTED, "hcomm_comm_abort()");
+    /* Any seq: the notice holds for every call the peers are in or make later. A failed send
+     * (a lost peer) must not replace the caller's error message. */
+    char keep[512];
+    snprintf(keep, sizeof keep, "%s", hcomm_last_error());
+    if (atomic_load(&c->aborted) == HCOMM__REVOKE_CALLED)
+        hcomm__notify_error(c, c->call_seq, HCOMM_ERR_REVOKED, "hcomm_comm_revoke()");
+    else
+        hcomm__notify_error(c, c->call_seq, HCOMM_ERR_ABORTED, "hcomm_comm_abort()");
+    hcomm__err_text(HCOMM_OK, keep);
     if (c->tr->abort_group)
         c->tr->abort_group(c);
     p->abort_told = true;
@@ -80,8 +89,7 @@ void hcomm__abort_tell(hcomm_comm_t *c) {
 
 hcomm_result_t hcomm__comm_aborted(hcomm_comm_t *c) {
     hcomm__abort_tell(c);
-    return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                      "hcomm_comm_abort() was called on this communicator");
+    return hcomm__own_abort_error(c);
 }
 
 hcomm_result_t hcomm__p2p_peer_verdict(hcomm_comm_t *c, uint32_t seq) {
@@ -90,7 +98,8 @@ hcomm_result_t hcomm__p2p_peer_verdict(hcomm_comm_t *c, uint32_t seq) {
     char text[256];
     if (!hcomm__peer_error(c, seq, &src, &why, text, sizeof text))
         return HCOMM_OK;
-    return hcomm__err(why == HCOMM_ERR_MISMATCH ? why : HCOMM_ERR_PEER, c->call_fn, "%s", text);
+    bool passed_on = why == HCOMM_ERR_MISMATCH || why == HCOMM_ERR_PEER_LOST;
+    return hcomm__err(passed_on ? why : HCOMM_ERR_PEER, c->call_fn, "%s", text);
 }
 
 hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const char *what,
@@ -99,6 +108,7 @@ hcomm_result_t hcomm__coll_wait_verdict(hcomm_comm_t *c, uint32_t seq, const cha
         return hcomm__comm_aborted(c); /* before a peer's notice: this rank's own doing */
     HCOMM__TRY(hcomm__progress(c));    /* notices arrive as frames */
     HCOMM__TRY(hcomm__p2p_peer_verdict(c, seq));
+    HCOMM__TRY(hcomm__lost_verdict(c, -1));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s", what);

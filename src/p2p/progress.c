@@ -237,10 +237,16 @@ static hcomm__req_t *take_posted(p2p_t *p, int src, const hcomm__env_t *env) {
 
 /* Keeps a peer's failure notice (sent by hcomm__notify_error, read by hcomm__peer_error, dropped
  * by hcomm__coll_done: notice.c) as it arrives. */
-static void record_peer_error(p2p_t *p, int src, const hcomm__env_t *env, const void *text) {
+static void record_peer_error(hcomm_comm_t *c, p2p_t *p, int src, const hcomm__env_t *env,
+                              const void *text) {
     uint32_t seq = (uint32_t)env->tag;
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_P2P, "notice from rank %d for seq %u (done %u)", src,
                (unsigned)seq, (unsigned)p->coll_done);
+    if (env->result == HCOMM_ERR_REVOKED) { /* revoked here too; this rank tells its peers on */
+        int none = 0;
+        atomic_compare_exchange_strong(&c->aborted, &none, HCOMM__REVOKE_CALLED);
+        return;
+    }
     if (env->result == HCOMM_ERR_ABORTED) { /* whatever call this rank is in or makes later */
         if (!p->aborted_by)
             p->aborted_by = src + 1;
@@ -319,7 +325,7 @@ static bool deliver(hcomm_comm_t *c, int src, const void *hdr, const void *paylo
     (void)bytes;
     p->delivered++;
     if (env.kind == HCOMM__ENV_ERROR) {
-        record_peer_error(p, src, &env, payload);
+        record_peer_error(c, p, src, &env, payload);
         return true;
     }
     if (env.kind == HCOMM__ENV_WITHDRAW) {

@@ -86,6 +86,9 @@ static hcomm_result_t wait_verdict(hcomm__req_t *r, double waited) {
      * arrival (pulling a rendezvous payload into scratch), so only receives end early here. */
     if ((r->channel == HCOMM__CH_COLL && r->is_recv) || p->aborted_by) /* the comm is dead */
         HCOMM__TRY(hcomm__p2p_peer_verdict(c, (uint32_t)r->tag));
+    /* A collective's receive fails when any member is lost; a point-to-point wait only on its
+     * own peer (the rest of the group may go on). */
+    HCOMM__TRY(hcomm__lost_verdict(c, r->channel == HCOMM__CH_COLL ? -1 : r->peer));
     if (c->tr->world_aborted(c))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "another rank failed while this rank waited for %s",
@@ -171,8 +174,8 @@ static hcomm_result_t complete(hcomm__req_t *r) {
                 res = HCOMM_OK;
                 break;
             }
+            cancel(r); /* may fail on its own (a send to a lost peer): keep the reason */
             hcomm__err_text(res, keep);
-            cancel(r);
             break;
         }
     }

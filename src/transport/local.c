@@ -17,6 +17,7 @@
 #include "core/topo_spec.h"
 
 #include <errno.h>
+#include <time.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -166,6 +167,19 @@ static hcomm_result_t local_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
  * touches its buffer. */
 enum { TX_WITHDRAWN = -1, TX_PENDING = 0, TX_DONE = 1, TX_COPYING = 2 };
 
+/* Why a sender gave its message up: a lost member of the group or a revoke (which it saw
+ * first), else its own timeout or abort. */
+static hcomm_result_t withdrawn(hcomm_comm_t *c, int src) {
+    HCOMM__TRY(hcomm__lost_verdict(c, -1));
+    if (atomic_load(&shared_of(c)->aborted) == HCOMM__REVOKE_CALLED)
+        return hcomm__err(HCOMM_ERR_REVOKED, c->call_fn,
+                          "rank %d gave up sending this message: a member revoked the group", src);
+    return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
+                      "rank %d gave up sending this message (its send timed out or was "
+                      "aborted) before it was received",
+                      src);
+}
+
 /* The one copy of a rendezvous message: from the sender's buffer into the destination. */
 static hcomm_result_t local_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *rv, void *dst,
                                  size_t bytes, hcomm__treq_t *rx) {
@@ -173,10 +187,7 @@ static hcomm_result_t local_pull(hcomm_comm_t *c, int src, const hcomm__rndv_t *
     int expect = TX_PENDING;
     atomic_init(&((local_tx_t *)rx)->done, 1);
     if (!atomic_compare_exchange_strong(flag, &expect, TX_COPYING))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "rank %d gave up sending this message (its send timed out or was "
-                          "aborted) before it was received",
-                          src);
+        return withdrawn(c, src);
     if (bytes > 0 && dst != NULL)
         memcpy(dst, (const void *)(uintptr_t)rv->a, bytes);
     atomic_store_explicit(flag, TX_DONE, memory_order_release);
@@ -206,7 +217,8 @@ static bool local_world_aborted(hcomm_comm_t *c) {
 
 /* Peers waiting in a native collective on c see the flag (hcomm__local_wait_verdict). */
 static void local_abort_group(hcomm_comm_t *c) {
-    atomic_store(&shared_of(c)->aborted, 1);
+    int how = atomic_load(&c->aborted);
+    atomic_store(&shared_of(c)->aborted, how ? how : HCOMM__ABORT_CALLED);
 }
 
 /* The ranks are threads of one process: a peer's buffer is read where it lies. */
@@ -248,6 +260,59 @@ static hcomm__mem_kind_t local_mem_kind(hcomm_comm_t *c, const void *p) {
     return HCOMM__MEM_SHARED;
 }
 
+/* --- lost ranks (transport/ft.c) --- */
+
+static bool local_lost(hcomm_comm_t *c, int rank) {
+    local_world_t *w = shared_of(c)->world;
+    return atomic_load_explicit(&w->nlost, memory_order_acquire) > 0 &&
+           atomic_load_explicit(&w->lost[c->world_ranks[rank]], memory_order_acquire) != 0;
+}
+
+static hcomm__ft_slot_t *local_ft_slot(hcomm_comm_t *c, int rank) {
+    return &shared_of(c)->ft[rank];
+}
+
+/* The new group's shared state, made by its first member. */
+static uint64_t local_subset_token(hcomm_comm_t *c, int n, uint64_t round) {
+    (void)round;
+    return (uint64_t)(uintptr_t)hcomm__local_shared_new(shared_of(c)->world, n);
+}
+
+static hcomm_result_t local_subset(hcomm_comm_t *c, const int *members, int n, uint64_t token,
+                                   hcomm_comm_t **out) {
+    local_shared_t *sh = (local_shared_t *)(uintptr_t)token;
+    if (!sh)
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a group of %d ranks", n);
+    int me = 0;
+    while (members[me] != c->rank)
+        me++;
+    hcomm_comm_t *nc = hcomm__local_comm_new(c->tr, sh, me, n, c);
+    if (!nc) {
+        hcomm__local_shared_release(sh);
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a communicator");
+    }
+    for (int i = 0; i < n; i++)
+        nc->world_ranks[i] = c->world_ranks[members[i]];
+    *out = nc;
+    return HCOMM_OK;
+}
+
+/* This rank's thread stops for good, as a crashed rank would: it is marked lost and waits,
+ * touching nothing, until every other rank's function has returned (its buffers stay valid
+ * for peers still reading them). */
+static hcomm_result_t local_stop(hcomm_comm_t *c) {
+    local_world_t *w = shared_of(c)->world;
+    atomic_store(&w->lost[c->world_ranks[c->rank]], 1);
+    atomic_fetch_add(&w->nlost, 1);
+    while (atomic_load(&w->done) + atomic_load(&w->nlost) < w->size) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return hcomm__err(HCOMM_ERR_PEER_LOST, "hcomm_fault_stop",
+                      "this rank stopped for good (a simulated failure); return from the rank "
+                      "function");
+}
+
 /* clang-format off */
 static const hcomm__transport_t local_tr = {
     .name = "local",
@@ -264,6 +329,9 @@ static const hcomm__transport_t local_tr = {
     .posted_sig = hcomm__local_posted_sig, .posted_release = hcomm__local_posted_release,
     /* communicators */
     .threads_ok = local_threads_ok, .split = hcomm__local_split, .destroy = hcomm__local_destroy,
+    /* lost ranks */
+    .lost = local_lost, .ft_slot = local_ft_slot, .subset_token = local_subset_token,
+    .subset = local_subset, .stop = local_stop,
 };
 /* clang-format on */
 
@@ -279,13 +347,22 @@ typedef struct rank_thread {
     char message[512]; /* the rank's last error, carried to the launching thread */
 } rank_thread_t;
 
+/* A rank that stopped for good (hcomm_fault_stop) neither fails the world nor counts as done:
+ * its peers go on without it. */
+static bool stopped(const rank_thread_t *t, int rank) {
+    return atomic_load(&t->lw->lost[rank]) != 0;
+}
+
 static void *rank_main(void *p) {
     rank_thread_t *t = p;
     t->result = t->fn(t->world, t->arg);
-    if (t->result != HCOMM_OK) {
+    bool lost = stopped(t, t->world->rank);
+    if (t->result != HCOMM_OK && !lost) {
         strncpy(t->message, hcomm_last_error(), sizeof t->message - 1);
         atomic_store(&t->lw->aborted, 1);
     }
+    if (!lost)
+        atomic_fetch_add(&t->lw->done, 1);
     return NULL;
 }
 
@@ -328,7 +405,7 @@ static hcomm_result_t run_threads(rank_thread_t *th, int n) {
 static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
     int first = -1;
     for (int r = 0; r < n; r++) {
-        if (th[r].result == HCOMM_OK)
+        if (th[r].result == HCOMM_OK || stopped(&th[r], r))
             continue;
         bool echo = th[r].result == HCOMM_ERR_ABORTED || th[r].result == HCOMM_ERR_PEER;
         bool first_echo = first >= 0 && (th[first].result == HCOMM_ERR_ABORTED ||
@@ -344,11 +421,17 @@ static hcomm_result_t first_failure(const rank_thread_t *th, int n) {
 }
 
 hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
-    local_world_t lw;
+    local_world_t lw = {.size = n};
     atomic_init(&lw.aborted, 0);
+    atomic_init(&lw.nlost, 0);
+    atomic_init(&lw.done, 0);
+    lw.lost = calloc((size_t)n, sizeof *lw.lost);
     rank_thread_t *th = calloc((size_t)n, sizeof *th);
-    if (!th)
+    if (!th || !lw.lost) {
+        free(th);
+        free(lw.lost);
         return hcomm__err(HCOMM_ERR_NOMEM, "hcomm_launch", "cannot allocate %d ranks", n);
+    }
     for (int r = 0; r < n; r++)
         th[r] = (rank_thread_t){.fn = fn, .arg = arg, .lw = &lw, .result = HCOMM_OK};
     hcomm__ranks_here(n, n);
@@ -361,5 +444,6 @@ hcomm_result_t hcomm__local_launch(int n, hcomm_rank_fn_t fn, void *arg) {
     for (int r = 0; r < n; r++)
         hcomm__comm_free(th[r].world);
     free(th);
+    free(lw.lost);
     return res;
 }

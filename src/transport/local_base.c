@@ -13,7 +13,9 @@ local_shared_t *hcomm__local_shared_new(local_world_t *world, int size) {
     sh->slots = hcomm__calloc_lines((size_t)size, sizeof *sh->slots);
     sh->posts = hcomm__calloc_lines(2 * (size_t)size, sizeof *sh->posts);
     sh->rings = calloc((size_t)size * (size_t)size, sizeof *sh->rings);
-    if (!sh->slots || !sh->posts || !sh->rings) {
+    sh->ft = hcomm__calloc_lines((size_t)size, sizeof *sh->ft);
+    if (!sh->slots || !sh->posts || !sh->rings || !sh->ft) {
+        free(sh->ft);
         free(sh->slots);
         free(sh->posts);
         free((void *)sh->rings);
@@ -45,6 +47,7 @@ void hcomm__local_shared_release(local_shared_t *sh) {
         ring_free(atomic_load(&sh->rings[i]));
     free(sh->slots);
     free(sh->posts);
+    free(sh->ft);
     free((void *)sh->rings);
     free(sh);
 }
@@ -97,14 +100,20 @@ hcomm_result_t hcomm__local_wait_verdict(hcomm_comm_t *c, double waited, const c
                           "another rank failed or timed out while this rank waited for %s", what);
     if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
         /* Its arrival may stay counted in a barrier: no member may rely on the group now. */
-        atomic_store(&shared_of(c)->aborted, 1);
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this communicator");
+        atomic_store(&shared_of(c)->aborted, atomic_load(&c->aborted));
+        return hcomm__own_abort_error(c);
     }
-    if (atomic_load_explicit(&shared_of(c)->aborted, memory_order_relaxed))
+    int how = atomic_load_explicit(&shared_of(c)->aborted, memory_order_relaxed);
+    if (how == HCOMM__REVOKE_CALLED)
+        return hcomm__err(HCOMM_ERR_REVOKED, c->call_fn,
+                          "a member of this group revoked it (hcomm_comm_revoke) while this rank "
+                          "waited for %s",
+                          what);
+    if (how)
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
                           "a member of this group called hcomm_comm_abort() while it waited for %s",
                           what);
+    HCOMM__TRY(hcomm__lost_verdict(c, -1));
     if (waited > c->timeout_s) {
         /* The ranks are out of step for good: stop every other wait in this world too. */
         atomic_store(&shared_of(c)->world->aborted, 1);

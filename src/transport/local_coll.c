@@ -56,8 +56,7 @@ static hcomm_result_t barrier_as(hcomm_comm_t *c, bool closing) {
     if (!closing && atomic_load(&sh->world->aborted))
         return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn, "another rank failed; giving up");
     if (!closing && (atomic_load(&sh->aborted) || atomic_load(&c->aborted)))
-        return hcomm__err(HCOMM_ERR_ABORTED, c->call_fn,
-                          "hcomm_comm_abort() was called on this group; it is unusable");
+        return hcomm__local_wait_verdict(c, 0.0, "the call to start"); /* says which */
     uint64_t w = atomic_fetch_add_explicit(&sh->bar_arrivals, 1, memory_order_acq_rel);
     unsigned gen = (unsigned)(w >> 32);
     if ((uint32_t)w == (uint32_t)sh->size - 1) {

@@ -81,9 +81,16 @@ static hcomm_result_t poll_until(hcomm_comm_t *c, const char *fn, const char *wh
         if (hcomm__mpi_peer_aborted())
             return hcomm__err(HCOMM_ERR_ABORTED, fn, "%s abandoned: another rank's function failed",
                               what);
+        if (c && c->idle)
+            c->idle(c); /* a peer's revoke notice arrives as a frame */
+        if (c && atomic_load(&c->aborted) == HCOMM__REVOKE_CALLED)
+            return hcomm__err(HCOMM_ERR_REVOKED, fn, "%s abandoned: the communicator was revoked",
+                              what);
         if (c && atomic_load(&c->aborted))
             return hcomm__err(HCOMM_ERR_ABORTED, fn, "%s abandoned: hcomm_comm_abort() was called",
                               what);
+        if (c)
+            HCOMM__TRY(hcomm__lost_verdict(c, -1));
         if (waited > limit)
             return hcomm__err(HCOMM_ERR_TIMEOUT, fn,
                               "%s: no matching peer after %g s (seq %u, HCOMM_TIMEOUT%s)", what,

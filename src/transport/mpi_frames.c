@@ -97,11 +97,13 @@ static void stage_free(mpi_impl_t *m) {
 void hcomm__mpi_frames_free(mpi_impl_t *m) {
     stage_free(m);
     for (int i = 0; i < RECV_DEPTH; i++) {
-        if (m->rreq[i] != MPI_REQUEST_NULL) {
+        int done = 1;
+        if (m->rreq[i] != MPI_REQUEST_NULL) { /* drain gave it up: it matched a lost process */
             MPI_Cancel(&m->rreq[i]);
-            MPI_Wait(&m->rreq[i], MPI_STATUS_IGNORE);
+            MPI_Test(&m->rreq[i], &done, MPI_STATUS_IGNORE);
         }
-        free(m->rbuf[i]);
+        if (done)
+            free(m->rbuf[i]); /* else MPI may still write into it: left */
     }
     free(m->next_tag);
 }
@@ -139,17 +141,37 @@ static int await_goodbyes(hcomm_comm_t *c, bool *got, double limit) {
         }
         if (hcomm__backoff(&b) > limit || ((b.iter & 63) == 0 && hcomm__mpi_peer_aborted()))
             break;
+        for (int p = 0; (b.iter & 63) == 0 && p < c->size; p++)
+            if (!got[p] && p != c->rank && hcomm__mpi_lost(c, p)) /* it never will */
+                got[p] = true, missing--;
     }
     return missing;
 }
 
+/* Cancels a posted frame receive. One that matched a lost process's message may never end
+ * (Open MPI's single-copy read of it failed): it is then left, and so is the comm. */
+static bool cancel_receive(hcomm_comm_t *c, MPI_Request *req, double limit) {
+    MPI_Cancel(req);
+    hcomm__backoff_t b;
+    hcomm__backoff_init(&b);
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done)
+            return true;
+        if (hcomm__backoff(&b) > limit ||
+            ((b.iter & 63) == 0 && hcomm__lost_member(c) >= 0 && b.waited > 0.1))
+            return false;
+    }
+}
+
 bool hcomm__mpi_frames_drain(hcomm_comm_t *c, double limit) {
     mpi_impl_t *m = impl_of(c);
+    bool all = true;
     for (int i = 0; i < RECV_DEPTH; i++) /* from here on every frame is taken by drop_one */
-        if (m->rreq[i] != MPI_REQUEST_NULL) {
-            MPI_Cancel(&m->rreq[i]);
-            MPI_Wait(&m->rreq[i], MPI_STATUS_IGNORE);
-        }
+        if (m->rreq[i] != MPI_REQUEST_NULL && !cancel_receive(c, &m->rreq[i], limit))
+            all = false;
+    if (!all)
+        return false;
     if (c->size < 2)
         return true;
     bool *got = calloc((size_t)c->size, sizeof *got);
@@ -217,7 +239,10 @@ hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     tx->frame = tx->data = MPI_REQUEST_NULL; /* empty before any early return, as lane_post */
     tx->heap = NULL;
     tx->awaiting = false;
-    HCOMM__TRY(check_usable(c->call_fn, c));
+    /* An aborted or revoked comm sends only the notice that tells its peers, an eager frame
+     * that nothing pending inside MPI can be confused with. */
+    if (!atomic_load(&c->aborted))
+        HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes + WIRE_HDR, &n));
     size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
     if (!rndv && wire_bytes <= STAGE_BYTES) {

@@ -26,6 +26,7 @@
 #include "core/topo_spec.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,12 @@ static void finalize_at_exit(void) {
     MPI_Finalized(&done);
     if (done)
         return;
+    /* After a lost process MPI_Finalize may wait for it in its closing fence (Open MPI 4.1,
+     * now and then): a survivor ends without it, as mpirun --enable-recovery allows. */
+    if (hcomm__mpi_any_lost()) {
+        hcomm__shm_unlink_all();
+        return;
+    }
     if (hcomm__mpi_poisoned) {
         fprintf(stderr, "hcomm: an MPI operation was abandoned after a timeout or abort; "
                         "aborting the job instead of a possibly hanging MPI_Finalize\n");
@@ -242,6 +249,39 @@ static bool mpi_world_aborted(hcomm_comm_t *c) {
     return hcomm__mpi_peer_aborted();
 }
 
+/* The shrunk communicator's MPI_Comm_create_group tag: the round that made it. */
+static uint64_t mpi_subset_token(hcomm_comm_t *c, int n, uint64_t round) {
+    (void)c, (void)n;
+    return round;
+}
+
+/* MPI_Comm_create_group involves only the group's members (MPI 3.0), so the survivors make it
+ * without the lost ranks. It blocks: the agreement before it saw every member alive. */
+static hcomm_result_t mpi_subset(hcomm_comm_t *c, const int *members, int n, uint64_t token,
+                                 hcomm_comm_t **out) {
+    MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+    MPI_Comm mc = MPI_COMM_NULL;
+    int rc = MPI_Comm_group(mcomm(c), &all);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Group_incl(all, n, members, &some);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_create_group(mcomm(c), some, (int)(token & 0x7fff), &mc);
+    if (some != MPI_GROUP_NULL)
+        MPI_Group_free(&some);
+    if (all != MPI_GROUP_NULL)
+        MPI_Group_free(&all);
+    if (rc != MPI_SUCCESS)
+        return hcomm__mpi_fail(c->call_fn, "MPI_Comm_create_group", rc);
+    return adopt(c->call_fn, mc, c, impl_of(c)->cma, out);
+}
+
+static hcomm_result_t mpi_stop(hcomm_comm_t *c) {
+    (void)c;
+    fflush(NULL);
+    raise(SIGKILL);
+    return HCOMM_ERR_INTERNAL; /* not reached */
+}
+
 static bool mpi_threads_ok(void) {
     int level = MPI_THREAD_SINGLE;
     return MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
@@ -265,6 +305,9 @@ static const hcomm__transport_t mpi_tr = {
     /* native collectives (mpi_coll.c), communicators (this file) */
     .native = &hcomm__mpi_native, .threads_ok = mpi_threads_ok, .usable = mpi_usable,
     .split = mpi_split, .destroy = mpi_destroy,
+    /* lost ranks (mpi_peer.c, this file) */
+    .lost = hcomm__mpi_lost, .ft_slot = hcomm__mpi_ft_slot, .subset_token = mpi_subset_token,
+    .subset = mpi_subset, .stop = mpi_stop,
 };
 /* clang-format on */
 
@@ -367,6 +410,25 @@ static hcomm_result_t gather_nodes(int size) {
     return res == HCOMM_OK ? hcomm__mpi_cma_agree(size, me) : res;
 }
 
+/* agree() over the survivors where a rank of the world was lost: its MPI_Allreduce would wait
+ * for the lost one forever. */
+static hcomm_result_t agree_survivors(hcomm_comm_t *world, hcomm_result_t mine) {
+    uint64_t ok = mine == HCOMM_OK;
+    char keep[512];
+    snprintf(keep, sizeof keep, "%s", hcomm_last_error());
+    hcomm_result_t r = hcomm__ft_agree(world, "hcomm_launch", &ok, NULL);
+    if (mine != HCOMM_OK) {
+        hcomm__err_text(mine, keep);
+        return mine;
+    }
+    if (r != HCOMM_OK)
+        return r;
+    return ok ? HCOMM_OK
+              : hcomm__err(HCOMM_ERR_ABORTED, "hcomm_launch",
+                           "a surviving rank failed (this rank's function returned HCOMM_OK); "
+                           "see its message");
+}
+
 static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int size) {
     hcomm_comm_t *world = NULL;
     MPI_Comm ctrl = MPI_COMM_NULL;
@@ -386,7 +448,7 @@ static hcomm_result_t run_world(hcomm_rank_fn_t fn, void *arg, int rank, int siz
     hcomm_result_t r = fn(world, arg);
     hcomm__ranks_here(-1, -here);
     hcomm__mpi_abort_comm = MPI_COMM_NULL;
-    r = agree(ctrl, r, rank, size);
+    r = hcomm__lost_member(world) >= 0 ? agree_survivors(world, r) : agree(ctrl, r, rank, size);
     MPI_Comm_free(&ctrl);
     hcomm__comm_free(world);
     hcomm__shm_views_drop(); /* every peer has left: their objects may go now */

@@ -8,8 +8,13 @@
 
 #include "core/topo_spec.h"
 
+#include "core/env.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,15 +32,19 @@ typedef struct node_info {
 } node_info_t;
 
 static node_info_t *world_node;
+/* Per world rank: its process on this host was found gone (hcomm__mpi_lost). */
+static atomic_uchar *world_lost;
 /* Every rank of the world can read every peer on its host (agreed at launch). */
 static bool world_cma;
 static int world_node_size;
 
 bool hcomm__mpi_nodes_reset(int size) {
     free(world_node);
+    free((void *)world_lost);
     world_node_size = 0;
     world_node = calloc((size_t)size, sizeof *world_node); /* pid 0: a row not known yet */
-    return world_node != NULL;
+    world_lost = calloc((size_t)size, sizeof *world_lost);
+    return world_node != NULL && world_lost != NULL;
 }
 
 void hcomm__mpi_nodes_set(const uint64_t *all, size_t stride, int size) {
@@ -338,4 +347,66 @@ hcomm_result_t hcomm__mpi_board_init(const char *fn, hcomm_comm_t *c) {
 void *hcomm__mpi_board(hcomm_comm_t *c, int rank) {
     mpi_impl_t *m = c->impl;
     return m->board ? m->board[rank] : NULL;
+}
+
+hcomm__ft_slot_t *hcomm__mpi_ft_slot(hcomm_comm_t *c, int rank) {
+    char *b = hcomm__mpi_board(c, rank);
+    return b ? (hcomm__ft_slot_t *)(void *)(b + HCOMM__BOARD_FT_AT) : NULL;
+}
+
+/* --- lost processes --- */
+
+/* The process is gone, or a zombie its parent has not reaped yet (it runs no more). */
+static bool pid_gone(uint64_t pid) {
+    if (kill((pid_t)pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%llu/stat", (unsigned long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')'); /* the state follows the command's name */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+/* Looks at the processes of this host's world ranks, at most every HCOMM_FAILURE_DETECT / 10
+ * seconds over all threads (a thread that finds another looking uses the last answers). */
+static void scan_host(void) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static double last = -1e300, every = -1.0;
+    if (pthread_mutex_trylock(&mu) != 0)
+        return;
+    if (every < 0.0)
+        every = hcomm__env_failure_detect() / 10.0;
+    double now = hcomm__now();
+    uint64_t me = (uint64_t)getpid(), host = 0;
+    for (int r = 0; r < world_node_size; r++)
+        if (world_node[r].pid == me)
+            host = world_node[r].host;
+    if (every > 0.0 && now - last >= every) {
+        last = now;
+        for (int r = 0; r < world_node_size; r++)
+            if (world_node[r].pid && world_node[r].pid != me && world_node[r].host == host &&
+                !atomic_load(&world_lost[r]) && pid_gone(world_node[r].pid))
+                atomic_store(&world_lost[r], 1);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+bool hcomm__mpi_lost(hcomm_comm_t *c, int rank) {
+    int w = c->world_ranks[rank];
+    if (!world_node || !world_lost || w < 0 || w >= world_node_size)
+        return false;
+    scan_host();
+    return atomic_load(&world_lost[w]) != 0;
+}
+
+bool hcomm__mpi_any_lost(void) {
+    for (int r = 0; world_lost && r < world_node_size; r++)
+        if (atomic_load(&world_lost[r]))
+            return true;
+    return false;
 }

@@ -32,6 +32,9 @@
  * half; the region holds two halves and their headers. */
 #define HCOMM__BOARD_ROOM (64u << 10)
 #define HCOMM__BOARD_BYTES (2 * HCOMM__BOARD_ROOM + 4096)
+/* Where a member's hcomm__ft_slot_t lies in its board region: the last line of the head,
+ * which the p2p layer's meetings leave alone. */
+#define HCOMM__BOARD_FT_AT (4096 - 64)
 
 /* Opaque per-operation state a transport keeps inside the caller's request. */
 typedef union hcomm__treq {
@@ -100,6 +103,16 @@ typedef struct hcomm__posted_sig {
     hcomm_result_t failed;   /* HCOMM_OK, or why this rank's own checks failed */
     const char *failed_text; /* its message, valid until the call returns */
 } hcomm__posted_sig_t;
+
+/* A member's slot for the agreements that must survive lost members (transport/ft.c): one
+ * cache line of shared memory its owner writes and every member reads, still readable after
+ * the owner died. value and aux by the parity of round: a member posts round k + 1 only after
+ * reading every post of round k, so a slower member still finds round k's. */
+typedef struct hcomm__ft_slot {
+    _Alignas(64) _Atomic uint64_t round; /* the last round posted, stored last (release) */
+    uint64_t value[2];
+    uint64_t aux[2];
+} hcomm__ft_slot_t;
 
 typedef struct hcomm__transport {
     const char *name;
@@ -175,6 +188,24 @@ typedef struct hcomm__transport {
      * read-only for the others; NULL on every member when c has none. mpi: every member on
      * one node, each region an object in /dev/shm that its owner made and the peers map. */
     void *(*board)(hcomm_comm_t *c, int rank);
+    /* Optional (NULL: nothing is ever found lost): true when member rank of c is known to
+     * have stopped for good (local: its thread called hcomm_fault_stop; mpi: its process on
+     * this host is gone). Never true for a live rank, however slow. Cheap: a backend that
+     * has to ask the system does so at most every HCOMM_FAILURE_DETECT / 10 seconds. */
+    bool (*lost)(hcomm_comm_t *c, int rank);
+    /* Optional (NULL: no agreement survives a lost member): rank's slot (hcomm__ft_slot_t),
+     * shared memory that every member of c reads. local: in the group's shared state; mpi: in
+     * the member's board region (members on one host only). */
+    hcomm__ft_slot_t *(*ft_slot)(hcomm_comm_t *c, int rank);
+    /* Optional with ft_slot: the communicator of members[0..n) of c (ascending, this rank one
+     * of them), collective over those members only. token: what members[0] published (its
+     * subset_token), the same on every member. */
+    uint64_t (*subset_token)(hcomm_comm_t *c, int n, uint64_t round);
+    hcomm_result_t (*subset)(hcomm_comm_t *c, const int *members, int n, uint64_t token,
+                             hcomm_comm_t **out);
+    /* Optional: this rank stops for good, as a crash would (hcomm_fault_stop). local: marked
+     * lost, the thread waits until every other rank's function returned; mpi: SIGKILL. */
+    hcomm_result_t (*stop)(hcomm_comm_t *c);
     /* Optional: HCOMM_OK, or the error every later call on c returns (a comm the backend
      * cannot use any more); checked where a call would not reach the backend otherwise. */
     hcomm_result_t (*usable)(hcomm_comm_t *c);
@@ -244,12 +275,35 @@ struct hcomm_comm {
     /* The rank of c the current call's wait was waiting on when its verdict last ran, for the
      * flight recorder's dump; -1: unknown (a wait that counts arrivals). */
     int wait_peer;
+    /* Rounds of fault-tolerant agreement run on c (transport/ft.c): every live member runs the
+     * same ones in the same order. */
+    uint64_t ft_round;
 };
+
+/* Values of hcomm_comm_t.aborted: hcomm_comm_abort() and hcomm_comm_revoke(). */
+enum { HCOMM__ABORT_CALLED = 1, HCOMM__REVOKE_CALLED = 2 };
 
 /* Whether this rank's hcomm_comm_abort() ends c's waits now (see abort_deferred). */
 static inline bool hcomm__aborted(const hcomm_comm_t *c) {
     return atomic_load_explicit(&c->aborted, memory_order_relaxed) && !c->abort_deferred;
 }
+
+/* --- lost members and agreements that survive them (ft.c) --- */
+
+/* The first member of c known lost (transport.lost), or -1. */
+int hcomm__lost_member(hcomm_comm_t *c);
+/* HCOMM_ERR_PEER_LOST naming the call, member rank of c (and its world rank) and the call's
+ * sequence number, where rank (>= 0) or, with rank -1, any member of c is lost; else HCOMM_OK. */
+hcomm_result_t hcomm__lost_verdict(hcomm_comm_t *c, int rank);
+/* The error this rank's own hcomm_comm_abort() or hcomm_comm_revoke() gives calls on c. */
+hcomm_result_t hcomm__own_abort_error(hcomm_comm_t *c);
+/* One round of agreement among c's live members (ULFM's MPI_Comm_agree): *value becomes the
+ * AND of every live member's, lost[r] (size c->size, may be NULL) says which members were lost
+ * before they posted; the same on every survivor. Needs transport.ft_slot. */
+hcomm_result_t hcomm__ft_agree(hcomm_comm_t *c, const char *fn, uint64_t *value, bool *lost);
+/* The communicator of c's live members in c's order (ULFM's MPI_Comm_shrink); collective over
+ * the live members. */
+hcomm_result_t hcomm__ft_shrink(hcomm_comm_t *c, const char *fn, hcomm_comm_t **out);
 
 /* Allocates a comm with world_ranks[size] and the settings of parent (or of the environment
  * when parent is NULL); NULL on out-of-memory. */

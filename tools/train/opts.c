@@ -120,6 +120,13 @@ static const opt_def_t OPTS[] = {
              "steps between checkpoints; 0: only at the end"),
     OPT_STR_("resume", resume, "",
              "continue from the latest checkpoint in this directory; --steps stays the total"),
+    OPT_INT_("max-failures", max_failures, "0", 0, 4096,
+             "lost ranks the run survives in the job: the survivors shrink the world, drop the "
+             "replicas that lost a member and redo the step with a smaller --dp (needs --ep 1, "
+             "--zero 0; on mpi, every rank on one host under mpirun --enable-recovery)"),
+    OPT_STR_("inject-failure", inject_failure, "",
+             "RANK:STEP: world rank RANK stops for good during step STEP (mpi: SIGKILL of its "
+             "process; local: its thread stops), as --metrics numbers steps"),
 };
 #define NUM_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -334,7 +341,7 @@ static int opts_validate(train_opts_t *o, FILE *err) {
                      "to continue (or pass --sample 0)\n");
         return -1;
     }
-    if (opts_validate_cp(o, err) != 0)
+    if (opts_validate_cp(o, err) != 0 || opts_validate_fault(o, err) != 0)
         return -1;
     const char *backend = opts_backend(o);
     if (strcmp(backend, "local") != 0 && strcmp(backend, "mpi") != 0) {
@@ -405,7 +412,7 @@ int opts_parse(int argc, char **argv, train_opts_t *o, FILE *err) {
     if (o->zero > 0 && o->dp_shard == 0)
         o->dp_shard = o->dp;
     /* An empty string is "none" for the optional paths. */
-    const char **paths[] = {&o->metrics, &o->val_data, &o->save, &o->resume};
+    const char **paths[] = {&o->metrics, &o->val_data, &o->save, &o->resume, &o->inject_failure};
     for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)
         if (*paths[k] != NULL && (*paths[k])[0] == '\0')
             *paths[k] = NULL;

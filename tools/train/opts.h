@@ -50,6 +50,9 @@ typedef struct train_opts {
     const char *cp_algo;    /* "ring", "allgather", "ulysses" or "a2a+p2p" */
     int cp_a2a;             /* a2a+p2p: the a2a size; 0: from the node layout */
     int sequence_parallel;  /* --sequence-parallel: activations split over TP along the sequence */
+    int max_failures;       /* lost ranks the run survives in the job (fault_opts.c); 0: none */
+    const char *inject_failure; /* "RANK:STEP": that rank stops for good during that step */
+    int inject_rank, inject_step; /* parsed from inject_failure; -1: none */
 } train_opts_t;
 
 /* Fills *o from argv. Returns 0, or -1 after writing one line saying what is wrong to err. */
@@ -62,6 +65,9 @@ const char *opts_backend(const train_opts_t *o);
 /* Checks and completes the attention and context-parallel flags (cp_opts.c). Returns 0, or -1
  * after writing one line saying what is wrong to err. */
 int opts_validate_cp(train_opts_t *o, FILE *err);
+/* Checks --max-failures and --inject-failure (fault_opts.c); fills inject_rank/step. Returns 0,
+ * or -1 after writing one line saying what is wrong to err. */
+int opts_validate_fault(train_opts_t *o, FILE *err);
 /* Number of ranks the layout needs: tp * cp * pp * dp. */
 int opts_world_size(const train_opts_t *o);
 

@@ -813,6 +813,17 @@ static int diverged(const train_job_t *job, const train_rt_t *rt, int step, doub
     return 1;
 }
 
+/* --inject-failure RANK:STEP: that rank stops for good in the middle of the step, after its
+ * backward and before the gradient reduction its peers wait in. */
+static hcomm_result_t maybe_inject(const train_opts_t *o, train_rt_t *rt, int step) {
+    if (step != o->inject_step || rt->world_rank != o->inject_rank)
+        return HCOMM_OK;
+    printf("hcomm-train: --inject-failure: rank %d stops for good during step %d\n", rt->world_rank,
+           step);
+    fflush(stdout);
+    return hcomm_fault_stop(rt->world);
+}
+
 static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t *rt, report_t *rep,
                                  train_state_t *st) {
     const train_opts_t *o = job->opts;
@@ -826,6 +837,8 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
             model_zero_grads(m);
         double loss = 0.0, val = NAN;
         r = step_grads(job, m, rt, starts, &loss);
+        if (r == HCOMM_OK)
+            r = maybe_inject(o, rt, step);
         if (r == HCOMM_OK)
             r = rt->zero ? zero_step(m, rt, o->lr, o->momentum) : reduce_grads(m, rt);
         if (r == HCOMM_OK)

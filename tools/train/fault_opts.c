@@ -1,0 +1,67 @@
+/* The failure flags of hcomm-train: --max-failures (recovery in the job, real/recover.c) and
+ * --inject-failure (a rank that stops for good at a chosen step). */
+#include "opts.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_inject(train_opts_t *o, FILE *err) {
+    o->inject_rank = o->inject_step = -1;
+    if (o->inject_failure == NULL)
+        return 0;
+    char *end = NULL;
+    long rank = strtol(o->inject_failure, &end, 10), step = -1;
+    if (end != o->inject_failure && *end == ':') {
+        const char *s = end + 1;
+        step = strtol(s, &end, 10);
+        if (end == s || *end != '\0')
+            step = -1;
+    }
+    if (rank < 0 || step < 0 || rank >= opts_world_size(o) || step >= o->steps) {
+        fprintf(err,
+                "hcomm-train: --inject-failure %s: expected RANK:STEP with RANK in 0..%d and STEP "
+                "in 0..%d\n",
+                o->inject_failure, opts_world_size(o) - 1, o->steps - 1);
+        return -1;
+    }
+    o->inject_rank = (int)rank;
+    o->inject_step = (int)step;
+    return 0;
+}
+
+/* In-job recovery drops whole replicas, which only works where every replica holds the whole
+ * state: the flag that breaks that is named. */
+static const char *recovery_conflict(const train_opts_t *o) {
+    if (o->ep != 1)
+        return "--ep (experts are split over DP ranks; use --ep 1)";
+    if (o->zero != 0)
+        return "--zero (the state is sharded over DP ranks; use --zero 0)";
+    if (o->dp < 2)
+        return "--dp (a run survives a lost replica only with another one; use --dp 2 or more)";
+    return NULL;
+}
+
+int opts_validate_fault(train_opts_t *o, FILE *err) {
+    if (parse_inject(o, err) != 0)
+        return -1;
+    if (o->max_failures == 0)
+        return 0;
+    const char *conflict = recovery_conflict(o);
+    if (conflict != NULL) {
+        fprintf(err, "hcomm-train: --max-failures %d conflicts with %s\n", o->max_failures,
+                conflict);
+        return -1;
+    }
+    for (int lost = 1; lost <= o->max_failures && lost < o->dp; lost++)
+        if (o->batch % ((o->dp - lost) * o->micro_batches) != 0) {
+            fprintf(err,
+                    "hcomm-train: --max-failures %d: after %d lost replica%s --dp is %d, and "
+                    "--batch %d is not divisible by dp * micro-batches = %d; pick a --batch "
+                    "that every dp down to %d divides\n",
+                    o->max_failures, lost, lost == 1 ? "" : "s", o->dp - lost, o->batch,
+                    (o->dp - lost) * o->micro_batches,
+                    o->dp - o->max_failures > 0 ? o->dp - o->max_failures : 1);
+            return -1;
+        }
+    return 0;
+}
