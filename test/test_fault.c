@@ -317,6 +317,61 @@ static hcomm_result_t cycles(hcomm_comm_t *world, void *arg) {
     return HCOMM_OK;
 }
 
+/* --- rebuilding the domains --- */
+
+/* tp 2 x dp 3 (or x dp 2 with victims in both replicas: nothing to rebuild). Survivors shrink
+ * the world and rebuild: the victim's replica is dropped (its survivor gets NULL), the others
+ * form tp 2 x dp 2 in their old order, and their DP all_reduce sums the kept replicas. */
+static hcomm_result_t rebuild_rank(hcomm_comm_t *world, void *arg) {
+    const fcase_t *fc = arg;
+    int me = t_rank(world), p = t_size(world), flag = 1;
+    hcomm_parallel_config_t cfg = {.tp = 2, .pp = 1, .dp = p / 2, .cp = 1, .ep = 1, .etp = 1};
+    hcomm_ctx_t *ctx = NULL, *next = NULL;
+    T_TRY(hcomm_ctx_create(world, &cfg, &ctx));
+    if (is_victim(fc, me))
+        return hcomm_fault_stop(world);
+    hcomm_comm_t *dp = NULL, *shrunk = NULL;
+    T_OK(hcomm_ctx_group(ctx, HCOMM_GROUP_DP, &dp));
+    bool hit = me % 2 == fc->victims[0] % 2 || (fc->nvict > 1 && me % 2 == fc->victims[1] % 2);
+    hcomm_result_t dr = hcomm_all_reduce(dp, &me, &flag, 1, HCOMM_I32, HCOMM_SUM);
+    T_CHECK(dr == (hit ? HCOMM_ERR_PEER_LOST : HCOMM_OK), "DP all_reduce %s: %s",
+            hcomm_result_name(dr), hcomm_last_error());
+    T_OK(hcomm_ctx_revoke(ctx));
+    T_ERR(hcomm_comm_agree(world, &flag), HCOMM_ERR_PEER_LOST);
+    T_TRY(hcomm_comm_shrink(world, &shrunk));
+    hcomm_result_t r = hcomm_ctx_rebuild(ctx, shrunk, &next);
+    bool dropped =
+        (me / 2) == (fc->victims[0] / 2) || (fc->nvict > 1 && me / 2 == fc->victims[1] / 2);
+    if (fc->nvict > 1) {
+        T_CHECK(r == HCOMM_ERR_STATE && strstr(hcomm_last_error(), "no whole") != NULL,
+                "rebuild with no whole replica: %s (%s)", hcomm_result_name(r), hcomm_last_error());
+    } else {
+        T_OK(r);
+        T_CHECK((next == NULL) == dropped, "rank %d: new context %p, dropped %d", me, (void *)next,
+                dropped);
+    }
+    if (next) {
+        hcomm_parallel_config_t got;
+        int members[8], rank = -1, size = 0, sum = -1;
+        T_OK(hcomm_ctx_config(next, &got));
+        T_EQ_INT(got.dp, cfg.dp - 1);
+        T_EQ_INT(got.tp, 2);
+        T_OK(hcomm_ctx_group(next, HCOMM_GROUP_DP, &dp));
+        T_OK(hcomm_ctx_rank(next, HCOMM_GROUP_DP, &rank, &size));
+        T_EQ_INT(size, cfg.dp - 1);
+        T_OK(hcomm_comm_members(dp, members, 8));
+        T_OK(hcomm_all_reduce(dp, &me, &sum, 1, HCOMM_I32, HCOMM_SUM));
+        int want = 0; /* the old ranks of my TP position in the kept replicas */
+        for (int r2 = me % 2; r2 < p; r2 += 2)
+            want += r2 / 2 == fc->victims[0] / 2 ? 0 : r2;
+        T_EQ_INT(sum, want);
+        T_OK(hcomm_ctx_destroy(next));
+    }
+    T_OK(hcomm_ctx_destroy(ctx));
+    T_OK(hcomm_comm_destroy(shrunk));
+    return HCOMM_OK;
+}
+
 /* --- cases --- */
 
 static int victim_of(int k, int p) {
@@ -336,6 +391,10 @@ static void local_cases(void) {
         fcase_t two = {OP_AR_RING, WHEN_BEFORE, {1, p - 1}, 2};
         T_OK(hcomm_launch("local", p, case_rank, &two));
     }
+    fcase_t one = {0, WHEN_BEFORE, {3, 0}, 1}, both = {0, WHEN_BEFORE, {1, 2}, 2};
+    T_OK(hcomm_launch("local", 6, rebuild_rank, &one));
+    T_OK(hcomm_launch("local", 8, rebuild_rank, &one));
+    T_OK(hcomm_launch("local", 4, rebuild_rank, &both));
     T_OK(hcomm_launch("local", 3, slow_rank, NULL));
     T_OK(hcomm_launch("local", 4, cycles, NULL));
 }
@@ -347,6 +406,13 @@ static void mpi_case(void) {
     const char *v = getenv("FAULT_VICTIMS");
     if (kase && strcmp(kase, "slow") == 0) {
         T_OK(hcomm_launch("mpi", 0, slow_rank, NULL));
+        return;
+    }
+    if (kase && strcmp(kase, "rebuild") == 0) {
+        fcase_t fc = {0, WHEN_BEFORE, {3, 0}, 1};
+        if (v)
+            fc.nvict = sscanf(v, "%d,%d", &fc.victims[0], &fc.victims[1]);
+        T_OK(hcomm_launch("mpi", 0, rebuild_rank, &fc));
         return;
     }
     if (!kase || strcmp(kase, "cycles") == 0) {

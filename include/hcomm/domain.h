@@ -10,8 +10,8 @@
  * layers use (etp, cp=1, ep, edp = world/(etp*ep*pp), pp) in the same order. Sizes count ranks;
  * group lists hold ranks 0..world_size-1 of the world they were computed for.
  *
- * Only hcomm_ctx_create() and hcomm_ctx_destroy() communicate; every other function is local
- * to the calling rank and thread-safe (the ctx accessors only read the context).
+ * Only hcomm_ctx_create(), hcomm_ctx_rebuild() and hcomm_ctx_destroy() communicate; every other
+ * function is local to the calling rank and thread-safe (the ctx accessors only read the context).
  */
 #ifndef HCOMM_C_DOMAIN_H_
 #define HCOMM_C_DOMAIN_H_
@@ -111,6 +111,23 @@ HCOMM_API hcomm_result_t hcomm_ctx_create(hcomm_comm_t *world, const hcomm_paral
  *  new context. Collective over the world the context was made from; no call may be in flight
  *  on its groups. Always returns HCOMM_OK. */
 HCOMM_API hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx);
+/** Revokes every group of @p ctx and the world it was built on (hcomm_comm_revoke, fault.h):
+ *  the way a rank that found a peer lost releases the peers that wait on it in any group.
+ *  Local. Errors: HCOMM_ERR_NULL. */
+HCOMM_API hcomm_result_t hcomm_ctx_revoke(hcomm_ctx_t *ctx);
+/** Rebuilds @p ctx's groups on @p shrunk, the survivors of its world (hcomm_comm_shrink of
+ *  that world): the same tp, pp, ep, cp and order, and dp lowered to the data-parallel
+ *  replicas that kept every member. A replica is one DP rank's slice of the grid (tp x cp x pp
+ *  ranks) when dp_shard = dp (replicated data parallelism, the default), else one shard group
+ *  (HSDP: dp_shard DP ranks). The survivors of a replica that lost a member get *@p out =
+ *  NULL and HCOMM_OK: they are not in the new context and should end. Ranks keep their order
+ *  (new world rank = rank among the kept survivors). The new context owns its world
+ *  (hcomm_ctx_destroy frees it); destroy @p ctx too, on every survivor. Collective over
+ *  @p shrunk. Errors: HCOMM_ERR_NULL, HCOMM_ERR_STATE (no replica kept every member: restart
+ *  from a checkpoint), HCOMM_ERR_INVALID_ARG (the smaller dp does not fit the config, e.g.
+ *  ep or dp_replicate not dividing it), and those of hcomm_ctx_create(). */
+HCOMM_API hcomm_result_t hcomm_ctx_rebuild(hcomm_ctx_t *ctx, hcomm_comm_t *shrunk,
+                                           hcomm_ctx_t **out);
 /** The communicator of this rank's group of @p kind (owned by @p ctx: do not destroy it).
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (kind), HCOMM_ERR_GROUP (this rank is in no
  *  embedding group: pp > 1 and it is neither the first nor the last stage). Thread-safe. */

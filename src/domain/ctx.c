@@ -2,6 +2,7 @@
  * job (layout from rankgen.c), and accessors hand them out. */
 #include "transport/transport.h"
 #include "domain/rankgen.h"
+#include "hcomm/fault.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@ struct hcomm_ctx {
     int coords[HCOMM__NUM_AXES];             /* this rank on the dense grid, by axis */
     int expert_coords[HCOMM__NUM_AXES];      /* this rank on the expert grid, by axis */
     hcomm_comm_t *groups[HCOMM_GROUP_COUNT]; /* NULL: not a member (embedding only) */
+    hcomm_comm_t *owned_world; /* hcomm_ctx_rebuild's world of the kept replicas, or NULL */
 };
 
 /* What the domain layer keeps on a communicator it builds a context on. */
@@ -153,8 +155,86 @@ hcomm_result_t hcomm_ctx_destroy(hcomm_ctx_t *ctx) {
         return HCOMM_OK;
     hcomm_result_t res = destroy_groups(ctx);
     release_world(ctx->world);
+    hcomm_comm_destroy(ctx->owned_world);
     free(ctx);
     return res;
+}
+
+hcomm_result_t hcomm_ctx_revoke(hcomm_ctx_t *ctx) {
+    HCOMM__CHECK_NULL(ctx);
+    for (int k = 0; k < HCOMM_GROUP_COUNT; k++)
+        if (ctx->groups[k])
+            hcomm_comm_revoke(ctx->groups[k]);
+    return hcomm_comm_revoke(ctx->world);
+}
+
+/* --- rebuilding on the survivors --- */
+
+/* The data-parallel replica a rank of ctx belongs to: one DP rank's slice of the grid where
+ * every DP rank holds the whole state (dp_shard = dp, the default), one shard group (HSDP). */
+static int replica_of(const hcomm_ctx_t *ctx, int dp_index) {
+    const hcomm_parallel_config_t *c = &ctx->layout.cfg;
+    return c->dp_shard == c->dp ? dp_index : dp_index / c->dp_shard;
+}
+
+static int replicas(const hcomm_ctx_t *ctx) {
+    const hcomm_parallel_config_t *c = &ctx->layout.cfg;
+    return c->dp_shard == c->dp ? c->dp : c->dp / c->dp_shard;
+}
+
+/* Which replicas every survivor of shrunk still has whole (keep[r]), from each survivor's
+ * replica, gathered over shrunk; *kept counts them. */
+static hcomm_result_t whole_replicas(hcomm_ctx_t *ctx, hcomm_comm_t *shrunk, bool *keep,
+                                     int *kept) {
+    int n = shrunk->size, nrep = replicas(ctx), mine = replica_of(ctx, ctx->coords[HCOMM__AXIS_DP]);
+    int *all = malloc(sizeof *all * (size_t)n), *count = calloc((size_t)nrep, sizeof *count);
+    hcomm_result_t r = all && count
+                           ? hcomm_all_gather(shrunk, &mine, all, sizeof mine)
+                           : hcomm__err(HCOMM_ERR_NOMEM, "hcomm_ctx_rebuild", "out of memory");
+    for (int i = 0; r == HCOMM_OK && i < n; i++)
+        count[all[i]]++;
+    *kept = 0;
+    for (int i = 0; r == HCOMM_OK && i < nrep; i++)
+        *kept += keep[i] = count[i] == ctx->world->size / nrep;
+    free(all);
+    free(count);
+    return r;
+}
+
+hcomm_result_t hcomm_ctx_rebuild(hcomm_ctx_t *ctx, hcomm_comm_t *shrunk, hcomm_ctx_t **out) {
+    HCOMM__CHECK_NULL(out);
+    *out = NULL;
+    HCOMM__CHECK_NULL(ctx);
+    HCOMM__CHECK_NULL(shrunk);
+    int nrep = replicas(ctx), kept = 0;
+    bool *keep = calloc((size_t)nrep, sizeof *keep);
+    if (!keep)
+        return hcomm__err(HCOMM_ERR_NOMEM, __func__, "out of memory");
+    hcomm_result_t r = whole_replicas(ctx, shrunk, keep, &kept);
+    bool mine = r == HCOMM_OK && keep[replica_of(ctx, ctx->coords[HCOMM__AXIS_DP])];
+    free(keep);
+    HCOMM__TRY(r);
+    if (kept == 0)
+        return hcomm__err(HCOMM_ERR_STATE, __func__,
+                          "the %d survivors hold no whole data-parallel replica of %d ranks "
+                          "(each of the %d replicas lost a member); restart from a checkpoint",
+                          shrunk->size, ctx->world->size / nrep, nrep);
+    hcomm_parallel_config_t cfg;
+    HCOMM__TRY(hcomm_ctx_config(ctx, &cfg));
+    bool replicated = cfg.dp_shard == cfg.dp;
+    cfg.dp = replicated ? kept : kept * cfg.dp_shard;
+    cfg.dp_shard = replicated ? 0 : cfg.dp_shard;
+    hcomm_comm_t *world = NULL;
+    HCOMM__TRY(hcomm_comm_split(shrunk, mine ? 0 : -1, ctx->world_rank, &world));
+    if (!world)
+        return HCOMM_OK; /* this rank's replica was dropped: *out stays NULL */
+    r = hcomm_ctx_create(world, &cfg, out);
+    if (r != HCOMM_OK) {
+        hcomm_comm_destroy(world);
+        return r;
+    }
+    (*out)->owned_world = world;
+    return HCOMM_OK;
 }
 
 /* The group of kind, or HCOMM_ERR_GROUP for a middle pipeline stage's embedding group. */

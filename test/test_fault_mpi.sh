@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# test_fault under mpirun --enable-recovery: one job per case, since a killed process is gone
+# for the rest of its job. A rank is killed (SIGKILL) before, between and during each call kind
+# (FAULT_CASE: the op numbers of test_fault.c), inside a shrink, two at once; a slow rank is
+# never declared lost; 20 revoke+shrink cycles keep memory flat. mpirun exits 0 whatever its
+# processes do under --enable-recovery, so every survivor's own totals line is counted.
+# Usage: test_fault_mpi.sh BUILD_DIR   (CTest sets MPIEXEC and HCOMM_WITH_MPI=ON/OFF)
+set -u
+BUILD=${1:?usage: test_fault_mpi.sh BUILD_DIR}
+BIN="$BUILD/test/test_fault"
+[ "${HCOMM_WITH_MPI:-OFF}" = ON ] || { echo "skipped: built without MPI"; exit 77; }
+[ -x "$BIN" ] || { echo "FAIL: $BIN not found" >&2; exit 1; }
+MPIEXEC=${MPIEXEC:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HCOMM_BACKEND=mpi
+export HCOMM_TIMEOUT=${HCOMM_TIMEOUT:-60}
+LOG=$(mktemp "${TMPDIR:-/tmp}/hcomm-fault.XXXXXX")
+trap 'rm -f "$LOG"' EXIT
+failures=0 runs=0
+
+# one NP SURVIVORS CASE WHEN VICTIMS: a job whose survivors must each print "0 failed".
+one() {
+    local np=$1 want=$2
+    runs=$((runs + 1))
+    FAULT_CASE=$3 FAULT_WHEN=$4 FAULT_VICTIMS=$5 timeout 120 "$MPIEXEC" --oversubscribe \
+        --enable-recovery -np "$np" "$BIN" >"$LOG" 2>&1
+    local rc=$? ok
+    ok=$(grep -c ' 0 failed$' "$LOG")
+    if [ "$rc" -ne 0 ] || [ "$ok" -ne "$want" ]; then
+        echo "FAIL: np $np case $3 $4 victims $5: exit $rc, $ok of $want survivors passed" >&2
+        grep -v 'PMIX ERROR' "$LOG" | sed 's/^/    /' >&2
+        failures=$((failures + 1))
+    fi
+}
+
+for op in $(seq 0 12); do
+    one 4 3 "$op" before $((1 + op % 3))
+    one 4 3 "$op" between $((op % 4))
+    one 4 3 "$op" during $((3 - op % 4))
+done
+one 3 2 0 before 0
+one 5 4 1 shrink 2
+one 6 4 1 before 1,4
+one 6 5 rebuild before 3
+one 4 2 rebuild before 1,2
+one 3 3 slow before 1
+one 4 4 cycles before 1
+echo "test_fault_mpi: $runs jobs, $failures failed"
+[ "$failures" -eq 0 ]
