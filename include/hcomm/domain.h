@@ -136,6 +136,9 @@ HCOMM_API hcomm_result_t hcomm_ctx_group(const hcomm_ctx_t *ctx, hcomm_group_kin
 /** The resolved configuration, every default explicit; cfg->order points into @p ctx (valid
  *  until hcomm_ctx_destroy). Errors: HCOMM_ERR_NULL. Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_ctx_config(const hcomm_ctx_t *ctx, hcomm_parallel_config_t *cfg);
+/** The communicator @p ctx was built on: the world given to hcomm_ctx_create(), or the one
+ *  hcomm_ctx_rebuild() made (owned by @p ctx). Errors: HCOMM_ERR_NULL. Thread-safe. */
+HCOMM_API hcomm_result_t hcomm_ctx_world(const hcomm_ctx_t *ctx, hcomm_comm_t **world);
 /** Rank and size of this rank in the group of @p kind. Errors: as hcomm_ctx_group().
  *  Thread-safe. */
 HCOMM_API hcomm_result_t hcomm_ctx_rank(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind, int *rank,

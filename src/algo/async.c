@@ -31,6 +31,7 @@ struct hcomm_request {
     atomic_int done;
     hcomm_result_t res;
     char msg[512];
+    hcomm_comm_t *owner; /* the issuing comm, progressed while its owner waits */
 };
 
 typedef struct async {
@@ -149,6 +150,7 @@ static hcomm_result_t executor(hcomm_comm_t *c, async_t **out) {
 static hcomm_result_t submit(hcomm_comm_t *c, hcomm_request_t *q, hcomm_request_t **req) {
     async_t *a = NULL;
     q->deterministic = c->deterministic;
+    q->owner = c;
     hcomm_result_t r = executor(c, &a);
     if (r != HCOMM_OK) {
         free(q);
@@ -218,12 +220,17 @@ hcomm_result_t hcomm__request_done(hcomm_request_t *q, bool *done) {
     return HCOMM_OK;
 }
 
-/* The worker ends every operation (its collectives time out), so this wait is bounded. */
+/* The worker ends every operation (its collectives time out), so this wait is bounded. The
+ * issuing comm is progressed meanwhile: a peer's revoke arrives there, and revokes the
+ * worker's duplicate too (p2p's record of the notice), which ends the operation now. */
 hcomm_result_t hcomm__request_wait(hcomm_request_t *q) {
     hcomm__backoff_t b;
     hcomm__backoff_init(&b);
-    while (!atomic_load_explicit(&q->done, memory_order_acquire))
+    while (!atomic_load_explicit(&q->done, memory_order_acquire)) {
         hcomm__backoff(&b);
+        if ((b.iter & 63) == 0 && b.napping && q->owner && q->owner->idle)
+            q->owner->idle(q->owner);
+    }
     hcomm_result_t r = q->res;
     if (r != HCOMM_OK)
         hcomm__err_text(r, q->msg);

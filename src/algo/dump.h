@@ -10,7 +10,7 @@
 /* Whether a call that ended with res is dumped. */
 static inline bool hcomm__dump_wanted(hcomm_result_t res) {
     return res == HCOMM_ERR_TIMEOUT || res == HCOMM_ERR_ABORTED || res == HCOMM_ERR_PEER ||
-           res == HCOMM_ERR_MISMATCH;
+           res == HCOMM_ERR_MISMATCH || res == HCOMM_ERR_PEER_LOST || res == HCOMM_ERR_REVOKED;
 }
 
 /* Keeps a copy of c's flight recorder (a and res: its state and the call's result) and rewrites

@@ -265,6 +265,13 @@ hcomm_result_t hcomm_ctx_config(const hcomm_ctx_t *ctx, hcomm_parallel_config_t 
     return HCOMM_OK;
 }
 
+hcomm_result_t hcomm_ctx_world(const hcomm_ctx_t *ctx, hcomm_comm_t **world) {
+    HCOMM__CHECK_NULL(ctx);
+    HCOMM__CHECK_NULL(world);
+    *world = ctx->world;
+    return HCOMM_OK;
+}
+
 hcomm_result_t hcomm_ctx_rank(const hcomm_ctx_t *ctx, hcomm_group_kind_t kind, int *rank,
                               int *size) {
     HCOMM__CHECK_NULL(ctx);

@@ -243,8 +243,10 @@ static void record_peer_error(hcomm_comm_t *c, p2p_t *p, int src, const hcomm__e
     HCOMM__LOG(HCOMM__LOG_DEBUG, HCOMM__SUB_P2P, "notice from rank %d for seq %u (done %u)", src,
                (unsigned)seq, (unsigned)p->coll_done);
     if (env->result == HCOMM_ERR_REVOKED) { /* revoked here too; this rank tells its peers on */
-        int none = 0;
-        atomic_compare_exchange_strong(&c->aborted, &none, HCOMM__REVOKE_CALLED);
+        for (hcomm_comm_t *d = c; d; d = atomic_load(&d->abort_with)) {
+            int none = 0;
+            atomic_compare_exchange_strong(&d->aborted, &none, HCOMM__REVOKE_CALLED);
+        }
         return;
     }
     if (env->result == HCOMM_ERR_ABORTED) { /* whatever call this rank is in or makes later */

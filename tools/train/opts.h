@@ -51,7 +51,7 @@ typedef struct train_opts {
     int cp_a2a;             /* a2a+p2p: the a2a size; 0: from the node layout */
     int sequence_parallel;  /* --sequence-parallel: activations split over TP along the sequence */
     int max_failures;       /* lost ranks the run survives in the job (fault_opts.c); 0: none */
-    const char *inject_failure; /* "RANK:STEP": that rank stops for good during that step */
+    const char *inject_failure;   /* "RANK:STEP": that rank stops for good during that step */
     int inject_rank, inject_step; /* parsed from inject_failure; -1: none */
 } train_opts_t;
 

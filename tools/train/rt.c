@@ -1,6 +1,7 @@
 /* What every precision of hcomm-train shares (see rt.h). */
 #include "rt.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -18,7 +19,23 @@ hcomm_result_t train_comm_done(train_rt_t *rt, hcomm_result_t r) {
     return r;
 }
 
+/* With --max-failures a lost rank's echoes are what recovery handles: the first is kept for
+ * its report, none printed. */
+static int recoverable(const train_rt_t *rt, hcomm_result_t r) {
+    return rt->rec != NULL && (r == HCOMM_ERR_PEER_LOST || r == HCOMM_ERR_REVOKED ||
+                               r == HCOMM_ERR_ABORTED || r == HCOMM_ERR_PEER);
+}
+
 hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t r) {
+    if (recoverable(rt, r)) {
+        train_rt_t *w = (train_rt_t *)(uintptr_t)rt; /* the record only: callers pass const */
+        if (w->step_error[0] == '\0') { /* its first clause: the call, the rank, the seq */
+            snprintf(w->step_error, sizeof w->step_error, "%s", hcomm_last_error());
+            w->step_error[strcspn(w->step_error, ";")] = '\0';
+            w->step_error_wait = train_now() - rt->mark;
+        }
+        return r;
+    }
     if (r != HCOMM_ERR_ABORTED)
         fprintf(stderr, "hcomm-train: rank %d: %s failed: %s (%s)\n", rt->world_rank, what,
                 hcomm_result_name(r), hcomm_last_error());

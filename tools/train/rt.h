@@ -40,6 +40,15 @@ typedef struct train_rt {
     int a2a_rank, a2a_size, p2p_rank, p2p_size;
     int seq, attn_block;
     int sp; /* --sequence-parallel (real/sp.h) */
+    /* --max-failures (real/recover.c): the current context, the recovery state, and this
+     * step's first failure (its text, and how long that call waited before it failed) */
+    hcomm_ctx_t *ctx;
+    struct recover *rec;
+    char step_error[320];
+    double step_error_wait;
+    int launch_rank; /* this rank in the launch's world (--inject-failure names it) */
+    int stopped;     /* --inject-failure stopped this rank (local: its thread returns) */
+    int left;        /* a recovery dropped this rank's replica: it leaves the run */
 } train_rt_t;
 
 /* Monotonic clock, seconds. */

@@ -212,14 +212,18 @@ static void model_init(model_t *m, const train_opts_t *o, int vocab, const train
     for (int l = 0; l < m->L; l++)
         if (has_unit(m, 2 + 2 * l))
             init_moe_unit(m, o, rt, l);
-    /* One copy of each shard goes into a checkpoint: DP (or expert-DP) replica 0's, and of an
-     * unsharded tensor, TP rank 0's. */
+    model_set_owners(m, rt);
+    m->ck = NULL;
+}
+
+/* One copy of each shard goes into a checkpoint: DP (or expert-DP) replica 0's, and of an
+ * unsharded tensor, TP rank 0's. */
+static void model_set_owners(model_t *m, const train_rt_t *rt) {
     for (int i = 0; i < m->nparams; i++) {
         param_t *p = m->params[i];
         p->owner =
             (p->expert ? rt->edp_rank : rt->dp_rank) == 0 && (p->sharded || rt->tp_rank == 0);
     }
-    m->ck = NULL;
 }
 
 static void model_free(model_t *m) {

@@ -115,6 +115,9 @@ struct ckpt;
 static void model_init(model_t *m, const train_opts_t *o, int vocab, const train_rt_t *rt,
                        const struct ckpt *ck);
 static void model_free(model_t *m);
+/* Which shards this rank writes into a checkpoint, from its coordinates in rt (again after a
+ * recovery changed them). */
+static void model_set_owners(model_t *m, const train_rt_t *rt);
 static void model_zero_grads(model_t *m);
 /* v = momentum * v + g; master -= lr * v (and, with bf16, w = master rounded). */
 static void model_sgd(model_t *m, double lr, double momentum);

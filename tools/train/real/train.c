@@ -65,6 +65,8 @@ static hcomm_result_t rt_check_etp(train_rt_t *rt) {
     return HCOMM_OK;
 }
 
+static hcomm_result_t rt_take_groups(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_t *ctx);
+
 static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_t **ctx) {
     hcomm_parallel_config_t cfg = {0};
     cfg.tp = o->tp;
@@ -80,21 +82,27 @@ static hcomm_result_t rt_setup(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_
     /* Before the groups are split, so every group inherits it. */
     TRAIN_TRY(rt, hcomm_comm_set_deterministic(rt->world, o->deterministic));
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_ctx_create(rt->world, &cfg, ctx)));
-    hcomm_result_t r = rt_group(rt, *ctx, HCOMM_GROUP_TP, &rt->tp, &rt->tp_rank, &rt->tp_size);
+    rt->ctx = *ctx;
+    return rt_take_groups(rt, o, *ctx);
+}
+
+/* rt's groups and coordinates from ctx. */
+static hcomm_result_t rt_take_groups(train_rt_t *rt, const train_opts_t *o, hcomm_ctx_t *ctx) {
+    hcomm_result_t r = rt_group(rt, ctx, HCOMM_GROUP_TP, &rt->tp, &rt->tp_rank, &rt->tp_size);
     if (r == HCOMM_OK)
-        r = rt_group(rt, *ctx, HCOMM_GROUP_PP, &rt->pp, &rt->stage, &rt->pp_size);
+        r = rt_group(rt, ctx, HCOMM_GROUP_PP, &rt->pp, &rt->stage, &rt->pp_size);
     if (r == HCOMM_OK)
-        r = rt_group(rt, *ctx, HCOMM_GROUP_DP_CP, &rt->dp_cp, &rt->dp_rank, &rt->dp_size);
+        r = rt_group(rt, ctx, HCOMM_GROUP_DP_CP, &rt->dp_cp, &rt->dp_rank, &rt->dp_size);
     if (r == HCOMM_OK)
-        r = rt_group(rt, *ctx, HCOMM_GROUP_EP, &rt->ep, &rt->ep_rank, &rt->ep_size);
+        r = rt_group(rt, ctx, HCOMM_GROUP_EP, &rt->ep, &rt->ep_rank, &rt->ep_size);
     if (r == HCOMM_OK)
-        r = rt_group(rt, *ctx, HCOMM_GROUP_ETP, &rt->etp, &rt->etp_rank, &rt->etp_size);
+        r = rt_group(rt, ctx, HCOMM_GROUP_ETP, &rt->etp, &rt->etp_rank, &rt->etp_size);
     if (r == HCOMM_OK)
-        r = rt_group(rt, *ctx, HCOMM_GROUP_EDP, &rt->edp, &rt->edp_rank, &rt->edp_size);
+        r = rt_group(rt, ctx, HCOMM_GROUP_EDP, &rt->edp, &rt->edp_rank, &rt->edp_size);
     if (r == HCOMM_OK)
         r = rt_check_etp(rt);
     if (r == HCOMM_OK)
-        r = attn_setup(rt, o, *ctx);
+        r = attn_setup(rt, o, ctx);
     return r;
 }
 
@@ -693,6 +701,7 @@ static void report_step(report_t *rep, const train_opts_t *o, int step, const do
         if (val == val)
             fprintf(rep->metrics, "%.10g", val);
         fprintf(rep->metrics, "\n");
+        fflush(rep->metrics); /* a rank that dies later leaves every row written */
     }
     rep->step_t = now;
     rep->step_comm = sums[1];
@@ -813,48 +822,81 @@ static int diverged(const train_job_t *job, const train_rt_t *rt, int step, doub
     return 1;
 }
 
-/* --inject-failure RANK:STEP: that rank stops for good in the middle of the step, after its
- * backward and before the gradient reduction its peers wait in. */
+/* --inject-failure RANK:STEP: that rank (of the launch's world) stops for good in the middle
+ * of the step, after its backward and before the gradient reduction its peers wait in. */
 static hcomm_result_t maybe_inject(const train_opts_t *o, train_rt_t *rt, int step) {
-    if (step != o->inject_step || rt->world_rank != o->inject_rank)
+    if (step != o->inject_step || rt->launch_rank != o->inject_rank)
         return HCOMM_OK;
-    printf("hcomm-train: --inject-failure: rank %d stops for good during step %d\n", rt->world_rank,
-           step);
+    printf("hcomm-train: --inject-failure: rank %d stops for good during step %d\n",
+           rt->launch_rank, step);
     fflush(stdout);
+    rt->stopped = 1;
     return hcomm_fault_stop(rt->world);
+}
+
+#include "recover.c"
+
+/* One step: gradients, their reduction, the update and the summed loss (and the validation
+ * loss where due): everything that communicates before the step is reported. */
+static hcomm_result_t run_step(const train_job_t *job, model_t *m, train_rt_t *rt,
+                               const int64_t *starts, int step, double t0, double sums[5],
+                               double *val) {
+    const train_opts_t *o = job->opts;
+    if (!rt->zero)
+        model_zero_grads(m);
+    double loss = 0.0;
+    hcomm_result_t r = step_grads(job, m, rt, starts, &loss);
+    if (r == HCOMM_OK)
+        r = maybe_inject(o, rt, step);
+    if (r == HCOMM_OK)
+        r = rt->zero ? zero_step(m, rt, o->lr, o->momentum) : reduce_grads(m, rt);
+    if (r == HCOMM_OK)
+        r = sp_reduce_grads(m, rt);
+    arena_reset(&rt->arena);
+    if (r != HCOMM_OK)
+        return r;
+    if (!rt->zero)
+        model_sgd(m, o->lr, o->momentum);
+    double mine[5] = {loss, rt->comm_s, train_now() - t0, rt->pp_s, rt->dp_s};
+    r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, mine, sums, 5, HCOMM_F64, HCOMM_SUM));
+    if (r != HCOMM_OK)
+        return train_fail(rt, "hcomm_all_reduce of the loss", r);
+    if (step % o->eval_every == 0 || step == o->steps - 1)
+        r = evaluate(job, m, rt, val);
+    return r;
 }
 
 static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t *rt, report_t *rep,
                                  train_state_t *st) {
+    if (rt->rec)
+        job = &rt->rec->job; /* its --dp follows the recoveries */
     const train_opts_t *o = job->opts;
     int64_t *starts = train_alloc((size_t)o->batch * sizeof(int64_t));
     hcomm_result_t r = HCOMM_OK;
     double sums[5] = {0}, t0 = train_now();
     for (int step = st->step; step < o->steps && r == HCOMM_OK; step++) {
+        if (rt->rec)
+            recover_save(rt->rec, m, st);
         /* Every rank draws the whole global batch, so the stream stays the same everywhere. */
         batch_sample(&st->data_rng, job->corpus, o->batch, o->seq, starts);
-        if (!rt->zero)
-            model_zero_grads(m);
-        double loss = 0.0, val = NAN;
-        r = step_grads(job, m, rt, starts, &loss);
-        if (r == HCOMM_OK)
-            r = maybe_inject(o, rt, step);
-        if (r == HCOMM_OK)
-            r = rt->zero ? zero_step(m, rt, o->lr, o->momentum) : reduce_grads(m, rt);
-        if (r == HCOMM_OK)
-            r = sp_reduce_grads(m, rt);
-        arena_reset(&rt->arena);
-        if (r != HCOMM_OK)
+        double val = NAN;
+        r = run_step(job, m, rt, starts, step, t0, sums, &val);
+        if (rt->stopped)
             break;
-        if (!rt->zero)
-            model_sgd(m, o->lr, o->momentum);
-        double mine[5] = {loss, rt->comm_s, train_now() - t0, rt->pp_s, rt->dp_s};
-        r = TRAIN_COMM(rt, hcomm_all_reduce(rt->world, mine, sums, 5, HCOMM_F64, HCOMM_SUM));
-        if (r != HCOMM_OK) {
-            r = train_fail(rt, "hcomm_all_reduce of the loss", r);
+        int fate = rt->rec ? recover_step(rt, m, st, rep, step, &r) : STEP_OK;
+        if (fate == STEP_REDO) {
+            step--;
+            r = HCOMM_OK;
+            continue;
+        }
+        if (fate == STEP_LEAVE) {
+            rt->left = 1;
+            r = HCOMM_OK;
             break;
         }
-        loss = sums[0] / ((double)o->batch * o->seq);
+        if (r != HCOMM_OK)
+            break;
+        const double loss = sums[0] / ((double)o->batch * o->seq);
         if (step == 0)
             st->first_loss = loss;
         if (diverged(job, rt, step, loss, st->first_loss)) {
@@ -862,15 +904,17 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
             break;
         }
         st->step = step + 1;
-        if (step % o->eval_every == 0 || step == o->steps - 1)
-            r = evaluate(job, m, rt, &val);
-        if (r == HCOMM_OK && rt->world_rank == 0) {
+        if (rt->world_rank == 0) {
             rep->first_loss = st->first_loss;
             report_step(rep, o, step, sums, val);
         }
-        if (r == HCOMM_OK && o->save != NULL &&
+        if (o->save != NULL &&
             ((o->save_every > 0 && st->step % o->save_every == 0) || st->step == o->steps))
             r = ckpt_save(job, m, rt, st);
+    }
+    if (rt->stopped || rt->left) {
+        free(starts);
+        return r;
     }
     if (r == HCOMM_OK && rt->zero)
         r = zero_gather_everything(m, rt, 0);
@@ -895,6 +939,7 @@ static hcomm_result_t open_metrics(const train_opts_t *o, const train_rt_t *rt, 
     }
     fprintf(rep->metrics,
             "step,loss,tokens_per_s,comm_share,elapsed_s,pp_share,dp_share,val_loss\n");
+    fflush(rep->metrics);
     return HCOMM_OK;
 }
 
@@ -914,6 +959,20 @@ static hcomm_result_t sample_and_print(const train_job_t *job, model_t *m, train
     return r;
 }
 
+/* A rank that stopped for good (--inject-failure) or whose replica was dropped ends here,
+ * without a collective: its groups are gone or revoked. */
+static hcomm_result_t rank_leave(train_rt_t *rt, model_t *m, report_t *rep, hcomm_result_t r) {
+    if (rep->metrics != NULL)
+        fclose(rep->metrics);
+    if (rt->rec)
+        free(rt->rec->saved);
+    reducers_free(rt);
+    zero_free(m, rt, model_units(m->L));
+    model_free(m);
+    arena_free(&rt->arena);
+    return rt->stopped ? r : HCOMM_OK;
+}
+
 hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     const train_job_t *job = arg;
     train_rt_t rt = {0};
@@ -926,6 +985,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     rt.sp = job->opts->sequence_parallel;
     rep.last_val = NAN;
     hcomm_result_t r = rt_setup(&rt, job->opts, &ctx);
+    rt.launch_rank = rt.world_rank;
     if (r == HCOMM_OK)
         model_init(&m, job->opts, job->corpus->vocab, &rt, job->start);
     if (r == HCOMM_OK && job->opts->zero > 0)
@@ -942,8 +1002,16 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
         report_start(job, &rt, st.step);
     rep.t0 = rep.mark_t = rep.step_t = train_now();
     rt.comm_s = 0.0;
+    recover_t rec;
+    if (r == HCOMM_OK && job->opts->max_failures > 0) {
+        recover_init(&rec, job, &m);
+        rt.rec = &rec;
+    }
     if (r == HCOMM_OK)
         r = train_loop(job, &m, &rt, &rep, &st);
+    if (rt.stopped || rt.left)
+        return rank_leave(&rt, &m, &rep, r);
+    ctx = rt.ctx; /* a recovery replaced it */
     if (rep.metrics != NULL && fclose(rep.metrics) != 0 && r == HCOMM_OK) {
         fprintf(stderr, "hcomm-train: writing --metrics %s failed\n", job->opts->metrics);
         r = HCOMM_ERR_IO;
@@ -962,5 +1030,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
         printf("finished %d steps\n", job->opts->steps);
         fflush(stdout);
     }
+    if (rt.rec)
+        free(rec.saved);
     return r;
 }
