@@ -34,13 +34,16 @@ enum {
     OP_IALL_REDUCE,
     OP_BARRIER,
     OP_DP_BUCKETS,
+    OP_MOE,
     OP_COUNT
 };
-static const char *const OP_NAMES[OP_COUNT] = {
-    "all_reduce rd",    "all_reduce ring",   "all_reduce rhd", "all_reduce twoshot",
-    "all_reduce naive", "all_reduce native", "all_gather",     "reduce_scatter",
-    "all_to_allv",      "pp_recv",           "iall_reduce",    "barrier",
-    "dp buckets"};
+static const char *const OP_NAMES[OP_COUNT] = {"all_reduce rd",    "all_reduce ring",
+                                               "all_reduce rhd",   "all_reduce twoshot",
+                                               "all_reduce naive", "all_reduce native",
+                                               "all_gather",       "reduce_scatter",
+                                               "all_to_allv",      "pp_recv",
+                                               "iall_reduce",      "barrier",
+                                               "dp buckets",       "moe dispatch+combine"};
 static const char *const OP_ALGO[OP_COUNT] = {"allreduce:rd",    "allreduce:ring",
                                               "allreduce:rhd",   "allreduce:twoshot",
                                               "allreduce:naive", "allreduce:native"};
@@ -95,6 +98,26 @@ static hcomm_result_t dp_buckets(hcomm_comm_t *c, float *a) {
     return hcomm_dp_all_reduce_grads(c, t, 4, HCOMM_SUM, 4096);
 }
 
+/* MoE dispatch then combine of 64 tokens of 32 floats, expert e on rank e / 2. */
+static hcomm_result_t moe(hcomm_comm_t *c, const float *a, float *b) {
+    int p = t_size(c);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++)
+        ids[i] = (i * 7 + t_rank(c)) % (2 * p);
+    hcomm_tensor_t tok, out, got;
+    int64_t shape[2] = {64, 32};
+    hcomm_tensor_init(&tok, (void *)(uintptr_t)a, HCOMM_F32, 2, shape);
+    hcomm_tensor_init(&out, b, HCOMM_F32, 2, shape);
+    hcomm_moe_handle_t *h = NULL;
+    hcomm_result_t r = hcomm_moe_dispatch(c, &tok, ids, 2 * p, &h);
+    if (r == HCOMM_OK)
+        r = hcomm_moe_received(h, &got, NULL);
+    if (r == HCOMM_OK)
+        r = hcomm_moe_combine(h, &got, &out);
+    hcomm_moe_handle_free(h);
+    return r;
+}
+
 static hcomm_result_t pp_recv(hcomm_comm_t *c, const fcase_t *fc, float *b) {
     int me = t_rank(c), p = t_size(c), from = fc->victims[0];
     if (me != (from + 1) % p)
@@ -132,6 +155,8 @@ static hcomm_result_t run_op(hcomm_comm_t *c, const fcase_t *fc, bool victim, fl
         return hcomm_barrier(c);
     case OP_DP_BUCKETS:
         return dp_buckets(c, a);
+    case OP_MOE:
+        return moe(c, a, b);
     default:
         return hcomm_all_reduce(c, a, b, N, HCOMM_F32, HCOMM_SUM);
     }

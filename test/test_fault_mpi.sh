@@ -32,7 +32,7 @@ one() {
     fi
 }
 
-for op in $(seq 0 12); do
+for op in $(seq 0 13); do
     one 4 3 "$op" before $((1 + op % 3))
     one 4 3 "$op" between $((op % 4))
     one 4 3 "$op" during $((3 - op % 4))

@@ -19,9 +19,9 @@ enum { RING_SLOTS = 64, INLINE_BYTES = 256, SMALL_REDUCE_BYTES = 256 };
 typedef struct local_world {
     atomic_int aborted; /* set once any rank's function fails or a wait timed out */
     int size;
-    atomic_int *lost;   /* [size] per world rank: it called hcomm_fault_stop (stopped for good) */
-    atomic_int nlost;   /* how many have */
-    atomic_int done;    /* rank functions that returned */
+    atomic_int *lost; /* [size] per world rank: it called hcomm_fault_stop (stopped for good) */
+    atomic_int nlost; /* how many have */
+    atomic_int done;  /* rank functions that returned */
 } local_world_t;
 
 typedef struct frame {
@@ -85,8 +85,8 @@ typedef struct local_shared {
      * that a rank giving up takes its arrival back only from a barrier still open. */
     _Alignas(64) _Atomic uint64_t bar_arrivals;
     _Alignas(64) atomic_uint bar_gen;
-    local_slot_t *slots; /* [size] */
-    local_post_t *posts; /* [2 * size]: rank r's of parity k at 2r + k */
+    local_slot_t *slots;  /* [size] */
+    local_post_t *posts;  /* [2 * size]: rank r's of parity k at 2r + k */
     hcomm__ft_slot_t *ft; /* [size] the agreements that survive lost members (transport/ft.c) */
     /* [size * size], sender-major: the oldest ring of each pair's chain, which the receiver
      * reads; NULL until the sender's first frame. */

@@ -116,6 +116,15 @@ hcomm_result_t hcomm__mpi_wait_setup(const char *fn, const char *what, MPI_Reque
     return rc == MPI_SUCCESS ? HCOMM_OK : hcomm__mpi_fail(fn, what, rc);
 }
 
+hcomm_result_t hcomm__mpi_wait_making(hcomm_comm_t *c, const char *fn, const char *what,
+                                      MPI_Request *req) {
+    MPI_Status st;
+    test_ctx_t t = {req, &st};
+    int rc = MPI_SUCCESS;
+    HCOMM__TRY(poll_until(c, fn, what, test_step, &t, &rc));
+    return rc == MPI_SUCCESS ? HCOMM_OK : hcomm__mpi_fail(fn, what, rc);
+}
+
 hcomm_result_t hcomm__mpi_wait_request(hcomm_comm_t *c, const char *fn, const char *what,
                                        MPI_Request *req) {
     MPI_Status st;

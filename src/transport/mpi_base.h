@@ -109,6 +109,10 @@ static inline hcomm_result_t check_usable(const char *fn, const hcomm_comm_t *c)
 bool hcomm__mpi_peer_aborted(void);
 /* Completes a request of setup work (no comm yet: the environment's timeout applies). */
 hcomm_result_t hcomm__mpi_wait_setup(const char *fn, const char *what, MPI_Request *req);
+/* Completes a request of c's own setup (c's members and settings are known): a member lost
+ * meanwhile ends it, as in the calls on c. */
+hcomm_result_t hcomm__mpi_wait_making(hcomm_comm_t *c, const char *fn, const char *what,
+                                      MPI_Request *req);
 /* Completes a collective request; on timeout or abort it stays pending in MPI, so the comm is
  * marked unusable. A collective that failed inside MPI may have left peers half way through
  * it (Open MPI abandons the rest of a failed schedule), so that comm is unusable too. */

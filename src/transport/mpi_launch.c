@@ -129,6 +129,7 @@ static hcomm_result_t adopt(const char *fn, MPI_Comm mc, const hcomm_comm_t *par
     impl->comm = mc;
     impl->broken = HCOMM_OK;
     impl->cma = cma;
+    c->call_fn = fn; /* what its setup's waits name */
     hcomm_result_t r = fill_world_ranks(fn, c);
     if (r == HCOMM_OK)
         r = hcomm__mpi_frames_init(fn, c);

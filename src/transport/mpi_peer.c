@@ -32,8 +32,9 @@ typedef struct node_info {
 } node_info_t;
 
 static node_info_t *world_node;
-/* Per world rank: its process on this host was found gone (hcomm__mpi_lost). */
-static atomic_uchar *world_lost;
+/* Per world rank: its process on this host was found gone (hcomm__mpi_lost); it was seen
+ * alive when the table was made (a process of another pid namespace never is: never lost). */
+static atomic_uchar *world_lost, *world_seen;
 /* Every rank of the world can read every peer on its host (agreed at launch). */
 static bool world_cma;
 static int world_node_size;
@@ -41,17 +42,22 @@ static int world_node_size;
 bool hcomm__mpi_nodes_reset(int size) {
     free(world_node);
     free((void *)world_lost);
+    free((void *)world_seen);
     world_node_size = 0;
     world_node = calloc((size_t)size, sizeof *world_node); /* pid 0: a row not known yet */
     world_lost = calloc((size_t)size, sizeof *world_lost);
-    return world_node != NULL && world_lost != NULL;
+    world_seen = calloc((size_t)size, sizeof *world_seen);
+    return world_node != NULL && world_lost != NULL && world_seen != NULL;
 }
+
+static void mark_seen(void);
 
 void hcomm__mpi_nodes_set(const uint64_t *all, size_t stride, int size) {
     for (int r = 0; r < size; r++)
         world_node[r] = (node_info_t){all[(size_t)r * stride], all[(size_t)r * stride + 1],
                                       all[(size_t)r * stride + 2]};
     world_node_size = size;
+    mark_seen();
 }
 
 int hcomm__mpi_processes_here(int rank) {
@@ -234,6 +240,7 @@ hcomm_result_t hcomm__mpi_nodes_learn(const char *fn, MPI_Comm comm, bool *cma, 
     int ok = res == HCOMM_OK && cma_reaches_peers(rows, size, me);
     free(all);
     free(rows);
+    mark_seen();
     if (res == HCOMM_OK) {
         MPI_Request req = MPI_REQUEST_NULL;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm, &req);
@@ -298,7 +305,7 @@ static hcomm_result_t board_agree(const char *fn, hcomm_comm_t *c, int *ok) {
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, ok, 1, MPI_INT, MPI_MIN, mcomm(c), &req);
     return rc == MPI_SUCCESS
-               ? hcomm__mpi_wait_setup(fn, "MPI_Iallreduce of the board's state", &req)
+               ? hcomm__mpi_wait_making(c, fn, "MPI_Iallreduce of the board's state", &req)
                : hcomm__mpi_fail(fn, "MPI_Iallreduce", rc);
 }
 
@@ -330,8 +337,9 @@ hcomm_result_t hcomm__mpi_board_init(const char *fn, hcomm_comm_t *c) {
     int rc =
         MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ids, 1, MPI_UINT32_T, mcomm(c), &req);
     hcomm_result_t res =
-        rc == MPI_SUCCESS ? hcomm__mpi_wait_setup(fn, "MPI_Iallgather of the board's objects", &req)
-                          : hcomm__mpi_fail(fn, "MPI_Iallgather", rc);
+        rc == MPI_SUCCESS
+            ? hcomm__mpi_wait_making(c, fn, "MPI_Iallgather of the board's objects", &req)
+            : hcomm__mpi_fail(fn, "MPI_Iallgather", rc);
     int ok = ids[c->rank] != 0;
     for (int r = 0; res == HCOMM_OK && ok && r < c->size; r++)
         if (r != c->rank)
@@ -372,8 +380,26 @@ static bool pid_gone(uint64_t pid) {
     return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
-/* Looks at the processes of this host's world ranks, at most every HCOMM_FAILURE_DETECT / 10
- * seconds over all threads (a thread that finds another looking uses the last answers). */
+/* The host id of this process's row (0: none yet). */
+static uint64_t my_host(void) {
+    uint64_t me = (uint64_t)getpid();
+    for (int r = 0; r < world_node_size; r++)
+        if (world_node[r].pid == me)
+            return world_node[r].host;
+    return 0;
+}
+
+/* The peers on this host whose process this one can see now: only they are watched. */
+static void mark_seen(void) {
+    uint64_t me = (uint64_t)getpid(), host = my_host();
+    for (int r = 0; host && r < world_node_size; r++)
+        if (world_node[r].pid && world_node[r].pid != me && world_node[r].host == host &&
+            (kill((pid_t)world_node[r].pid, 0) == 0 || errno == EPERM))
+            atomic_store(&world_seen[r], 1);
+}
+
+/* Looks at the watched processes, at most every HCOMM_FAILURE_DETECT / 10 seconds over all
+ * threads (a thread that finds another looking uses the last answers). */
 static void scan_host(void) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static double last = -1e300, every = -1.0;
@@ -382,15 +408,11 @@ static void scan_host(void) {
     if (every < 0.0)
         every = hcomm__env_failure_detect() / 10.0;
     double now = hcomm__now();
-    uint64_t me = (uint64_t)getpid(), host = 0;
-    for (int r = 0; r < world_node_size; r++)
-        if (world_node[r].pid == me)
-            host = world_node[r].host;
     if (every > 0.0 && now - last >= every) {
         last = now;
         for (int r = 0; r < world_node_size; r++)
-            if (world_node[r].pid && world_node[r].pid != me && world_node[r].host == host &&
-                !atomic_load(&world_lost[r]) && pid_gone(world_node[r].pid))
+            if (atomic_load(&world_seen[r]) && !atomic_load(&world_lost[r]) &&
+                pid_gone(world_node[r].pid))
                 atomic_store(&world_lost[r], 1);
     }
     pthread_mutex_unlock(&mu);
