@@ -338,7 +338,11 @@ static hcomm_result_t cycles(hcomm_comm_t *world, void *arg) {
     }
     long grew = rss_kib() - at5;
     if (me == 0)
+        printf("test_fault: RSS grew by %ld KiB over 15 revoke+shrink cycles\n", grew);
+#ifndef __SANITIZE_ADDRESS__ /* its quarantine keeps what was freed */
+    if (me == 0)
         T_CHECK(grew < 2048, "RSS grew by %ld KiB over 15 revoke+shrink cycles", grew);
+#endif
     return HCOMM_OK;
 }
 
@@ -353,8 +357,11 @@ static hcomm_result_t rebuild_rank(hcomm_comm_t *world, void *arg) {
     hcomm_parallel_config_t cfg = {.tp = 2, .pp = 1, .dp = p / 2, .cp = 1, .ep = 1, .etp = 1};
     hcomm_ctx_t *ctx = NULL, *next = NULL;
     T_TRY(hcomm_ctx_create(world, &cfg, &ctx));
-    if (is_victim(fc, me))
-        return hcomm_fault_stop(world);
+    if (is_victim(fc, me)) { /* local: back once every survivor is done */
+        hcomm_result_t stopped = hcomm_fault_stop(world);
+        hcomm_ctx_destroy(ctx);
+        return stopped;
+    }
     hcomm_comm_t *dp = NULL, *shrunk = NULL;
     T_OK(hcomm_ctx_group(ctx, HCOMM_GROUP_DP, &dp));
     bool hit = me % 2 == fc->victims[0] % 2 || (fc->nvict > 1 && me % 2 == fc->victims[1] % 2);
