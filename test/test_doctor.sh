@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hcomm-doctor on real hangs (test/progs/hang.c, HCOMM_TIMEOUT=1, HCOMM_DUMP_DIR set): rank 1
 # skips the all_reduce at seq 4 (calls a barrier after the timeout), calls it with count 512
-# instead of 1024, or stops before it; or rank 0 sends rank 1 a PP message it never receives
+# instead of 1024, or stops before it (returning, or lost for good: the others' PEER_LOST
+# names it); or rank 0 sends rank 1 a PP message it never receives
 # and the others go on to the all_reduce; on local threads (3 and 5 ranks) and under mpirun -np
 # 3; and a count mismatch on a communicator split from the world in reverse rank order, whose id
 # every member must compute alike and whose members the doctor names by world rank.
@@ -62,6 +63,9 @@ check_verdict() { # NAME DIR MODE NRANKS
     dead)
         expect "$name" "$text" "behind:     rank 1 wrote no dump: dead or stuck outside hcomm"
         expect "$name" "$json" '"no_dump": [1]' ;;
+    lost)
+        expect "$name" "$text" "behind:     rank 1 wrote no dump and was lost: rank 0's call failed with HCOMM_ERR_PEER_LOST"
+        expect "$name" "$json" '"no_dump": [1], "lost": [1]' ;;
     esac
 }
 
@@ -72,8 +76,10 @@ run_case() { # BACKEND NRANKS MODE
     # freed when the world ends): a known leak outside the dump, not what this test checks.
     if [ "$1" = mpi ] || [ "$3" = pp ]; then asan=${ASAN_OPTIONS:-detect_leaks=0}; fi
     if [ "$1" = mpi ]; then
+        local recovery=()
+        [ "$3" = lost ] && recovery=(--enable-recovery) # else mpirun ends the job at the kill
         out=$(ASAN_OPTIONS=$asan HCOMM_DUMP_DIR="$dir" timeout -k 5 90 \
-            "$MPIEXEC" --oversubscribe -np "$2" "$BUILD/test/hang" mpi 0 "$3" 2>&1)
+            "$MPIEXEC" --oversubscribe "${recovery[@]}" -np "$2" "$BUILD/test/hang" mpi 0 "$3" 2>&1)
     else
         out=$(ASAN_OPTIONS=$asan HCOMM_DUMP_DIR="$dir" timeout -k 5 90 "$BUILD/test/hang" local "$2" "$3" 2>&1)
     fi
@@ -83,14 +89,14 @@ run_case() { # BACKEND NRANKS MODE
         fail "$name: a sanitizer report" && printf '%s\n' "$out" | grep -A8 -E 'Sanitizer|runtime error:'
     fi
     local files want=$2
-    [ "$3" = dead ] && want=$(($2 - 1))
+    [ "$3" = dead ] || [ "$3" = lost ] && want=$(($2 - 1))
     files=$(find "$dir" -name 'hcomm-rank*.json' | wc -l)
     [ "$files" -eq "$want" ] || fail "$name: $files dumps, want $want"
     [ -z "$(find "$dir" -name '.*tmp')" ] || fail "$name: a temporary file was left"
     check_verdict "$name" "$dir" "$3" "$2"
 }
 
-for mode in skip count dead pp subcount; do
+for mode in skip count dead lost pp subcount; do
     run_case local 3 "$mode"
     run_case local 5 "$mode"
     if [ "${HCOMM_WITH_MPI:-OFF}" = "ON" ]; then

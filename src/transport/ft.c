@@ -23,6 +23,7 @@ hcomm_result_t hcomm__lost_verdict(hcomm_comm_t *c, int rank) {
     int r = rank < 0 ? hcomm__lost_member(c) : (c->tr->lost && c->tr->lost(c, rank) ? rank : -1);
     if (r < 0)
         return HCOMM_OK;
+    c->wait_peer = r; /* the flight recorder's dump names it */
     return hcomm__err(HCOMM_ERR_PEER_LOST, c->call_fn,
                       "rank %d of this group (world rank %d) was lost (it stopped for good) "
                       "while this rank waited in seq %u; revoke, agree and shrink to go on "

@@ -3,6 +3,7 @@
  *   skip   sleeps past HCOMM_TIMEOUT and then calls hcomm_barrier instead,
  *   count  calls the all_reduce with count 512,
  *   dead   stops: returns from its rank function without calling it;
+ *   lost   stops for good (hcomm_fault_stop: local, its thread; mpi, SIGKILL);
  * or, in MODE pp, rank 0 sends rank 1 a PP message of 64 KiB (rendezvous: the send waits for
  * its receive) that rank 1 never receives, and every other rank goes on to the all_reduce; or,
  * in MODE subcount, all ranks split the world in reverse order (seq 4) and rank 1 calls the
@@ -47,6 +48,8 @@ static hcomm_result_t rank1(hcomm_comm_t *w, const char *mode, bufs_t *b) {
         return hcomm_all_reduce(w, b->in, b->out, 512, HCOMM_F32, HCOMM_SUM);
     if (strcmp(mode, "dead") == 0)
         return HCOMM_ERR_INVALID_ARG;
+    if (strcmp(mode, "lost") == 0)
+        return hcomm_fault_stop(w);
     const char *t = getenv("HCOMM_TIMEOUT");
     sleep((unsigned)(t ? atoi(t) : 1) * 3 + 1);
     return hcomm_barrier(w);
@@ -88,7 +91,7 @@ static hcomm_result_t body(hcomm_comm_t *w, void *arg) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead|pp|subcount\n");
+        fprintf(stderr, "usage: hang BACKEND NRANKS skip|count|dead|lost|pp|subcount\n");
         return 2;
     }
     hcomm_result_t r = hcomm_launch(argv[1], atoi(argv[2]), body, argv[3]);

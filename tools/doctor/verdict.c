@@ -206,13 +206,31 @@ static void text_behind(FILE *out, const verdict_t *v, int i) {
     fprintf(out, "%s\n", failed_elsewhere(v->rec[i], why, sizeof why));
 }
 
+/* The world rank of a member whose call on this communicator failed with PEER_LOST naming
+ * world rank r as the peer it waited on, or -1. */
+static int lost_by(const verdict_t *v, int r) {
+    for (int i = 0; i < v->any->size; i++) {
+        const doc_rec_t *x = v->rec[i];
+        if (x && strcmp(x->result, "HCOMM_ERR_PEER_LOST") == 0 && x->peer >= 0 &&
+            x->peer < x->size && x->members[x->peer] == r)
+            return x->rank;
+    }
+    return -1;
+}
+
 /* A member without a record of this communicator: dead, or failed on another one. */
 static void text_nodump(FILE *out, const verdict_t *v, int r) {
     const doc_rec_t *other = NULL;
     for (int i = 0; i < v->set->nrecs && !other; i++)
         other = v->set->recs[i].rank == r ? &v->set->recs[i] : NULL;
     const doc_call_t *l = other ? last_call(other) : NULL;
-    if (!other)
+    int seen_lost = lost_by(v, r);
+    if (!other && seen_lost >= 0)
+        fprintf(out,
+                "  behind:     rank %d wrote no dump and was lost: rank %d's call failed with "
+                "HCOMM_ERR_PEER_LOST naming it (its process or thread stopped)\n",
+                r, seen_lost);
+    else if (!other)
         fprintf(out, "  behind:     rank %d wrote no dump: dead or stuck outside hcomm\n", r);
     else if (l)
         fprintf(out,
@@ -349,6 +367,11 @@ static void json_comm(FILE *out, const verdict_t *v, bool more) {
         json_ranks(out, "waiting", v, C_WAIT);
         json_ranks(out, "finished", v, C_DONE);
         json_ranks(out, "no_dump", v, C_NODUMP);
+        fprintf(out, ", \"lost\": [");
+        for (int i = 0, n = 0; i < v->any->size; i++)
+            if (v->cls[i] == C_NODUMP && lost_by(v, v->any->members[i]) >= 0)
+                fprintf(out, "%s%d", n++ ? ", " : "", v->any->members[i]);
+        fprintf(out, "]");
         fprintf(out, ", \"waited_on\": [");
         for (int k = 0; k < np; k++)
             fprintf(out, "%s%d", k ? ", " : "", peers[k]);
