@@ -1,11 +1,13 @@
 /* --zero 1|2|3: the parameters, gradients and momentum of hcomm-train held by shard plans
- * (hcomm/zero.h), one per unit and gradient group (dense over DP_SHARD, experts over
- * EDP_SHARD; with --dp-shard < --dp the rest of DP replicates, HSDP). A unit's parameters
- * point into its plan's gathered buffer while it runs (ZeRO-3 gathers them just before, with
- * the next unit prefetched, and releases them after); its gradients accumulate in the plan's
- * full gradients, reduce_scattered (nonblocking, added into the shard) after each of its
- * backward passes; SGD with momentum then steps the shards, and ZeRO-1/2 gather the result.
- * Included by train.c (static functions, like the rest of real/). */
+ * (hcomm/zero.h), one per piece of a unit (model.h: attention, MLP, router, each expert, the
+ * embedding, the head) and so of one gradient group (dense over DP_SHARD, experts over
+ * EDP_SHARD; with --dp-shard < --dp the rest of DP replicates, HSDP). A piece's parameters
+ * point into its plan's gathered buffer while it is used (ZeRO-3 gathers them just before,
+ * with the next piece prefetched, and releases them after, so only about two pieces are live
+ * at once); its gradients accumulate in the plan's full gradients, reduce_scattered
+ * (nonblocking, added into the shard) after each of its backward passes; SGD with momentum
+ * then steps the shards, and ZeRO-1/2 gather the result. Included by train.c (static
+ * functions, like the rest of real/). */
 
 /* Returns from the enclosing function when call fails (it has reported the failure). */
 #define ZERO_TRY(call)                                                                             \
