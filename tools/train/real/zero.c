@@ -269,11 +269,12 @@ static hcomm_result_t zero_open(train_rt_t *rt, int u, int s, int fwd) {
     z->u[u].open = s;
     double t0 = train_now();
     hcomm_result_t r = HCOMM_OK;
-    if (pc->plan) {
+    /* The gather before the wait: it takes over the prefetch in flight, whereas after a wait
+     * had completed that prefetch it would gather the bucket once more. */
+    if (pc->plan && z->stage == 3)
+        r = TRAIN_COMM(rt, hcomm_zero_all_gather_params(pc->plan, HCOMM_ZERO_ALL, NULL, 0));
+    if (pc->plan && r == HCOMM_OK)
         r = TRAIN_COMM(rt, hcomm_zero_wait(pc->plan, HCOMM_ZERO_ALL, NULL));
-        if (r == HCOMM_OK && z->stage == 3)
-            r = TRAIN_COMM(rt, hcomm_zero_all_gather_params(pc->plan, HCOMM_ZERO_ALL, NULL, 0));
-    }
     ZERO_TRY(zero_timed(rt, t0, r, "hcomm_zero_all_gather_params"));
     ZERO_TRY(zero_prefetch(z->m, rt, u, s, fwd));
     if (pc->plan)
