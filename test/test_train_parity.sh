@@ -304,6 +304,18 @@ expect_fail zero-sp "--sequence-parallel is not supported with --zero" --tp 2 --
 # The memory line of a sharded run names both figures.
 grep -q "memory: peak live bytes .* with --zero 1 --dp-shard 2, [0-9]* unsharded" \
     "$WORK/zero1-tp2-pp2-dp2-ep2.log" || fail "zero1: no memory line"
+# ZeRO-3 gathers a piece (attention, MLP, router, one expert) at a time, so on 4 shards its
+# peak stays within the 0.35 of the unsharded bytes (the three shards alone are 0.25;
+# gathering whole units gave 0.42).
+run zero3-memory "$TRAIN" "${COMMON[@]}" --steps 2 --tp 1 --pp 1 --ep 1 --dp 4 --dp-shard 4 \
+    --zero 3 --layers 4 && {
+    ratio=$(sed -n 's/^memory: .*unsharded (\([0-9.]*\) of it)$/\1/p' "$WORK/zero3-memory.log")
+    if awk -v r="$ratio" 'BEGIN { exit !(r != "" && r + 0 > 0.25 && r + 0 <= 0.35) }'; then
+        echo "ok   zero3 peak live bytes $ratio of unsharded on 4 shards"
+    else
+        fail "zero3-memory: peak live bytes '$ratio' of unsharded (want above 0.25, at most 0.35)"
+    fi
+}
 "$TRAIN" --help | grep -q -- "default: \$HCOMM_BACKEND, else mpi under mpirun/srun, else local" ||
     fail "--help does not say the backend defaults to \$HCOMM_BACKEND"
 

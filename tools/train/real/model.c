@@ -285,7 +285,13 @@ static void embed_backward(model_t *m, const mb_cache_t *c, const real_t *dh) {
 
 /* h = x + reduce_from(gelu(copy_to(x) W1 + b1) W2) + b2 (Megatron-LM's parallel MLP). */
 static hcomm_result_t tp_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *h) {
-    TRAIN_TRY(rt, attn_forward(m, rt, c, h)); /* the block's attention sublayer first */
+    hcomm_result_t r = zero_piece(rt, 1 + 2 * c->layer, PIECE_ATTN, 1);
+    if (r == HCOMM_OK)
+        r = attn_forward(m, rt, c, h); /* the block's attention sublayer first */
+    if (r == HCOMM_OK)
+        r = zero_piece(rt, 1 + 2 * c->layer, PIECE_MLP, 1);
+    if (r != HCOMM_OK)
+        return r;
     const layer_t *ly = &m->layers[c->layer];
     layer_cache_t *lc = &c->lc[c->layer];
     const int64_t n = mb_rows(c), C = m->C, Fs = m->Fs;
@@ -315,6 +321,9 @@ static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, rea
     arena_t *a = &rt->arena;
     real_t *dy = arena_reals(a, n * C), *dz = arena_reals(a, n * Fs);
     real_t *dxp = arena_reals(a, n * C), *dx = arena_reals(a, c->n * C);
+    hcomm_result_t r = zero_piece(rt, 1 + 2 * c->layer, PIECE_MLP, 0);
+    if (r != HCOMM_OK)
+        return r;
     TRAIN_TRY(rt, sp_exit_bwd(rt, sp_rows_of(c), dh, dy, C));
     for (int64_t i = 0; i < c->n; i++)
         nn_add(ly->b2.g, dh + i * C, C);
@@ -328,7 +337,8 @@ static hcomm_result_t tp_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, rea
     TRAIN_TRY(rt, sp_enter_bwd(rt, sp_rows_of(c), dxp, dx, C));
     nn_add(dh, dx, c->n * C); /* the residual plus the block's input gradient */
     bf16_store(m, dh, c->n * C);
-    return attn_backward(m, rt, c, dh);
+    r = zero_piece(rt, 1 + 2 * c->layer, PIECE_ATTN, 0);
+    return r == HCOMM_OK ? attn_backward(m, rt, c, dh) : r;
 }
 
 /* ---------------------------------------------------------------- unit 2: MoE */
@@ -362,8 +372,8 @@ static void router_forward(const model_t *m, mb_cache_t *c) {
 
 /* Each local expert's FFN on its block of the received rows (grouped by expert):
  * o = gelu(r W1e + b1e) W2e (+ b2e once, on expert-TP rank 0: the shards are summed later). */
-static void experts_forward(const model_t *m, const train_rt_t *rt, mb_cache_t *c,
-                            const real_t *rows) {
+static hcomm_result_t experts_forward(const model_t *m, train_rt_t *rt, mb_cache_t *c,
+                                      const real_t *rows) {
     const layer_t *ly = &m->layers[c->layer];
     layer_cache_t *lc = &c->lc[c->layer];
     const int64_t C = m->C, Fes = m->Fes;
@@ -371,6 +381,9 @@ static void experts_forward(const model_t *m, const train_rt_t *rt, mb_cache_t *
     for (int j = 0; j < m->E_local; j++) {
         const expert_t *ex = &ly->experts[j];
         const int64_t nj = lc->moe_count[j];
+        hcomm_result_t r = zero_piece(rt, 2 + 2 * c->layer, PIECE_EXPERT0 + j, 1);
+        if (r != HCOMM_OK)
+            return r;
         nn_linear_fwd(rows + off * C, ex->w1.w, ex->b1.w, lc->moe_z + off * Fes, nj, C, Fes);
         bf16_store(m, lc->moe_z + off * Fes, nj * Fes);
         nn_gelu_fwd(lc->moe_z + off * Fes, lc->moe_g + off * Fes, nj * Fes);
@@ -379,6 +392,7 @@ static void experts_forward(const model_t *m, const train_rt_t *rt, mb_cache_t *
                       lc->moe_o + off * C, nj, Fes, C);
         off += nj;
     }
+    return HCOMM_OK;
 }
 
 /* Dispatches the tokens over EP (hcomm_moe_dispatch_topk: top-k, dropless or with
@@ -413,7 +427,9 @@ static hcomm_result_t moe_dispatch_experts(const model_t *m, train_rt_t *rt, mb_
         lc->moe_r = arena_reals(&rt->arena, total * C);
         comm_out_done(&recv, lc->moe_r);
     }
-    experts_forward(m, rt, c, lc->moe_r);
+    hcomm_result_t r = experts_forward(m, rt, c, lc->moe_r);
+    if (r != HCOMM_OK)
+        return r;
     real_t *sum = lc->moe_o + total * C;
     hcomm_tensor_t o_t = comm_in(rt, lc->moe_o, total, C), s_t = comm_out(rt, sum, total, C);
     if (c->sp) /* combine sums the members' partial outputs itself (reduce_scatterv) */
@@ -444,8 +460,11 @@ static hcomm_result_t moe_forward(const model_t *m, train_rt_t *rt, mb_cache_t *
     hcomm_tensor_t h_t = comm_in(rt, h, n, C), x_t = comm_out(rt, lc->moe_x, n, C);
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_copy_to_fwd(rt->etp, &h_t, &x_t)));
     comm_out_done(&x_t, lc->moe_x);
+    hcomm_result_t r = zero_piece(rt, 2 + 2 * c->layer, PIECE_ROUTER, 1);
+    if (r != HCOMM_OK)
+        return r;
     router_forward(m, c);
-    hcomm_result_t r = moe_dispatch_experts(m, rt, c);
+    r = moe_dispatch_experts(m, rt, c);
     if (r != HCOMM_OK)
         return r;
     for (int64_t i = 0; i < n; i++) {
@@ -485,8 +504,8 @@ static void router_backward(model_t *m, train_rt_t *rt, const mb_cache_t *c, con
 /* Backward of the local experts on the rows grouped as in the forward: d_o [R, C] holds the
  * gradient of their outputs; d_rows [R, C] gets that of their inputs (partial over the
  * expert-TP shards). */
-static void experts_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, const real_t *rows,
-                             const real_t *d_o, real_t *d_rows) {
+static hcomm_result_t experts_backward(model_t *m, train_rt_t *rt, mb_cache_t *c,
+                                       const real_t *rows, const real_t *d_o, real_t *d_rows) {
     layer_t *ly = &m->layers[c->layer];
     layer_cache_t *lc = &c->lc[c->layer];
     const int64_t C = m->C, Fes = m->Fes;
@@ -496,6 +515,9 @@ static void experts_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, const re
     for (int j = 0; j < m->E_local; j++) {
         expert_t *ex = &ly->experts[j];
         const int64_t nj = lc->moe_count[j];
+        hcomm_result_t r = zero_piece(rt, 2 + 2 * c->layer, PIECE_EXPERT0 + j, 0);
+        if (r != HCOMM_OK)
+            return r;
         const real_t *o = d_o + off * C;
         real_t *z = dz + off * Fes;
         nn_linear_bwd_params(lc->moe_g + off * Fes, o, ex->w2.g, ex->b2.g, nj, Fes, C);
@@ -507,6 +529,7 @@ static void experts_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, const re
         nn_linear_bwd_input(z, ex->w1.w, d_rows + off * C, wt, nj, C, Fes);
         off += nj;
     }
+    return HCOMM_OK;
 }
 
 /* The gradient dy of the combined output y and that of the gates, dgate [n, k]: with top-1,
@@ -545,12 +568,16 @@ static hcomm_result_t moe_backward(model_t *m, train_rt_t *rt, mb_cache_t *c, re
     real_t *d_rows = arena_reals(a, R * C), *dgate = arena_reals(a, n * m->K);
     real_t *dtok = arena_reals(a, n * C), *dx = arena_reals(a, n * C);
     hcomm_result_t r = moe_combine_bwd(m, rt, c, dh, d_o, dgate);
+    if (r == HCOMM_OK)
+        r = zero_piece(rt, 2 + 2 * c->layer, PIECE_ROUTER, 0);
     if (r != HCOMM_OK)
         return r;
     router_backward(m, rt, c, dgate, dh); /* dh keeps the residual path and gains the router's */
     hcomm_tensor_t d_o_t = train_view2(d_o, R, C), d_os_t = train_view2(d_os, R, C);
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_tp_reduce_from_bwd(rt->etp, &d_o_t, &d_os_t)));
-    experts_backward(m, rt, c, lc->moe_r, d_os, d_rows);
+    r = experts_backward(m, rt, c, lc->moe_r, d_os, d_rows);
+    if (r != HCOMM_OK)
+        return r;
     hcomm_tensor_t d_rows_t = comm_in(rt, d_rows, R, C), dtok_t = comm_out(rt, dtok, n, C);
     TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_moe_dispatch_topk_bwd(lc->moe_h, &d_rows_t, &dtok_t)));
     hcomm_tensor_t dx_t = comm_out(rt, dx, n, C);

@@ -130,6 +130,14 @@ static hcomm_result_t unit_forward(int u, const model_t *m, train_rt_t *rt, mb_c
  * input (the head writes it from scratch). @p scale is 1 / (tokens in the global batch). */
 static hcomm_result_t unit_backward(int u, model_t *m, train_rt_t *rt, mb_cache_t *c, real_t *dh,
                                     double scale);
+/* The pieces of a unit whose parameters are used together: the TP block's attention and MLP,
+ * the MoE layer's router and its local expert j (PIECE_EXPERT0 + j); the embedding and the
+ * head are one piece each. The units call zero_piece before a piece's parameters are used,
+ * on every rank whatever its tokens, since it may communicate (real/zero.c: it closes the
+ * piece used before, whose gradients reduce_scatter in backward and whose parameters --zero 3
+ * frees, and opens this one, gathered with --zero 3; a no-op without --zero). */
+enum { PIECE_ATTN = 0, PIECE_MLP = 1, PIECE_ROUTER = 0, PIECE_EXPERT0 = 1 };
+static hcomm_result_t zero_piece(train_rt_t *rt, int u, int s, int fwd);
 /* Frees the MoE routing a micro-batch still holds (after a failure) and clears c. */
 static void mb_cache_clear(mb_cache_t *c);
 /* With --sequence-parallel: sums over TP the gradients of the weights every TP rank keeps whole. */

@@ -1,13 +1,14 @@
 /* --zero 1|2|3: the parameters, gradients and momentum of hcomm-train held by shard plans
- * (hcomm/zero.h), one per unit and gradient group (dense over DP_SHARD, experts over
- * EDP_SHARD; with --dp-shard < --dp the rest of DP replicates, HSDP). A unit's parameters
- * point into its plan's gathered buffer while it runs (ZeRO-3 gathers them just before, with
- * the next unit prefetched, and releases them after); its gradients accumulate in the plan's
- * full gradients, reduce_scattered (nonblocking, added into the shard) after each of its
- * backward passes; SGD with momentum then steps the shards, and ZeRO-1/2 gather the result.
- * Included by train.c (static functions, like the rest of real/). */
+ * (hcomm/zero.h), one per piece of a unit (model.h: attention, MLP, router, each expert, the
+ * embedding, the head) and so of one gradient group (dense over DP_SHARD, experts over
+ * EDP_SHARD; with --dp-shard < --dp the rest of DP replicates, HSDP). A piece's parameters
+ * point into its plan's gathered buffer while it is used (ZeRO-3 gathers them just before,
+ * with the next piece prefetched, and releases them after, so only about two pieces are live
+ * at once); its gradients accumulate in the plan's full gradients, reduce_scattered
+ * (nonblocking, added into the shard) after each of its backward passes; SGD with momentum
+ * then steps the shards, and ZeRO-1/2 gather the result. Included by train.c (static
+ * functions, like the rest of real/). */
 
-/* One unit's plans: [0] dense, [1] expert. */
 /* Returns from the enclosing function when call fails (it has reported the failure). */
 #define ZERO_TRY(call)                                                                             \
     do {                                                                                           \
@@ -16,18 +17,27 @@
             return zr_;                                                                            \
     } while (0)
 
+/* One piece of a unit (zero_piece_of): parameters the model code uses together, one plan
+ * (dense or expert, never both). */
+typedef struct zpiece {
+    hcomm_zero_plan_t *plan; /* NULL: the piece has no parameters */
+    int *idx;                /* the plan's parameter j is m->params[idx[j]] */
+    int n, nb;
+    real_t **mom; /* [nb] momentum shard of each bucket */
+} zpiece_t;
+
 typedef struct zunit {
-    hcomm_zero_plan_t *plan[2];
-    int *idx[2]; /* the plan's parameter j is m->params[idx[k][j]] */
-    int n[2], nb[2];
-    real_t **mom[2]; /* [nb] momentum shard of each bucket */
+    zpiece_t *pc; /* [npc]; NULL for units of other stages */
+    int npc;
+    int open; /* the piece whose parameters the unit uses now, or -1 */
 } zunit_t;
 
 typedef struct train_zero {
     int stage;
-    zunit_t *u; /* [model_units] (plans NULL for units of other stages) */
+    model_t *m; /* the model the pieces point into (zero_piece gets rt only) */
+    zunit_t *u; /* [model_units] */
     size_t mom_bytes, peak, unsharded;
-    int pending; /* the unit whose reduce_scatter was issued last in backward, or -1 */
+    hcomm_zero_plan_t *pending; /* the piece whose reduce_scatter was issued last, or NULL */
 } train_zero_t;
 
 /* This rank's bytes of parameters, gradients and momentum without sharding (with bf16, the
@@ -43,8 +53,9 @@ static void zero_sample_memory(const model_t *m, train_rt_t *rt) {
     train_zero_t *z = rt->zero;
     size_t live = z->mom_bytes, bytes = 0;
     for (int u = 0; u < model_units(m->L); u++)
-        for (int k = 0; k < 2; k++)
-            if (z->u[u].plan[k] && hcomm_zero_memory(z->u[u].plan[k], &bytes, NULL) == HCOMM_OK)
+        for (int s = 0; s < z->u[u].npc; s++)
+            if (z->u[u].pc[s].plan &&
+                hcomm_zero_memory(z->u[u].pc[s].plan, &bytes, NULL) == HCOMM_OK)
                 live += bytes;
     for (int i = 0; m->bf16 && i < m->nparams; i++)
         live += (size_t)(m->params[i]->rows * m->params[i]->cols) * sizeof(real_t);
@@ -52,55 +63,95 @@ static void zero_sample_memory(const model_t *m, train_rt_t *rt) {
         z->peak = live;
 }
 
-/* Points the unit's parameters (and, in backward, gradients) into its plans' buffers. */
-static hcomm_result_t zero_point(model_t *m, train_rt_t *rt, zunit_t *zu, int grads) {
-    for (int k = 0; k < 2; k++)
-        for (int j = 0; j < zu->n[k]; j++) {
-            param_t *p = m->params[zu->idx[k][j]];
-            void *d = NULL;
-            TRAIN_TRY(rt, hcomm_zero_param(zu->plan[k], j, &d));
-            p->master = d;
-            if (!m->bf16)
-                p->w = d;
-            param_round(m, p);
-            if (grads) {
-                TRAIN_TRY(rt, hcomm_zero_grad(zu->plan[k], j, &d));
-                p->g = d;
-            }
+/* Points the piece's parameters (and, in backward, gradients) into its plan's buffers. */
+static hcomm_result_t zero_point(model_t *m, train_rt_t *rt, zpiece_t *pc, int grads) {
+    for (int j = 0; j < pc->n; j++) {
+        param_t *p = m->params[pc->idx[j]];
+        void *d = NULL;
+        TRAIN_TRY(rt, hcomm_zero_param(pc->plan, j, &d));
+        p->master = d;
+        if (!m->bf16)
+            p->w = d;
+        param_round(m, p);
+        if (grads) {
+            TRAIN_TRY(rt, hcomm_zero_grad(pc->plan, j, &d));
+            p->g = d;
         }
+    }
+    return HCOMM_OK;
+}
+
+/* Pieces of unit u: the TP block's attention and MLP, the MoE layer's router and each local
+ * expert, the embedding or the head whole. Gathered one at a time, a unit's parameters are
+ * never all live at once. */
+static int zero_pieces(const model_t *m, int u) {
+    const int kind = unit_kind(u, m->L);
+    return kind == UNIT_TP ? 2 : kind == UNIT_MOE ? 1 + m->E_local : 1;
+}
+
+/* The piece of unit u that holds p (model.h's PIECE_ numbers). */
+static int zero_piece_of(const model_t *m, const param_t *p, int u) {
+    const int kind = unit_kind(u, m->L);
+    if (kind != UNIT_TP && kind != UNIT_MOE)
+        return 0;
+    const layer_t *y = &m->layers[(u - 1) / 2];
+    if (kind == UNIT_TP)
+        return p == &y->w1 || p == &y->b1 || p == &y->w2 || p == &y->b2 ? PIECE_MLP : PIECE_ATTN;
+    if (!p->expert)
+        return PIECE_ROUTER;
+    return PIECE_EXPERT0 +
+           (int)(((const char *)p - (const char *)y->experts) / (ptrdiff_t)sizeof(expert_t));
+}
+
+/* The i-th piece unit u uses in a forward (fwd) or backward pass, in the model code's order
+ * (the TP block's backward runs its MLP before its attention); also the inverse map. */
+static int zero_nth(const model_t *m, int u, int fwd, int i) {
+    return !fwd && unit_kind(u, m->L) == UNIT_TP ? 1 - i : i;
+}
+
+/* The plan of piece s of unit u, built from the unit's parameters of that piece. */
+static hcomm_result_t zero_plan_piece(model_t *m, train_rt_t *rt, hcomm_comm_t *const g[4], int u,
+                                      int s, size_t cap, hcomm_tensor_t *t) {
+    zpiece_t *pc = &rt->zero->u[u].pc[s];
+    int k = 0;
+    pc->idx = train_alloc((size_t)m->nparams * sizeof(int) + 1);
+    for (int i = 0; i < m->nparams; i++) {
+        param_t *p = m->params[i];
+        if (param_unit(m, p) == u && zero_piece_of(m, p, u) == s) {
+            t[pc->n] = train_view2(p->master, p->rows, p->cols);
+            pc->idx[pc->n++] = i;
+            k = p->expert;
+        }
+    }
+    if (pc->n == 0)
+        return HCOMM_OK;
+    hcomm_zero_config_t c = {rt->zero->stage, cap, HCOMM_SUM, HCOMM_ZERO_PARAM_DTYPE, 1};
+    TRAIN_TRY(rt,
+              TRAIN_COMM(rt, hcomm_zero_create(g[2 * k], g[2 * k + 1], t, pc->n, &c, &pc->plan)));
+    TRAIN_TRY(rt, hcomm_zero_num_buckets(pc->plan, &pc->nb));
+    pc->mom = train_alloc((size_t)pc->nb * sizeof(real_t *) + 1);
+    for (int b = 0; b < pc->nb; b++) {
+        hcomm_zero_shard_t sh;
+        TRAIN_TRY(rt, hcomm_zero_shard(pc->plan, b, &sh));
+        pc->mom[b] = train_alloc(sh.count * sizeof(real_t) + 1);
+        memset(pc->mom[b], 0, sh.count * sizeof(real_t));
+        rt->zero->mom_bytes += sh.count * sizeof(real_t);
+    }
     return HCOMM_OK;
 }
 
 static hcomm_result_t zero_plan_unit(model_t *m, train_rt_t *rt, hcomm_comm_t *const g[4], int u,
                                      size_t cap) {
     zunit_t *zu = &rt->zero->u[u];
+    zu->npc = zero_pieces(m, u);
+    zu->pc = train_alloc((size_t)zu->npc * sizeof(zpiece_t));
+    memset(zu->pc, 0, (size_t)zu->npc * sizeof(zpiece_t));
     hcomm_tensor_t *t = train_alloc((size_t)m->nparams * sizeof *t + 1);
-    for (int k = 0; k < 2; k++) {
-        zu->idx[k] = train_alloc((size_t)m->nparams * sizeof(int) + 1);
-        for (int i = 0; i < m->nparams; i++) {
-            param_t *p = m->params[i];
-            if (param_unit(m, p) == u && p->expert == k) {
-                t[zu->n[k]] = train_view2(p->master, p->rows, p->cols);
-                zu->idx[k][zu->n[k]++] = i;
-            }
-        }
-        if (zu->n[k] == 0)
-            continue;
-        hcomm_zero_config_t c = {rt->zero->stage, cap, HCOMM_SUM, HCOMM_ZERO_PARAM_DTYPE, 1};
-        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_zero_create(g[2 * k], g[2 * k + 1], t, zu->n[k], &c,
-                                                       &zu->plan[k])));
-        TRAIN_TRY(rt, hcomm_zero_num_buckets(zu->plan[k], &zu->nb[k]));
-        zu->mom[k] = train_alloc((size_t)zu->nb[k] * sizeof(real_t *) + 1);
-        for (int b = 0; b < zu->nb[k]; b++) {
-            hcomm_zero_shard_t sh;
-            TRAIN_TRY(rt, hcomm_zero_shard(zu->plan[k], b, &sh));
-            zu->mom[k][b] = train_alloc(sh.count * sizeof(real_t) + 1);
-            memset(zu->mom[k][b], 0, sh.count * sizeof(real_t));
-            rt->zero->mom_bytes += sh.count * sizeof(real_t);
-        }
-    }
+    hcomm_result_t r = HCOMM_OK;
+    for (int s = 0; s < zu->npc && r == HCOMM_OK; s++)
+        r = zero_plan_piece(m, rt, g, u, s, cap, t);
     free(t);
-    return HCOMM_OK;
+    return r;
 }
 
 /* The model's own buffers go: the plans hold the parameters (with bf16 the rounded copy
@@ -138,11 +189,13 @@ static hcomm_result_t zero_setup(model_t *m, train_rt_t *rt, const train_opts_t 
     rt->zero = train_alloc(sizeof *rt->zero);
     memset(rt->zero, 0, sizeof *rt->zero);
     rt->zero->stage = o->zero;
-    rt->zero->pending = -1;
+    rt->zero->m = m;
     rt->zero->unsharded = zero_unsharded_bytes(m);
     const int U = model_units(m->L);
     rt->zero->u = train_alloc((size_t)U * sizeof(zunit_t));
     memset(rt->zero->u, 0, (size_t)U * sizeof(zunit_t));
+    for (int u = 0; u < U; u++)
+        rt->zero->u[u].open = -1;
     /* Buckets of at most 1/32 of this rank's parameters (a larger tensor gets its own). */
     size_t cap = rt->zero->unsharded / (size_t)(m->bf16 ? 4 : 3) / 32;
     for (int u = 0; u < U; u++)
@@ -150,8 +203,9 @@ static hcomm_result_t zero_setup(model_t *m, train_rt_t *rt, const train_opts_t 
             ZERO_TRY(zero_plan_unit(m, rt, g, u, cap > 64 ? cap : 64));
     zero_drop_model_buffers(m);
     for (int u = 0; u < U && o->zero < 3; u++) /* ZeRO-1/2: gathered for good */
-        if (has_unit(m, u))
-            ZERO_TRY(zero_point(m, rt, &rt->zero->u[u], 0));
+        for (int s = 0; s < rt->zero->u[u].npc; s++)
+            if (rt->zero->u[u].pc[s].plan)
+                ZERO_TRY(zero_point(m, rt, &rt->zero->u[u].pc[s], 0));
     zero_sample_memory(m, rt);
     return HCOMM_OK;
 }
@@ -166,14 +220,17 @@ static void zero_free(model_t *m, train_rt_t *rt, int units) {
             p->w = NULL;
         p->master = p->g = NULL;
     }
-    for (int u = 0; z && u < units; u++)
-        for (int k = 0; k < 2; k++) {
-            for (int b = 0; b < z->u[u].nb[k]; b++)
-                free(z->u[u].mom[k][b]);
-            free(z->u[u].mom[k]);
-            free(z->u[u].idx[k]);
-            hcomm_zero_destroy(&z->u[u].plan[k]);
+    for (int u = 0; z && u < units; u++) {
+        for (int s = 0; s < z->u[u].npc; s++) {
+            zpiece_t *pc = &z->u[u].pc[s];
+            for (int b = 0; b < pc->nb; b++)
+                free(pc->mom[b]);
+            free(pc->mom);
+            free(pc->idx);
+            hcomm_zero_destroy(&pc->plan);
         }
+        free(z->u[u].pc);
+    }
     if (z)
         free(z->u);
     free(z);
@@ -186,92 +243,111 @@ static hcomm_result_t zero_timed(train_rt_t *rt, double t0, hcomm_result_t r, co
     return r == HCOMM_OK ? r : train_fail(rt, what, r);
 }
 
-/* Starts the gather of unit u's parameters (ZeRO-3 prefetch), if u is on this rank. */
-static hcomm_result_t zero_prefetch(const model_t *m, train_rt_t *rt, int u) {
-    if (rt->zero->stage < 3 || u < 0 || u >= model_units(m->L))
-        return HCOMM_OK;
-    zunit_t *zu = &rt->zero->u[u];
-    for (int k = 0; k < 2; k++)
-        if (zu->plan[k])
-            TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_zero_iall_gather_params(zu->plan[k], HCOMM_ZERO_ALL,
-                                                                       NULL, 0)));
-    return HCOMM_OK;
-}
-
-/* Before unit u runs (forward if fwd, else backward): its reduce_scatter of the previous
- * micro-batch done, its parameters gathered (ZeRO-3; the next unit prefetched) and pointed
- * to, and in backward its gradients. */
-static hcomm_result_t zero_unit_begin(model_t *m, train_rt_t *rt, int u, int fwd) {
-    if (!rt->zero)
-        return HCOMM_OK;
-    zunit_t *zu = &rt->zero->u[u];
-    double t0 = train_now();
-    hcomm_result_t r = HCOMM_OK;
-    for (int k = 0; k < 2 && r == HCOMM_OK; k++)
-        if (zu->plan[k]) {
-            r = TRAIN_COMM(rt, hcomm_zero_wait(zu->plan[k], HCOMM_ZERO_ALL, NULL));
-            if (r == HCOMM_OK && rt->zero->stage == 3)
-                r = TRAIN_COMM(rt,
-                               hcomm_zero_all_gather_params(zu->plan[k], HCOMM_ZERO_ALL, NULL, 0));
-        }
-    ZERO_TRY(zero_timed(rt, t0, r, "hcomm_zero_all_gather_params"));
-    ZERO_TRY(zero_prefetch(m, rt, fwd ? u + 1 : u - 1));
-    ZERO_TRY(zero_point(m, rt, zu, !fwd));
-    zero_sample_memory(m, rt);
-    return HCOMM_OK;
-}
-
-/* One unit's reduce_scatter stays in flight while the next unit's backward runs; the one
- * before it is waited for, so that full gradients (freed when their reduce_scatter ends) are
- * held for at most two units, not for every unit until the last micro-batch. */
-static hcomm_result_t zero_settle(train_rt_t *rt, int u) {
-    int prev = rt->zero->pending;
-    rt->zero->pending = u;
-    if (prev < 0 || prev == u)
-        return HCOMM_OK;
-    double t0 = train_now();
-    hcomm_result_t r = HCOMM_OK;
-    for (int k = 0; k < 2 && r == HCOMM_OK; k++)
-        if (rt->zero->u[prev].plan[k])
-            r = TRAIN_COMM(rt, hcomm_zero_wait(rt->zero->u[prev].plan[k], HCOMM_ZERO_ALL, NULL));
-    return zero_timed(rt, t0, r, "hcomm_zero_wait");
-}
-
-/* After unit u ran: in backward its gradients are reduce_scattered (nonblocking, added into
- * the shards); ZeRO-3 then frees its gathered parameters. */
-static hcomm_result_t zero_unit_end(model_t *m, train_rt_t *rt, int u, int fwd) {
-    if (!rt->zero)
-        return HCOMM_OK;
-    zunit_t *zu = &rt->zero->u[u];
-    zero_sample_memory(m, rt);
-    for (int k = 0; k < 2; k++) {
-        if (!zu->plan[k])
-            continue;
-        if (!fwd)
-            TRAIN_TRY(
-                rt, TRAIN_COMM(rt, hcomm_zero_ireduce_scatter_grads(zu->plan[k], HCOMM_ZERO_ALL)));
-        if (rt->zero->stage == 3)
-            TRAIN_TRY(rt, hcomm_zero_release(zu->plan[k], HCOMM_ZERO_ALL));
+/* ZeRO-3: starts the gather of the piece used after piece s of unit u (the next of the unit
+ * in the pass's order, else the first of the next unit, if this rank has it). */
+static hcomm_result_t zero_prefetch(const model_t *m, train_rt_t *rt, int u, int s, int fwd) {
+    train_zero_t *z = rt->zero;
+    int i = zero_nth(m, u, fwd, s) + 1;
+    if (i >= z->u[u].npc) {
+        u += fwd ? 1 : -1;
+        i = 0;
     }
-    return fwd ? HCOMM_OK : zero_settle(rt, u);
+    if (z->stage < 3 || u < 0 || u >= model_units(m->L) || i >= z->u[u].npc)
+        return HCOMM_OK;
+    hcomm_zero_plan_t *plan = z->u[u].pc[zero_nth(m, u, fwd, i)].plan;
+    if (plan)
+        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_zero_iall_gather_params(plan, HCOMM_ZERO_ALL, NULL, 0)));
+    return HCOMM_OK;
 }
 
-/* Gathers every unit's parameters and points the model at them: ZeRO-1/2 after each step,
+/* Before piece s of unit u is used (forward if fwd, else backward): its reduce_scatter of the
+ * previous micro-batch done, its parameters gathered (ZeRO-3; the next piece prefetched) and
+ * pointed to, and in backward its gradients. */
+static hcomm_result_t zero_open(train_rt_t *rt, int u, int s, int fwd) {
+    train_zero_t *z = rt->zero;
+    zpiece_t *pc = &z->u[u].pc[s];
+    z->u[u].open = s;
+    double t0 = train_now();
+    hcomm_result_t r = HCOMM_OK;
+    /* The gather before the wait: it takes over the prefetch in flight, whereas after a wait
+     * had completed that prefetch it would gather the bucket once more. */
+    if (pc->plan && z->stage == 3)
+        r = TRAIN_COMM(rt, hcomm_zero_all_gather_params(pc->plan, HCOMM_ZERO_ALL, NULL, 0));
+    if (pc->plan && r == HCOMM_OK)
+        r = TRAIN_COMM(rt, hcomm_zero_wait(pc->plan, HCOMM_ZERO_ALL, NULL));
+    ZERO_TRY(zero_timed(rt, t0, r, "hcomm_zero_all_gather_params"));
+    ZERO_TRY(zero_prefetch(z->m, rt, u, s, fwd));
+    if (pc->plan)
+        ZERO_TRY(zero_point(z->m, rt, pc, !fwd));
+    zero_sample_memory(z->m, rt);
+    return HCOMM_OK;
+}
+
+/* One piece's reduce_scatter stays in flight while the next piece's backward runs; the one
+ * before it is waited for, so that full gradients (freed when their reduce_scatter ends) are
+ * held for at most two pieces, not for every piece until the last micro-batch. */
+static hcomm_result_t zero_settle(train_rt_t *rt, hcomm_zero_plan_t *plan) {
+    hcomm_zero_plan_t *prev = rt->zero->pending;
+    rt->zero->pending = plan;
+    if (!prev || prev == plan)
+        return HCOMM_OK;
+    double t0 = train_now();
+    return zero_timed(rt, t0, TRAIN_COMM(rt, hcomm_zero_wait(prev, HCOMM_ZERO_ALL, NULL)),
+                      "hcomm_zero_wait");
+}
+
+/* After the open piece of unit u was used: in backward its gradients are reduce_scattered
+ * (nonblocking, added into the shards); ZeRO-3 then frees its gathered parameters. */
+static hcomm_result_t zero_close(train_rt_t *rt, int u, int fwd) {
+    train_zero_t *z = rt->zero;
+    const int s = z->u[u].open;
+    z->u[u].open = -1;
+    hcomm_zero_plan_t *plan = s >= 0 ? z->u[u].pc[s].plan : NULL;
+    if (!plan)
+        return HCOMM_OK;
+    zero_sample_memory(z->m, rt);
+    if (!fwd)
+        TRAIN_TRY(rt, TRAIN_COMM(rt, hcomm_zero_ireduce_scatter_grads(plan, HCOMM_ZERO_ALL)));
+    if (z->stage == 3)
+        TRAIN_TRY(rt, hcomm_zero_release(plan, HCOMM_ZERO_ALL));
+    return fwd ? HCOMM_OK : zero_settle(rt, plan);
+}
+
+/* The model code's hook (model.h): piece s of unit u is used next; the piece in use before
+ * it is closed. A no-op without --zero and for the piece already open. */
+static hcomm_result_t zero_piece(train_rt_t *rt, int u, int s, int fwd) {
+    if (!rt->zero || rt->zero->u[u].open == s)
+        return HCOMM_OK;
+    ZERO_TRY(zero_close(rt, u, fwd));
+    return zero_open(rt, u, s, fwd);
+}
+
+/* Before unit u runs: its first piece in the pass's order opened. */
+static hcomm_result_t zero_unit_begin(model_t *m, train_rt_t *rt, int u, int fwd) {
+    return zero_piece(rt, u, zero_nth(m, u, fwd, 0), fwd);
+}
+
+/* After unit u ran: its last piece closed. */
+static hcomm_result_t zero_unit_end(model_t *m, train_rt_t *rt, int u, int fwd) {
+    (void)m;
+    return rt->zero ? zero_close(rt, u, fwd) : HCOMM_OK;
+}
+
+/* Gathers every piece's parameters and points the model at them: ZeRO-1/2 after each step,
  * and every stage before the replica check at the end. */
 static hcomm_result_t zero_gather_everything(model_t *m, train_rt_t *rt, int in_step) {
-    double t0 = train_now();
-    for (int u = 0; u < model_units(m->L); u++) {
-        zunit_t *zu = &rt->zero->u[u];
-        for (int k = 0; k < 2; k++)
-            if (zu->plan[k])
-                ZERO_TRY(zero_timed(rt, t0,
-                                    TRAIN_COMM(rt, hcomm_zero_all_gather_params(
-                                                       zu->plan[k], HCOMM_ZERO_ALL, NULL, 0)),
-                                    "hcomm_zero_all_gather_params"));
-        if (zu->plan[0] || zu->plan[1])
-            ZERO_TRY(zero_point(m, rt, zu, 0));
-        t0 = train_now();
-    }
+    for (int u = 0; u < model_units(m->L); u++)
+        for (int s = 0; s < rt->zero->u[u].npc; s++) {
+            zpiece_t *pc = &rt->zero->u[u].pc[s];
+            if (!pc->plan)
+                continue;
+            double t0 = train_now();
+            ZERO_TRY(zero_timed(
+                rt, t0,
+                TRAIN_COMM(rt, hcomm_zero_all_gather_params(pc->plan, HCOMM_ZERO_ALL, NULL, 0)),
+                "hcomm_zero_all_gather_params"));
+            ZERO_TRY(zero_point(m, rt, pc, 0));
+        }
     if (in_step) /* the end's gather for the replica check is no part of a step */
         zero_sample_memory(m, rt);
     return HCOMM_OK;
@@ -295,21 +371,21 @@ static hcomm_result_t zero_step(model_t *m, train_rt_t *rt, double lr, double mo
     double t0 = train_now();
     hcomm_result_t r = HCOMM_OK;
     for (int u = 0; u < model_units(m->L) && r == HCOMM_OK; u++)
-        for (int k = 0; k < 2 && r == HCOMM_OK; k++)
-            if (z->u[u].plan[k])
-                r = TRAIN_COMM(rt, hcomm_zero_wait(z->u[u].plan[k], HCOMM_ZERO_ALL, NULL));
+        for (int s = 0; s < z->u[u].npc && r == HCOMM_OK; s++)
+            if (z->u[u].pc[s].plan)
+                r = TRAIN_COMM(rt, hcomm_zero_wait(z->u[u].pc[s].plan, HCOMM_ZERO_ALL, NULL));
     ZERO_TRY(zero_timed(rt, t0, r, "hcomm_zero_wait"));
-    z->pending = -1;
+    z->pending = NULL;
     for (int u = 0; u < model_units(m->L); u++)
-        for (int k = 0; k < 2; k++) {
-            zunit_t *zu = &z->u[u];
-            for (int b = 0; b < zu->nb[k]; b++) {
+        for (int s = 0; s < z->u[u].npc; s++) {
+            zpiece_t *pc = &z->u[u].pc[s];
+            for (int b = 0; b < pc->nb; b++) {
                 hcomm_zero_shard_t sh;
-                TRAIN_TRY(rt, hcomm_zero_shard(zu->plan[k], b, &sh));
-                zero_sgd_shard(&sh, zu->mom[k][b], lr, momentum);
+                TRAIN_TRY(rt, hcomm_zero_shard(pc->plan, b, &sh));
+                zero_sgd_shard(&sh, pc->mom[b], lr, momentum);
             }
-            if (zu->plan[k])
-                TRAIN_TRY(rt, hcomm_zero_clear_grads(zu->plan[k]));
+            if (pc->plan)
+                TRAIN_TRY(rt, hcomm_zero_clear_grads(pc->plan));
         }
     return z->stage < 3 ? zero_gather_everything(m, rt, 1) : HCOMM_OK;
 }
