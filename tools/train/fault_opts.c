@@ -6,6 +6,7 @@
 #include <string.h>
 
 static int parse_inject(train_opts_t *o, FILE *err) {
+    const int world = o->tp * o->cp * o->pp * o->dp; /* opts_validate checked its bound */
     o->inject_rank = o->inject_step = -1;
     if (o->inject_failure == NULL)
         return 0;
@@ -17,11 +18,11 @@ static int parse_inject(train_opts_t *o, FILE *err) {
         if (end == s || *end != '\0')
             step = -1;
     }
-    if (rank < 0 || step < 0 || rank >= opts_world_size(o) || step >= o->steps) {
+    if (rank < 0 || step < 0 || rank >= world || step >= o->steps) {
         fprintf(err,
                 "hcomm-train: --inject-failure %s: expected RANK:STEP with RANK in 0..%d and STEP "
                 "in 0..%d\n",
-                o->inject_failure, opts_world_size(o) - 1, o->steps - 1);
+                o->inject_failure, world - 1, o->steps - 1);
         return -1;
     }
     o->inject_rank = (int)rank;
