@@ -12,8 +12,11 @@ counts=("$@")
 ((${#counts[@]})) || counts=(0 2 4 6)
 tmp=$(mktemp -d)
 busy=()
-stop_busy() {
-    ((${#busy[@]})) && kill "${busy[@]}" 2>/dev/null && wait "${busy[@]}" 2>/dev/null
+stop_busy() { # a killed loop's wait status is nonzero: not a failure of this script
+    if ((${#busy[@]})); then
+        kill "${busy[@]}" 2>/dev/null || true
+        wait "${busy[@]}" 2>/dev/null || true
+    fi
     busy=()
 }
 trap 'stop_busy; rm -rf "$tmp"' EXIT
