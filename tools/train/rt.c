@@ -1,7 +1,6 @@
 /* What every precision of hcomm-train shares (see rt.h). */
 #include "rt.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -26,13 +25,12 @@ static int recoverable(const train_rt_t *rt, hcomm_result_t r) {
                                r == HCOMM_ERR_ABORTED || r == HCOMM_ERR_PEER);
 }
 
-hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t r) {
+hcomm_result_t train_fail(train_rt_t *rt, const char *what, hcomm_result_t r) {
     if (recoverable(rt, r)) {
-        train_rt_t *w = (train_rt_t *)(uintptr_t)rt; /* the record only: callers pass const */
-        if (w->step_error[0] == '\0') { /* its first clause: the call, the rank, the seq */
-            snprintf(w->step_error, sizeof w->step_error, "%s", hcomm_last_error());
-            w->step_error[strcspn(w->step_error, ";")] = '\0';
-            w->step_error_wait = train_now() - rt->mark;
+        if (rt->step_error[0] == '\0') { /* its first clause: the call, the rank, the seq */
+            snprintf(rt->step_error, sizeof rt->step_error, "%s", hcomm_last_error());
+            rt->step_error[strcspn(rt->step_error, ";")] = '\0';
+            rt->step_error_wait = train_now() - rt->mark;
         }
         return r;
     }
@@ -42,7 +40,7 @@ hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t
     return r;
 }
 
-hcomm_result_t train_fail_call(const train_rt_t *rt, const char *call, hcomm_result_t r) {
+hcomm_result_t train_fail_call(train_rt_t *rt, const char *call, hcomm_result_t r) {
     /* call is the C text, maybe wrapped: "TRAIN_COMM(rt, hcomm_pp_recv(rt->pp, ...))"; the
      * user needs only the name of the hcomm function. */
     char name[64] = "an hcomm call";

@@ -57,9 +57,9 @@ double train_now(void);
 hcomm_result_t train_comm_done(train_rt_t *rt, hcomm_result_t r);
 /* Prints which call failed on which rank (not for HCOMM_ERR_ABORTED: the first failure has
  * already been printed) and returns r. */
-hcomm_result_t train_fail(const train_rt_t *rt, const char *what, hcomm_result_t r);
+hcomm_result_t train_fail(train_rt_t *rt, const char *what, hcomm_result_t r);
 /* train_fail naming only the hcomm function that the C text @p call of TRAIN_TRY calls. */
-hcomm_result_t train_fail_call(const train_rt_t *rt, const char *call, hcomm_result_t r);
+hcomm_result_t train_fail_call(train_rt_t *rt, const char *call, hcomm_result_t r);
 
 /* A 2-D tensor [rows, cols] of @p dtype over data, the shape of every hcomm call here. */
 hcomm_tensor_t train_view(void *data, hcomm_dtype_t dtype, int64_t rows, int64_t cols);
