@@ -283,18 +283,7 @@ static hcomm_result_t local_subset(hcomm_comm_t *c, const int *members, int n, u
     local_shared_t *sh = (local_shared_t *)(uintptr_t)token;
     if (!sh)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a group of %d ranks", n);
-    int me = 0;
-    while (members[me] != c->rank)
-        me++;
-    hcomm_comm_t *nc = hcomm__local_comm_new(c->tr, sh, me, n, c);
-    if (!nc) {
-        hcomm__local_shared_release(sh);
-        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a communicator");
-    }
-    for (int i = 0; i < n; i++)
-        nc->world_ranks[i] = c->world_ranks[members[i]];
-    *out = nc;
-    return HCOMM_OK;
+    return hcomm__local_group_comm(c, sh, members, n, out);
 }
 
 /* This rank's thread stops for good, as a crashed rank would: it is marked lost and waits,

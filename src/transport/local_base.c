@@ -81,6 +81,22 @@ hcomm_comm_t *hcomm__local_comm_new(const hcomm__transport_t *tr, local_shared_t
     return c;
 }
 
+hcomm_result_t hcomm__local_group_comm(hcomm_comm_t *c, local_shared_t *sh, const int *ranks, int n,
+                                       hcomm_comm_t **out) {
+    int me = 0;
+    while (ranks[me] != c->rank)
+        me++;
+    hcomm_comm_t *nc = hcomm__local_comm_new(c->tr, sh, me, n, c);
+    if (!nc) {
+        hcomm__local_shared_release(sh);
+        return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a communicator");
+    }
+    for (int i = 0; i < n; i++)
+        nc->world_ranks[i] = c->world_ranks[ranks[i]];
+    *out = nc;
+    return HCOMM_OK;
+}
+
 void hcomm__local_destroy(hcomm_comm_t *c) {
     local_comm_t *lc = lc_of(c);
     if (!lc)

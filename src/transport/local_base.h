@@ -123,6 +123,10 @@ void hcomm__local_shared_release(local_shared_t *sh);
  * environment's), or NULL: out of memory (sh keeps the reference the comm would have taken). */
 hcomm_comm_t *hcomm__local_comm_new(const hcomm__transport_t *tr, local_shared_t *sh, int rank,
                                     int size, const hcomm_comm_t *parent);
+/* The communicator of a new group on sh (one reference each, dropped on failure) whose member
+ * i is ranks[i] of c, c's rank among them; it has c's settings. (split and shrink) */
+hcomm_result_t hcomm__local_group_comm(hcomm_comm_t *c, local_shared_t *sh, const int *ranks, int n,
+                                       hcomm_comm_t **out);
 /* Frees c's transport state and its reference to the shared state (the last reference frees
  * the frames still queued). */
 void hcomm__local_destroy(hcomm_comm_t *c);

@@ -403,18 +403,16 @@ static int collect_members(hcomm_comm_t *c, int color, member_t *out) {
 
 static hcomm_result_t make_member_comm(hcomm_comm_t *c, local_shared_t *sh, const member_t *mem,
                                        int m, hcomm_comm_t **out) {
-    int me = 0;
-    while (mem[me].rank != c->rank)
-        me++;
-    hcomm_comm_t *nc = hcomm__local_comm_new(c->tr, sh, me, m, c);
-    if (!nc) {
+    int *ranks = malloc(sizeof *ranks * (size_t)m);
+    if (!ranks) {
         hcomm__local_shared_release(sh);
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "cannot allocate a communicator");
     }
     for (int i = 0; i < m; i++)
-        nc->world_ranks[i] = c->world_ranks[mem[i].rank];
-    *out = nc;
-    return HCOMM_OK;
+        ranks[i] = mem[i].rank;
+    hcomm_result_t res = hcomm__local_group_comm(c, sh, ranks, m, out);
+    free(ranks);
+    return res;
 }
 
 /* Every rank posts (color, key); the first member of each group creates the group's shared
