@@ -16,30 +16,13 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/hcomm-train-ckpt.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset HCOMM_BACKEND
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
+. "$(dirname "$0")/train_common.sh"
 [ -x "$TRAIN" ] || { echo "FAIL: $TRAIN not found" >&2; exit 1; }
 COMMON=(--sample 0 --log-every 10)
 if grep -Eq '^CMAKE_BUILD_TYPE:[A-Z]+=Debug$|^HCOMM_SANITIZE:[A-Z]+=.+$' "$BUILD/CMakeCache.txt" \
     2>/dev/null; then
     COMMON+=(--hidden 32 --seq 16)
 fi
-
-# run NAME CMD...: one run under a timeout, its output in $WORK/NAME.log; fails loudly.
-run() {
-    local name=$1
-    shift
-    timeout 300 "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -ne 0 ]; then
-        fail "$name: '$*' exited with status $rc; its output:"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-        return 1
-    fi
-}
 
 # same_losses NAME A.csv B.csv FIRST LAST TOL: steps FIRST..LAST of both files agree (TOL 0:
 # the same text, bitwise; else relative difference <= TOL) and both have every such step.
@@ -61,22 +44,6 @@ same_losses() {
             if (!bad) printf "ok   %-34s steps %d..%d, largest relative difference %.3g\n", name, lo, hi, worst
             exit bad ? 1 : 0
         }' "$2" "$3"
-}
-
-# expect_fail NAME PATTERN CMD...: must exit non-zero (not a timeout) and print PATTERN.
-expect_fail() {
-    local name=$1 pattern=$2
-    shift 2
-    timeout 120 "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
-        fail "$name: '$*' exited with $rc, expected a failure"
-    elif ! grep -Eq -- "$pattern" "$WORK/$name.log"; then
-        fail "$name: the message does not match '$pattern':"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-    else
-        echo "ok   $name: $(head -n 1 "$WORK/$name.log")"
-    fi
 }
 
 # --- resume on the local backend -------------------------------------------------------------

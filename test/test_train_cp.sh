@@ -15,25 +15,8 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/hcomm-train-cp.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset HCOMM_BACKEND HCOMM_TOPO
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
+. "$(dirname "$0")/train_common.sh"
 [ -x "$TRAIN" ] || { echo "FAIL: $TRAIN not found (build the hcomm-train target)" >&2; exit 1; }
-
-# run NAME CMD...: one training under a timeout, its output in $WORK/NAME.log.
-run() {
-    local name=$1
-    shift
-    timeout 300 "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -ne 0 ]; then
-        fail "$name: '$*' exited with status $rc; its output:"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-        return 1
-    fi
-}
 
 # compare NAME [REF]: the same loss text at every step as the reference CSV.
 compare() {

@@ -13,31 +13,11 @@ trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # hcomm-train reads its default backend from HCOMM_BACKEND; the runs below choose it themselves.
 unset HCOMM_BACKEND
-failures=0
-
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-
+. "$(dirname "$0")/train_common.sh"
 if [ ! -x "$TRAIN" ]; then
     echo "FAIL: $TRAIN not found (build the hcomm-train target)" >&2
     exit 1
 fi
-
-# run NAME CMD...: runs one training under a timeout, its output in $WORK/NAME.log.
-run() {
-    local name=$1
-    shift
-    timeout 300 "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -ne 0 ]; then
-        fail "$name: '$*' exited with status $rc; its output:"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-        return 1
-    fi
-    return 0
-}
 
 # compare NAME [REF TOL]: checks $WORK/NAME.csv against the 1-rank reference $WORK/REF.csv
 # (default ref), step by step: TOL 0 (the default, for f64) asks for the same text, else a

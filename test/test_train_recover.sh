@@ -18,27 +18,10 @@ trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset HCOMM_BACKEND
 MPIEXEC=${MPIEXEC:-mpirun}
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
+. "$(dirname "$0")/train_common.sh"
 [ -x "$TRAIN" ] || { echo "FAIL: $TRAIN not found" >&2; exit 1; }
 COMMON=(--sample 0 --log-every 50 --hidden 32 --seq 16 --ep 1 --batch 12 --deterministic 1)
 STEPS=16
-
-# run NAME CMD...: one run under a timeout, its output in $WORK/NAME.log.
-run() {
-    local name=$1
-    shift
-    timeout 300 "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -ne 0 ]; then
-        fail "$name: '$*' exited with status $rc; its output:"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-        return 1
-    fi
-}
 
 # same NAME A.csv B.csv FIRST: steps FIRST.. of B equal A's (columns step,loss, as text).
 same() {
@@ -94,23 +77,11 @@ run uninterrupted "$TRAIN" --backend local --tp 2 --pp 1 --dp 3 --steps $STEPS "
     same recovered_vs_resumed "$WORK/resumed.csv" "$WORK/local_tp2_dp3.csv" 5
 
 # Refusals, and no --max-failures: the run ends.
-expect_refusal() {
-    local name=$1 pattern=$2
-    shift 2
-    timeout 120 "$TRAIN" "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ] || ! grep -Eq -- "$pattern" "$WORK/$name.log"; then
-        fail "$name: exit $rc, expected a failure saying '$pattern':"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-    else
-        echo "ok   $name: $(grep -E -m1 -- "$pattern" "$WORK/$name.log")"
-    fi
-}
-expect_refusal refuse_ep 'max-failures 1 conflicts with --ep' --backend local --dp 2 --ep 2 \
+expect_fail refuse_ep 'max-failures 1 conflicts with --ep' "$TRAIN" --backend local --dp 2 \
+    --ep 2 --max-failures 1
+expect_fail refuse_zero 'conflicts with --zero' "$TRAIN" --backend local --dp 2 --ep 1 --zero 1 \
     --max-failures 1
-expect_refusal refuse_zero 'conflicts with --zero' --backend local --dp 2 --ep 1 --zero 1 \
-    --max-failures 1
-expect_refusal no_recovery 'HCOMM_ERR_PEER_LOST' --backend local --tp 1 --pp 1 --dp 2 \
+expect_fail no_recovery 'HCOMM_ERR_PEER_LOST' "$TRAIN" --backend local --tp 1 --pp 1 --dp 2 \
     --steps $STEPS "${COMMON[@]}" --inject-failure 1:3
 
 if [ "${HCOMM_WITH_MPI:-OFF}" = ON ]; then
