@@ -222,8 +222,13 @@ static hcomm_result_t split_as(hcomm_comm_t *c, hcomm__call_kind_t kind, int col
      * arrived leaves on its own abort while its peers pass: it stays to the end. */
     c->abort_deferred = true;
     hcomm_result_t res = hcomm__agree_all(&k);
+    /* A duplicate polls where the backend can (a rank lost meanwhile ends it, where a
+     * blocking split would wait for it forever), with this rank's abort still deferred. */
+    bool dup = kind == HCOMM__CALL_WORKER_SPLIT && c->tr->dup;
+    if (res == HCOMM_OK && dup)
+        res = c->tr->dup(c, out);
     c->abort_deferred = false;
-    if (res == HCOMM_OK)
+    if (res == HCOMM_OK && !dup)
         res = c->tr->split(c, color, key, out);
     return hcomm__call_end(&k, res);
 }

@@ -83,10 +83,10 @@ static hcomm_result_t poll_until(hcomm_comm_t *c, const char *fn, const char *wh
                               what);
         if (c && c->idle)
             c->idle(c); /* a peer's revoke notice arrives as a frame */
-        if (c && atomic_load(&c->aborted) == HCOMM__REVOKE_CALLED)
+        if (c && hcomm__aborted(c) && atomic_load(&c->aborted) == HCOMM__REVOKE_CALLED)
             return hcomm__err(HCOMM_ERR_REVOKED, fn, "%s abandoned: the communicator was revoked",
                               what);
-        if (c && atomic_load(&c->aborted))
+        if (c && hcomm__aborted(c))
             return hcomm__err(HCOMM_ERR_ABORTED, fn, "%s abandoned: hcomm_comm_abort() was called",
                               what);
         if (c)

@@ -215,6 +215,16 @@ static hcomm_result_t mpi_split(hcomm_comm_t *c, int color, int key, hcomm_comm_
     return adopt(c->call_fn, mc, c, impl_of(c)->cma, out);
 }
 
+/* MPI_Comm_idup, polled on c: a member lost before it joined ends the wait. */
+static hcomm_result_t mpi_dup(hcomm_comm_t *c, hcomm_comm_t **out) {
+    HCOMM__TRY(check_usable(c->call_fn, c));
+    MPI_Comm mc = MPI_COMM_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_TRY(c->call_fn, MPI_Comm_idup(mcomm(c), &mc, &req));
+    HCOMM__TRY(hcomm__mpi_wait_request(c, c->call_fn, "MPI_Comm_idup", &req));
+    return adopt(c->call_fn, mc, c, impl_of(c)->cma, out);
+}
+
 /* How long destroy waits for its peers' goodbyes (hcomm__mpi_frames_drain). After an abort or
  * a failed operation a peer may never come (abort is how a watchdog gives up on a hung one):
  * a short wait, then the MPI comm is left allocated rather than its id reused. */
@@ -305,7 +315,7 @@ static const hcomm__transport_t mpi_tr = {
     .board = hcomm__mpi_board,
     /* native collectives (mpi_coll.c), communicators (this file) */
     .native = &hcomm__mpi_native, .threads_ok = mpi_threads_ok, .usable = mpi_usable,
-    .split = mpi_split, .destroy = mpi_destroy,
+    .split = mpi_split, .dup = mpi_dup, .destroy = mpi_destroy,
     /* lost ranks (mpi_peer.c, this file) */
     .lost = hcomm__mpi_lost, .ft_slot = hcomm__mpi_ft_slot, .subset_token = mpi_subset_token,
     .subset = mpi_subset, .stop = mpi_stop,

@@ -219,6 +219,9 @@ typedef struct hcomm__transport {
     hcomm_result_t (*posted_only)(hcomm_comm_t *c);
     const hcomm__posted_sig_t *(*posted_sig)(hcomm_comm_t *c, int rank);
     hcomm_result_t (*posted_release)(hcomm_comm_t *c);
+    /* Optional: a duplicate of c (as split with one color and key = rank) whose wait ends
+     * when a member is lost. */
+    hcomm_result_t (*dup)(hcomm_comm_t *c, hcomm_comm_t **out);
     /* As MPI_Comm_split; color < 0 gives *out = NULL. Fills the new comm's world_ranks. */
     hcomm_result_t (*split)(hcomm_comm_t *c, int color, int key, hcomm_comm_t **out);
     /* Frees c->impl and whatever the transport owns; the caller frees c itself. */
