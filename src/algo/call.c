@@ -133,7 +133,7 @@ hcomm_result_t hcomm__call_end(hcomm__call_t *k, hcomm_result_t res) {
     }
     if (res != HCOMM_OK && atomic_load_explicit(&k->c->aborted, memory_order_relaxed))
         hcomm__abort_tell(k->c); /* where a wait below p2p found the abort */
-    if (follows_loss(res) && hcomm__lost_member(k->c) >= 0)
+    if (follows_loss(res) && hcomm__lost_member_now(k->c) >= 0)
         res = hcomm__lost_verdict(k->c, -1); /* the cause, whichever wait saw its echo first */
     hcomm__coll_done(k->c, k->seq);
     k->f->state = res == HCOMM_OK ? "done" : hcomm_result_name(res);

@@ -19,6 +19,12 @@ int hcomm__lost_member(hcomm_comm_t *c) {
     return -1;
 }
 
+int hcomm__lost_member_now(hcomm_comm_t *c) {
+    if (c->tr->lost_scan)
+        c->tr->lost_scan(c);
+    return hcomm__lost_member(c);
+}
+
 hcomm_result_t hcomm__lost_verdict(hcomm_comm_t *c, int rank) {
     int r = rank < 0 ? hcomm__lost_member(c) : (c->tr->lost && c->tr->lost(c, rank) ? rank : -1);
     if (r < 0)

@@ -188,9 +188,10 @@ const void *hcomm__mpi_buf_view(hcomm_comm_t *c, int peer, const hcomm__peer_buf
                                 size_t bytes);
 hcomm__mem_kind_t hcomm__mpi_mem_kind(hcomm_comm_t *c, const void *p);
 void *hcomm__mpi_board(hcomm_comm_t *c, int rank);
-/* transport.lost and transport.ft_slot: a member on this host whose process is gone (checked
+/* transport.lost, lost_scan and ft_slot: a member on this host whose process is gone (checked
  * at most every HCOMM_FAILURE_DETECT / 10 s), and its slot in its board region. */
 bool hcomm__mpi_lost(hcomm_comm_t *c, int rank);
+void hcomm__mpi_lost_scan(hcomm_comm_t *c);
 hcomm__ft_slot_t *hcomm__mpi_ft_slot(hcomm_comm_t *c, int rank);
 /* A process of the world was found lost (its abandoned operations then wait on it alone). */
 bool hcomm__mpi_any_lost(void);

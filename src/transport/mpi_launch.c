@@ -317,7 +317,8 @@ static const hcomm__transport_t mpi_tr = {
     .native = &hcomm__mpi_native, .threads_ok = mpi_threads_ok, .usable = mpi_usable,
     .split = mpi_split, .dup = mpi_dup, .destroy = mpi_destroy,
     /* lost ranks (mpi_peer.c, this file) */
-    .lost = hcomm__mpi_lost, .ft_slot = hcomm__mpi_ft_slot, .subset_token = mpi_subset_token,
+    .lost = hcomm__mpi_lost, .lost_scan = hcomm__mpi_lost_scan,
+    .ft_slot = hcomm__mpi_ft_slot, .subset_token = mpi_subset_token,
     .subset = mpi_subset, .stop = mpi_stop,
 };
 /* clang-format on */

@@ -399,16 +399,16 @@ static void mark_seen(void) {
 }
 
 /* Looks at the watched processes, at most every HCOMM_FAILURE_DETECT / 10 seconds over all
- * threads (a thread that finds another looking uses the last answers). */
-static void scan_host(void) {
+ * threads (a thread that finds another looking uses the last answers), or now when forced. */
+static void scan_host(bool force) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static double last = -1e300, every = -1.0;
-    if (pthread_mutex_trylock(&mu) != 0)
+    if (force ? pthread_mutex_lock(&mu) != 0 : pthread_mutex_trylock(&mu) != 0)
         return;
     if (every < 0.0)
         every = hcomm__env_failure_detect() / 10.0;
     double now = hcomm__now();
-    if (every > 0.0 && now - last >= every) {
+    if (every > 0.0 && (force || now - last >= every)) {
         last = now;
         for (int r = 0; r < world_node_size; r++)
             if (atomic_load(&world_seen[r]) && !atomic_load(&world_lost[r]) &&
@@ -422,8 +422,14 @@ bool hcomm__mpi_lost(hcomm_comm_t *c, int rank) {
     int w = c->world_ranks[rank];
     if (!world_node || !world_lost || w < 0 || w >= world_node_size)
         return false;
-    scan_host();
+    scan_host(false);
     return atomic_load(&world_lost[w]) != 0;
+}
+
+void hcomm__mpi_lost_scan(hcomm_comm_t *c) {
+    (void)c;
+    if (world_node && world_lost)
+        scan_host(true);
 }
 
 bool hcomm__mpi_any_lost(void) {

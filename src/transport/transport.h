@@ -193,6 +193,9 @@ typedef struct hcomm__transport {
      * this host is gone). Never true for a live rank, however slow. Cheap: a backend that
      * has to ask the system does so at most every HCOMM_FAILURE_DETECT / 10 seconds. */
     bool (*lost)(hcomm_comm_t *c, int rank);
+    /* Optional with lost (NULL: lost is always current): looks at the members now, whatever
+     * the HCOMM_FAILURE_DETECT rate, so that an error a loss caused names it. */
+    void (*lost_scan)(hcomm_comm_t *c);
     /* Optional (NULL: no agreement survives a lost member): rank's slot (hcomm__ft_slot_t),
      * shared memory that every member of c reads. local: in the group's shared state; mpi: in
      * the member's board region (members on one host only). */
@@ -295,6 +298,9 @@ static inline bool hcomm__aborted(const hcomm_comm_t *c) {
 
 /* The first member of c known lost (transport.lost), or -1. */
 int hcomm__lost_member(hcomm_comm_t *c);
+/* The same after the backend looked at the members now (transport.lost_scan): for errors that
+ * may echo a loss (a peer's revoke arriving before this rank's own look found it). */
+int hcomm__lost_member_now(hcomm_comm_t *c);
 /* HCOMM_ERR_PEER_LOST naming the call, member rank of c (and its world rank) and the call's
  * sequence number, where rank (>= 0) or, with rank -1, any member of c is lost; else HCOMM_OK. */
 hcomm_result_t hcomm__lost_verdict(hcomm_comm_t *c, int rank);
