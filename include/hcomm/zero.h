@@ -121,7 +121,9 @@ HCOMM_API hcomm_result_t hcomm_zero_shard(const hcomm_zero_plan_t *plan, int buc
 HCOMM_API hcomm_result_t hcomm_zero_param(hcomm_zero_plan_t *plan, int index, void **data);
 /** Where parameter @p index's full gradient accumulates (parameter dtype, its shape): zero at
  *  the start of each accumulation window (after each reduce_scatter that was not in no_sync
- *  mode), added to by the caller. Allocates the bucket's full gradients when they are not.
+ *  mode), added to by the caller. The pointer holds for one window: ask again after each
+ *  reduce_scatter (ZeRO-1 zeroes the bucket then, as zero_grad does, not inside the
+ *  reduce_scatter; ZeRO-2/3 allocate it anew). Allocates the bucket's full gradients when they are not.
  *  NULL for a parameter without elements. Local. Errors: HCOMM_ERR_NULL,
  *  HCOMM_ERR_INVALID_ARG, HCOMM_ERR_STATE (a reduce_scatter of the bucket in flight),
  *  HCOMM_ERR_NOMEM. */
@@ -148,7 +150,8 @@ HCOMM_API hcomm_result_t hcomm_zero_release(hcomm_zero_plan_t *plan, int bucket)
 
 /** Reduces @p bucket's full gradients over the shard group into every rank's gradient shard
  *  (in the reduction dtype, with the plan's op), then, with a replicate group, all-reduces the
- *  shard over it; the full gradients are then zeroed (ZeRO-1) or freed (ZeRO-2/3). A bucket
+ *  shard over it; the full gradients then start a new window: zeroed when next asked for
+ *  (ZeRO-1, hcomm_zero_grad()) or freed (ZeRO-2/3). A bucket
  *  whose gradients were never asked for reduces zeros. In no_sync mode it does nothing (the
  *  gradients keep accumulating). Collective over the shard group, then the replicate group.
  *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (bucket), HCOMM_ERR_PEER, HCOMM_ERR_NOMEM,

@@ -61,3 +61,9 @@ hcomm_result_t hcomm__zero_check_bucket(const hcomm_zero_plan_t *p, int bucket, 
                       "bucket=%d is outside 0..%d%s (the plan has %d buckets)", bucket, p->nb - 1,
                       all_ok ? " and is not HCOMM_ZERO_ALL" : "", p->nb);
 }
+
+void hcomm__zero_fresh_grads(zbucket_t *b) {
+    if (b->gfull && b->gstale)
+        memset(b->gfull, 0, b->padded * hcomm__dtype_size(b->dt));
+    b->gstale = false;
+}

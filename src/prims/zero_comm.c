@@ -172,7 +172,7 @@ static hcomm_result_t rs_finish(hcomm_zero_plan_t *p, zbucket_t *b, hcomm_result
     hcomm__zero_free(p, &b->gnew, b->shard * rs);
     hcomm__zero_recycle(p, &b->gwide, b->padded * rs);
     if (p->cfg.stage == 1 && b->gfull)
-        memset(b->gfull, 0, b->padded * es);
+        b->gstale = true;
     else
         hcomm__zero_recycle(p, &b->gfull, b->padded * es);
     return r;
@@ -184,6 +184,7 @@ static hcomm_result_t rs_one(hcomm_zero_plan_t *p, int k, bool nb) {
         return nb ? HCOMM_OK : hcomm__zero_wait_bucket(p, b);
     size_t es = hcomm__dtype_size(b->dt);
     hcomm_result_t r = b->gfull ? HCOMM_OK : hcomm__zero_alloc(p, b->padded * es, &b->gfull);
+    hcomm__zero_fresh_grads(b);
     const void *src = b->gfull;
     if (r == HCOMM_OK && b->rd != b->dt) {
         r = hcomm__zero_alloc_raw(p, b->padded * hcomm__dtype_size(b->rd), &b->gwide);

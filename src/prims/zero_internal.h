@@ -21,6 +21,9 @@ typedef struct zbucket {
     bool full_owned;      /* full is the plan's (else the caller's) */
     bool gathered;        /* full holds the gathered values (no gather in flight) */
     void *gfull;          /* [padded] dt: accumulating gradients, or NULL */
+    bool gstale;          /* gfull holds a reduced window's values: zeroed when next asked for
+                             (hcomm_zero_grad, or a reduce_scatter), as zero_grad is the
+                             backward's part of a step, not the reduction's */
     void *gwide;          /* [padded] rd: widened gradients while a reduce_scatter runs */
     void *gnew;           /* [shard] rd: with accumulate, the result before it is added */
     hcomm_request_t *ag;  /* gather in flight */
@@ -50,6 +53,8 @@ void hcomm__zero_free(hcomm_zero_plan_t *p, void **ptr, size_t bytes);
 /* Frees a released bucket-sized buffer, or keeps it as a spare (cfg.spares): ZeRO-3 frees
  * and gathers the same sizes every step, and fresh pages fault inside the collectives. */
 void hcomm__zero_recycle(hcomm_zero_plan_t *p, void **ptr, size_t bytes);
+/* Zeroes the bucket's full gradients if a reduce_scatter left them stale (ZeRO-1). */
+void hcomm__zero_fresh_grads(zbucket_t *b);
 /* HCOMM_ERR_INVALID_ARG unless bucket is a bucket index (or, with all_ok, HCOMM_ZERO_ALL). */
 hcomm_result_t hcomm__zero_check_bucket(const hcomm_zero_plan_t *p, int bucket, bool all_ok);
 /* Waits for the bucket's gather and reduce_scatter, finishing the latter. */

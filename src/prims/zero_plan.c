@@ -423,6 +423,7 @@ hcomm_result_t hcomm_zero_grad(hcomm_zero_plan_t *plan, int index, void **data) 
         hcomm_result_t r = hcomm__zero_alloc(plan, b->padded * es, &b->gfull);
         HCOMM__TRY(hcomm__leave(plan->g, r));
     }
+    hcomm__zero_fresh_grads(b);
     *data = (char *)b->gfull + plan->offset[index] * es;
     return HCOMM_OK;
 }
