@@ -47,8 +47,8 @@ extern "C" {
     X(HCOMM_ERR_UNSUPPORTED, 12, "not supported by this build or backend")                         \
     X(HCOMM_ERR_IO, 13, "input/output error")                                                      \
     X(HCOMM_ERR_INTERNAL, 14, "internal error")                                                    \
-    X(HCOMM_ERR_PEER, 15, "a peer's checks failed in this call; nothing moved, the group works") \
-    X(HCOMM_ERR_PEER_LOST, 16, "a member of the group was lost (its process or thread stopped)")  \
+    X(HCOMM_ERR_PEER, 15, "a peer's checks failed in this call; nothing moved, the group works")   \
+    X(HCOMM_ERR_PEER_LOST, 16, "a member of the group was lost (its process or thread stopped)")   \
     X(HCOMM_ERR_REVOKED, 17, "the communicator was revoked (hcomm_comm_revoke)")
 
 /** Result of every hcomm call; HCOMM_OK (0) is success. */
@@ -523,12 +523,12 @@ HCOMM_API hcomm_result_t hcomm_launch_backend(const char *backend, const char **
  *  When a rank's function fails, peers waiting on it get HCOMM_ERR_ABORTED (both backends)
  *  instead of hanging; any wait longer than HCOMM_TIMEOUT seconds (env, default 300) fails
  *  with HCOMM_ERR_TIMEOUT (with HCOMM_DUMP_DIR=DIR each failed rank writes its flight recorder
- *  into DIR; hcomm-doctor DIR names the rank behind). Called by the program's main thread (for mpi, the thread that
- *  initializes MPI), one world at a time; worlds can be launched repeatedly. Not thread-safe.
- *  Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend, unknown backend,
- * nranks < 1 or > 4096 for local, nranks != MPI size or < 0), HCOMM_ERR_STATE (mpi: a world is
- * already running in this process, or MPI is finalized), HCOMM_ERR_NOMEM, HCOMM_ERR_UNSUPPORTED
- * (built without MPI), HCOMM_ERR_BACKEND, or a rank's result as above. */
+ *  into DIR; hcomm-doctor DIR names the rank behind). Called by the program's main thread (for mpi,
+ * the thread that initializes MPI), one world at a time; worlds can be launched repeatedly. Not
+ * thread-safe. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG (those of hcomm_launch_backend,
+ * unknown backend, nranks < 1 or > 4096 for local, nranks != MPI size or < 0), HCOMM_ERR_STATE
+ * (mpi: a world is already running in this process, or MPI is finalized), HCOMM_ERR_NOMEM,
+ * HCOMM_ERR_UNSUPPORTED (built without MPI), HCOMM_ERR_BACKEND, or a rank's result as above. */
 HCOMM_API hcomm_result_t hcomm_launch(const char *backend, int nranks, hcomm_rank_fn_t fn,
                                       void *arg);
 /** @} */

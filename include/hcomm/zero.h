@@ -123,9 +123,10 @@ HCOMM_API hcomm_result_t hcomm_zero_param(hcomm_zero_plan_t *plan, int index, vo
  *  the start of each accumulation window (after each reduce_scatter that was not in no_sync
  *  mode), added to by the caller. The pointer holds for one window: ask again after each
  *  reduce_scatter (ZeRO-1 zeroes the bucket then, as zero_grad does, not inside the
- *  reduce_scatter; ZeRO-2/3 allocate it anew). Allocates the bucket's full gradients when they are
- * not. NULL for a parameter without elements. Local. Errors: HCOMM_ERR_NULL, HCOMM_ERR_INVALID_ARG,
- * HCOMM_ERR_STATE (a reduce_scatter of the bucket in flight), HCOMM_ERR_NOMEM. */
+ *  reduce_scatter; ZeRO-2/3 allocate it anew). Allocates the bucket's full gradients when
+ *  they are not. NULL for a parameter without elements. Local. Errors: HCOMM_ERR_NULL,
+ *  HCOMM_ERR_INVALID_ARG, HCOMM_ERR_STATE (a reduce_scatter of the bucket in flight),
+ *  HCOMM_ERR_NOMEM. */
 HCOMM_API hcomm_result_t hcomm_zero_grad(hcomm_zero_plan_t *plan, int index, void **data);
 
 /** Gathers @p bucket's full parameters from every rank's shard, into @p buf (@p buf_bytes, as

@@ -28,8 +28,7 @@ bool hcomm__bench_take_probed(hcomm_comm_t *c);
 void hcomm__bench_counts(hcomm_comm_t *c, uint64_t *calls, uint64_t *agreements);
 
 /* --- the point-to-point layer under PP (src/p2p/p2p.h), user channel, exact sizes --- */
-hcomm_result_t hcomm__bench_send(hcomm_comm_t *c, int tag, int peer, const void *buf,
-                                 size_t bytes);
+hcomm_result_t hcomm__bench_send(hcomm_comm_t *c, int tag, int peer, const void *buf, size_t bytes);
 hcomm_result_t hcomm__bench_recv(hcomm_comm_t *c, int tag, int peer, void *buf, size_t bytes);
 /* bytes from sbuf to `to` while bytes arrive from `from` into rbuf. */
 hcomm_result_t hcomm__bench_sendrecv(hcomm_comm_t *c, int tag, int to, const void *sbuf, int from,
