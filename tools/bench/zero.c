@@ -3,8 +3,9 @@
  * same run: all_gather_params and reduce_scatter_grads per bucket (time and busbw), ZeRO-1/2's
  * step (one reduce_scatter + one all_gather) and ZeRO-3's (two gathers + one reduce_scatter)
  * as ratios of that all_reduce, and the same step issued nonblocking (every bucket at once,
- * then one wait), as an overlapped backward issues it. Bytes moved by the reduction are the
- * reduction dtype's. Times are the slowest rank's, medians over the iterations.
+ * then one wait), as an overlapped backward issues it, and the plain reduce_scatter +
+ * all_gather of the whole buffer (what the plan's buckets cost beyond them). Bytes moved by the
+ * reduction are the reduction dtype's. Times are the slowest rank's, medians over the iterations.
  *
  *   hcomm-bench zero [-t RANKS] [--backend B] [--size BYTES] [--bucket BYTES]
  *                    [--dtype f32|bf16|f64] [--reduce-dtype f32|f64|param] [-n ITERS]
@@ -101,6 +102,21 @@ static hcomm_result_t z_ar(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, siz
     return hcomm_all_reduce(w, buf, buf, n, dt, HCOMM_SUM);
 }
 
+/* The plain collectives under ZeRO-1/2's step, one call each over the whole buffer: what the
+ * plan's bucketed step costs beyond them. buf holds n elements, then the shard. */
+static hcomm_result_t z_plain(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, size_t n,
+                              hcomm_dtype_t dt) {
+    (void)p;
+    int size = 1;
+    size_t es = 0;
+    BENCH_TRY(hcomm_comm_size(w, &size));
+    BENCH_TRY(hcomm_dtype_size(dt, &es));
+    size_t shard = n / (size_t)size;
+    char *mine = (char *)buf + n * es;
+    BENCH_TRY(hcomm_reduce_scatter(w, buf, mine, shard, dt, HCOMM_SUM));
+    return hcomm_all_gather(w, mine, buf, shard * es);
+}
+
 static hcomm_result_t z_ag(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, size_t n,
                            hcomm_dtype_t dt) {
     (void)w, (void)buf, (void)n, (void)dt;
@@ -178,7 +194,7 @@ static hcomm_result_t zero_time(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf
     double *t = calloc((size_t)iters + 2, sizeof *t);
     hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (int i = -2; i < iters && r == HCOMM_OK; i++) { /* two warm-up calls */
-        r = fn != z_ar && fn != z_ag ? zero_write_grads(p, per) : HCOMM_OK;
+        r = fn != z_ar && fn != z_ag && fn != z_plain ? zero_write_grads(p, per) : HCOMM_OK;
         r = r == HCOMM_OK ? hcomm_barrier(w) : r;
         double t0 = hcomm__bench_now();
         r = r == HCOMM_OK ? fn(w, p, buf, n, dt) : r;
@@ -241,13 +257,13 @@ static hcomm_result_t zero_rank(hcomm_comm_t *w, void *arg) {
     hcomm_dtype_size(o->rd == HCOMM_ZERO_PARAM_DTYPE ? o->dt : (hcomm_dtype_t)o->rd, &rs);
     BENCH_TRY(hcomm_zero_locate(plan, 0, NULL, &bucket_bytes));
     size_t n = o->size / es;
-    void *buf = calloc(n ? n : 1, es);
+    void *buf = calloc(n + n / (size_t)p + 1, es);
     if (!buf)
         return HCOMM_ERR_NOMEM;
-    const zstep_fn fns[] = {z_ar, z_ag, z_rs, z_step12, z_step3, z_step12_nb};
-    double t[6] = {0};
+    const zstep_fn fns[] = {z_ar, z_ag, z_rs, z_step12, z_step3, z_step12_nb, z_plain};
+    double t[7] = {0};
     hcomm_result_t r = HCOMM_OK;
-    for (int k = 0; k < 6 && r == HCOMM_OK; k++)
+    for (int k = 0; k < 7 && r == HCOMM_OK; k++)
         r = zero_time(w, k == 4 ? plan3 : plan, buf, n, o->dt, fns[k], o->iters,
                       o->size < (1u << 20) ? o->size : 1u << 20, &t[k]);
     free(buf);
@@ -272,6 +288,9 @@ static hcomm_result_t zero_rank(hcomm_comm_t *w, void *arg) {
            t[0] > 0 ? t[4] / t[0] : 0.0);
     printf("  ZeRO-1/2 step, nonblocking       %10.3f ms   %.2fx the all_reduce\n", 1e3 * t[5],
            t[0] > 0 ? t[5] / t[0] : 0.0);
+    printf("  plain reduce_scatter + all_gather %9.3f ms   %.2fx the all_reduce (no plan, one "
+           "call each)\n",
+           1e3 * t[6], t[0] > 0 ? t[6] / t[0] : 0.0);
     fflush(stdout);
     return HCOMM_OK;
 }
