@@ -17,6 +17,7 @@ from ._lib import (BACKENDS, AbortedError, BackendError, DtypeError, GroupError,
 from ._world import Group, get_rank, get_world_size, launch, under_mpirun, world
 from .context import Context, init_context, init_tensor_parallel_group, plan
 from ._work import Work
+from .fault import fault_stop
 from .collectives import (all_gather_into_tensor, all_reduce, all_to_all, all_to_all_single,
                           barrier, broadcast, reduce, reduce_scatter_tensor)
 from . import dp, moe, pp, tp  # noqa: E402  (after the names they import)
@@ -29,6 +30,6 @@ __all__ = ["AbortedError", "BACKENDS", "BackendError", "Context", "DtypeError", 
            "PeerLostError", "RevokedError",
            "ShapeError", "StateError", "UnsupportedError", "Work", "all_gather_into_tensor",
            "all_reduce", "all_to_all", "all_to_all_single", "reduce_scatter_tensor", "barrier",
-           "broadcast", "dp", "get_rank", "get_world_size", "init_context",
+           "broadcast", "dp", "fault_stop", "get_rank", "get_world_size", "init_context",
            "init_tensor_parallel_group", "launch", "moe", "plan", "pp", "reduce", "tp",
            "under_mpirun", "world"]

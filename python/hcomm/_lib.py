@@ -211,6 +211,16 @@ PROTOS = {
     "hcomm_tp_iall_reduce": (_I, [_P, _T, _T, _I, ctypes.POINTER(_P)]),
     "hcomm_tp_iall_gather": (_I, [_P, _T, _T, _I, ctypes.POINTER(_P)]),
     "hcomm_tp_ireduce_scatter": (_I, [_P, _T, _T, _I, _I, ctypes.POINTER(_P)]),
+    # fault.h, and the domain calls that recover (hcomm.Group.revoke, hcomm.fault_stop, ...)
+    "hcomm_comm_destroy": (_I, [_P]),
+    "hcomm_comm_revoke": (_I, [_P]),
+    "hcomm_comm_agree": (_I, [_P, ctypes.POINTER(_I)]),
+    "hcomm_comm_shrink": (_I, [_P, ctypes.POINTER(_P)]),
+    "hcomm_comm_lost": (_I, [_P, ctypes.POINTER(_I), _I, ctypes.POINTER(_I)]),
+    "hcomm_fault_stop": (_I, [_P]),
+    "hcomm_ctx_revoke": (_I, [_P]),
+    "hcomm_ctx_rebuild": (_I, [_P, _P, ctypes.POINTER(_P)]),
+    "hcomm_ctx_world": (_I, [_P, ctypes.POINTER(_P)]),
 }
 for _region in ("copy_to", "reduce_from"):
     for _dir in ("fwd", "bwd"):

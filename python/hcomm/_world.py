@@ -40,6 +40,9 @@ class Group:
         self._vp = ctypes.c_void_p(ptr)  # as _lib.raw functions take it
         self._why = None  # why it died, once it has
         self.name = name
+        # Who frees it: None for a group the caller owns (Group.shrink), else the owner named
+        # in destroy()'s refusal.
+        self.owner = "hcomm.launch (it is the world of this rank)"
         r, s = ctypes.c_int(), ctypes.c_int()
         call(lib.hcomm_comm_rank, ptr, ctypes.byref(r))
         call(lib.hcomm_comm_size, ptr, ctypes.byref(s))
@@ -89,6 +92,76 @@ class Group:
         return _dp.all_reduce_grads(grads, op=op, bucket_bytes=bucket_bytes, group=self,
                                     async_op=async_op)
 
+    # --- going on after a lost rank (fault.h; ULFM's meaning) ---
+
+    def revoke(self):
+        """Revokes the group (hcomm_comm_revoke, ULFM's MPIX_Comm_revoke): every pending and
+        later call on it fails with hcomm.RevokedError on this rank and on every live member.
+        agree(), shrink() and destroy() still work on it. Local; a second revoke does nothing.
+        The way a rank that saw hcomm.PeerLostError releases peers waiting on it."""
+        call(lib.hcomm_comm_revoke, self.ptr("hcomm.Group.revoke"))
+
+    def agree(self, flag=1):
+        """Fault-tolerant agreement (hcomm_comm_agree, ULFM's MPIX_Comm_agree): returns
+        (value, lost), value the bitwise AND of every live member's int `flag`, the same on
+        every survivor even when members are lost before or during the call, and lost True
+        when a member was found lost (C's HCOMM_ERR_PEER_LOST with the flag still agreed: not
+        an exception here, so every survivor learns it in the same call). Collective over the
+        live members, revoked or not, in the same order as their other agree() and shrink()
+        calls on the group. Raises hcomm.UnsupportedError (mpi: members on several hosts),
+        hcomm.HcommTimeout (a live member did not call it)."""
+        if not isinstance(flag, int) or isinstance(flag, bool) or \
+                not -2**31 <= flag < 2**31:
+            raise ValueError(f"hcomm.Group.agree: flag must be a C int, not {flag!r}")
+        v = ctypes.c_int(flag)
+        r = lib.hcomm_comm_agree(self.ptr("hcomm.Group.agree"), ctypes.byref(v))
+        if r not in (0, _lib.PeerLostError.code):
+            raise self.fail("hcomm.Group.agree", r)
+        return v.value, r != 0
+
+    def lost(self):
+        """The members known lost now, as ranks in this group, ascending (hcomm_comm_lost).
+        Local; a member found lost stays lost."""
+        ptr = self.ptr("hcomm.Group.lost")
+        ranks, n = (ctypes.c_int * self.size)(), ctypes.c_int()
+        call(lib.hcomm_comm_lost, ptr, ranks, self.size, ctypes.byref(n))
+        return list(ranks[:min(n.value, self.size)])
+
+    def shrink(self):
+        """A new group of the live members, in this group's rank order, the same on every
+        survivor (hcomm_comm_shrink, ULFM's MPIX_Comm_shrink); a member lost while it runs is
+        left out. Collective over the live members (revoked or not), ordered with agree().
+        The caller owns the new group: free it with destroy() (hcomm.launch frees the ones
+        left at the end of the rank, after the contexts)."""
+        out = ctypes.c_void_p()
+        call(lib.hcomm_comm_shrink, self.ptr("hcomm.Group.shrink"), ctypes.byref(out))
+        try:
+            g = Group(out.value, f"shrink of {self.name}")
+        except BaseException:
+            lib.hcomm_comm_destroy(out)
+            raise
+        g.owner = None
+        owned = getattr(_state, "owned", None)
+        if owned is not None:
+            owned.append(g)
+        return g
+
+    def destroy(self):
+        """Frees a group the caller owns (one from shrink()). Collective over the group; no
+        call may be in flight on it. The world and a context's groups belong to their owner:
+        hcomm.StateError naming it. Afterwards every call on the group raises
+        hcomm.StateError."""
+        what = "hcomm.Group.destroy"
+        ptr = self.ptr(what)
+        if self.owner is not None:
+            raise _lib.StateError(f"{what}: group {self.name!r} belongs to {self.owner}; only "
+                                  f"a group from Group.shrink() is destroyed by its caller")
+        call(lib.hcomm_comm_destroy, ptr)
+        self.kill("Group.destroy() freed it")
+        owned = getattr(_state, "owned", None)
+        if owned and self in owned:
+            owned.remove(self)
+
     def reducer(self, grads, op="avg", bucket_bytes=0, find_unused_parameters=False):
         """A DDP-style hcomm.dp.Reducer over this group: buckets reduced during backward as
         their gradients are marked ready (see hcomm.dp.Reducer). Collective."""
@@ -135,11 +208,14 @@ def check_backend(backend):
 
 
 def destroy_all():
-    """End of a rank: frees its MoE handles, then its contexts (collective, in one order)."""
+    """End of a rank: frees its MoE handles, then its contexts, then the groups it owns
+    (Group.shrink), newest first (collective, in one order)."""
     for r in list(getattr(_state, "routings", None) or ()):
         r.free()
     for ctx in reversed(list(getattr(_state, "contexts", None) or [])):
         ctx.destroy()
+    for g in reversed(list(getattr(_state, "owned", None) or [])):
+        g.destroy()
 
 
 def _note(exc, rank, n):
@@ -148,13 +224,29 @@ def _note(exc, rank, n):
     return exc
 
 
+def _stopped_end(rank, results):
+    """A rank that hcomm.fault_stop stopped (local: every other rank has returned): not a
+    failure, as hcomm_launch counts it; its result is None. Its contexts and groups are freed
+    alone, as a crashed rank's would be by the process's end; their errors say nothing."""
+    results[rank] = None
+    objs = list(_state.routings) + list(reversed(_state.contexts)) + \
+        list(reversed(_state.owned))
+    for o in objs:
+        try:
+            o.free() if hasattr(o, "free") else o.destroy()
+        except _lib.HcommError:
+            pass
+    return _lib.PeerLostError.code
+
+
 def launch(fn, nranks=None, args=(), backend=None):
     """Runs fn(*args) on every rank and returns the list of the ranks' return values, in rank
     order. backend "local": nranks threads of this process (the C calls release the GIL, so
     ranks run in parallel); "mpi": this process is one rank of the mpirun job and the list
     holds its own value only. None: "mpi" under mpirun, else HCOMM_BACKEND, else "local".
     An exception on a rank aborts the others (their waits fail) and is raised here, with the
-    rank named in its notes and in `exc.rank`."""
+    rank named in its notes and in `exc.rank`. A rank stopped by hcomm.fault_stop is no
+    failure: the hcomm.PeerLostError it raises ends it quietly and its value is None."""
     if backend is None:
         backend = "mpi" if under_mpirun() and "mpi" in _lib.BACKENDS else \
             os.environ.get("HCOMM_BACKEND", "local")
@@ -169,16 +261,19 @@ def launch(fn, nranks=None, args=(), backend=None):
         w = Group(comm)
         size[0] = w.size
         _state.world, _state.contexts, _state.ctx = w, [], None
-        _state.routings = weakref.WeakSet()
+        _state.routings, _state.owned, _state.stopped = weakref.WeakSet(), [], False
         try:
             results[w.rank] = fn(*args)
             destroy_all()  # collective: every rank frees its contexts in one order
             return 0
         except BaseException as e:  # noqa: B036 -- a rank's failure must reach the caller
+            if _state.stopped and isinstance(e, _lib.PeerLostError):
+                return _stopped_end(w.rank, results)
             errors[w.rank] = e
             return e.code if isinstance(e, _lib.HcommError) else _lib.InternalError.code
         finally:
             _state.world = _state.contexts = _state.ctx = _state.routings = None
+            _state.owned, _state.stopped = None, False
             w.kill("its hcomm.launch returned")
 
     cb = _lib.RANK_FN(body)  # kept alive in this frame for the whole launch

@@ -29,6 +29,7 @@ class Context:
 
     def __init__(self, world, cfg):
         self.world = world
+        self._owns_world = False
         ptr = ctypes.c_void_p()
         r = lib.hcomm_ctx_create(world.ptr("hcomm.init_context"), ctypes.byref(cfg),
                                  ctypes.byref(ptr))
@@ -37,12 +38,40 @@ class Context:
                                   f"({current()!r}); call ctx.destroy() first")
         if r:
             raise _lib.error(r)
+        self._adopt(ptr)
+
+    @classmethod
+    def wrap(cls, ptr, world=None):
+        """A Context over an existing C hcomm_ctx_t pointer, which it then owns (destroy()
+        frees it). `world`: the hcomm.Group it was built on, owned by someone else; None: the
+        context owns its world (hcomm_ctx_world, as after hcomm_ctx_rebuild), which becomes
+        ctx.world and dies with it. Not registered with the rank (see Context.rebuild)."""
+        self = cls.__new__(cls)
+        self.world, self._owns_world, self._ptr = world, world is None, None
+        if world is None:
+            w = ctypes.c_void_p()
+            r = lib.hcomm_ctx_world(ptr, ctypes.byref(w))
+            if r:
+                lib.hcomm_ctx_destroy(ptr)
+                raise _lib.error(r)
+            try:
+                self.world = _world.Group(w.value, "world")
+            except BaseException:
+                lib.hcomm_ctx_destroy(ptr)
+                raise
+            self.world.owner = "its context (ctx.destroy() frees it)"
+        self._adopt(ptr)
+        return self
+
+    def _adopt(self, ptr):
         self._ptr = ptr
         try:  # nothing of a failed init stays behind
             self._groups(ptr)
         except BaseException:
             lib.hcomm_ctx_destroy(ptr)
             self._ptr = None
+            if self._owns_world:
+                self.world.kill("its context failed to initialise")
             raise
 
     def _groups(self, ptr):
@@ -55,6 +84,7 @@ class Context:
             if r != 0:
                 raise _lib.error(r)
             setattr(self, name, _world.Group(g.value, name))
+            getattr(self, name).owner = "its context (ctx.destroy() frees it)"
         res = ParallelConfig()
         call(lib.hcomm_ctx_config, ptr, ctypes.byref(res))
         self.config = {f: getattr(res, f) for f, _ in ParallelConfig._fields_}
@@ -67,6 +97,44 @@ class Context:
     @property
     def alive(self):
         return self._ptr is not None
+
+    def _live(self, what):
+        if self._ptr is None:
+            raise _lib.StateError(f"{what}: this context was destroyed (ctx.destroy()); "
+                                  f"create a new one")
+        return self._ptr
+
+    def revoke(self):
+        """Revokes every group of the context and the world it was built on
+        (hcomm_ctx_revoke; Group.revoke, ULFM's MPIX_Comm_revoke, on each): every pending and
+        later call on them fails with hcomm.RevokedError on every live member. The way a rank
+        that saw hcomm.PeerLostError releases the peers that wait on it in any group. Local."""
+        call(lib.hcomm_ctx_revoke, self._live("hcomm.Context.revoke"))
+
+    def rebuild(self, shrunk):
+        """The context rebuilt on `shrunk`, the survivors of its world (world.shrink()), by
+        hcomm_ctx_rebuild: the same tp, pp, ep, cp and order, dp lowered to the data-parallel
+        replicas that kept every member, ranks in their old order. Returns the new Context,
+        made current and freed by hcomm.launch at the end of the rank like init_context's; it
+        owns its world (ctx.world). Returns None on the survivors of a replica that lost a
+        member: they are not in it and should end. Destroy this context too, on every
+        survivor (hcomm.launch does at the end of the rank). Collective over `shrunk`.
+        Raises hcomm.StateError (no replica kept every member: restart from a checkpoint),
+        hcomm.InvalidArgError (the smaller dp does not fit the config)."""
+        what = "hcomm.Context.rebuild"
+        if not isinstance(shrunk, _world.Group):
+            raise TypeError(f"{what}: shrunk must be an hcomm.Group, not "
+                            f"{type(shrunk).__name__}")
+        out = ctypes.c_void_p()
+        call(lib.hcomm_ctx_rebuild, self._live(what), shrunk.ptr(what), ctypes.byref(out))
+        if not out.value:
+            return None
+        ctx = Context.wrap(out.value)
+        st = _world._state
+        if getattr(st, "contexts", None) is not None:
+            st.contexts.append(ctx)
+            st.ctx = ctx
+        return ctx
 
     def destroy(self):
         """Frees the context and its groups. Collective over the world. Pending work handles
@@ -83,6 +151,8 @@ class Context:
         for k in KINDS:
             if getattr(self, k) is not None:
                 getattr(self, k).kill("ctx.destroy() freed it with its context")
+        if self._owns_world:
+            self.world.kill("ctx.destroy() freed it with its context")
         st = _world._state
         if getattr(st, "contexts", None) and self in st.contexts:
             st.contexts.remove(self)
