@@ -6,6 +6,10 @@ as failed. Bounded by HCOMM_TIMEOUT (conftest) and, per test, by faulthandler, w
 process with every thread's stack if a test outlives it."""
 import faulthandler
 import os
+import pathlib
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +17,7 @@ import pytest
 import hcomm
 from conftest import run
 
-os.environ.setdefault("HCOMM_FAILURE_DETECT", "1")
+HERE = pathlib.Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True)
@@ -185,3 +189,22 @@ def test_other_failures_still_reported():
     with pytest.raises(KeyError, match="boom") as e:
         run(body, 3)
     assert e.value.rank in (1, 2)
+
+
+@pytest.mark.skipif("mpi" not in hcomm.BACKENDS, reason="this build has no mpi backend")
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not found")
+@pytest.mark.parametrize("n,victim", [(4, 3), (6, 2)])
+def test_lost_process_mpirun(n, victim):
+    """fault_mpi_script.py: one process per rank; the victim's process SIGKILLs itself."""
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HCOMM_TIMEOUT="60",
+               HCOMM_FAILURE_DETECT="1")
+    cmd = ["mpirun", "--enable-recovery", "--oversubscribe", "-np", str(n), sys.executable,
+           "-m", "hcomm.run", str(HERE / "fault_mpi_script.py"), str(victim)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=100)
+    out = p.stdout + p.stderr
+    assert p.stdout.count("fault ok") == n - 1, out  # mpirun's status says nothing here
+    for r in range(n):
+        kept = r // 2 != victim // 2
+        line = f"rank {r}: fault ok, " + (f"dp {n // 2 - 1} sum " if kept else "replica dropped")
+        assert (line in p.stdout) == (r != victim), (r, out)
