@@ -224,19 +224,17 @@ def _note(exc, rank, n):
     return exc
 
 
-def _stopped_end(rank, results):
-    """A rank that hcomm.fault_stop stopped (local: every other rank has returned): not a
-    failure, as hcomm_launch counts it; its result is None. Its contexts and groups are freed
-    alone, as a crashed rank's would be by the process's end; their errors say nothing."""
-    results[rank] = None
-    objs = list(_state.routings) + list(reversed(_state.contexts)) + \
-        list(reversed(_state.owned))
-    for o in objs:
+def _free_stopped():
+    """Frees what a rank that hcomm.fault_stop stopped still holds, alone (every other rank
+    has returned), as a crashed rank's would be by the process's end: errors say nothing."""
+    frees = [r.free for r in list(_state.routings)]
+    frees += [c.destroy for c in reversed(_state.contexts)]
+    frees += [g.destroy for g in reversed(_state.owned)]
+    for free in frees:
         try:
-            o.free() if hasattr(o, "free") else o.destroy()
+            free()
         except _lib.HcommError:
             pass
-    return _lib.PeerLostError.code
 
 
 def launch(fn, nranks=None, args=(), backend=None):
@@ -264,11 +262,17 @@ def launch(fn, nranks=None, args=(), backend=None):
         _state.routings, _state.owned, _state.stopped = weakref.WeakSet(), [], False
         try:
             results[w.rank] = fn(*args)
-            destroy_all()  # collective: every rank frees its contexts in one order
+            if _state.stopped:  # it caught hcomm.fault_stop's error: its peers are gone
+                _free_stopped()
+            else:
+                destroy_all()  # collective: every rank frees its contexts in one order
             return 0
         except BaseException as e:  # noqa: B036 -- a rank's failure must reach the caller
             if _state.stopped and isinstance(e, _lib.PeerLostError):
-                return _stopped_end(w.rank, results)
+                # hcomm.fault_stop's: no failure (hcomm_launch ignores a stopped rank's result)
+                results[w.rank] = None
+                _free_stopped()
+                return e.code
             errors[w.rank] = e
             return e.code if isinstance(e, _lib.HcommError) else _lib.InternalError.code
         finally:

@@ -208,3 +208,20 @@ def test_lost_process_mpirun(n, victim):
         kept = r // 2 != victim // 2
         line = f"rank {r}: fault ok, " + (f"dp {n // 2 - 1} sum " if kept else "replica dropped")
         assert (line in p.stdout) == (r != victim), (r, out)
+
+
+def test_stopped_rank_that_catches():
+    """A stopped rank that catches fault_stop's PeerLostError and returns keeps its value; its
+    context is freed alone, without failing the run."""
+    def body():
+        hcomm.init_context(tp_size=2)
+        if hcomm.get_rank() == 2:
+            try:
+                hcomm.fault_stop()
+            except hcomm.PeerLostError as e:
+                return "stopped: " + str(e)
+        return hcomm.get_rank()
+
+    res = run(body, 4)
+    assert res[:2] + res[3:] == [0, 1, 3], res
+    assert res[2].startswith("stopped: hcomm_fault_stop: this rank stopped for good"), res
