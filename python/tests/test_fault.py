@@ -225,3 +225,52 @@ def test_stopped_rank_that_catches():
     res = run(body, 4)
     assert res[:2] + res[3:] == [0, 1, 3], res
     assert res[2].startswith("stopped: hcomm_fault_stop: this rank stopped for good"), res
+
+
+def test_revoke_releases_a_waiting_peer():
+    """Nobody lost: rank 1 revokes its TP group instead of joining rank 0's barrier, which
+    then raises RevokedError; agree still works on the revoked group and says nobody was lost;
+    the group stays revoked for both, its shrink a working copy."""
+    def body():
+        ctx = hcomm.init_context(tp_size=2)
+        me, got = ctx.tp.rank, []
+        if me == 1:
+            ctx.tp.revoke()
+            ctx.tp.revoke()  # a second revoke does nothing
+        try:
+            ctx.tp.barrier()
+            got.append("barrier ok")
+        except hcomm.RevokedError as e:
+            got.append("revoked" if "hcomm_barrier" in str(e) else str(e))
+        got.append(ctx.tp.agree(me + 2))
+        got.append(ctx.tp.lost())
+        with pytest.raises(hcomm.RevokedError):
+            _reduce(ctx.tp, 1)
+        s = ctx.tp.shrink()
+        got.append(_reduce(s, hcomm.get_rank()))
+        s.destroy()
+        return got
+
+    for r, got in enumerate(run(body, 4)):
+        assert got == ["revoked", (2 & 3, False), [], (r // 2) * 4 + 1], (r, got)
+
+
+def test_rebuild_without_a_whole_replica():
+    """tp 2 x dp 2 losing a rank of each replica: rebuild refuses with StateError (restart from
+    a checkpoint) on both survivors."""
+    def body():
+        ctx = hcomm.init_context(tp_size=2)
+        if hcomm.get_rank() in (1, 2):
+            hcomm.fault_stop()
+        ctx.revoke()
+        assert ctx.world.agree() == (1, True)
+        assert ctx.world.lost() == [1, 2]
+        shrunk = ctx.world.shrink()
+        with pytest.raises(hcomm.StateError) as e:
+            ctx.rebuild(shrunk)
+        return shrunk.ranks, str(e.value)
+
+    res = run(body, 4)
+    assert res[1] is None and res[2] is None
+    for ranks, msg in (res[0], res[3]):
+        assert ranks == [0, 3] and msg.startswith("hcomm_ctx_rebuild") and "no whole" in msg, msg
