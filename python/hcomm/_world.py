@@ -31,9 +31,11 @@ def dead(what, name, why):
 class Group:
     """A communicator: `rank`, `size`, `ranks` (world ranks of the members, in member order)
     and `backend`. Groups of a context belong to it and die with it (ctx.destroy()); the world
-    belongs to hcomm.launch and dies when it returns. Every call on a dead group raises
-    hcomm.StateError naming it: its C pointer is then NULL, which every C call refuses, so a
-    stale group cannot reach freed memory even on the calls that skip the Python check."""
+    belongs to hcomm.launch and dies when it returns; a group from shrink() is the caller's
+    (destroy()). revoke, agree, lost and shrink go on after a lost rank (hcomm.fault). Every
+    call on a dead group raises hcomm.StateError naming it: its C pointer is then NULL, which
+    every C call refuses, so a stale group cannot reach freed memory even on the calls that
+    skip the Python check."""
 
     def __init__(self, ptr, name="world"):
         self._ptr = ptr
@@ -42,7 +44,7 @@ class Group:
         self.name = name
         # Who frees it: None for a group the caller owns (Group.shrink), else the owner named
         # in destroy()'s refusal.
-        self.owner = "hcomm.launch (it is the world of this rank)"
+        self._owner = "hcomm.launch (it is the world of this rank)"
         r, s = ctypes.c_int(), ctypes.c_int()
         call(lib.hcomm_comm_rank, ptr, ctypes.byref(r))
         call(lib.hcomm_comm_size, ptr, ctypes.byref(s))
@@ -140,7 +142,7 @@ class Group:
         except BaseException:
             lib.hcomm_comm_destroy(out)
             raise
-        g.owner = None
+        g._owner = None
         owned = getattr(_state, "owned", None)
         if owned is not None:
             owned.append(g)
@@ -153,8 +155,8 @@ class Group:
         hcomm.StateError."""
         what = "hcomm.Group.destroy"
         ptr = self.ptr(what)
-        if self.owner is not None:
-            raise _lib.StateError(f"{what}: group {self.name!r} belongs to {self.owner}; only "
+        if self._owner is not None:
+            raise _lib.StateError(f"{what}: group {self.name!r} belongs to {self._owner}; only "
                                   f"a group from Group.shrink() is destroyed by its caller")
         call(lib.hcomm_comm_destroy, ptr)
         self.kill("Group.destroy() freed it")

@@ -25,7 +25,8 @@ class Context:
     """A rank's view of every group of the job: ctx.tp, ctx.pp, ctx.dp, ctx.cp, ctx.dp_cp,
     ctx.tp_pp, ctx.ep, ctx.etp, ctx.edp, the sharded-DP groups ctx.dp_shard, ctx.dp_replicate,
     ctx.edp_shard, ctx.edp_replicate (hcomm.Group each) and ctx.embedding (None on the middle
-    pipeline stages). ctx.config is the resolved configuration as a dict."""
+    pipeline stages). ctx.config is the resolved configuration as a dict. After a lost rank:
+    ctx.revoke(), then ctx.rebuild(ctx.world.shrink()) (hcomm.fault)."""
 
     def __init__(self, world, cfg):
         self.world = world
@@ -59,7 +60,7 @@ class Context:
             except BaseException:
                 lib.hcomm_ctx_destroy(ptr)
                 raise
-            self.world.owner = "its context (ctx.destroy() frees it)"
+            self.world._owner = "its context (ctx.destroy() frees it)"
         self._adopt(ptr)
         return self
 
@@ -84,7 +85,7 @@ class Context:
             if r != 0:
                 raise _lib.error(r)
             setattr(self, name, _world.Group(g.value, name))
-            getattr(self, name).owner = "its context (ctx.destroy() frees it)"
+            getattr(self, name)._owner = "its context (ctx.destroy() frees it)"
         res = ParallelConfig()
         call(lib.hcomm_ctx_config, ptr, ctypes.byref(res))
         self.config = {f: getattr(res, f) for f, _ in ParallelConfig._fields_}
