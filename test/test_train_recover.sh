@@ -2,12 +2,13 @@
 # hcomm-train goes on after a lost rank (--max-failures, in-job recovery):
 # - --inject-failure RANK:STEP on local (the rank's thread stops) and on mpi under
 #   mpirun --enable-recovery (its process gets SIGKILL), on several layouts (TP, PP, CP, the
-#   lost rank world rank 0 too): the survivors print what happened and "finished N steps",
+#   lost rank world rank 0 too; HSDP with --zero 1/2/3, whose shard groups are the replicas):
+#   the survivors print what happened and "finished N steps",
 #   and the per-step losses equal, in every digit of --metrics, the 1-rank run's and, from
 #   STEP on, those of a run resumed with --dp <dp-1> from the checkpoint an uninterrupted run
 #   saved after step STEP-1;
 # - kill -9 of one process from outside, mid-run, under mpirun --enable-recovery;
-# - --max-failures refused with --ep > 1 or --zero, naming the flag; without --max-failures a
+# - --max-failures refused with --ep > 1 or --zero without HSDP, naming the flag; without --max-failures a
 #   lost rank ends the run with HCOMM_ERR_PEER_LOST.
 # Usage: test_train_recover.sh BUILD_DIR   (CTest sets MPIEXEC and HCOMM_WITH_MPI=ON/OFF)
 set -u
@@ -68,6 +69,9 @@ recover local_rank0 local 4 0 --tp 1 --pp 1 --dp 3
 recover local_pp2 local 6 3 --tp 1 --pp 2 --dp 3 --schedule 1f1b
 recover local_cp2 local 2 5 --tp 1 --pp 1 --cp 2 --dp 3
 recover local_sp local 9 1 --tp 2 --pp 1 --dp 2 --sequence-parallel
+recover local_hsdp_z3 local 5 3 --tp 1 --pp 1 --dp 4 --dp-shard 2 --zero 3 --micro-batches 1
+recover local_hsdp_z1_rank0 local 4 0 --tp 2 --pp 1 --dp 6 --dp-shard 2 --zero 1 \
+    --micro-batches 1
 
 # The continuation equals a run resumed with --dp 2 from the checkpoint saved after step 4.
 run uninterrupted "$TRAIN" --backend local --tp 2 --pp 1 --dp 3 --steps $STEPS "${COMMON[@]}" \
@@ -79,7 +83,7 @@ run uninterrupted "$TRAIN" --backend local --tp 2 --pp 1 --dp 3 --steps $STEPS "
 # Refusals, and no --max-failures: the run ends.
 expect_fail refuse_ep 'max-failures 1 conflicts with --ep' "$TRAIN" --backend local --dp 2 \
     --ep 2 --max-failures 1
-expect_fail refuse_zero 'conflicts with --zero' "$TRAIN" --backend local --dp 2 --ep 1 --zero 1 \
+expect_fail refuse_zero 'conflicts with --zero without HSDP' "$TRAIN" --backend local --dp 2 --ep 1 --zero 1 \
     --max-failures 1
 expect_fail no_recovery 'HCOMM_ERR_PEER_LOST' "$TRAIN" --backend local --tp 1 --pp 1 --dp 2 \
     --steps $STEPS "${COMMON[@]}" --inject-failure 1:3
@@ -87,6 +91,7 @@ expect_fail no_recovery 'HCOMM_ERR_PEER_LOST' "$TRAIN" --backend local --tp 1 --
 if [ "${HCOMM_WITH_MPI:-OFF}" = ON ]; then
     recover mpi_tp2_dp3 mpi 5 3 --tp 2 --pp 1 --dp 3
     recover mpi_rank0_pp2 mpi 3 0 --tp 1 --pp 2 --dp 2
+    recover mpi_hsdp_z2 mpi 4 1 --tp 1 --pp 1 --dp 4 --dp-shard 2 --zero 2 --micro-batches 1
     # kill -9 from outside, while the run is in its steps.
     LONG=600
     "$MPIEXEC" --oversubscribe --enable-recovery -np 4 "$TRAIN" --backend mpi --tp 2 --pp 1 \

@@ -35,11 +35,17 @@ static int parse_inject(train_opts_t *o, FILE *err) {
 static const char *recovery_conflict(const train_opts_t *o) {
     if (o->ep != 1)
         return "--ep (experts are split over DP ranks; use --ep 1)";
-    if (o->zero != 0)
-        return "--zero (the state is sharded over DP ranks; use --zero 0)";
+    if (o->zero != 0 && (o->dp_shard == 0 || o->dp_shard == o->dp))
+        return "--zero without HSDP (the state is sharded over every DP rank: no replica "
+               "survives a lost rank; use --dp-shard smaller than --dp, or --zero 0)";
     if (o->dp < 2)
         return "--dp (a run survives a lost replica only with another one; use --dp 2 or more)";
     return NULL;
+}
+
+/* DP ranks one lost rank takes away: its whole replica (under HSDP, its shard group). */
+static int replica_dp(const train_opts_t *o) {
+    return o->zero != 0 && o->dp_shard > 0 ? o->dp_shard : 1;
 }
 
 int opts_validate_fault(train_opts_t *o, FILE *err) {
@@ -53,15 +59,15 @@ int opts_validate_fault(train_opts_t *o, FILE *err) {
                 conflict);
         return -1;
     }
-    for (int lost = 1; lost <= o->max_failures && lost < o->dp; lost++)
-        if (o->batch % ((o->dp - lost) * o->micro_batches) != 0) {
+    const int rd = replica_dp(o), last = o->dp - o->max_failures * rd;
+    for (int lost = 1; lost <= o->max_failures && lost * rd < o->dp; lost++)
+        if (o->batch % ((o->dp - lost * rd) * o->micro_batches) != 0) {
             fprintf(err,
                     "hcomm-train: --max-failures %d: after %d lost replica%s --dp is %d, and "
                     "--batch %d is not divisible by dp * micro-batches = %d; pick a --batch "
                     "that every dp down to %d divides\n",
-                    o->max_failures, lost, lost == 1 ? "" : "s", o->dp - lost, o->batch,
-                    (o->dp - lost) * o->micro_batches,
-                    o->dp - o->max_failures > 0 ? o->dp - o->max_failures : 1);
+                    o->max_failures, lost, lost == 1 ? "" : "s", o->dp - lost * rd, o->batch,
+                    (o->dp - lost * rd) * o->micro_batches, last > 0 ? last : rd);
             return -1;
         }
     return 0;

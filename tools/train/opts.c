@@ -123,7 +123,8 @@ static const opt_def_t OPTS[] = {
     OPT_INT_("max-failures", max_failures, "0", 0, 4096,
              "lost ranks the run survives in the job: the survivors shrink the world, drop the "
              "replicas that lost a member and redo the step with a smaller --dp (needs --ep 1, "
-             "--zero 0; on mpi, every rank on one host under mpirun --enable-recovery)"),
+             "and --zero 0 or HSDP, --dp-shard < --dp, whose shard groups are the replicas; on "
+             "mpi, every rank on one host under mpirun --enable-recovery)"),
     OPT_STR_("inject-failure", inject_failure, "",
              "RANK:STEP: world rank RANK stops for good during step STEP (mpi: SIGKILL of its "
              "process; local: its thread stops), as --metrics numbers steps"),

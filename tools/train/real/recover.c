@@ -5,13 +5,16 @@
  * that kept every member, drop the others' survivors, put the copy back and redo the step
  * with dp lowered: the same global batch over fewer replicas, so the losses go on as those of
  * a run resumed at that step with the smaller --dp. Nothing is read from disk: the replicas
- * hold the same state, and tp, pp and cp stay, so every survivor keeps its own shards.
+ * hold the same state, and tp, pp and cp stay, so every survivor keeps its own shards. Under
+ * HSDP (--zero with --dp-shard < --dp) a replica is a shard group: the copy is this rank's
+ * parameter and momentum shards, and the plans are built again on the new groups.
  * Included by train.c (one translation unit per precision). */
 
 typedef struct recover {
     int failures;      /* lost ranks survived so far */
-    size_t total;      /* values of this rank's parameters */
-    real_t *saved;     /* master weights, then momentum, of every parameter, before the step */
+    size_t total;      /* values of this rank's parameters (--zero: of its shards) */
+    real_t *saved;     /* master weights, then momentum, of every parameter (--zero: of every
+                          bucket's shard), before the step */
     rng_t data_rng;    /* the sampler before the step */
     train_opts_t opts; /* the run's flags, --dp lowered by each recovery */
     train_job_t job;   /* the run's job, with opts */
@@ -21,10 +24,13 @@ typedef struct recover {
 /* What a step's agreement decided. */
 enum { STEP_OK, STEP_REDO, STEP_LEAVE, STEP_FAIL };
 
-static void recover_init(recover_t *rec, const train_job_t *job, const model_t *m) {
+static void recover_init(recover_t *rec, const train_job_t *job, const model_t *m,
+                         const train_rt_t *rt) {
     memset(rec, 0, sizeof *rec);
-    for (int i = 0; i < m->nparams; i++)
+    for (int i = 0; i < m->nparams && !rt->zero; i++)
         rec->total += (size_t)(m->params[i]->rows * m->params[i]->cols);
+    if (rt->zero)
+        rec->total = zero_state_values(rt);
     rec->saved = train_alloc(2 * rec->total * sizeof(real_t) + 1);
     rec->opts = *job->opts;
     rec->job = *job;
@@ -46,8 +52,12 @@ static void recover_copy(recover_t *rec, model_t *m, int save) {
     }
 }
 
-static void recover_save(recover_t *rec, model_t *m, const train_state_t *st) {
-    recover_copy(rec, m, 1);
+static void recover_save(train_rt_t *rt, model_t *m, const train_state_t *st) {
+    recover_t *rec = rt->rec;
+    if (rt->zero)
+        zero_state_copy(rt, rec->saved, 1);
+    else
+        recover_copy(rec, m, 1);
     rec->data_rng = st->data_rng;
 }
 
@@ -111,6 +121,7 @@ static int rebuild(train_rt_t *rt, model_t *m, train_state_t *st, report_t *rep,
         return STEP_FAIL;
     }
     reducers_free(rt);
+    zero_free(m, rt, model_units(m->L)); /* its plans wait on the old groups */
     attn_teardown(rt, 0);
     hcomm_ctx_destroy(rt->ctx);
     hcomm_comm_destroy(shrunk);
@@ -122,12 +133,15 @@ static int rebuild(train_rt_t *rt, model_t *m, train_state_t *st, report_t *rep,
         return STEP_LEAVE;
     }
     *r = regroup(rt, rec, next);
-    if (*r == HCOMM_OK && o->dp_overlap)
+    if (*r == HCOMM_OK && o->dp_overlap && o->zero == 0)
         *r = reducers_setup(m, rt);
     if (*r != HCOMM_OK)
         return STEP_FAIL;
     model_set_owners(m, rt);
-    recover_copy(rec, m, 0);
+    if (o->zero > 0 && (*r = zero_rebuild(m, rt, o, next, rec->saved)) != HCOMM_OK)
+        return STEP_FAIL;
+    if (o->zero == 0)
+        recover_copy(rec, m, 0);
     st->data_rng = rec->data_rng;
     rec->failures++;
     take_reports(rt, rep, was_zero, step);

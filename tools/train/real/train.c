@@ -876,7 +876,7 @@ static hcomm_result_t train_loop(const train_job_t *job, model_t *m, train_rt_t 
     double sums[5] = {0}, t0 = train_now();
     for (int step = st->step; step < o->steps && r == HCOMM_OK; step++) {
         if (rt->rec)
-            recover_save(rt->rec, m, st);
+            recover_save(rt, m, st);
         /* Every rank draws the whole global batch, so the stream stays the same everywhere. */
         batch_sample(&st->data_rng, job->corpus, o->batch, o->seq, starts);
         double val = NAN;
@@ -1004,7 +1004,7 @@ hcomm_result_t REAL_NAME(train_rank)(hcomm_comm_t *world, void *arg) {
     rt.comm_s = 0.0;
     recover_t rec;
     if (r == HCOMM_OK && job->opts->max_failures > 0) {
-        recover_init(&rec, job, &m);
+        recover_init(&rec, job, &m, &rt);
         rt.rec = &rec;
     }
     if (r == HCOMM_OK)

@@ -410,3 +410,54 @@ static hcomm_result_t zero_report_memory(const model_t *m, train_rt_t *rt, const
     }
     return HCOMM_OK;
 }
+
+/* --- in-job recovery under HSDP (recover.c): a lost shard group is dropped whole, and every
+ * survivor keeps its shard index in a shard group of the same size --- */
+
+/* Values of this rank's parameter shards (and as many of momentum) over every plan. */
+static size_t zero_state_values(const train_rt_t *rt) {
+    size_t n = 0;
+    const train_zero_t *z = rt->zero;
+    for (int u = 0; z && u < model_units(z->m->L); u++)
+        for (int s = 0; s < z->u[u].npc; s++)
+            for (int b = 0; b < z->u[u].pc[s].nb; b++) {
+                hcomm_zero_shard_t sh;
+                if (hcomm_zero_shard(z->u[u].pc[s].plan, b, &sh) == HCOMM_OK)
+                    n += sh.count;
+            }
+    return n;
+}
+
+/* Copies every bucket's parameter shard, then its momentum, to (save) or from buf. */
+static void zero_state_copy(train_rt_t *rt, real_t *buf, int save) {
+    const train_zero_t *z = rt->zero;
+    for (int u = 0; z && u < model_units(z->m->L); u++)
+        for (int s = 0; s < z->u[u].npc; s++)
+            for (int b = 0; b < z->u[u].pc[s].nb; b++) {
+                hcomm_zero_shard_t sh;
+                if (hcomm_zero_shard(z->u[u].pc[s].plan, b, &sh) != HCOMM_OK)
+                    continue;
+                real_t *mom = z->u[u].pc[s].mom[b];
+                size_t bytes = sh.count * sizeof(real_t);
+                memcpy(save ? buf : sh.params, save ? sh.params : buf, bytes);
+                memcpy(save ? buf + sh.count : mom, save ? mom : buf + sh.count, bytes);
+                buf += 2 * sh.count;
+            }
+}
+
+/* The plans again, on next's groups, holding the shards and momentum of saved: built from
+ * zeroed parameters (ZeRO-3 holds no full copy to build them from), then given the saved
+ * shards, which ZeRO-1/2 gather at once. */
+static hcomm_result_t zero_rebuild(model_t *m, train_rt_t *rt, const train_opts_t *o,
+                                   hcomm_ctx_t *next, real_t *saved) {
+    for (int i = 0; i < m->nparams; i++) {
+        param_t *p = m->params[i];
+        p->master = train_alloc((size_t)(p->rows * p->cols) * sizeof(real_t) + 1);
+        memset(p->master, 0, (size_t)(p->rows * p->cols) * sizeof(real_t));
+        if (!m->bf16)
+            p->w = p->master;
+    }
+    ZERO_TRY(zero_setup(m, rt, o, next));
+    zero_state_copy(rt, saved, 0);
+    return o->zero < 3 ? zero_gather_everything(m, rt, 1) : HCOMM_OK;
+}
