@@ -260,27 +260,52 @@ static bool mpi_world_aborted(hcomm_comm_t *c) {
     return hcomm__mpi_peer_aborted();
 }
 
-/* The shrunk communicator's MPI_Comm_create_group tag: the round that made it. */
+/* The shrunk communicator's MPI_Comm_create_group tag: the comm and the round that made it,
+ * so that shrinks of different communicators (all made from MPI_COMM_WORLD) do not match. */
 static uint64_t mpi_subset_token(hcomm_comm_t *c, int n, uint64_t round) {
-    (void)c, (void)n;
-    return round;
+    (void)n;
+    return (hcomm__comm_id(c) ^ (round * 0x9E3779B97F4A7C15ull)) % 32749u;
+}
+
+/* The group of members[0..n) of c, and the communicator to make it from: MPI_COMM_WORLD where
+ * every member is in it. Open MPI 4.1 lets only the pending communicator creation whose
+ * parent has the lowest id go on (comm_cid.c), and a creation that a lost member left
+ * unfinished (the worker's MPI_Comm_idup) never ends: MPI_COMM_WORLD's id, 0, is below it. */
+static int subset_group(hcomm_comm_t *c, const int *members, int n, MPI_Comm *parent,
+                        MPI_Group *out) {
+    MPI_Group all = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    int *wr = malloc(sizeof *wr * (size_t)(n > 0 ? n : 1)), rc = wr ? MPI_SUCCESS : MPI_ERR_NO_MEM;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_group(mcomm(c), &all);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Group_translate_ranks(all, n, members, world, wr);
+    bool in_world = rc == MPI_SUCCESS;
+    for (int i = 0; in_world && i < n; i++)
+        in_world = wr[i] != MPI_UNDEFINED;
+    *parent = in_world ? MPI_COMM_WORLD : mcomm(c);
+    if (rc == MPI_SUCCESS)
+        rc = in_world ? MPI_Group_incl(world, n, wr, out) : MPI_Group_incl(all, n, members, out);
+    if (all != MPI_GROUP_NULL)
+        MPI_Group_free(&all);
+    if (world != MPI_GROUP_NULL)
+        MPI_Group_free(&world);
+    free(wr);
+    return rc;
 }
 
 /* MPI_Comm_create_group involves only the group's members (MPI 3.0), so the survivors make it
  * without the lost ranks. It blocks: the agreement before it saw every member alive. */
 static hcomm_result_t mpi_subset(hcomm_comm_t *c, const int *members, int n, uint64_t token,
                                  hcomm_comm_t **out) {
-    MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
-    MPI_Comm mc = MPI_COMM_NULL;
-    int rc = MPI_Comm_group(mcomm(c), &all);
+    MPI_Group some = MPI_GROUP_NULL;
+    MPI_Comm mc = MPI_COMM_NULL, parent = MPI_COMM_NULL;
+    int rc = subset_group(c, members, n, &parent, &some);
     if (rc == MPI_SUCCESS)
-        rc = MPI_Group_incl(all, n, members, &some);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Comm_create_group(mcomm(c), some, (int)(token & 0x7fff), &mc);
+        rc = MPI_Comm_create_group(parent, some, (int)token, &mc);
     if (some != MPI_GROUP_NULL)
         MPI_Group_free(&some);
-    if (all != MPI_GROUP_NULL)
-        MPI_Group_free(&all);
     if (rc != MPI_SUCCESS)
         return hcomm__mpi_fail(c->call_fn, "MPI_Comm_create_group", rc);
     return adopt(c->call_fn, mc, c, impl_of(c)->cma, out);
