@@ -233,53 +233,42 @@ else
 fi
 
 # --- bad input fails clearly --------------------------------------------------------------------
-# expect_fail NAME PATTERN FLAGS...: hcomm-train must exit non-zero and print PATTERN.
-expect_fail() {
-    local name=$1 pattern=$2
-    shift 2
-    timeout 60 "$TRAIN" "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
-        fail "$name: 'hcomm-train $*' exited with $rc, expected a failure"
-    elif ! grep -q -- "$pattern" "$WORK/$name.log"; then
-        fail "$name: the message does not say '$pattern':"
-        sed 's/^/    /' "$WORK/$name.log" >&2
-    else
-        echo "ok   $name (exit $rc): $(head -n 1 "$WORK/$name.log")"
-    fi
-}
-expect_fail missing-data "cannot read --data" --data "$WORK/no-such-file.txt" --steps 1
+# bad NAME PATTERN FLAGS...: hcomm-train must exit non-zero and print PATTERN (expect_fail:
+# train_common.sh).
+EXPECT_FAIL_TIMEOUT=60
+bad() { expect_fail "$1" "$2" "$TRAIN" "${@:3}"; }
+bad missing-data "cannot read --data" --data "$WORK/no-such-file.txt" --steps 1
 : >"$WORK/empty.txt"
-expect_fail empty-data "cannot read --data" --data "$WORK/empty.txt" --steps 1
-expect_fail batch-not-divisible "not divisible" --batch 6 --dp 2 --micro-batches 2
-expect_fail experts-not-divisible "not divisible" --experts 3 --ep 2
-expect_fail pp-too-large "out of range" --pp 5
-expect_fail unknown-flag "unknown option --bogus" --bogus 1
-expect_fail zero-tp "--tp 0: out of range 1\.\." --tp 0
-expect_fail negative-batch "--batch -4: out of range 1\.\." --batch -4
-expect_fail unknown-backend "backend bogus: expected local or mpi" --backend bogus --steps 2
-HCOMM_BACKEND=bogus expect_fail unknown-env-backend "HCOMM_BACKEND=bogus" --steps 2
-expect_fail explicit-ep "ep 2 does not divide --dp 1" --tp 4 --pp 1 --dp 1 --ep 2 --steps 2
-expect_fail data-is-dir "Is a directory" --data "$WORK" --steps 1
-expect_fail steps-overflow "out of range 1\.\." --steps 99999999999
-expect_fail seed-overflow "out of range 0\.\." --seed 18446744073709551616
-expect_fail lr-overflow "out of range (0, 100\]" --lr 1e400
-expect_fail unknown-dtype "--dtype f16 is unknown (f64, f32 or bf16)" --dtype f16
-expect_fail virtual-without-interleaved "--virtual-stages 2 needs --schedule interleaved" \
+bad empty-data "cannot read --data" --data "$WORK/empty.txt" --steps 1
+bad batch-not-divisible "not divisible" --batch 6 --dp 2 --micro-batches 2
+bad experts-not-divisible "not divisible" --experts 3 --ep 2
+bad pp-too-large "out of range" --pp 5
+bad unknown-flag "unknown option --bogus" --bogus 1
+bad zero-tp "--tp 0: out of range 1\.\." --tp 0
+bad negative-batch "--batch -4: out of range 1\.\." --batch -4
+bad unknown-backend "backend bogus: expected local or mpi" --backend bogus --steps 2
+HCOMM_BACKEND=bogus bad unknown-env-backend "HCOMM_BACKEND=bogus" --steps 2
+bad explicit-ep "ep 2 does not divide --dp 1" --tp 4 --pp 1 --dp 1 --ep 2 --steps 2
+bad data-is-dir "Is a directory" --data "$WORK" --steps 1
+bad steps-overflow "out of range 1\.\." --steps 99999999999
+bad seed-overflow "out of range 0\.\." --seed 18446744073709551616
+bad lr-overflow "out of range \\(0, 100\]" --lr 1e400
+bad unknown-dtype "--dtype f16 is unknown \\(f64, f32 or bf16\\)" --dtype f16
+bad virtual-without-interleaved "--virtual-stages 2 needs --schedule interleaved" \
     --virtual-stages 2
-expect_fail interleaved-mb "--micro-batches divisible by it" --schedule interleaved \
+bad interleaved-mb "--micro-batches divisible by it" --schedule interleaved \
     --micro-batches 3 --batch 12
-expect_fail interleaved-chunks "--pp 2 x --virtual-stages 3 = 6 chunks, but the model has 4 units" \
+bad interleaved-chunks "--pp 2 x --virtual-stages 3 = 6 chunks, but the model has 4 units" \
     --schedule interleaved --virtual-stages 3
-expect_fail topk-too-large "--topk 5 is more than --experts 4" --topk 5
-expect_fail negative-capacity "--capacity-factor -1: out of range" --capacity-factor -1
-expect_fail metrics-path "$WORK/no-dir/x.csv" --metrics "$WORK/no-dir/x.csv" --steps 1
-expect_fail zero-dp-shard "--dp-shard 2 needs --zero 1, 2 or 3" --dp-shard 2
-expect_fail zero-shard-divides "--dp-shard 3 does not divide --dp 4" --tp 1 --pp 1 --dp 4 \
+bad topk-too-large "--topk 5 is more than --experts 4" --topk 5
+bad negative-capacity "--capacity-factor -1: out of range" --capacity-factor -1
+bad metrics-path "$WORK/no-dir/x.csv" --metrics "$WORK/no-dir/x.csv" --steps 1
+bad zero-dp-shard "--dp-shard 2 needs --zero 1, 2 or 3" --dp-shard 2
+bad zero-shard-divides "--dp-shard 3 does not divide --dp 4" --tp 1 --pp 1 --dp 4 \
     --zero 1 --dp-shard 3
-expect_fail zero-stage "--zero 4: out of range" --zero 4
-expect_fail zero-save "not supported with --zero" --zero 1 --save "$WORK/ck"
-expect_fail zero-sp "--sequence-parallel is not supported with --zero" --tp 2 --pp 1 --dp 4 \
+bad zero-stage "--zero 4: out of range" --zero 4
+bad zero-save "not supported with --zero" --zero 1 --save "$WORK/ck"
+bad zero-sp "--sequence-parallel is not supported with --zero" --tp 2 --pp 1 --dp 4 \
     --zero 1 --sequence-parallel
 # The memory line of a sharded run names both figures.
 grep -q "memory: peak live bytes .* with --zero 1 --dp-shard 2, [0-9]* unsharded" \

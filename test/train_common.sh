@@ -24,11 +24,12 @@ run() {
     return 0
 }
 
-# expect_fail NAME PATTERN CMD...: must exit non-zero (not a timeout) and print PATTERN.
+# expect_fail NAME PATTERN CMD...: must exit non-zero (not a timeout, EXPECT_FAIL_TIMEOUT s,
+# default 120) and print PATTERN (an extended regular expression).
 expect_fail() {
     local name=$1 pattern=$2
     shift 2
-    timeout 120 "$@" >"$WORK/$name.log" 2>&1
+    timeout "${EXPECT_FAIL_TIMEOUT:-120}" "$@" >"$WORK/$name.log" 2>&1
     local rc=$?
     if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
         fail "$name: '$*' exited with $rc, expected a failure"
@@ -36,6 +37,6 @@ expect_fail() {
         fail "$name: the message does not match '$pattern':"
         sed 's/^/    /' "$WORK/$name.log" >&2
     else
-        echo "ok   $name: $(head -n 1 "$WORK/$name.log")"
+        echo "ok   $name (exit $rc): $(head -n 1 "$WORK/$name.log")"
     fi
 }
