@@ -24,8 +24,7 @@ typedef struct recover {
 /* What a step's agreement decided. */
 enum { STEP_OK, STEP_REDO, STEP_LEAVE, STEP_FAIL };
 
-static void recover_init(recover_t *rec, const train_job_t *job, const model_t *m,
-                         const train_rt_t *rt) {
+static void recover_init(recover_t *rec, const train_job_t *job, const model_t *m, train_rt_t *rt) {
     memset(rec, 0, sizeof *rec);
     for (int i = 0; i < m->nparams && !rt->zero; i++)
         rec->total += (size_t)(m->params[i]->rows * m->params[i]->cols);
@@ -138,10 +137,12 @@ static int rebuild(train_rt_t *rt, model_t *m, train_state_t *st, report_t *rep,
     if (*r != HCOMM_OK)
         return STEP_FAIL;
     model_set_owners(m, rt);
-    if (o->zero > 0 && (*r = zero_rebuild(m, rt, o, next, rec->saved)) != HCOMM_OK)
-        return STEP_FAIL;
-    if (o->zero == 0)
+    if (o->zero > 0)
+        *r = zero_rebuild(m, rt, o, next, rec->saved);
+    else
         recover_copy(rec, m, 0);
+    if (*r != HCOMM_OK)
+        return STEP_FAIL;
     st->data_rng = rec->data_rng;
     rec->failures++;
     take_reports(rt, rep, was_zero, step);

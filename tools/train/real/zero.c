@@ -353,9 +353,26 @@ static hcomm_result_t zero_gather_everything(model_t *m, train_rt_t *rt, int in_
     return HCOMM_OK;
 }
 
-/* SGD with momentum on one bucket's shard: the arithmetic of model_sgd, element by element. */
-static void zero_sgd_shard(const hcomm_zero_shard_t *sh, real_t *v, double lr, double momentum) {
-    const real_t rate = (real_t)lr, mom = (real_t)momentum;
+/* Calls fn(shard, its momentum, arg) on every bucket of every plan, in plan order. */
+typedef void (*zshard_fn)(const hcomm_zero_shard_t *sh, real_t *mom, void *arg);
+
+static hcomm_result_t zero_each_shard(train_rt_t *rt, zshard_fn fn, void *arg) {
+    const train_zero_t *z = rt->zero;
+    for (int u = 0; z && u < model_units(z->m->L); u++)
+        for (int s = 0; s < z->u[u].npc; s++)
+            for (int b = 0; b < z->u[u].pc[s].nb; b++) {
+                hcomm_zero_shard_t sh;
+                TRAIN_TRY(rt, hcomm_zero_shard(z->u[u].pc[s].plan, b, &sh));
+                fn(&sh, z->u[u].pc[s].mom[b], arg);
+            }
+    return HCOMM_OK;
+}
+
+/* SGD with momentum on one bucket's shard: the arithmetic of model_sgd, element by element.
+ * arg: the learning rate and the momentum. */
+static void zero_sgd_shard(const hcomm_zero_shard_t *sh, real_t *v, void *arg) {
+    const double *lr_mom = arg;
+    const real_t rate = (real_t)lr_mom[0], mom = (real_t)lr_mom[1];
     real_t *w = sh->params;
     const real_t *g = sh->grads;
     for (size_t e = 0; e < sh->valid; e++) {
@@ -376,17 +393,12 @@ static hcomm_result_t zero_step(model_t *m, train_rt_t *rt, double lr, double mo
                 r = TRAIN_COMM(rt, hcomm_zero_wait(z->u[u].pc[s].plan, HCOMM_ZERO_ALL, NULL));
     ZERO_TRY(zero_timed(rt, t0, r, "hcomm_zero_wait"));
     z->pending = NULL;
+    double lr_mom[2] = {lr, momentum};
+    ZERO_TRY(zero_each_shard(rt, zero_sgd_shard, lr_mom));
     for (int u = 0; u < model_units(m->L); u++)
-        for (int s = 0; s < z->u[u].npc; s++) {
-            zpiece_t *pc = &z->u[u].pc[s];
-            for (int b = 0; b < pc->nb; b++) {
-                hcomm_zero_shard_t sh;
-                TRAIN_TRY(rt, hcomm_zero_shard(pc->plan, b, &sh));
-                zero_sgd_shard(&sh, pc->mom[b], lr, momentum);
-            }
-            if (pc->plan)
-                TRAIN_TRY(rt, hcomm_zero_clear_grads(pc->plan));
-        }
+        for (int s = 0; s < z->u[u].npc; s++)
+            if (z->u[u].pc[s].plan)
+                TRAIN_TRY(rt, hcomm_zero_clear_grads(z->u[u].pc[s].plan));
     return z->stage < 3 ? zero_gather_everything(m, rt, 1) : HCOMM_OK;
 }
 
@@ -414,35 +426,36 @@ static hcomm_result_t zero_report_memory(const model_t *m, train_rt_t *rt, const
 /* --- in-job recovery under HSDP (recover.c): a lost shard group is dropped whole, and every
  * survivor keeps its shard index in a shard group of the same size --- */
 
+static void count_shard(const hcomm_zero_shard_t *sh, real_t *mom, void *arg) {
+    (void)mom;
+    *(size_t *)arg += sh->count;
+}
+
 /* Values of this rank's parameter shards (and as many of momentum) over every plan. */
-static size_t zero_state_values(const train_rt_t *rt) {
+static size_t zero_state_values(train_rt_t *rt) {
     size_t n = 0;
-    const train_zero_t *z = rt->zero;
-    for (int u = 0; z && u < model_units(z->m->L); u++)
-        for (int s = 0; s < z->u[u].npc; s++)
-            for (int b = 0; b < z->u[u].pc[s].nb; b++) {
-                hcomm_zero_shard_t sh;
-                if (hcomm_zero_shard(z->u[u].pc[s].plan, b, &sh) == HCOMM_OK)
-                    n += sh.count;
-            }
+    zero_each_shard(rt, count_shard, &n);
     return n;
+}
+
+/* arg: the cursor into the copy, then whether to save (1) or restore (0). */
+typedef struct zcopy {
+    real_t *at;
+    int save;
+} zcopy_t;
+
+static void copy_shard(const hcomm_zero_shard_t *sh, real_t *mom, void *arg) {
+    zcopy_t *c = arg;
+    size_t bytes = sh->count * sizeof(real_t);
+    memcpy(c->save ? c->at : sh->params, c->save ? sh->params : c->at, bytes);
+    memcpy(c->save ? c->at + sh->count : mom, c->save ? mom : c->at + sh->count, bytes);
+    c->at += 2 * sh->count;
 }
 
 /* Copies every bucket's parameter shard, then its momentum, to (save) or from buf. */
 static void zero_state_copy(train_rt_t *rt, real_t *buf, int save) {
-    const train_zero_t *z = rt->zero;
-    for (int u = 0; z && u < model_units(z->m->L); u++)
-        for (int s = 0; s < z->u[u].npc; s++)
-            for (int b = 0; b < z->u[u].pc[s].nb; b++) {
-                hcomm_zero_shard_t sh;
-                if (hcomm_zero_shard(z->u[u].pc[s].plan, b, &sh) != HCOMM_OK)
-                    continue;
-                real_t *mom = z->u[u].pc[s].mom[b];
-                size_t bytes = sh.count * sizeof(real_t);
-                memcpy(save ? buf : sh.params, save ? sh.params : buf, bytes);
-                memcpy(save ? buf + sh.count : mom, save ? mom : buf + sh.count, bytes);
-                buf += 2 * sh.count;
-            }
+    zcopy_t c = {buf, save};
+    zero_each_shard(rt, copy_shard, &c);
 }
 
 /* The plans again, on next's groups, holding the shards and momentum of saved: built from
