@@ -209,15 +209,19 @@ def check_backend(backend):
                          f"{', '.join(_lib.BACKENDS)}")
 
 
+def _frees():
+    """What a rank holds at its end, in the order it is freed: its MoE handles, then its
+    contexts, then the groups it owns (Group.shrink), newest first."""
+    st = _state
+    return ([r.free for r in list(getattr(st, "routings", None) or ())] +
+            [c.destroy for c in reversed(list(getattr(st, "contexts", None) or []))] +
+            [g.destroy for g in reversed(list(getattr(st, "owned", None) or []))])
+
+
 def destroy_all():
-    """End of a rank: frees its MoE handles, then its contexts, then the groups it owns
-    (Group.shrink), newest first (collective, in one order)."""
-    for r in list(getattr(_state, "routings", None) or ()):
-        r.free()
-    for ctx in reversed(list(getattr(_state, "contexts", None) or [])):
-        ctx.destroy()
-    for g in reversed(list(getattr(_state, "owned", None) or [])):
-        g.destroy()
+    """End of a rank: frees what it holds (_frees; collective, in one order)."""
+    for free in _frees():
+        free()
 
 
 def _note(exc, rank, n):
@@ -229,10 +233,7 @@ def _note(exc, rank, n):
 def _free_stopped():
     """Frees what a rank that hcomm.fault_stop stopped still holds, alone (every other rank
     has returned), as a crashed rank's would be by the process's end: errors say nothing."""
-    frees = [r.free for r in list(_state.routings)]
-    frees += [c.destroy for c in reversed(_state.contexts)]
-    frees += [g.destroy for g in reversed(_state.owned)]
-    for free in frees:
+    for free in _frees():
         try:
             free()
         except _lib.HcommError:
