@@ -1,6 +1,7 @@
 /* Private to the mpi transport: a communicator's state and the helpers every part of the
  * transport uses. Its files form a stack; each calls only files listed before it:
  *   mpi_base.c    MPI's errors in hcomm's words, and the polled wait every request ends in
+ *   mpi_ring.c    frame rings in the board regions of members on one node
  *   mpi_frames.c  frames (sends, posted receives, rendezvous) and the lane
  *   mpi_peer.c    which ranks share a node, peer memory (cross-memory attach, views), the board
  *   mpi_coll.c    the native collectives (Open MPI's nonblocking ones, polled)
@@ -22,6 +23,12 @@
 #define RECV_DEPTH 4
 #define STAGE_SLOTS 64
 #define STAGE_BYTES 512
+/* Frame rings (mpi_ring.c): bytes of one ring, and the most members a comm with rings has (each
+ * member's region then holds one ring per peer past its board). */
+#define HCOMM__RING_BYTES ((size_t)32 << 10)
+#define HCOMM__RING_MAX_RANKS 16
+
+typedef struct mpi_ring mpi_ring_t;
 
 typedef struct mpi_impl {
     MPI_Comm comm;
@@ -48,6 +55,7 @@ typedef struct mpi_impl {
     int snext;
     struct mpi_tx *waiting; /* rendezvous sends awaiting clear-to-send */
     void **board;           /* [size] every member's board region (transport.board), or NULL */
+    mpi_ring_t *ring;       /* frames through shared memory (a board of few members), or NULL */
     bool adopted;           /* its setup finished here: destroy says goodbye to each peer */
     bool cma;     /* every member reads its host's members by cross-memory attach (agreed) */
     bool wrapped; /* hcomm_comm_wrap_mpi's outside a launch: counted among ranks needing a core */
@@ -125,6 +133,32 @@ static inline hcomm_result_t await_posted(hcomm_comm_t *c, const char *fn, const
     return rc == MPI_SUCCESS ? hcomm__mpi_wait_request(c, fn, what, req)
                              : hcomm__mpi_error(fn, what, rc);
 }
+
+/* --- frame rings (mpi_ring.c) --- */
+
+/* Bytes past HCOMM__BOARD_BYTES that a board region of size members holds for rings (0: none). */
+size_t hcomm__mpi_ring_bytes(int size);
+/* Once a board is mapped (regions of HCOMM__BOARD_BYTES + hcomm__mpi_ring_bytes): the comm's
+ * rings; this rank sends through them when largest_frame (bytes) fits one. Frees them. */
+hcomm_result_t hcomm__mpi_ring_init(const char *fn, hcomm_comm_t *c, size_t largest_frame);
+void hcomm__mpi_ring_free(mpi_impl_t *m);
+/* Writes one frame (the n parts in order) into the ring to peer; false when the frame must go
+ * through MPI instead (no rings, no room, or frames sent through MPI not yet taken), and then
+ * hcomm__mpi_ring_spill counts it just before it goes. */
+bool hcomm__mpi_ring_put(mpi_impl_t *m, int peer, const void *const *part, const size_t *part_len,
+                         int n);
+void hcomm__mpi_ring_spill(mpi_impl_t *m, int peer);
+/* The oldest frame from the next source in turn that has one (*src, *len bytes; valid until
+ * consumed), or NULL; consume takes it off its ring. */
+const void *hcomm__mpi_ring_peek(mpi_impl_t *m, int *src, size_t *len);
+void hcomm__mpi_ring_consume(mpi_impl_t *m, int src, size_t len);
+/* Whether src's ring to this rank holds a frame: one that came before any of src's frames
+ * waiting in MPI, so it goes first. took counts a frame from src taken off MPI. */
+bool hcomm__mpi_ring_holds(mpi_impl_t *m, int src);
+void hcomm__mpi_ring_took(mpi_impl_t *m, int src);
+/* True on most polls of a comm with rings while no peer's frame waits in MPI: the frame
+ * receives through MPI are then tested on one poll in 16 only. */
+bool hcomm__mpi_ring_skip_mpi(mpi_impl_t *m);
 
 /* --- frames and the lane (mpi_frames.c) --- */
 

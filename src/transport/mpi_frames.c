@@ -1,7 +1,8 @@
 /* The mpi transport's frames and lane (mpi_base.h): every hcomm communicator owns a duplicate
  * MPI communicator, on which frames travel with FRAME_TAG into RECV_DEPTH receives posted
- * ahead, rendezvous payloads on a data tag of their own once the receiver says it is ready,
- * and lane messages on a tag per call sequence number. */
+ * ahead (or, between members on one node, through the rings of mpi_ring.c), rendezvous
+ * payloads on a data tag of their own once the receiver says it is ready, and lane messages on
+ * a tag per call sequence number. */
 #include "transport/mpi_base.h"
 
 #include <stdlib.h>
@@ -230,6 +231,31 @@ static hcomm_result_t send_staged(hcomm_comm_t *c, int peer, const void *hdr, co
     return rc == MPI_SUCCESS ? HCOMM_OK : hcomm__mpi_fail(c->call_fn, "MPI_Isend", rc);
 }
 
+/* A rendezvous send's payload goes once the receiver's clear-to-send arrives (offer). */
+static void await_cts(mpi_impl_t *m, mpi_tx_t *tx, int peer, const void *payload, size_t bytes,
+                      int data_tag) {
+    tx->payload = payload;
+    tx->bytes = (int)bytes;
+    tx->peer = peer;
+    tx->data_tag = data_tag;
+    tx->awaiting = true;
+    tx->next_wait = m->waiting;
+    m->waiting = tx;
+}
+
+/* A frame through the peer's ring, if it takes it: an eager one is then complete. */
+static bool ring_frame(mpi_impl_t *m, mpi_tx_t *tx, int peer, const void *hdr, const void *payload,
+                       size_t bytes, bool rndv) {
+    wire_t w = {.data_tag = rndv ? m->next_tag[peer] + DATA_TAG_MIN : 0, .bytes = bytes};
+    const void *part[3] = {&w, hdr, payload};
+    size_t len[3] = {sizeof w, HCOMM__HDR_BYTES, rndv ? 0 : bytes};
+    if (!hcomm__mpi_ring_put(m, peer, part, len, 3))
+        return false;
+    if (rndv)
+        await_cts(m, tx, peer, payload, bytes, next_data_tag(m, peer));
+    return true;
+}
+
 hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
                                      const void *payload, size_t bytes, bool rndv,
                                      hcomm__treq_t *treq) {
@@ -244,6 +270,9 @@ hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     if (!atomic_load(&c->aborted))
         HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes + WIRE_HDR, &n));
+    if (ring_frame(m, tx, peer, hdr, payload, bytes, rndv))
+        return HCOMM_OK;
+    hcomm__mpi_ring_spill(m, peer);
     size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
     if (!rndv && wire_bytes <= STAGE_BYTES) {
         bool sent = false;
@@ -267,15 +296,8 @@ hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
         tx->heap = NULL;
         return hcomm__mpi_fail(c->call_fn, "MPI_Isend", rc);
     }
-    if (rndv) { /* the payload goes once the receiver's clear-to-send arrives (offer) */
-        tx->payload = payload;
-        tx->bytes = (int)bytes;
-        tx->peer = peer;
-        tx->data_tag = w.data_tag;
-        tx->awaiting = true;
-        tx->next_wait = m->waiting;
-        m->waiting = tx;
-    }
+    if (rndv)
+        await_cts(m, tx, peer, payload, bytes, w.data_tag);
     return HCOMM_OK;
 }
 
@@ -322,27 +344,34 @@ static void clear_to_send(hcomm_comm_t *c, int src, int data_tag) {
     /* No such send: it was withdrawn; the receiver's receive then ends by its timeout. */
 }
 
-/* Offers the frame in rbuf[rhead]; false when the p2p layer left it for later. */
-static bool offer(hcomm_comm_t *c, hcomm__deliver_fn_t deliver, const MPI_Status *st) {
-    mpi_impl_t *m = impl_of(c);
-    const unsigned char *buf = m->rbuf[m->rhead];
+/* Offers the frame in buf from src; false when the p2p layer left it for later. */
+static bool offer(hcomm_comm_t *c, hcomm__deliver_fn_t deliver, const unsigned char *buf, int src) {
     wire_t w;
     memcpy(&w, buf, sizeof w);
     if (w.cts) {
-        clear_to_send(c, st->MPI_SOURCE, w.data_tag);
+        clear_to_send(c, src, w.data_tag);
         return true;
     }
     hcomm__rndv_t rv = {(uint64_t)w.data_tag, 0};
     const void *payload = w.data_tag ? NULL : buf + WIRE_HDR;
-    return deliver(c, st->MPI_SOURCE, buf + sizeof w, payload, (size_t)w.bytes,
-                   w.data_tag ? &rv : NULL);
+    return deliver(c, src, buf + sizeof w, payload, (size_t)w.bytes, w.data_tag ? &rv : NULL);
 }
 
 /* Delivers at most one frame per call: each MPI_Test runs Open MPI's whole progress engine,
  * so testing for a second frame right after the first costs a latency-bound exchange about a
- * tenth of its time; the waiter calls again anyway. */
+ * tenth of its time; the waiter calls again anyway. Rings come first. */
 hcomm_result_t hcomm__mpi_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
     mpi_impl_t *m = impl_of(c);
+    int src = 0;
+    size_t len = 0;
+    const unsigned char *frame = hcomm__mpi_ring_peek(m, &src, &len);
+    if (frame) {
+        if (offer(c, deliver, frame, src))
+            hcomm__mpi_ring_consume(m, src, len);
+        return HCOMM_OK;
+    }
+    if (!m->held && hcomm__mpi_ring_skip_mpi(m))
+        return HCOMM_OK;
     MPI_Status st;
     if (m->held) {
         st = m->held_st;
@@ -354,11 +383,14 @@ hcomm_result_t hcomm__mpi_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
         if (!done)
             return HCOMM_OK;
     }
-    if (!offer(c, deliver, &st)) {
+    /* the sender's frames still in its ring came first; a refused frame waits here */
+    if (hcomm__mpi_ring_holds(m, st.MPI_SOURCE) ||
+        !offer(c, deliver, m->rbuf[m->rhead], st.MPI_SOURCE)) {
         m->held = true;
         m->held_st = st;
         return HCOMM_OK;
     }
+    hcomm__mpi_ring_took(m, st.MPI_SOURCE);
     m->held = false;
     HCOMM__TRY(post_frame_recv(c, m->rhead));
     m->rhead = (m->rhead + 1) % RECV_DEPTH;
@@ -370,6 +402,9 @@ hcomm_result_t hcomm__mpi_poll(hcomm_comm_t *c, hcomm__deliver_fn_t deliver) {
 static hcomm_result_t send_cts(hcomm_comm_t *c, int src, int data_tag) {
     mpi_impl_t *m = impl_of(c);
     wire_t w = {.data_tag = data_tag, .cts = 1};
+    if (hcomm__mpi_ring_put(m, src, (const void *[]){&w}, (size_t[]){sizeof w}, 1))
+        return HCOMM_OK;
+    hcomm__mpi_ring_spill(m, src);
     MPI_Request *req = NULL, spare = MPI_REQUEST_NULL;
     unsigned char *buf = stage_slot(m, &req);
     void *heap = NULL;

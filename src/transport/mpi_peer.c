@@ -276,6 +276,11 @@ hcomm__mem_kind_t hcomm__mpi_mem_kind(hcomm_comm_t *c, const void *p) {
 
 /* --- the board (transport.board) --- */
 
+/* A member's board region: the board, then its frame rings. */
+static size_t region_bytes(const hcomm_comm_t *c) {
+    return HCOMM__BOARD_BYTES + hcomm__mpi_ring_bytes(c->size);
+}
+
 /* Maps peer's board object read-only; NULL when it cannot. */
 static void *map_board(hcomm_comm_t *c, int peer, uint32_t id) {
     char name[HCOMM__SHM_NAME_MAX];
@@ -283,18 +288,19 @@ static void *map_board(hcomm_comm_t *c, int peer, uint32_t id) {
     int fd = shm_open(name, O_RDONLY, 0);
     if (fd < 0)
         return NULL;
-    void *p = mmap(NULL, HCOMM__BOARD_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, region_bytes(c), PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     return p == MAP_FAILED ? NULL : p;
 }
 
 void hcomm__mpi_board_free(hcomm_comm_t *c) {
     mpi_impl_t *m = c->impl;
+    hcomm__mpi_ring_free(m);
     if (!m->board)
         return;
     for (int r = 0; r < c->size; r++)
         if (r != c->rank && m->board[r])
-            munmap(m->board[r], HCOMM__BOARD_BYTES);
+            munmap(m->board[r], region_bytes(c));
     hcomm_mem_free(m->board[c->rank]);
     free(m->board);
     m->board = NULL;
@@ -330,9 +336,8 @@ hcomm_result_t hcomm__mpi_board_init(const char *fn, hcomm_comm_t *c) {
     uint64_t off = 0;
     /* HCOMM_NO_BOARD=1 on any rank turns it off for the comm (to compare: architecture.md) */
     const char *no = getenv("HCOMM_NO_BOARD");
-    if (!(no && no[0] == '1') &&
-        hcomm_mem_alloc(HCOMM__BOARD_BYTES, &m->board[c->rank]) == HCOMM_OK)
-        hcomm__mem_shared(m->board[c->rank], HCOMM__BOARD_BYTES, &ids[c->rank], &off);
+    if (!(no && no[0] == '1') && hcomm_mem_alloc(region_bytes(c), &m->board[c->rank]) == HCOMM_OK)
+        hcomm__mem_shared(m->board[c->rank], region_bytes(c), &ids[c->rank], &off);
     MPI_Request req = MPI_REQUEST_NULL;
     int rc =
         MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ids, 1, MPI_UINT32_T, mcomm(c), &req);
@@ -347,6 +352,8 @@ hcomm_result_t hcomm__mpi_board_init(const char *fn, hcomm_comm_t *c) {
     free(ids);
     if (res == HCOMM_OK)
         res = board_agree(fn, c, &ok);
+    if (res == HCOMM_OK && ok)
+        res = hcomm__mpi_ring_init(fn, c, m->rbuf_bytes);
     if (res != HCOMM_OK || !ok)
         hcomm__mpi_board_free(c);
     return res;
