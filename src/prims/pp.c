@@ -141,20 +141,26 @@ static hcomm_result_t post_recv_any(hcomm_comm_t *g, int peer, int tag, hcomm_te
     return req_wrap(g, r, out, req);
 }
 
-/* Completes q (and frees it): a receive by envelope fills its tensor. */
-static hcomm_result_t finish(hcomm_pp_req_t *q) {
+/* Completes r: a receive by envelope (any_out) fills its tensor. */
+static hcomm_result_t complete(hcomm_comm_t *g, hcomm__req_t *r, hcomm_tensor_t *any_out) {
     hcomm__env_t env;
     void *data = NULL;
-    hcomm_result_t res = hcomm__wait(q->r, &env, q->any_out ? &data : NULL);
-    if (res == HCOMM_OK && q->any_out) {
-        if (!env_tensor(&env, q->any_out)) {
+    hcomm_result_t res = hcomm__wait(r, &env, any_out ? &data : NULL);
+    if (res == HCOMM_OK && any_out) {
+        if (!env_tensor(&env, any_out)) {
             hcomm_mem_free(data);
             data = NULL;
-            res = hcomm__err(HCOMM_ERR_MISMATCH, q->g->call_fn,
-                             "a message of tag %d is not a tensor", env.tag);
+            res = hcomm__err(HCOMM_ERR_MISMATCH, g->call_fn, "a message of tag %d is not a tensor",
+                             env.tag);
         }
-        q->any_out->data = data;
+        any_out->data = data;
     }
+    return res;
+}
+
+/* Completes q (and frees it). */
+static hcomm_result_t finish(hcomm_pp_req_t *q) {
+    hcomm_result_t res = complete(q->g, q->r, q->any_out);
     free(q);
     return res;
 }
@@ -395,10 +401,38 @@ static hcomm_result_t check_pair(hcomm_comm_t *g, const side_t *s) {
     return HCOMM_OK;
 }
 
+/* exchange outside an open group: the p2p requests themselves, no PP request around them
+ * (docs/tuning.md: pp.blocking-no-request). */
+static hcomm_result_t exchange_now(hcomm_comm_t *g, const side_t *s) {
+    hcomm__req_t *r[2] = {NULL, NULL};
+    hcomm_result_t res = HCOMM_OK;
+    if (s->recv && s->any) {
+        s->recv->data = NULL;
+        res = hcomm__irecv(g, HCOMM__CH_USER, s->recv_tag, s->recv_peer, NULL, 0, HCOMM__RECV_ALLOC,
+                           &r[0]);
+    } else if (s->recv) {
+        res = recv_req(g, s->recv, s->recv_peer, s->recv_tag, &r[0]);
+    }
+    if (res == HCOMM_OK && s->send)
+        res = send_req(g, s->send, s->send_peer, s->send_tag, &r[1]);
+    hcomm_result_t first = HCOMM_OK;
+    char msg[512] = "";
+    if (r[0])
+        keep_first(&first, msg, complete(g, r[0], s->any ? s->recv : NULL));
+    if (r[1])
+        keep_first(&first, msg, complete(g, r[1], NULL));
+    if (res != HCOMM_OK)
+        return res;
+    return first == HCOMM_OK ? first : hcomm__err_text(first, msg);
+}
+
 /* Posts the receive, then the send, and completes both: whatever order the peers call in,
  * neither waits for the other's completion to post. */
 static hcomm_result_t exchange(hcomm_comm_t *g, const side_t *s) {
     HCOMM__TRY(check_pair(g, s));
+    pp_state_t *st = g->layer[HCOMM__LAYER_PRIMS];
+    if (!st || !st->open)
+        return exchange_now(g, s);
     hcomm_pp_req_t *q[2] = {NULL, NULL};
     hcomm_result_t res = HCOMM_OK;
     if (s->recv && s->any)
