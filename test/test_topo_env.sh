@@ -5,9 +5,9 @@
 #   hcomm_comm_node reports the declared nodes and hier runs (test_hier's HCOMM_TOPO mode);
 # - a malformed HCOMM_TOPO, or one declaring other ranks than the world has, fails the launch
 #   with a message naming the variable;
-# - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO, tuning files or HCOMM_CHECK modes fail at
-#   launch on every rank, naming the variable; HCOMM_TOPO and HCOMM_ALGO by what they say, not
-#   their spelling.
+# - mpirun ranks with different HCOMM_ALGO, HCOMM_TOPO, tuning files, HCOMM_CHECK modes or
+#   HCOMM_EAGER_LIMIT bytes fail at launch on every rank, naming the variable; HCOMM_TOPO and
+#   HCOMM_ALGO by what they say, not their spelling.
 set -euo pipefail
 . "$(dirname "$0")/common.sh" # grep_all
 build=$1
@@ -55,6 +55,11 @@ expect_fail "HCOMM_TUNING_FILE differs between rank 0 and rank 1 (the files' con
     "${mpi[@]}" -np 1 env HCOMM_TUNING_FILE="$tuning" "$prog" : -np 1 "$prog"
 expect_fail "HCOMM_CHECK differs between rank 0 and rank 1" "${mpi[@]}" \
     -np 1 env HCOMM_CHECK=off "$prog" : -np 1 "$prog"
+# eager messages larger than a peer's receive buffers would be cut short: the bytes must agree
+expect_fail "HCOMM_EAGER_LIMIT differs between rank 0 and rank 1 (256 bytes on rank 0 but 8192 on rank 1)" "${mpi[@]}" \
+    -np 1 env HCOMM_EAGER_LIMIT=256 "$prog" : -np 1 env HCOMM_EAGER_LIMIT=8K "$prog"
+# the bytes, not the text: unset and 8192 are one setting
+HCOMM_BACKEND=mpi timeout 300 "${mpi[@]}" -np 1 env HCOMM_EAGER_LIMIT=8192 "$prog" : -np 1 "$prog"
 # the mode, not the text: unset and "always" are one setting
 HCOMM_BACKEND=mpi timeout 300 "${mpi[@]}" -np 1 env HCOMM_CHECK=always "$prog" : -np 1 "$prog"
 # what HCOMM_TOPO declares, not its text: two spellings of one machine agree, two machines do not

@@ -397,8 +397,8 @@ hcomm_result_t hcomm__tuning_validate(const char *fn) {
 
 /* --- what every rank must share --- */
 
-static const char *const sel_vars[HCOMM__SEL_COUNT] = {"HCOMM_ALGO", "HCOMM_TOPO",
-                                                       "HCOMM_TUNING_FILE", "HCOMM_CHECK"};
+static const char *const sel_vars[HCOMM__SEL_COUNT] = {
+    "HCOMM_ALGO", "HCOMM_TOPO", "HCOMM_TUNING_FILE", "HCOMM_CHECK", "HCOMM_EAGER_LIMIT"};
 
 static _Atomic(hcomm__algo_digest_fn) algo_digest;
 
@@ -421,4 +421,8 @@ void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
     out[HCOMM__SEL_TUNING] = tuning_digest; /* the contents: paths may differ per node */
     /* the mode, not the text: unset and "always" are the same */
     out[HCOMM__SEL_CHECK] = (uint64_t)hcomm__check_mode() + 1;
+    size_t eager = 0; /* 0 for a malformed value: the comm's creation names it */
+    bool ok = hcomm__env_bytes("hcomm_launch", sel_vars[HCOMM__SEL_EAGER], 8192, 0, (size_t)1 << 20,
+                               &eager) == HCOMM_OK;
+    out[HCOMM__SEL_EAGER] = ok ? (uint64_t)eager + 1 : 0;
 }

@@ -70,11 +70,18 @@ hcomm_result_t hcomm__tuning_validate(const char *fn);
 #define HCOMM__FNV_SEED 0xcbf29ce484222325ull
 uint64_t hcomm__fnv(const void *p, size_t n, uint64_t h);
 
-/* Digests of the selection inputs every rank must share: what HCOMM_ALGO allows (0 when unset;
- * its text where the algorithms layer registered no digest), what HCOMM_TOPO declares, the
- * tuning file's contents and HCOMM_CHECK's mode (the defaults differ with checking off), in that
- * order. */
-enum { HCOMM__SEL_ALGO, HCOMM__SEL_TOPO, HCOMM__SEL_TUNING, HCOMM__SEL_CHECK, HCOMM__SEL_COUNT };
+/* Digests of the settings every rank must share: what HCOMM_ALGO allows (0 when unset; its
+ * text where the algorithms layer registered no digest), what HCOMM_TOPO declares, the tuning
+ * file's contents and HCOMM_CHECK's mode (the defaults differ with checking off), in that order,
+ * then HCOMM_EAGER_LIMIT's bytes (a receiver's buffers for eager messages are that large). */
+enum {
+    HCOMM__SEL_ALGO,
+    HCOMM__SEL_TOPO,
+    HCOMM__SEL_TUNING,
+    HCOMM__SEL_CHECK,
+    HCOMM__SEL_EAGER,
+    HCOMM__SEL_COUNT
+};
 void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]);
 /* The algorithms layer parses HCOMM_ALGO; it registers the digest of the parsed value here when
  * the library loads (core cannot include that layer). */

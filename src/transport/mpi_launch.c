@@ -397,18 +397,30 @@ static hcomm_result_t agree(MPI_Comm ctrl, hcomm_result_t mine, int rank, int si
  * then the digests of the algorithm-selection inputs (core/topo_spec.h). */
 enum { NODE_WORDS = 3, GATHERED = NODE_WORDS + HCOMM__SEL_COUNT };
 
-/* The first rank whose selection input i (HCOMM_ALGO, HCOMM_TOPO, the tuning file, HCOMM_CHECK)
- * differs from rank 0's: every rank runs the same check on the same table, so all fail alike. */
+/* The first rank whose shared setting i (HCOMM_ALGO, HCOMM_TOPO, the tuning file, HCOMM_CHECK,
+ * HCOMM_EAGER_LIMIT) differs from rank 0's: every rank runs the same check on the same table, so
+ * all fail alike. */
 static hcomm_result_t check_selection(const uint64_t *all, int size) {
     for (int i = 0; i < HCOMM__SEL_COUNT; i++)
-        for (int r = 1; r < size; r++)
-            if (all[(size_t)r * GATHERED + NODE_WORDS + (size_t)i] != all[NODE_WORDS + (size_t)i])
-                return hcomm__err(HCOMM_ERR_MISMATCH, "hcomm_launch",
-                                  "%s differs between rank 0 and rank %d%s; algorithm selection "
-                                  "needs the same on every rank (mpirun -x %s)",
-                                  hcomm__selection_var(i), r,
-                                  i == HCOMM__SEL_TUNING ? " (the files' contents)" : "",
-                                  hcomm__selection_var(i));
+        for (int r = 1; r < size; r++) {
+            uint64_t theirs = all[(size_t)r * GATHERED + NODE_WORDS + (size_t)i];
+            uint64_t first = all[NODE_WORDS + (size_t)i];
+            if (theirs == first)
+                continue;
+            char what[96] = ""; /* the eager limit's digest is its bytes + 1 (0: malformed) */
+            if (i == HCOMM__SEL_TUNING)
+                snprintf(what, sizeof what, " (the files' contents)");
+            else if (i == HCOMM__SEL_EAGER && first && theirs)
+                snprintf(what, sizeof what, " (%llu bytes on rank 0 but %llu on rank %d)",
+                         (unsigned long long)first - 1, (unsigned long long)theirs - 1, r);
+            return hcomm__err(HCOMM_ERR_MISMATCH, "hcomm_launch",
+                              "%s differs between rank 0 and rank %d%s; %s needs the same on "
+                              "every rank (mpirun -x %s)",
+                              hcomm__selection_var(i), r, what,
+                              i == HCOMM__SEL_EAGER ? "the size of eager messages"
+                                                    : "algorithm selection",
+                              hcomm__selection_var(i));
+        }
     return HCOMM_OK;
 }
 
