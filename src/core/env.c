@@ -59,6 +59,10 @@ hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, s
     return HCOMM_OK;
 }
 
+hcomm_result_t hcomm__env_eager_limit(const char *fn, size_t *bytes) {
+    return hcomm__env_bytes(fn, "HCOMM_EAGER_LIMIT", 8192, 0, (size_t)1 << 20, bytes);
+}
+
 hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *const *choices,
                                  int n, int dflt, int *out) {
     const char *s = getenv(name);

@@ -13,6 +13,8 @@ double hcomm__env_failure_detect(void);
 /* A byte count in lo..hi from name (suffixes K, M, G are powers of 1024), or dflt if unset. */
 hcomm_result_t hcomm__env_bytes(const char *fn, const char *name, size_t dflt, size_t lo, size_t hi,
                                 size_t *out);
+/* HCOMM_EAGER_LIMIT: bytes up to which a message goes eager (default 8K, at most 1M). */
+hcomm_result_t hcomm__env_eager_limit(const char *fn, size_t *bytes);
 /* One of choices[0..n) from name (its index in *out), or dflt if unset. */
 hcomm_result_t hcomm__env_choice(const char *fn, const char *name, const char *const *choices,
                                  int n, int dflt, int *out);

@@ -422,7 +422,6 @@ void hcomm__selection_digests(uint64_t out[HCOMM__SEL_COUNT]) {
     /* the mode, not the text: unset and "always" are the same */
     out[HCOMM__SEL_CHECK] = (uint64_t)hcomm__check_mode() + 1;
     size_t eager = 0; /* 0 for a malformed value: the comm's creation names it */
-    bool ok = hcomm__env_bytes("hcomm_launch", sel_vars[HCOMM__SEL_EAGER], 8192, 0, (size_t)1 << 20,
-                               &eager) == HCOMM_OK;
+    bool ok = hcomm__env_eager_limit("hcomm_launch", &eager) == HCOMM_OK;
     out[HCOMM__SEL_EAGER] = ok ? (uint64_t)eager + 1 : 0;
 }

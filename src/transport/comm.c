@@ -24,7 +24,7 @@ hcomm_result_t hcomm__comm_settings(const char *fn, double *timeout_s, size_t *e
                                     size_t *unexpected) {
     HCOMM__TRY(hcomm__env_validate(fn));
     HCOMM__TRY(hcomm__env_timeout(fn, timeout_s));
-    HCOMM__TRY(hcomm__env_bytes(fn, "HCOMM_EAGER_LIMIT", 8192, 0, (size_t)1 << 20, eager));
+    HCOMM__TRY(hcomm__env_eager_limit(fn, eager));
     return hcomm__env_bytes(fn, "HCOMM_UNEXPECTED_BYTES", (size_t)256 << 20, 0, SIZE_MAX / 2,
                             unexpected);
 }
