@@ -33,18 +33,23 @@ typedef struct counts {
     _Atomic uint64_t frames;
 } counts_t;
 
+/* What this rank keeps of one peer: the peer's ring area, and counts of the rings both ways. */
+typedef struct peer {
+    unsigned char *area; /* the peer's ring area (this rank's own is writable) */
+    uint64_t head;       /* bytes written into this rank's ring to the peer */
+    uint64_t seen;       /* the peer's tail of that ring, as last read */
+    uint64_t spilled;    /* frames sent to the peer through MPI */
+    uint64_t caught;     /* of those, the most the peer was seen to have taken */
+    uint64_t tail;       /* bytes consumed of the peer's ring to this rank */
+    uint64_t taken;      /* frames from the peer taken off MPI */
+} peer_t;
+
 struct mpi_ring {
     int size, rank, next_src;
-    bool sends;           /* every frame of this rank fits a ring: they travel through them */
-    bool spill_seen;      /* the last look found a peer's frame waiting in MPI */
-    unsigned polls;       /* counts polls, to test the frame receives through MPI now and then */
-    uint64_t *head;       /* [size] bytes written into this rank's ring to each peer */
-    uint64_t *seen;       /* [size] each peer's tail of that ring, as last read */
-    uint64_t *spilled;    /* [size] frames sent to each peer through MPI */
-    uint64_t *caught;     /* [size] of those, the most each peer was seen to have taken */
-    uint64_t *tail;       /* [size] bytes consumed of each peer's ring to this rank */
-    uint64_t *taken;      /* [size] frames from each peer taken off MPI */
-    unsigned char **area; /* [size] every member's ring area (this rank's writable) */
+    bool sends;      /* every frame of this rank fits a ring: they travel through them */
+    bool spill_seen; /* the last look found a peer's frame waiting in MPI */
+    unsigned polls;  /* counts polls, to test the frame receives through MPI now and then */
+    peer_t peer[];   /* [size] */
 };
 
 static size_t align_line(size_t n) {
@@ -59,30 +64,20 @@ size_t hcomm__mpi_ring_bytes(int size) {
 
 /* The sender's line for its ring from -> to. */
 static counts_t *head_line(const mpi_ring_t *g, int from, int to) {
-    return (counts_t *)(void *)(g->area[from] + (size_t)to * LINE);
+    return (counts_t *)(void *)(g->peer[from].area + (size_t)to * LINE);
 }
 
 /* The receiver's line for the ring from -> to. */
 static counts_t *tail_line(const mpi_ring_t *g, int from, int to) {
-    return (counts_t *)(void *)(g->area[to] + ((size_t)g->size + (size_t)from) * LINE);
+    return (counts_t *)(void *)(g->peer[to].area + ((size_t)g->size + (size_t)from) * LINE);
 }
 
 static unsigned char *ring_of(const mpi_ring_t *g, int from, int to) {
-    return g->area[from] + 2 * (size_t)g->size * LINE + (size_t)to * HCOMM__RING_BYTES;
+    return g->peer[from].area + 2 * (size_t)g->size * LINE + (size_t)to * HCOMM__RING_BYTES;
 }
 
 void hcomm__mpi_ring_free(mpi_impl_t *m) {
-    mpi_ring_t *g = m->ring;
-    if (!g)
-        return;
-    free(g->head);
-    free(g->seen);
-    free(g->spilled);
-    free(g->caught);
-    free(g->tail);
-    free(g->taken);
-    free(g->area);
-    free(g);
+    free(m->ring);
     m->ring = NULL;
 }
 
@@ -90,48 +85,36 @@ hcomm_result_t hcomm__mpi_ring_init(const char *fn, hcomm_comm_t *c, size_t larg
     mpi_impl_t *m = impl_of(c);
     if (!m->board || hcomm__mpi_ring_bytes(c->size) == 0)
         return HCOMM_OK;
-    mpi_ring_t *g = calloc(1, sizeof *g);
-    size_t n = (size_t)c->size;
-    m->ring = g;
-    if (g) {
-        g->size = c->size;
-        g->rank = c->rank;
-        g->sends = sizeof(rec_t) + largest_frame <= HCOMM__RING_BYTES / 2;
-        g->head = calloc(n, sizeof *g->head);
-        g->seen = calloc(n, sizeof *g->seen);
-        g->spilled = calloc(n, sizeof *g->spilled);
-        g->caught = calloc(n, sizeof *g->caught);
-        g->tail = calloc(n, sizeof *g->tail);
-        g->taken = calloc(n, sizeof *g->taken);
-        g->area = calloc(n, sizeof *g->area);
-    }
-    if (!g || !g->head || !g->seen || !g->spilled || !g->caught || !g->tail || !g->taken ||
-        !g->area) {
-        hcomm__mpi_ring_free(m);
+    mpi_ring_t *g = calloc(1, sizeof *g + (size_t)c->size * sizeof(peer_t));
+    if (!g)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for frame rings of %d ranks",
                           c->size);
-    }
+    g->size = c->size;
+    g->rank = c->rank;
+    g->sends = sizeof(rec_t) + largest_frame <= HCOMM__RING_BYTES / 2;
     for (int r = 0; r < c->size; r++)
-        g->area[r] = (unsigned char *)m->board[r] + HCOMM__BOARD_BYTES;
+        g->peer[r].area = (unsigned char *)m->board[r] + HCOMM__BOARD_BYTES;
+    m->ring = g;
     return HCOMM_OK;
 }
 
 /* Room for total bytes in the ring to peer (its tail read again only when the copy says no). */
 static bool has_room(mpi_ring_t *g, int peer, size_t total) {
-    uint64_t h = g->head[peer];
-    if (h + total - g->seen[peer] <= HCOMM__RING_BYTES)
+    uint64_t h = g->peer[peer].head;
+    if (h + total - g->peer[peer].seen <= HCOMM__RING_BYTES)
         return true;
-    g->seen[peer] = atomic_load_explicit(&tail_line(g, g->rank, peer)->bytes, memory_order_acquire);
-    return h + total - g->seen[peer] <= HCOMM__RING_BYTES;
+    g->peer[peer].seen =
+        atomic_load_explicit(&tail_line(g, g->rank, peer)->bytes, memory_order_acquire);
+    return h + total - g->peer[peer].seen <= HCOMM__RING_BYTES;
 }
 
 /* Whether peer has taken every frame this rank sent it through MPI. */
 static bool caught_up(mpi_ring_t *g, int peer) {
-    if (g->caught[peer] == g->spilled[peer])
+    if (g->peer[peer].caught == g->peer[peer].spilled)
         return true;
-    g->caught[peer] =
+    g->peer[peer].caught =
         atomic_load_explicit(&tail_line(g, g->rank, peer)->frames, memory_order_acquire);
-    return g->caught[peer] == g->spilled[peer];
+    return g->peer[peer].caught == g->peer[peer].spilled;
 }
 
 bool hcomm__mpi_ring_put(mpi_impl_t *m, int peer, const void *const *part, const size_t *part_len,
@@ -143,7 +126,7 @@ bool hcomm__mpi_ring_put(mpi_impl_t *m, int peer, const void *const *part, const
     for (int i = 0; i < n; i++)
         len += part_len[i];
     size_t need = align_line(sizeof(rec_t) + len);
-    uint64_t h = g->head[peer];
+    uint64_t h = g->peer[peer].head;
     size_t at = (size_t)(h % HCOMM__RING_BYTES), to_end = HCOMM__RING_BYTES - at;
     if (!has_room(g, peer, need + (to_end < need ? to_end : 0)) || !caught_up(g, peer))
         return false;
@@ -160,7 +143,7 @@ bool hcomm__mpi_ring_put(mpi_impl_t *m, int peer, const void *const *part, const
             memcpy(dst, part[i], part_len[i]);
         dst += part_len[i];
     }
-    g->head[peer] = h + need;
+    g->peer[peer].head = h + need;
     atomic_store_explicit(&head_line(g, g->rank, peer)->bytes, h + need, memory_order_release);
     return true;
 }
@@ -169,8 +152,8 @@ void hcomm__mpi_ring_spill(mpi_impl_t *m, int peer) {
     mpi_ring_t *g = m->ring;
     if (!g || !g->sends)
         return;
-    g->spilled[peer]++;
-    atomic_store_explicit(&head_line(g, g->rank, peer)->frames, g->spilled[peer],
+    g->peer[peer].spilled++;
+    atomic_store_explicit(&head_line(g, g->rank, peer)->frames, g->peer[peer].spilled,
                           memory_order_release);
 }
 
@@ -179,9 +162,9 @@ void hcomm__mpi_ring_spill(mpi_impl_t *m, int peer) {
 static const rec_t *next_record(mpi_ring_t *g, int src) {
     const counts_t *line = head_line(g, src, g->rank);
     uint64_t h = atomic_load_explicit(&line->bytes, memory_order_acquire);
-    if (atomic_load_explicit(&line->frames, memory_order_relaxed) != g->taken[src])
+    if (atomic_load_explicit(&line->frames, memory_order_relaxed) != g->peer[src].taken)
         g->spill_seen = true;
-    uint64_t t = g->tail[src];
+    uint64_t t = g->peer[src].tail;
     if (h == t)
         return NULL;
     const unsigned char *ring = ring_of(g, src, g->rank);
@@ -189,7 +172,7 @@ static const rec_t *next_record(mpi_ring_t *g, int src) {
     if (!r->skip)
         return r;
     t += HCOMM__RING_BYTES - t % HCOMM__RING_BYTES;
-    g->tail[src] = t;
+    g->peer[src].tail = t;
     atomic_store_explicit(&tail_line(g, src, g->rank)->bytes, t, memory_order_release);
     return h == t ? NULL : (const rec_t *)(const void *)ring;
 }
@@ -219,16 +202,18 @@ bool hcomm__mpi_ring_holds(mpi_impl_t *m, int src) {
 
 void hcomm__mpi_ring_consume(mpi_impl_t *m, int src, size_t len) {
     mpi_ring_t *g = m->ring;
-    g->tail[src] += align_line(sizeof(rec_t) + len);
-    atomic_store_explicit(&tail_line(g, src, g->rank)->bytes, g->tail[src], memory_order_release);
+    g->peer[src].tail += align_line(sizeof(rec_t) + len);
+    atomic_store_explicit(&tail_line(g, src, g->rank)->bytes, g->peer[src].tail,
+                          memory_order_release);
 }
 
 void hcomm__mpi_ring_took(mpi_impl_t *m, int src) {
     mpi_ring_t *g = m->ring;
     if (!g)
         return;
-    g->taken[src]++;
-    atomic_store_explicit(&tail_line(g, src, g->rank)->frames, g->taken[src], memory_order_release);
+    g->peer[src].taken++;
+    atomic_store_explicit(&tail_line(g, src, g->rank)->frames, g->peer[src].taken,
+                          memory_order_release);
 }
 
 bool hcomm__mpi_ring_skip_mpi(mpi_impl_t *m) {
