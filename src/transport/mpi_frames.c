@@ -243,16 +243,16 @@ static void await_cts(mpi_impl_t *m, mpi_tx_t *tx, int peer, const void *payload
     m->waiting = tx;
 }
 
-/* A frame through the peer's ring, if it takes it: an eager one is then complete. */
-static bool ring_frame(mpi_impl_t *m, mpi_tx_t *tx, int peer, const void *hdr, const void *payload,
-                       size_t bytes, bool rndv) {
-    wire_t w = {.data_tag = rndv ? m->next_tag[peer] + DATA_TAG_MIN : 0, .bytes = bytes};
-    const void *part[3] = {&w, hdr, payload};
-    size_t len[3] = {sizeof w, HCOMM__HDR_BYTES, rndv ? 0 : bytes};
+/* A frame (w, then the header, then an eager payload) through the peer's ring, if it takes
+ * it: an eager one is then complete. */
+static bool ring_frame(mpi_impl_t *m, mpi_tx_t *tx, int peer, const wire_t *w, const void *hdr,
+                       const void *payload) {
+    const void *part[3] = {w, hdr, payload};
+    size_t len[3] = {sizeof *w, HCOMM__HDR_BYTES, w->data_tag ? 0 : (size_t)w->bytes};
     if (!hcomm__mpi_ring_put(m, peer, part, len, 3))
         return false;
-    if (rndv)
-        await_cts(m, tx, peer, payload, bytes, next_data_tag(m, peer));
+    if (w->data_tag)
+        await_cts(m, tx, peer, payload, (size_t)w->bytes, w->data_tag);
     return true;
 }
 
@@ -270,7 +270,8 @@ hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     if (!atomic_load(&c->aborted))
         HCOMM__TRY(check_usable(c->call_fn, c));
     HCOMM__TRY(to_int(c->call_fn, "message bytes", bytes + WIRE_HDR, &n));
-    if (ring_frame(m, tx, peer, hdr, payload, bytes, rndv))
+    wire_t w = {.data_tag = rndv ? next_data_tag(m, peer) : 0, .bytes = bytes};
+    if (ring_frame(m, tx, peer, &w, hdr, payload))
         return HCOMM_OK;
     hcomm__mpi_ring_spill(m, peer);
     size_t wire_bytes = WIRE_HDR + (rndv ? 0 : bytes);
@@ -284,7 +285,6 @@ hcomm_result_t hcomm__mpi_send_frame(hcomm_comm_t *c, int peer, const void *hdr,
     if (wire_bytes > sizeof tx->stage && (buf = tx->heap = malloc(wire_bytes)) == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, c->call_fn, "out of memory staging %zu bytes",
                           wire_bytes);
-    wire_t w = {.data_tag = rndv ? next_data_tag(m, peer) : 0, .bytes = bytes};
     memcpy(buf, &w, sizeof w);
     memcpy(buf + sizeof w, hdr, HCOMM__HDR_BYTES);
     if (!rndv && bytes)
