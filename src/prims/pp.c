@@ -119,6 +119,13 @@ static hcomm_result_t recv_req(hcomm_comm_t *g, hcomm_tensor_t *t, int peer, int
                                r);
 }
 
+/* A receive by envelope: out gets the tensor that arrives (its data allocated on completion). */
+static hcomm_result_t recv_any_req(hcomm_comm_t *g, int peer, int tag, hcomm_tensor_t *out,
+                                   hcomm__req_t **r) {
+    out->data = NULL;
+    return hcomm__irecv(g, HCOMM__CH_USER, tag, peer, NULL, 0, HCOMM__RECV_ALLOC, r);
+}
+
 static hcomm_result_t post_send(hcomm_comm_t *g, const hcomm_tensor_t *t, int peer, int tag,
                                 hcomm_pp_req_t **req) {
     hcomm__req_t *r = NULL;
@@ -136,8 +143,7 @@ static hcomm_result_t post_recv(hcomm_comm_t *g, hcomm_tensor_t *t, int peer, in
 static hcomm_result_t post_recv_any(hcomm_comm_t *g, int peer, int tag, hcomm_tensor_t *out,
                                     hcomm_pp_req_t **req) {
     hcomm__req_t *r = NULL;
-    out->data = NULL;
-    HCOMM__TRY(hcomm__irecv(g, HCOMM__CH_USER, tag, peer, NULL, 0, HCOMM__RECV_ALLOC, &r));
+    HCOMM__TRY(recv_any_req(g, peer, tag, out, &r));
     return req_wrap(g, r, out, req);
 }
 
@@ -406,13 +412,10 @@ static hcomm_result_t check_pair(hcomm_comm_t *g, const side_t *s) {
 static hcomm_result_t exchange_now(hcomm_comm_t *g, const side_t *s) {
     hcomm__req_t *r[2] = {NULL, NULL};
     hcomm_result_t res = HCOMM_OK;
-    if (s->recv && s->any) {
-        s->recv->data = NULL;
-        res = hcomm__irecv(g, HCOMM__CH_USER, s->recv_tag, s->recv_peer, NULL, 0, HCOMM__RECV_ALLOC,
-                           &r[0]);
-    } else if (s->recv) {
+    if (s->recv && s->any)
+        res = recv_any_req(g, s->recv_peer, s->recv_tag, s->recv, &r[0]);
+    else if (s->recv)
         res = recv_req(g, s->recv, s->recv_peer, s->recv_tag, &r[0]);
-    }
     if (res == HCOMM_OK && s->send)
         res = send_req(g, s->send, s->send_peer, s->send_tag, &r[1]);
     hcomm_result_t first = HCOMM_OK;
