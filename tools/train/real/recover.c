@@ -26,10 +26,11 @@ enum { STEP_OK, STEP_REDO, STEP_LEAVE, STEP_FAIL };
 
 static void recover_init(recover_t *rec, const train_job_t *job, const model_t *m, train_rt_t *rt) {
     memset(rec, 0, sizeof *rec);
-    for (int i = 0; i < m->nparams && !rt->zero; i++)
-        rec->total += (size_t)(m->params[i]->rows * m->params[i]->cols);
     if (rt->zero)
         rec->total = zero_state_values(rt);
+    else
+        for (int i = 0; i < m->nparams; i++)
+            rec->total += (size_t)(m->params[i]->rows * m->params[i]->cols);
     rec->saved = train_alloc(2 * rec->total * sizeof(real_t) + 1);
     rec->opts = *job->opts;
     rec->job = *job;
