@@ -171,7 +171,6 @@ static hcomm_result_t finish(hcomm_pp_req_t *q) {
     return res;
 }
 
-/* Completes every request; the first failure's message is the one kept. */
 /* Keeps r and its message in *first and msg (512 bytes) if it is the first failure. */
 static void keep_first(hcomm_result_t *first, char *msg, hcomm_result_t r) {
     if (r != HCOMM_OK && *first == HCOMM_OK) {
@@ -180,6 +179,7 @@ static void keep_first(hcomm_result_t *first, char *msg, hcomm_result_t r) {
     }
 }
 
+/* Completes every request; the first failure's message is the one kept. */
 static hcomm_result_t finish_all(hcomm_pp_req_t **qs, int n) {
     hcomm_result_t first = HCOMM_OK;
     char msg[512] = "";
@@ -407,10 +407,9 @@ static hcomm_result_t check_pair(hcomm_comm_t *g, const side_t *s) {
     return HCOMM_OK;
 }
 
-/* exchange outside an open group: the p2p requests themselves, no PP request around them
- * (docs/tuning.md: pp.blocking-no-request). */
-static hcomm_result_t exchange_now(hcomm_comm_t *g, const side_t *s) {
-    hcomm__req_t *r[2] = {NULL, NULL};
+/* Posts the receive, then the send, as p2p requests: whatever order the peers call in,
+ * neither waits for the other's completion to post. */
+static hcomm_result_t post_pair(hcomm_comm_t *g, const side_t *s, hcomm__req_t *r[2]) {
     hcomm_result_t res = HCOMM_OK;
     if (s->recv && s->any)
         res = recv_any_req(g, s->recv_peer, s->recv_tag, s->recv, &r[0]);
@@ -418,6 +417,12 @@ static hcomm_result_t exchange_now(hcomm_comm_t *g, const side_t *s) {
         res = recv_req(g, s->recv, s->recv_peer, s->recv_tag, &r[0]);
     if (res == HCOMM_OK && s->send)
         res = send_req(g, s->send, s->send_peer, s->send_tag, &r[1]);
+    return res;
+}
+
+/* Completes both (posting's failure res first, else the first failure's message). */
+static hcomm_result_t complete_pair(hcomm_comm_t *g, const side_t *s, hcomm__req_t *r[2],
+                                    hcomm_result_t res) {
     hcomm_result_t first = HCOMM_OK;
     char msg[512] = "";
     if (r[0])
@@ -429,23 +434,21 @@ static hcomm_result_t exchange_now(hcomm_comm_t *g, const side_t *s) {
     return first == HCOMM_OK ? first : hcomm__err_text(first, msg);
 }
 
-/* Posts the receive, then the send, and completes both: whatever order the peers call in,
- * neither waits for the other's completion to post. */
+/* Inside an open group the group completes the pair; outside it completes here, with no PP
+ * request around the p2p ones (docs/tuning.md: pp.blocking-no-request). */
 static hcomm_result_t exchange(hcomm_comm_t *g, const side_t *s) {
     HCOMM__TRY(check_pair(g, s));
+    hcomm__req_t *r[2] = {NULL, NULL};
+    hcomm_result_t res = post_pair(g, s, r);
     pp_state_t *st = g->layer[HCOMM__LAYER_PRIMS];
     if (!st || !st->open)
-        return exchange_now(g, s);
-    hcomm_pp_req_t *q[2] = {NULL, NULL};
-    hcomm_result_t res = HCOMM_OK;
-    if (s->recv && s->any)
-        res = post_recv_any(g, s->recv_peer, s->recv_tag, s->recv, &q[0]);
-    else if (s->recv)
-        res = post_recv(g, s->recv, s->recv_peer, s->recv_tag, &q[0]);
-    if (res == HCOMM_OK && s->send)
-        res = post_send(g, s->send, s->send_peer, s->send_tag, &q[1]);
-    hcomm_result_t done = finish_all(q, 2);
-    return res != HCOMM_OK ? res : done;
+        return complete_pair(g, s, r, res);
+    for (int i = 0; i < 2; i++)
+        if (r[i]) {
+            hcomm_result_t w = req_wrap(g, r[i], i == 0 && s->any ? s->recv : NULL, NULL);
+            res = res == HCOMM_OK ? w : res;
+        }
+    return res;
 }
 
 hcomm_result_t hcomm_pp_send_recv(hcomm_comm_t *group, const hcomm_tensor_t *send, int send_peer,
