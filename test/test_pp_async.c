@@ -223,6 +223,27 @@ static hcomm_result_t requests(hcomm_comm_t *g) {
     return HCOMM_OK;
 }
 
+/* send_recv and a pipeline helper that receives any shape, inside one group: nothing moves
+ * before group_end, which completes both and fills the any-shape tensor. */
+static hcomm_result_t group_pairs(hcomm_comm_t *g, const hcomm_tensor_t *s) {
+    int r = t_rank(g), peer = 1 - r;
+    hcomm_tensor_t in = act(64, 64, -1.0f), any = {0};
+    T_TRY(hcomm_pp_group_start(g));
+    T_TRY(hcomm_pp_send_recv(g, s, peer, 6, &in, peer, 6));
+    if (r == 0)
+        T_TRY(hcomm_pp_send_forward_recv_backward(g, s, &any, HCOMM_PP_ANY_SHAPE));
+    else
+        T_TRY(hcomm_pp_send_backward_recv_forward(g, s, &any, HCOMM_PP_ANY_SHAPE));
+    T_TRY(hcomm_pp_group_end(g));
+    expect_act(&in, 64, 64, (float)peer, "send_recv in a group", 0);
+    T_CHECK(any.data != NULL, "the group left the any-shape receive empty");
+    if (any.data)
+        expect_act(&any, 64, 64, (float)peer, "any-shape helper in a group", 0);
+    T_OK(hcomm_mem_free(any.data));
+    hcomm_mem_free(in.data);
+    return HCOMM_OK;
+}
+
 /* In a group, rank 0 posts a send and a receive in the "wrong" order, rank 1 posts its
  * matching pair reversed; then a group where rank 1 posts nothing at all. */
 static hcomm_result_t groups(hcomm_comm_t *g) {
@@ -249,6 +270,7 @@ static hcomm_result_t groups(hcomm_comm_t *g) {
         expect_act(&in, 64, 64, 0.0f, "after an empty group", 0);
     }
     T_ERR(hcomm_pp_group_end(g), HCOMM_ERR_STATE);
+    T_TRY(group_pairs(g, &s));
     hcomm_tensor_t stale = {.data = &stale}; /* recv_any clears out->data on every failure */
     T_ERR(hcomm_pp_recv_any(g, 99, 5, &stale), HCOMM_ERR_INVALID_ARG);
     T_CHECK(stale.data == NULL, "recv_any with a bad peer left out->data=%p", stale.data);
