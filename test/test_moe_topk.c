@@ -22,6 +22,7 @@ typedef struct tcase {
     int64_t h;
     double cf; /* > 0: capacity mode */
     int policy;
+    int fwd_only; /* options->no_weight_grads */
 } tcase_t;
 
 typedef struct world {
@@ -337,6 +338,23 @@ static bool is_float(hcomm_dtype_t dt) {
 
 /* Forward and backward of the layer, each against the serial reference; out (may be NULL)
  * gets a copy of the combine output. */
+static void expect_text(const char *want);
+
+/* A handle dispatched with no_weight_grads: combine kept no y, so grad_weights fails with
+ * HCOMM_ERR_STATE saying why, and the rest of combine's backward still works. */
+static void check_no_y(hcomm_moe_handle_t *hd, const tcase_t *c, const world_t *w,
+                       const routing_t *rt) {
+    int64_t n = n_tok(c, w, w->rank);
+    hcomm_tensor_t gout = make2(c->dt, n, c->h), gexp = make2(c->dt, rt->n, c->h);
+    float *gw = malloc(sizeof(float) * (size_t)(n * c->k + 1));
+    T_ERR(hcomm_moe_combine_topk_bwd(hd, &gout, &gexp, gw), HCOMM_ERR_STATE);
+    expect_text("no_weight_grads");
+    T_OK(hcomm_moe_combine_topk_bwd(hd, &gout, &gexp, NULL));
+    free(gw);
+    free(gout.data);
+    free(gexp.data);
+}
+
 static void check_passes(hcomm_moe_handle_t *hd, const tcase_t *c, const world_t *w,
                          const routing_t *rt, const hcomm_tensor_t *tokens, void *out_copy) {
     int64_t n = n_tok(c, w, w->rank);
@@ -361,7 +379,10 @@ static void check_passes(hcomm_moe_handle_t *hd, const tcase_t *c, const world_t
     T_OK(hcomm_moe_dispatch_topk_bwd(hd, &y, &out)); /* grad of the tokens: sum of the k rows */
     ref_combine(c, w, false, &want);
     expect_same(&out, &want, "dispatch_topk_bwd", c, w);
-    check_combine_bwd(hd, c, w, rt);
+    if (c->fwd_only)
+        check_no_y(hd, c, w, rt);
+    else
+        check_combine_bwd(hd, c, w, rt);
     free(y.data);
     free(out.data);
     free(want.data);
@@ -386,6 +407,7 @@ static void run_case(hcomm_comm_t *grp, const tcase_t *c, void *out_copy) {
     routing_t rt;
     ref_routing(c, &w, &rt);
     hcomm_moe_options_t opt = {c->cf, (hcomm_moe_drop_t)c->policy};
+    opt.no_weight_grads = c->fwd_only;
     hcomm_moe_handle_t *hd = NULL;
     T_OK(hcomm_moe_dispatch_topk(grp, &tokens, ids, wts, c->k, w.e_all, &opt, &hd));
     if (hd != NULL) {
@@ -560,6 +582,16 @@ static void test_repeat(hcomm_comm_t *g) {
     }
 }
 
+/* Forward only (no_weight_grads): the same outputs, every float dtype, with and without
+ * capacity. */
+static void test_forward_only(hcomm_comm_t *g) {
+    static const hcomm_dtype_t dts[] = {HCOMM_F32, HCOMM_BF16, HCOMM_F16, HCOMM_F64};
+    for (int i = 0; i < 4; i++) {
+        tcase_t c = {2 + 2 * (i % 2), 2, M_RANDOM, i % 2, dts[i], 37, i == 1 ? 1.0 : 0, 0, 1};
+        run_case(g, &c, NULL);
+    }
+}
+
 static hcomm_result_t moe_world(hcomm_comm_t *world, void *arg) {
     (void)arg;
     test_reference(world);
@@ -568,6 +600,7 @@ static hcomm_result_t moe_world(hcomm_comm_t *world, void *arg) {
     test_layouts(world);
     test_errors(world);
     test_repeat(world);
+    test_forward_only(world);
     return HCOMM_OK;
 }
 

@@ -115,6 +115,12 @@ typedef struct hcomm_moe_options {
      *  before combine). See "Expert-TP" below for what each call does with it. */
     hcomm_comm_t *etp_group;
     hcomm_moe_path_t path; /**< token exchange: automatic (default), flat or hierarchical */
+    /** Nonzero: hcomm_moe_combine_topk on this handle keeps no copy of the expert outputs (y),
+     *  so hcomm_moe_combine_topk_bwd gives no grad_weights (HCOMM_ERR_STATE if asked). For
+     *  inference, or a caller that keeps expert_out for the weights' gradient itself (as an
+     *  autograd framework saves it): each combine then writes T * k rows fewer. 0 (default):
+     *  y is kept. */
+    int no_weight_grads;
 } hcomm_moe_options_t;
 /** @} */
 
@@ -260,7 +266,8 @@ HCOMM_API hcomm_result_t hcomm_moe_route_info(const hcomm_moe_handle_t *handle,
  *  @p out [T, H'] (same dtype), out[t] = sum over j = 0..k-1 of w[t, j] * y[t, j] in slot
  *  order, accumulated in f32 (f64 for f64) and rounded once; a token with no kept slot gets
  *  zeros. Deterministic, independent of the EP size, batch-invariant (dropless). Keeps y in
- *  the handle for hcomm_moe_combine_topk_bwd. Collective (one token exchange).
+ *  the handle for hcomm_moe_combine_topk_bwd (unless dispatched with
+ *  options->no_weight_grads). Collective (one token exchange).
  *  Errors (rank-local checks fail the peers with HCOMM_ERR_PEER): HCOMM_ERR_NULL, _SHAPE,
  *  _DTYPE (not a float dtype), and the transport's errors. A handle from
  *  hcomm_moe_dispatch works too (k = 1, weight 1), but keeps no y for combine_topk_bwd; the

@@ -31,7 +31,8 @@ class GroupList(ctypes.Structure):
 
 class MoeOptions(ctypes.Structure):
     _fields_ = [("capacity_factor", ctypes.c_double), ("drop_policy", ctypes.c_int),
-                ("etp_group", ctypes.c_void_p), ("path", ctypes.c_int)]
+                ("etp_group", ctypes.c_void_p), ("path", ctypes.c_int),
+                ("no_weight_grads", ctypes.c_int)]
 
 
 RANK_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)

@@ -16,6 +16,7 @@
 #include "algo/alltoallv.h"
 #include "algo/call.h"
 #include "algo/choose.h"
+#include "algo/window.h"
 
 hcomm_result_t hcomm__coll_all_reduce(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                       size_t count, hcomm_dtype_t dt, hcomm_op_t op);

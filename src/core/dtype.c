@@ -291,6 +291,31 @@ static __attribute__((target("avx,f16c"))) void f16c_accumulate(float *acc, cons
     }
 }
 
+/* hcomm__weighted_sum on 16 columns a step: the terms in registers, products then sums. */
+static __attribute__((target("avx2"))) void
+avx2_weighted_sum_bf16(char *out, const char *const *rows, const float *w, int nrows, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = _mm256_set1_ps(w[0]);
+        __m256 lo = _mm256_mul_ps(w0, bf16_widen8(rows[0] + 2 * i)),
+               hi = _mm256_mul_ps(w0, bf16_widen8(rows[0] + 2 * i + 16));
+        for (int j = 1; j < nrows; j++) {
+            __m256 wj = _mm256_set1_ps(w[j]);
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(wj, bf16_widen8(rows[j] + 2 * i)));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(wj, bf16_widen8(rows[j] + 2 * i + 16)));
+        }
+        __m256i a = bf16_lanes(_mm256_castps_si256(lo)), b = bf16_lanes(_mm256_castps_si256(hi));
+        _mm256_storeu_si256((void *)(out + 2 * i),
+                            _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8));
+    }
+    for (; i < n; i++) {
+        float acc = w[0] * bf16_to_f32(load_u16(rows[0] + 2 * i));
+        for (int j = 1; j < nrows; j++)
+            acc += w[j] * bf16_to_f32(load_u16(rows[j] + 2 * i));
+        store_u16(out + 2 * i, f32_to_bf16(acc));
+    }
+}
+
 /* The vector conversions where this host has them (AVX2 for bf16, F16C for f16). */
 static bool half_vectors(hcomm_dtype_t dt) {
     return dt == HCOMM_BF16 ? avx2_usable() : f16c_usable();
@@ -311,6 +336,39 @@ void hcomm__widen(float *dst, const void *src, size_t n, hcomm_dtype_t dt) {
     else
         for (size_t i = 0; i < n; i++)
             dst[i] = f16_to_f32(load_u16(h + 2 * i));
+}
+
+/* A block of columns of every row widened in turn (the conversions above) and summed in f32. */
+static void weighted_sum_blocks(char *out, const char *const *rows, const float *w, int nrows,
+                                size_t n, hcomm_dtype_t dt) {
+    size_t es = dt == HCOMM_F32 ? 4 : 2;
+    float acc[256], tmp[256];
+    for (size_t o = 0; o < n; o += 256) {
+        size_t m = n - o < 256 ? n - o : 256;
+        for (int j = 0; j < nrows; j++) {
+            if (dt == HCOMM_F32)
+                memcpy(tmp, rows[j] + o * es, m * es);
+            else
+                hcomm__widen(tmp, rows[j] + o * es, m, dt);
+            for (size_t i = 0; i < m; i++)
+                acc[i] = j == 0 ? w[j] * tmp[i] : acc[i] + w[j] * tmp[i];
+        }
+        if (dt == HCOMM_F32)
+            memcpy(out + o * es, acc, m * es);
+        else
+            hcomm__narrow(out + o * es, acc, m, dt);
+    }
+}
+
+void hcomm__weighted_sum(void *out, const void *const *rows, const float *w, int nrows, size_t n,
+                         hcomm_dtype_t dt) {
+#ifdef HCOMM__HAVE_X86_PATHS
+    if (dt == HCOMM_BF16 && avx2_usable()) {
+        avx2_weighted_sum_bf16(out, (const char *const *)rows, w, nrows, n);
+        return;
+    }
+#endif
+    weighted_sum_blocks(out, (const char *const *)rows, w, nrows, n, dt);
 }
 
 void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt) {

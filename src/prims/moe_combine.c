@@ -127,49 +127,41 @@ static void row_from_f32(hcomm_dtype_t dt, const float *in, int64_t cols, void *
         hcomm__narrow(row, in, (size_t)cols, dt);
 }
 
-/* acc (+)= w * y over one row: the first term initialises, so one term is exact (sign of zero
- * included); f32 for f16/bf16/f32 (y converted into tmp), f64 for f64. */
-static void add_row(hcomm_dtype_t dt, const char *y, int64_t cols, float w, bool first, void *acc,
-                    float *tmp) {
-    if (dt == HCOMM_F64) {
-        double *a = acc;
-        for (int64_t c = 0; c < cols; c++) {
-            double v = (double)w * load_f64(y, c);
-            a[c] = first ? v : a[c] + v;
-        }
+/* out = sum over j < n in order of w[j] * rows[j] (n = 0: zeros), accumulated in f32 for
+ * f16/bf16/f32 (f64 for f64) and rounded once: each term's product, then its sum. */
+static void sum_rows(hcomm_dtype_t dt, const char *const *rows, const float *w, int n, int64_t cols,
+                     char *out) {
+    if (n == 0) {
+        memset(out, 0, (size_t)cols * hcomm__dtype_size(dt));
         return;
     }
-    float *a = acc;
-    row_to_f32(dt, y, cols, tmp);
-    if (first)
-        for (int64_t c = 0; c < cols; c++)
-            a[c] = w * tmp[c];
-    else
-        for (int64_t c = 0; c < cols; c++)
-            a[c] += w * tmp[c];
+    if (dt != HCOMM_F64) {
+        hcomm__weighted_sum(out, (const void *const *)rows, w, n, (size_t)cols, dt);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++) {
+        double acc = (double)w[0] * load_f64(rows[0], c);
+        for (int j = 1; j < n; j++)
+            acc += (double)w[j] * load_f64(rows[j], c);
+        memcpy(out + 8 * (size_t)c, &acc, 8);
+    }
 }
 
 /* out[t] = sum over kept slots j in slot order of (weighted ? w[t, j] : 1) * pairs[slot],
- * rounded once; zeros for a token with no kept slot. acc and tmp hold cols doubles each. */
+ * rounded once; zeros for a token with no kept slot. */
 static void sum_slots(const hcomm_moe_handle_t *h, const char *pairs, hcomm_dtype_t dt,
-                      int64_t cols, bool weighted, char *out, void *acc, float *tmp) {
+                      int64_t cols, bool weighted, char *out, const char **rows, float *w) {
     size_t rb = (size_t)cols * hcomm__dtype_size(dt);
     for (int64_t t = 0; t < h->n; t++) {
-        bool first = true;
+        int n = 0;
         for (int j = 0; j < h->k; j++) {
             int64_t p = h->slot_pair[t * h->k + j];
             if (p < 0)
                 continue;
-            float w = weighted ? h->weights[t * h->k + j] : 1.0f;
-            add_row(dt, pairs + (size_t)p * rb, cols, w, first, acc, tmp);
-            first = false;
+            w[n] = weighted ? h->weights[t * h->k + j] : 1.0f;
+            rows[n++] = pairs + (size_t)p * rb;
         }
-        if (first)
-            memset(acc, 0, (size_t)cols * sizeof(double));
-        if (dt == HCOMM_F64)
-            memcpy(out + (size_t)t * rb, acc, rb);
-        else
-            row_from_f32(dt, acc, cols, out + (size_t)t * rb);
+        sum_rows(dt, rows, w, n, cols, out + (size_t)t * rb);
     }
 }
 
@@ -293,14 +285,107 @@ static hcomm_result_t run_pass(hcomm_moe_handle_t *h, const pass_t *ps, hcomm_re
     return hcomm__leave(h->group, body(h, ps));
 }
 
+/* ---- the passes back to the tokens where the ranks read each other's rows (h->pull) ---- */
+
+/* The rank a pair went to. */
+static int rank_of_pair(const hcomm_moe_handle_t *h, int64_t q) {
+    int lo = 0, hi = h->size - 1;
+    while (lo < hi) { /* the last rank whose pairs start at or before q */
+        int mid = (lo + hi + 1) / 2;
+        if (h->pair_off[mid] <= q)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Scratch of a pull back: k rows where they cannot be loaded in place, and the sum's terms. */
+typedef struct back_tmp {
+    char *rows;
+    const char **at;
+    float *w;
+} back_tmp_t;
+
+/* out[t] from its slots' rows, each loaded from the rank that holds it (sum_slots' arithmetic,
+ * so the result is bitwise the all_to_allv path's); y (NULL: not kept) gets each row in pair
+ * order. */
+static hcomm_result_t pull_token(const pass_t *ps, const hcomm_moe_handle_t *h,
+                                 const hcomm__remote_t *all, int64_t t, bool weighted, char *y,
+                                 const back_tmp_t *tmp) {
+    char *out = (char *)ps->out->data + (size_t)t * ps->rb;
+    int n = 0;
+    for (int j = 0; j < h->k; j++) {
+        int64_t q = h->slot_pair[t * h->k + j];
+        if (q < 0)
+            continue;
+        int p = rank_of_pair(h, q);
+        const void *row;
+        HCOMM__TRY(hcomm__coll_load(h->group, ps->fn, p, &all[p],
+                                    (size_t)h->pair_remote[q] * ps->rb,
+                                    tmp->rows + (size_t)n * ps->rb, ps->rb, &row));
+        if (y)
+            hcomm__moe_copy_row(y + (size_t)q * ps->rb, row, ps->rb);
+        tmp->w[n] = weighted ? h->weights[t * h->k + j] : 1.0f;
+        tmp->at[n++] = row;
+    }
+    if (!h->topk) /* top-1: the token's one slot, as bytes */
+        hcomm__moe_copy_row(out, tmp->at[0], ps->rb);
+    else
+        sum_rows(ps->in->dtype, tmp->at, tmp->w, n, ps->in->shape[1], out);
+    return HCOMM_OK;
+}
+
+/* Every token's slots read where the experts' rows lie: one exchange of where they are, the
+ * sums, and the end of the reads (no all_to_allv of the rows). */
+static hcomm_result_t pull_back(hcomm_moe_handle_t *h, const pass_t *ps, bool weighted,
+                                bool keep_y) {
+    hcomm__remote_t *all = malloc(sizeof *all * (size_t)h->size);
+    if (all == NULL)
+        return hcomm__coll_fail(
+            h->group, hcomm__err(HCOMM_ERR_NOMEM, ps->fn, "out of memory for %d exports", h->size));
+    hcomm_result_t res = hcomm__coll_exports(h->group, ps->in->data, (size_t)h->r * ps->rb, all);
+    if (res != HCOMM_OK) {
+        free(all);
+        return res;
+    }
+    char *y = NULL;
+    size_t k = (size_t)h->k;
+    back_tmp_t tmp = {malloc(k * ps->rb + 1), malloc(k * sizeof(char *)),
+                      malloc(k * sizeof(float))};
+    if (!tmp.rows || !tmp.at || !tmp.w)
+        res = hcomm__err(HCOMM_ERR_NOMEM, ps->fn, "out of memory for %zu rows of %zu bytes", k,
+                         ps->rb);
+    if (res == HCOMM_OK && keep_y)
+        res = hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&y);
+    for (int64_t t = 0; t < h->n && res == HCOMM_OK; t++)
+        res = pull_token(ps, h, all, t, weighted, y, &tmp);
+    res = hcomm__coll_reads_done(h->group, ps->fn, res);
+    if (res == HCOMM_OK && keep_y) { /* combine_bwd's weight gradients need y */
+        hcomm__moe_pool_put(h->pool, h->y);
+        h->y = y;
+        h->y_h = ps->in->shape[1];
+        h->y_dtype = ps->in->dtype;
+        y = NULL;
+    }
+    hcomm__moe_pool_put(h->pool, y);
+    free(tmp.rows);
+    free(tmp.at);
+    free(tmp.w);
+    free(all);
+    return res;
+}
+
 /* recv -> pairs, then each token's slots copied (top-1) or summed in slot order. */
 static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bool weighted,
                                      bool keep_y) {
     char *pairs = NULL, *own = NULL;
-    void *acc = NULL;
+    void *terms = NULL;
     hcomm_result_t res;
     int64_t cols = ps->in->shape[1];
     const void *in = ps->in->data;
+    if (h->pull)
+        return pull_back(h, ps, weighted, keep_y);
     if (h->etp != NULL) { /* expert-TP: the members' partial outputs summed, own rows kept */
         res = hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->r * ps->rb, (void **)&own);
         res = res != HCOMM_OK ? hcomm__moe_etp_fail(ps->fn, h, res)
@@ -314,13 +399,14 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
     HCOMM__TRY_GOTO(
         hcomm__moe_pool_get(h->pool, ps->fn, (size_t)h->npair * ps->rb, (void **)&pairs), res,
         done);
-    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, 2 * (size_t)cols * sizeof(double), &acc), res, done);
+    HCOMM__TRY_GOTO(hcomm__alloc(ps->fn, (size_t)h->k * (sizeof(char *) + sizeof(float)), &terms),
+                    res, done);
     HCOMM__TRY_GOTO(route_pairs_bwd(ps->fn, h, in, pairs, ps->rb), res, done);
     if (!h->topk) /* top-1: every token has exactly one slot, copied as bytes */
         hcomm__moe_scatter_rows(ps->out->data, pairs, h->pair_slot, h->npair, ps->rb);
     else
-        sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, acc,
-                  (float *)((double *)acc + cols));
+        sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, terms,
+                  (float *)((const char **)terms + h->k));
     if (keep_y) { /* combine_bwd's weight gradients need y */
         hcomm__moe_pool_put(h->pool, h->y);
         h->y = pairs;
@@ -331,12 +417,12 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
 done:
     hcomm__moe_pool_put(h->pool, pairs);
     hcomm__moe_pool_put(h->pool, own);
-    free(acc);
+    free(terms);
     return res;
 }
 
 static hcomm_result_t combine_body(hcomm_moe_handle_t *h, const pass_t *ps) {
-    return back_to_tokens(h, ps, true, h->topk);
+    return back_to_tokens(h, ps, true, h->topk && !h->no_y);
 }
 
 static hcomm_result_t dispatch_bwd_body(hcomm_moe_handle_t *h, const pass_t *ps) {
@@ -419,6 +505,10 @@ done:
 static hcomm_result_t check_y(const pass_t *ps, const hcomm_moe_handle_t *h) {
     if (ps->grad_w == NULL || (h->y && h->y_h == ps->in->shape[1] && h->y_dtype == ps->in->dtype))
         return HCOMM_OK;
+    if (h->no_y)
+        return hcomm__err(HCOMM_ERR_STATE, ps->fn,
+                          "grad_weights needs y, which combine does not keep for a handle "
+                          "dispatched with options->no_weight_grads");
     return hcomm__err(HCOMM_ERR_STATE, ps->fn,
                       "grad_weights needs a hcomm_moe_combine_topk of %s [*, %lld] before",
                       hcomm__dtype_str(ps->in->dtype), (long long)ps->in->shape[1]);

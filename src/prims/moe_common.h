@@ -47,6 +47,8 @@ void hcomm__moe_pool_unref(hcomm__moe_pool_t *pool);
 /* A buffer of at least bytes (64-byte aligned, contents undefined), reused when one is free. */
 hcomm_result_t hcomm__moe_pool_get(hcomm__moe_pool_t *pool, const char *fn, size_t bytes,
                                    void **out);
+/* Whether new large buffers come from hcomm_mem_alloc (peers' one-copy reads of them). */
+void hcomm__moe_pool_share(hcomm__moe_pool_t *pool, bool shared);
 /* Gives p (from hcomm__moe_pool_get; NULL is a no-op) back for reuse. */
 void hcomm__moe_pool_put(hcomm__moe_pool_t *pool, void *p);
 
@@ -83,6 +85,7 @@ struct hcomm_moe_handle {
     hcomm__moe_pool_t *pool; /* the group's scratch: recv, y and every pass's buffers */
     int size, num_local, k;  /* EP group size, experts per rank, slots per token */
     bool topk;               /* false: the top-1 calls, whose passes copy rows of any dtype */
+    bool no_y;               /* options->no_weight_grads: combine keeps no y */
     bool pad;                /* pad-to-capacity: every (expert, source) block has capacity rows */
     int64_t n, r, h, npair;  /* tokens, rows received, row width, slots sent */
     int64_t capacity;        /* per expert and source rank; -1 dropless */
@@ -126,6 +129,10 @@ struct hcomm_moe_handle {
     int64_t *src_k;                 /* hier: [size] each source's k */
     int32_t *ids;                   /* hier: [n * k] the dispatched ids, for redispatch */
     int64_t internode_rows;         /* token rows this rank's dispatch sent to other nodes */
+    /* The ranks read each other's rows where they lie (one node, hcomm__coll_reads_ok): the
+     * token exchange and the passes back to the tokens load them instead of an all_to_allv. */
+    bool pull;
+    int64_t *pair_remote; /* pull: [npair] the expert-major row of each pair at its rank */
 };
 
 /* The meta row each rank sends each peer before the tokens move: its argument-check status
@@ -135,7 +142,9 @@ struct hcomm_moe_handle {
  * expert-TP steps differ), the rows it relays through that peer (hierarchical: the peer is its
  * relay on the peer's node; else 0), its dropped slots and its kept slots for every expert (the
  * peer's own experts say what arrives; all of them give every rank the global statistics
- * without another collective). */
+ * without another collective). Where the ranks read each other's memory (hcomm__coll_reads_ok)
+ * it also exports the buffers the peer reads its rows from: the tokens, the sent rows' tokens
+ * and their headers, and where the peer's rows start among them (else those fields are 0). */
 enum {
     META_STATUS,
     META_H,
@@ -146,6 +155,10 @@ enum {
     META_ETP,
     META_NODE_ROWS,
     META_DROPPED,
+    META_TOKENS = META_DROPPED + 1,                              /* hcomm__exported_t */
+    META_SEND_TOK = META_TOKENS + sizeof(hcomm__exported_t) / 8, /* hcomm__exported_t */
+    META_HDR = META_SEND_TOK + sizeof(hcomm__exported_t) / 8,    /* hcomm__exported_t */
+    META_FIRST = META_HDR + sizeof(hcomm__exported_t) / 8,
     META_COUNTS
 };
 
@@ -193,6 +206,11 @@ hcomm_result_t hcomm__moe_mark_kept(const hcomm__moe_args_t *a, hcomm_moe_handle
  * dst row idx[i] = src row i (scatter), n rows of rb bytes. Tests time it against memcpy. */
 void hcomm__moe_gather_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb);
 void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int64_t n, size_t rb);
+/* n rows of rb bytes into dst are written with streaming stores (hcomm__copy_stream, then
+ * hcomm__stream_fence before the rows are announced). */
+bool hcomm__moe_streams(const void *dst, size_t rb, int64_t n);
+/* One row of rb bytes (the kernels' copy). */
+void hcomm__moe_copy_row(void *dst, const void *src, size_t rb);
 
 /* ---- the handle (moe_handle.c) ---- */
 

@@ -103,6 +103,52 @@ done:
     return res;
 }
 
+/* The pull path's meta fields (moe_common.h): the buffers each peer reads its rows from. */
+static void export_rows(hcomm_moe_handle_t *h, const void *tokens, const int32_t *hdr,
+                        int64_t *meta, int w) {
+    int64_t nsend = h->send_off[h->size - 1] + h->send_rows[h->size - 1];
+    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
+    hcomm__exported_t e[3] = {
+        hcomm__coll_export(h->group, tokens, (size_t)h->n * rb),
+        hcomm__coll_export(h->group, h->send_tok, sizeof(int64_t) * (size_t)nsend),
+        hcomm__coll_export(h->group, hdr, sizeof(int32_t) * (size_t)(nsend * h->k))};
+    for (int p = 0; p < h->size; p++) {
+        int64_t *m = meta + p * w;
+        memcpy(m + META_TOKENS, e, sizeof e);
+        m[META_FIRST] = h->send_off[p];
+    }
+}
+
+/* Pull path: the expert-major row at each destination of every pair this rank sends (the
+ * receiver's layout: local expert, then source, then token, then slot), from every source's
+ * counts in meta. */
+static hcomm_result_t remote_rows(const char *fn, hcomm_moe_handle_t *h, const int32_t *ids,
+                                  const int64_t *meta) {
+    int w = hcomm__moe_meta_width(h), e_all = h->size * h->num_local;
+    int64_t *base = hcomm__moe_alloc_i64((size_t)e_all);
+    h->pair_remote = hcomm__moe_alloc_i64((size_t)h->npair);
+    if (base == NULL || h->pair_remote == NULL) {
+        free(base);
+        return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %lld pairs", (long long)h->npair);
+    }
+    for (int p = 0; p < h->size; p++) { /* expert e = p * num_local + l of rank p */
+        int64_t at = 0;
+        for (int l = 0; l < h->num_local; l++) {
+            int e = p * h->num_local + l;
+            base[e] = at;
+            for (int s = 0; s < h->size; s++) {
+                int64_t c = meta[s * w + META_COUNTS + e];
+                at += c;
+                base[e] += s < h->group->rank ? c : 0;
+            }
+        }
+    }
+    for (int64_t q = 0; q < h->npair; q++)
+        h->pair_remote[q] = base[ids[h->pair_slot[q]]]++;
+    free(base);
+    return HCOMM_OK;
+}
+
 /* The receive side from the peers' meta rows: row and slot counts per source, rows per local
  * expert and their offsets. */
 static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
@@ -225,22 +271,131 @@ static hcomm_result_t expand_sink(const char *fn, hcomm_moe_handle_t *h, const c
     return expand_all(fn, h, meta, raw, roff, rb);
 }
 
+/* Where source s's rows for this rank are and how they expand (from its meta row). */
+typedef struct source {
+    hcomm__remote_t tokens, send_tok, hdr;
+    int64_t first, rows;
+    int k;
+} source_t;
+
+static source_t source_of(hcomm_moe_handle_t *h, int s, const int64_t *m) {
+    hcomm__exported_t e[3];
+    memcpy(e, m + META_TOKENS, sizeof e);
+    return (source_t){hcomm__coll_remote(h->group, s, &e[0]),
+                      hcomm__coll_remote(h->group, s, &e[1]),
+                      hcomm__coll_remote(h->group, s, &e[2]),
+                      m[META_FIRST],
+                      h->recv_rows[s],
+                      (int)m[META_K]};
+}
+
+/* Scratch of one source's pull: its row tokens and headers, and one row, where they cannot be
+ * loaded in place. */
+typedef struct pull_tmp {
+    int64_t *tok;
+    int32_t *hdr;
+    char *row;
+} pull_tmp_t;
+
+/* Source s's rows loaded where they lie and expanded as expand_source does; next[l] is the
+ * next row of local expert l for this source. */
+static hcomm_result_t pull_source(const char *fn, hcomm_moe_handle_t *h, int s, const source_t *src,
+                                  size_t rb, int64_t *next, const pull_tmp_t *tmp) {
+    hcomm_comm_t *g = h->group;
+    const void *tok_at, *hdr_at;
+    size_t nk = (size_t)(src->rows * src->k);
+    HCOMM__TRY(hcomm__coll_load(g, fn, s, &src->send_tok, sizeof(int64_t) * (size_t)src->first,
+                                tmp->tok, sizeof(int64_t) * (size_t)src->rows, &tok_at));
+    HCOMM__TRY(hcomm__coll_load(g, fn, s, &src->hdr,
+                                sizeof(int32_t) * (size_t)(src->first * src->k), tmp->hdr,
+                                sizeof(int32_t) * nk, &hdr_at));
+    const int64_t *tok = tok_at;
+    const int32_t *hdr = hdr_at;
+    int64_t q = h->rpair_off[s];
+    bool stream = hcomm__moe_streams(h->recv, rb, h->r);
+    for (int64_t i = 0; i < src->rows; i++) {
+        const void *row;
+        HCOMM__TRY(
+            hcomm__coll_load(g, fn, s, &src->tokens, (size_t)tok[i] * rb, tmp->row, rb, &row));
+        for (int j = 0; j < src->k; j++) {
+            int32_t l = hdr[i * src->k + j];
+            if (l < 0)
+                continue;
+            if (l >= h->num_local || q >= h->rpair_off[s] + h->rpair_rows[s])
+                return hcomm__err(HCOMM_ERR_INTERNAL, fn,
+                                  "rank %d sent a row header that disagrees with its counts", s);
+            int64_t k = next[l]++;
+            if (stream)
+                hcomm__copy_stream((char *)h->recv + (size_t)k * rb, row, rb);
+            else
+                hcomm__moe_copy_row((char *)h->recv + (size_t)k * rb, row, rb);
+            h->out_pair[k] = q;
+            h->rpair_row[q++] = h->recv_off[s] + i;
+        }
+    }
+    return HCOMM_OK;
+}
+
+/* Every source's rows for this rank, read where they lie (no token all_to_allv). */
+static hcomm_result_t pull_all(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                               size_t rb) {
+    int w = hcomm__moe_meta_width(h);
+    int64_t most = 0, kmax = 1;
+    for (int s = 0; s < h->size; s++) {
+        most = h->recv_rows[s] > most ? h->recv_rows[s] : most;
+        kmax = meta[s * w + META_K] > kmax ? meta[s * w + META_K] : kmax;
+    }
+    int64_t *next = hcomm__moe_alloc_i64((size_t)h->num_local);
+    pull_tmp_t tmp = {hcomm__moe_alloc_i64((size_t)most),
+                      malloc(sizeof(int32_t) * (size_t)(most * kmax) + 1), malloc(rb + 1)};
+    hcomm_result_t res = HCOMM_OK;
+    if (!next || !tmp.tok || !tmp.hdr || !tmp.row)
+        res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %lld rows' headers",
+                         (long long)most);
+    for (int d = 0; d < h->size && res == HCOMM_OK; d++) {
+        int s = (h->group->rank + d) % h->size;  /* staggered: not every rank reads rank 0 first */
+        for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
+            next[l] = h->expert_off[l];
+            for (int s2 = 0; s2 < s; s2++)
+                next[l] += local_count(h, meta + s2 * w, l);
+        }
+        source_t src = source_of(h, s, meta + s * w);
+        res = pull_source(fn, h, s, &src, rb, next, &tmp);
+    }
+    hcomm__stream_fence();
+    free(next);
+    free(tmp.tok);
+    free(tmp.hdr);
+    free(tmp.row);
+    return res;
+}
+
+/* h->recv for h->r rows: from the pool, or the plan's buffer. */
+static hcomm_result_t recv_buffer(const char *fn, hcomm_moe_handle_t *h, size_t rb) {
+    if (h->plan == NULL)
+        return hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv);
+    if (h->r > h->plan->max_rows) /* the plan's own limits make this impossible */
+        return hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
+                          (long long)h->r, (long long)h->plan->max_rows);
+    return HCOMM_OK;
+}
+
 /* The token exchange of a first dispatch: rows plus headers, then expansion into h->recv. */
 static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
                                   const void *tokens, const int32_t *ids, const int32_t *hdr) {
     size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype), p = (size_t)h->size;
+    if (h->pull) { /* every rank joins the end of the reads, also after a failure here */
+        hcomm_result_t got = recv_buffer(fn, h, rb);
+        return hcomm__coll_reads_done(h->group, fn,
+                                      got == HCOMM_OK ? pull_all(fn, h, meta, rb) : got);
+    }
     size_t *v = malloc(4 * p * sizeof *v);
     char *sbuf = NULL, *raw = NULL;
     hcomm_result_t res = HCOMM_OK;
     if (v == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %zu counts", 4 * p);
     token_bytes(h, meta, rb, v);
-    if (h->plan == NULL)
-        HCOMM__TRY_GOTO(hcomm__moe_pool_get(h->pool, fn, (size_t)h->r * rb, &h->recv), res, done);
-    else if (h->r > h->plan->max_rows) /* the plan's own limits make this impossible */
-        HCOMM__TRY_GOTO(hcomm__err(HCOMM_ERR_INTERNAL, fn, "%lld rows exceed the plan's %lld",
-                                   (long long)h->r, (long long)h->plan->max_rows),
-                        res, done);
+    HCOMM__TRY_GOTO(recv_buffer(fn, h, rb), res, done);
     if (h->hier) { /* kept for redispatch, which takes the same path */
         res = hcomm__moe_hier_keep(fn, h, meta);
         if (res == HCOMM_OK) {
@@ -310,13 +465,21 @@ static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h
     hcomm__moe_fill_meta(h, local, meta_send, w);
     if (local == HCOMM_OK) /* rows per node for each relay, rows crossing nodes */
         hcomm__moe_hier_meta(h, a->ids, meta_send, w);
+    h->pull = local == HCOMM_OK && !h->hier && h->etp == NULL && hcomm__coll_reads_ok(h->group);
+    if (h->pull) {
+        hcomm__moe_pool_share(h->pool, hcomm__coll_wants_shared(h->group));
+        export_rows(h, a->tokens->data, hdr, meta_send, w);
+    }
     HCOMM__TRY_GOTO(exchange_meta(a->fn, h, meta_send, meta_recv), res, done);
     if (local != HCOMM_OK) { /* the message from the failed check is still the last error */
         res = local;
         goto done;
     }
     HCOMM__TRY_GOTO(plan_recv(a->fn, h, meta_recv), res, done);
-    res = move_tokens(a->fn, h, meta_recv, a->tokens->data, a->ids, hdr);
+    if (h->pull && (res = remote_rows(a->fn, h, a->ids, meta_recv)) != HCOMM_OK)
+        res = hcomm__coll_reads_done(h->group, a->fn, res); /* the peers wait there */
+    else
+        res = move_tokens(a->fn, h, meta_recv, a->tokens->data, a->ids, hdr);
 done:
     if (h->etp != NULL) /* every member joins, also after a failure here */
         res = etp_step(a->fn, h, res, meta_recv);
@@ -366,6 +529,7 @@ hcomm_result_t hcomm__moe_dispatch_call(hcomm_comm_t *g, const hcomm__moe_args_t
     if (h == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, a->fn, "out of memory for the routing handle");
     h->topk = a->topk;
+    h->no_y = o != NULL && o->no_weight_grads != 0;
     if (a->plan != NULL) { /* its buffer, its capacity: no all_reduce of the largest T */
         h->plan = (hcomm_moe_plan_t *)a->plan;
         h->recv = a->plan->recv;

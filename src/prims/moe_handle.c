@@ -52,12 +52,13 @@ hcomm_result_t hcomm_moe_handle_free(hcomm_moe_handle_t *handle) {
 void hcomm__moe_handle_release(hcomm_moe_handle_t *handle) {
     if (handle == NULL)
         return;
-    void *owned[] = {handle->send_rows,    handle->send_off,  handle->send_tok,  handle->pair_rows,
-                     handle->pair_off,     handle->pair_slot, handle->slot_pair, handle->weights,
-                     handle->dropped,      handle->recv_rows, handle->recv_off,  handle->rpair_rows,
-                     handle->rpair_off,    handle->rpair_row, handle->out_pair,  handle->expert_off,
-                     handle->global_count, handle->etp_rows,  handle->etp_perm,  handle->relay_rows,
-                     handle->src_k,        handle->ids};
+    void *owned[] = {
+        handle->send_rows,    handle->send_off,  handle->send_tok,   handle->pair_rows,
+        handle->pair_off,     handle->pair_slot, handle->slot_pair,  handle->weights,
+        handle->dropped,      handle->recv_rows, handle->recv_off,   handle->rpair_rows,
+        handle->rpair_off,    handle->rpair_row, handle->out_pair,   handle->expert_off,
+        handle->global_count, handle->etp_rows,  handle->etp_perm,   handle->relay_rows,
+        handle->src_k,        handle->ids,       handle->pair_remote};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
     if (handle->plan == NULL)

@@ -158,6 +158,14 @@ static bool streams(const void *dst, size_t rb, int64_t n) {
            (uintptr_t)dst % 16 == 0;
 }
 
+/* Dispatch's expansion of rows read where they lie streams from 1 MiB: the received rows are
+ * read next by the experts, not by this copy, and cached stores' reads for ownership made the
+ * whole dispatch + combine a third slower (docs/tuning.md: moe.pull). */
+bool hcomm__moe_streams(const void *dst, size_t rb, int64_t n) {
+    return (size_t)n * rb >= ((size_t)1 << 20) && rb >= 1024 && rb % 16 == 0 &&
+           (uintptr_t)dst % 16 == 0;
+}
+
 /* dst row i = src row idx[i] (gather) or dst row idx[i] = src row i (scatter), streamed. */
 static void stream_rows(char *dst, const char *src, const int64_t *idx, int64_t n, size_t rb,
                         bool gather) {
@@ -183,4 +191,8 @@ void hcomm__moe_scatter_rows(void *dst, const void *src, const int64_t *idx, int
     }
     for (int64_t i = 0; i < n; i++)
         copy_row((char *)dst + (size_t)idx[i] * rb, (const char *)src + (size_t)i * rb, rb);
+}
+
+void hcomm__moe_copy_row(void *dst, const void *src, size_t rb) {
+    copy_row(dst, src, rb);
 }

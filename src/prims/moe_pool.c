@@ -3,13 +3,17 @@
  * and zeroing those pages in the kernel cost more than moving the rows (docs/tuning.md:
  * moe.scratch-pool). A pool keeps up to POOL_SLOTS freed buffers and hands out the smallest one
  * that fits. Handles hold a reference, so a handle freed after its group still returns its
- * buffers safely. */
+ * buffers safely. Where peers read the received rows in place only from hcomm_mem_alloc memory
+ * (mpi on one node: hcomm__coll_wants_shared), large buffers come from there. */
 #include "prims/moe_common.h"
 
 #include <pthread.h>
 #include <string.h>
 
 enum { POOL_SLOTS = 12, HEADER = 64 };
+/* Buffers from hcomm_mem_alloc start a page in (its pages are aligned), the header before. */
+#define SHARED_LEAD ((size_t)4096)
+#define SHARED_MIN_BYTES ((size_t)1 << 20)
 
 typedef struct pooled {
     void *p;
@@ -20,18 +24,51 @@ struct hcomm__moe_pool {
     pthread_mutex_t mu;
     int refs;
     int nfree;
+    bool shared; /* large buffers from hcomm_mem_alloc */
     pooled_t free[POOL_SLOTS];
 };
 
-/* Buffers carry their capacity in a header in front of the data (64 bytes: alignment). */
-static size_t cap_of(const void *p) {
+/* Buffers carry their capacity and where they came from in a header in front of the data
+ * (64 bytes: alignment). */
+typedef struct header {
     size_t cap;
-    memcpy(&cap, (const char *)p - HEADER, sizeof cap);
-    return cap;
+    bool shared;
+} header_t;
+
+static header_t header_of(const void *p) {
+    header_t h;
+    memcpy(&h, (const char *)p - HEADER, sizeof h);
+    return h;
+}
+
+static size_t cap_of(const void *p) {
+    return header_of(p).cap;
 }
 
 static void release(void *p) {
-    free((char *)p - HEADER);
+    if (header_of(p).shared)
+        hcomm_mem_free((char *)p - SHARED_LEAD);
+    else
+        free((char *)p - HEADER);
+}
+
+void hcomm__moe_pool_share(hcomm__moe_pool_t *pool, bool shared) {
+    pthread_mutex_lock(&pool->mu);
+    pool->shared = shared;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* A new buffer of cap bytes with its header; NULL without memory. */
+static void *allocate(size_t cap, bool shared) {
+    char *raw = NULL;
+    shared = shared && cap >= SHARED_MIN_BYTES;
+    if (shared ? hcomm_mem_alloc(cap + SHARED_LEAD, (void **)&raw) != HCOMM_OK
+               : posix_memalign((void **)&raw, HEADER, cap + HEADER) != 0)
+        return NULL;
+    char *data = raw + (shared ? SHARED_LEAD : HEADER);
+    header_t h = {cap, shared};
+    memcpy(data - HEADER, &h, sizeof h);
+    return data;
 }
 
 static void pool_destroy(hcomm__moe_pool_t *pool) {
@@ -87,6 +124,7 @@ hcomm_result_t hcomm__moe_pool_get(hcomm__moe_pool_t *pool, const char *fn, size
                                    void **out) {
     pthread_mutex_lock(&pool->mu);
     int i = best_fit(pool, bytes);
+    bool shared = pool->shared;
     if (i >= 0) {
         *out = pool->free[i].p;
         pool->free[i] = pool->free[--pool->nfree];
@@ -96,12 +134,10 @@ hcomm_result_t hcomm__moe_pool_get(hcomm__moe_pool_t *pool, const char *fn, size
         return HCOMM_OK;
     /* An eighth more than asked, so batches that grow a little still reuse it. */
     size_t cap = bytes + bytes / 8 + 64;
-    void *raw = NULL;
-    if (cap < bytes || posix_memalign(&raw, HEADER, cap + HEADER) != 0)
+    *out = cap < bytes ? NULL : allocate(cap, shared);
+    if (*out == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory allocating %zu bytes of scratch",
                           bytes);
-    memcpy(raw, &cap, sizeof cap);
-    *out = (char *)raw + HEADER;
     return HCOMM_OK;
 }
 

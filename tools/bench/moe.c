@@ -2,8 +2,10 @@
  * (bf16 by default; H, k, E from --moe-hidden/--moe-topk/--moe-experts, 7168, 8 and 256 as in
  * DeepSeek-V3), with T = the size / (H * element size). The experts are the identity and the
  * weights 1/k, so the combined output equals the tokens: #wrong counts elements that differ.
- *   auto      hcomm_moe_dispatch_topk + hcomm_moe_combine_topk (hierarchical dispatch when the
- *             topology puts the ranks on several nodes, e.g. HCOMM_TOPO=nodes=2x4 -t 8)
+ *   auto      hcomm_moe_dispatch_topk + hcomm_moe_combine_topk, forward only (options->
+ *             no_weight_grads: combine keeps no y for a backward), with the rows read where they
+ *             lie on one node and hierarchical dispatch when the topology puts the ranks on
+ *             several nodes, e.g. HCOMM_TOPO=nodes=2x4 -t 8
  *   baseline  what a plain implementation does: sort the (token, slot) rows by expert, send the
  *             counts and then every row with the native all_to_allv, send them back the same
  *             way, and sum each token's slots weighted (f32 accumulation).
@@ -164,7 +166,9 @@ static hcomm_result_t moe_run(bench_case_t *c) {
     BENCH_TRY(tensor2(c, c->send, m->T, m->H, &tok));
     BENCH_TRY(tensor2(c, c->recv, m->T, m->H, &out));
     hcomm_moe_handle_t *h = NULL;
-    BENCH_TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, NULL, &h));
+    /* forward only, as the baseline: combine keeps no copy of the expert outputs */
+    hcomm_moe_options_t fwd = {.no_weight_grads = 1};
+    BENCH_TRY(hcomm_moe_dispatch_topk(c->w, &tok, m->ids, m->w, m->k, m->E, &fwd, &h));
     hcomm_result_t r = hcomm_moe_received(h, &got, NULL);
     if (r == HCOMM_OK) /* the experts are the identity: their output is what came in */
         r = hcomm_moe_combine_topk(h, &got, &out);
@@ -367,7 +371,7 @@ static void moe_describe(const bench_case_t *c, char *line, size_t cap) {
                  c->o->moe_topk);
     snprintf(line, cap,
              "tokens [T, %d] per rank, T = size / %zu B; %s, weights 1/%d, identity experts; "
-             "dispatch + combine per iteration; %s token exchange (%d node%s)",
+             "forward dispatch + combine per iteration; %s token exchange (%d node%s)",
              c->o->moe_hidden, (size_t)c->o->moe_hidden * c->es, ek, k,
              nodes > 1 ? "hierarchical" : "flat", nodes, nodes > 1 ? "s" : "");
 }
