@@ -6,7 +6,9 @@
  * Experts are laid out contiguously (expert parallel): with E experts and an EP group of size
  * P, rank p owns experts [p*E/P, (p+1)*E/P). Dispatch sends each token (a row of tokens[N, H])
  * to the rank owning expert_ids[i] (top-1), exchanging the counts inside, then the rows with one
- * all_to_allv (two when the group spans several nodes: "Multi-node" below); the received rows are
+ * all_to_allv (two when the group spans several nodes: "Multi-node" below; on one node, where
+ * the ranks load each other's memory, each rank instead reads its rows where they lie and
+ * combine reads the expert outputs likewise: one copy per row, same results); the received rows are
  * grouped by local expert (expert-major, source rank next, original order within a source).
  * Dropless: no capacity factor, no token is dropped or padded, so R (rows received) varies by rank
  * and batch. Top-k routing with weights, empty slots and capacity is hcomm_moe_dispatch_topk and

@@ -17,6 +17,11 @@
  *   combine_bwd:           pairs (w * grad) -> recv
  * Summing at the source in slot order is what makes combine independent of the EP layout and
  * of other ranks' batches; the price is that combine returns one row per slot.
+ * On one node where the ranks load each other's memory (h->pull, algo/window.h) no rows are
+ * sent: the meta rows carry where each source's tokens and row lists lie, the receiver reads its
+ * rows there and expands them, and combine and dispatch_bwd read each token's slot rows where
+ * they lie at the experts' ranks (pair_remote), summing as they load; the orders and maps are
+ * the same, so the other passes and the results do not change.
  *
  * The files, each calling only those listed before it:
  *   moe_pool.c      scratch buffers kept per EP group
