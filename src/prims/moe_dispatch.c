@@ -149,11 +149,10 @@ static hcomm_result_t remote_rows(const char *fn, hcomm_moe_handle_t *h, const i
     return HCOMM_OK;
 }
 
-/* The receive side from the peers' meta rows: row and slot counts per source, rows per local
- * expert and their offsets. */
+/* The receive side from the peers' meta rows (checked): row and slot counts per source, rows
+ * per local expert and their offsets. */
 static hcomm_result_t plan_recv(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta) {
     int w = hcomm__moe_meta_width(h);
-    HCOMM__TRY(hcomm__moe_check_peers(fn, h, meta));
     int64_t *per_expert = hcomm__moe_alloc_i64((size_t)h->num_local);
     if (per_expert == NULL)
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
@@ -380,15 +379,26 @@ static hcomm_result_t recv_buffer(const char *fn, hcomm_moe_handle_t *h, size_t 
     return HCOMM_OK;
 }
 
+/* The token exchange on one node (h->pull): each rank reads its rows where they lie. Every rank
+ * joins the end of the reads, also after a failure here (prev: plan_recv's), so no rank
+ * frees what its peers read or leaves them waiting. */
+static hcomm_result_t pull_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
+                                  const int32_t *ids, hcomm_result_t prev) {
+    size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype);
+    hcomm_result_t res = prev;
+    if (res == HCOMM_OK)
+        res = remote_rows(fn, h, ids, meta);
+    if (res == HCOMM_OK)
+        res = recv_buffer(fn, h, rb);
+    if (res == HCOMM_OK)
+        res = pull_all(fn, h, meta, rb);
+    return hcomm__coll_reads_done(h->group, fn, res);
+}
+
 /* The token exchange of a first dispatch: rows plus headers, then expansion into h->recv. */
 static hcomm_result_t move_tokens(const char *fn, hcomm_moe_handle_t *h, const int64_t *meta,
                                   const void *tokens, const int32_t *ids, const int32_t *hdr) {
     size_t rb = (size_t)h->h * hcomm__dtype_size(h->dtype), p = (size_t)h->size;
-    if (h->pull) { /* every rank joins the end of the reads, also after a failure here */
-        hcomm_result_t got = recv_buffer(fn, h, rb);
-        return hcomm__coll_reads_done(h->group, fn,
-                                      got == HCOMM_OK ? pull_all(fn, h, meta, rb) : got);
-    }
     size_t *v = malloc(4 * p * sizeof *v);
     char *sbuf = NULL, *raw = NULL;
     hcomm_result_t res = HCOMM_OK;
@@ -475,10 +485,12 @@ static hcomm_result_t dispatch(const hcomm__moe_args_t *a, hcomm_moe_handle_t *h
         res = local;
         goto done;
     }
-    HCOMM__TRY_GOTO(plan_recv(a->fn, h, meta_recv), res, done);
-    if (h->pull && (res = remote_rows(a->fn, h, a->ids, meta_recv)) != HCOMM_OK)
-        res = hcomm__coll_reads_done(h->group, a->fn, res); /* the peers wait there */
-    else
+    /* the same verdict on every rank: each compares every peer's row with its own */
+    HCOMM__TRY_GOTO(hcomm__moe_check_peers(a->fn, h, meta_recv), res, done);
+    res = plan_recv(a->fn, h, meta_recv);
+    if (h->pull)
+        res = pull_tokens(a->fn, h, meta_recv, a->ids, res);
+    else if (res == HCOMM_OK)
         res = move_tokens(a->fn, h, meta_recv, a->tokens->data, a->ids, hdr);
 done:
     if (h->etp != NULL) /* every member joins, also after a failure here */
