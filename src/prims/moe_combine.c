@@ -329,9 +329,10 @@ static hcomm_result_t pull_token(const pass_t *ps, const hcomm_moe_handle_t *h,
         tmp->w[n] = weighted ? h->weights[t * h->k + j] : 1.0f;
         tmp->at[n++] = row;
     }
-    if (!h->topk) /* top-1: the token's one slot, as bytes */
-        hcomm__moe_copy_row(out, tmp->at[0], ps->rb);
-    else
+    if (!h->topk) { /* top-1: the token's one slot, as bytes (none: dropped, out untouched) */
+        if (n > 0)
+            hcomm__moe_copy_row(out, tmp->at[0], ps->rb);
+    } else
         sum_rows(ps->in->dtype, tmp->at, tmp->w, n, ps->in->shape[1], out);
     return HCOMM_OK;
 }
