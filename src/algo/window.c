@@ -72,6 +72,8 @@ hcomm_result_t hcomm__coll_reads_done(hcomm_comm_t *c, const char *fn, hcomm_res
         return hcomm__err_text(mine, keep);
     if (res != HCOMM_OK || first == INT64_MAX)
         return res;
-    return hcomm__err(HCOMM_ERR_PEER, fn, "rank %lld of the group failed to read its peers' rows",
+    return hcomm__err(HCOMM_ERR_PEER, fn,
+                      "rank %lld of the group failed while the ranks read each other's rows (its "
+                      "own error says why); this call's results are not valid",
                       (long long)first);
 }
