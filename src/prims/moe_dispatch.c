@@ -219,26 +219,51 @@ static void pack_tokens(const hcomm_moe_handle_t *h, const void *tokens, const i
     }
 }
 
-/* Expands source s's rows into expert-major rows by their headers; next[l] is the next row
- * of local expert l for this source. A header that disagrees with the counts is an error. */
+/* Row i of source s into one expert-major row per local expert its header hdr (ks int32, any
+ * alignment) names; next[l] is the next row of local expert l for this source, *q the next raw
+ * slot. A header that disagrees with the counts is an error. stream: streaming stores
+ * (hcomm__moe_streams). */
+static hcomm_result_t place_row(const char *fn, hcomm_moe_handle_t *h, int s, int64_t i,
+                                const char *hdr, int ks, const void *row, size_t rb, int64_t *next,
+                                int64_t *q, bool stream) {
+    for (int j = 0; j < ks; j++) {
+        int32_t l;
+        memcpy(&l, hdr + sizeof l * (size_t)j, sizeof l);
+        if (l < 0)
+            continue;
+        if (l >= h->num_local || *q >= h->rpair_off[s] + h->rpair_rows[s])
+            return hcomm__err(HCOMM_ERR_INTERNAL, fn,
+                              "rank %d sent a row header that disagrees with its counts", s);
+        int64_t k = next[l]++;
+        char *dst = (char *)h->recv + (size_t)k * rb;
+        if (stream)
+            hcomm__copy_stream(dst, row, rb);
+        else
+            hcomm__moe_copy_row(dst, row, rb);
+        h->out_pair[k] = *q;
+        h->rpair_row[(*q)++] = h->recv_off[s] + i;
+    }
+    return HCOMM_OK;
+}
+
+/* Expands source s's rows (at msg, their headers after them) into expert-major rows. */
 static hcomm_result_t expand_source(const char *fn, hcomm_moe_handle_t *h, int s, int ks,
                                     const char *msg, size_t rb, int64_t *next, int64_t *q) {
     const char *hdr = msg + (size_t)h->recv_rows[s] * rb;
     for (int64_t i = 0; i < h->recv_rows[s]; i++)
-        for (int j = 0; j < ks; j++) {
-            int32_t l;
-            memcpy(&l, hdr + sizeof l * (size_t)(i * ks + j), sizeof l);
-            if (l < 0)
-                continue;
-            if (l >= h->num_local || *q >= h->rpair_off[s] + h->rpair_rows[s])
-                return hcomm__err(HCOMM_ERR_INTERNAL, fn,
-                                  "rank %d sent a row header that disagrees with its counts", s);
-            int64_t k = next[l]++;
-            memcpy((char *)h->recv + (size_t)k * rb, msg + (size_t)i * rb, rb);
-            h->out_pair[k] = *q;
-            h->rpair_row[(*q)++] = h->recv_off[s] + i;
-        }
+        HCOMM__TRY(place_row(fn, h, s, i, hdr + sizeof(int32_t) * (size_t)(i * ks), ks,
+                             msg + (size_t)i * rb, rb, next, q, false));
     return HCOMM_OK;
+}
+
+/* next[l] = the first expert-major row of (local expert l, source s). */
+static void first_rows(const hcomm_moe_handle_t *h, const int64_t *meta, int s, int64_t *next) {
+    int w = hcomm__moe_meta_width(h);
+    for (int l = 0; l < h->num_local; l++) {
+        next[l] = h->expert_off[l];
+        for (int s2 = 0; s2 < s; s2++)
+            next[l] += local_count(h, meta + s2 * w, l);
+    }
 }
 
 /* Expert-major placement of every source's rows (local expert, then source, then token) into
@@ -253,11 +278,7 @@ static hcomm_result_t expand_all(const char *fn, hcomm_moe_handle_t *h, const in
         return hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for counts");
     for (int s = 0; s < h->size && res == HCOMM_OK; s++) {
         int64_t q = h->rpair_off[s];
-        for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
-            next[l] = h->expert_off[l];
-            for (int s2 = 0; s2 < s; s2++)
-                next[l] += local_count(h, meta + s2 * w, l);
-        }
+        first_rows(h, meta, s, next);
         res = expand_source(fn, h, s, (int)meta[s * w + META_K], raw + roff[s], rb, next, &q);
     }
     free(next);
@@ -309,28 +330,15 @@ static hcomm_result_t pull_source(const char *fn, hcomm_moe_handle_t *h, int s, 
                                 sizeof(int32_t) * (size_t)(src->first * src->k), tmp->hdr,
                                 sizeof(int32_t) * nk, &hdr_at));
     const int64_t *tok = tok_at;
-    const int32_t *hdr = hdr_at;
+    const char *hdr = hdr_at;
     int64_t q = h->rpair_off[s];
     bool stream = hcomm__moe_streams(h->recv, rb, h->r);
     for (int64_t i = 0; i < src->rows; i++) {
         const void *row;
         HCOMM__TRY(
             hcomm__coll_load(g, fn, s, &src->tokens, (size_t)tok[i] * rb, tmp->row, rb, &row));
-        for (int j = 0; j < src->k; j++) {
-            int32_t l = hdr[i * src->k + j];
-            if (l < 0)
-                continue;
-            if (l >= h->num_local || q >= h->rpair_off[s] + h->rpair_rows[s])
-                return hcomm__err(HCOMM_ERR_INTERNAL, fn,
-                                  "rank %d sent a row header that disagrees with its counts", s);
-            int64_t k = next[l]++;
-            if (stream)
-                hcomm__copy_stream((char *)h->recv + (size_t)k * rb, row, rb);
-            else
-                hcomm__moe_copy_row((char *)h->recv + (size_t)k * rb, row, rb);
-            h->out_pair[k] = q;
-            h->rpair_row[q++] = h->recv_off[s] + i;
-        }
+        HCOMM__TRY(place_row(fn, h, s, i, hdr + sizeof(int32_t) * (size_t)(i * src->k), src->k, row,
+                             rb, next, &q, stream));
     }
     return HCOMM_OK;
 }
@@ -352,12 +360,8 @@ static hcomm_result_t pull_all(const char *fn, hcomm_moe_handle_t *h, const int6
         res = hcomm__err(HCOMM_ERR_NOMEM, fn, "out of memory for %lld rows' headers",
                          (long long)most);
     for (int d = 0; d < h->size && res == HCOMM_OK; d++) {
-        int s = (h->group->rank + d) % h->size;  /* staggered: not every rank reads rank 0 first */
-        for (int l = 0; l < h->num_local; l++) { /* first row of (l, s) */
-            next[l] = h->expert_off[l];
-            for (int s2 = 0; s2 < s; s2++)
-                next[l] += local_count(h, meta + s2 * w, l);
-        }
+        int s = (h->group->rank + d) % h->size; /* staggered: not every rank reads rank 0 first */
+        first_rows(h, meta, s, next);
         source_t src = source_of(h, s, meta + s * w);
         res = pull_source(fn, h, s, &src, rb, next, &tmp);
     }
