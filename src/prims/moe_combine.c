@@ -285,6 +285,17 @@ static hcomm_result_t run_pass(hcomm_moe_handle_t *h, const pass_t *ps, hcomm_re
     return hcomm__leave(h->group, body(h, ps));
 }
 
+/* The handle keeps pairs (npair rows of this pass's input, pair order) as y, which
+ * combine_bwd's weight gradients need, in place of the last one; returns NULL (the handle owns
+ * them now). */
+static char *keep_as_y(hcomm_moe_handle_t *h, const pass_t *ps, char *pairs) {
+    hcomm__moe_pool_put(h->pool, h->y);
+    h->y = pairs;
+    h->y_h = ps->in->shape[1];
+    h->y_dtype = ps->in->dtype;
+    return NULL;
+}
+
 /* ---- the passes back to the tokens where the ranks read each other's rows (h->pull) ---- */
 
 /* The rank a pair went to. */
@@ -362,13 +373,8 @@ static hcomm_result_t pull_back(hcomm_moe_handle_t *h, const pass_t *ps, bool we
     for (int64_t t = 0; t < h->n && res == HCOMM_OK; t++)
         res = pull_token(ps, h, all, t, weighted, y, &tmp);
     res = hcomm__coll_reads_done(h->group, ps->fn, res);
-    if (res == HCOMM_OK && keep_y) { /* combine_bwd's weight gradients need y */
-        hcomm__moe_pool_put(h->pool, h->y);
-        h->y = y;
-        h->y_h = ps->in->shape[1];
-        h->y_dtype = ps->in->dtype;
-        y = NULL;
-    }
+    if (res == HCOMM_OK && keep_y)
+        y = keep_as_y(h, ps, y);
     hcomm__moe_pool_put(h->pool, y);
     free(tmp.rows);
     free(tmp.at);
@@ -408,13 +414,8 @@ static hcomm_result_t back_to_tokens(hcomm_moe_handle_t *h, const pass_t *ps, bo
     else
         sum_slots(h, pairs, ps->in->dtype, cols, weighted, ps->out->data, terms,
                   (float *)((const char **)terms + h->k));
-    if (keep_y) { /* combine_bwd's weight gradients need y */
-        hcomm__moe_pool_put(h->pool, h->y);
-        h->y = pairs;
-        h->y_h = cols;
-        h->y_dtype = ps->in->dtype;
-        pairs = NULL;
-    }
+    if (keep_y)
+        pairs = keep_as_y(h, ps, pairs);
 done:
     hcomm__moe_pool_put(h->pool, pairs);
     hcomm__moe_pool_put(h->pool, own);
