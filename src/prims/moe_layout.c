@@ -153,17 +153,19 @@ static inline void copy_row(char *restrict dst, const char *restrict src, size_t
  * (docs/tuning.md: moe.stream-rows). Rows of 1 KiB and more: a scatter writes rows in random
  * order, and a row that does not fill its cache lines leaves partial write-combining flushes at
  * its ends, costly on short rows. */
+static bool streams_from(const void *dst, size_t rb, int64_t n, size_t min_bytes) {
+    return (size_t)n * rb >= min_bytes && rb >= 1024 && rb % 16 == 0 && (uintptr_t)dst % 16 == 0;
+}
+
 static bool streams(const void *dst, size_t rb, int64_t n) {
-    return (size_t)n * rb >= HCOMM__STREAM_MIN_BYTES && rb >= 1024 && rb % 16 == 0 &&
-           (uintptr_t)dst % 16 == 0;
+    return streams_from(dst, rb, n, HCOMM__STREAM_MIN_BYTES);
 }
 
 /* Dispatch's expansion of rows read where they lie streams from 1 MiB: the received rows are
  * read next by the experts, not by this copy, and cached stores' reads for ownership made the
  * whole dispatch + combine a third slower (docs/tuning.md: moe.pull). */
 bool hcomm__moe_streams(const void *dst, size_t rb, int64_t n) {
-    return (size_t)n * rb >= ((size_t)1 << 20) && rb >= 1024 && rb % 16 == 0 &&
-           (uintptr_t)dst % 16 == 0;
+    return streams_from(dst, rb, n, (size_t)1 << 20);
 }
 
 /* dst row i = src row idx[i] (gather) or dst row idx[i] = src row i (scatter), streamed. */
