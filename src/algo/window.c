@@ -17,8 +17,9 @@ bool hcomm__coll_reads_ok(hcomm_comm_t *c) {
 }
 
 hcomm__exported_t hcomm__coll_export(hcomm_comm_t *c, const void *p, size_t bytes) {
-    hcomm__exported_t e = {.bytes = bytes};
-    c->tr->buf_export(c, p, bytes, &e.buf);
+    hcomm__exported_t e = {.buf = {.addr = (uint64_t)(uintptr_t)p}, .bytes = bytes};
+    if (c->tr->buf_export)
+        c->tr->buf_export(c, p, bytes, &e.buf);
     return e;
 }
 

@@ -20,7 +20,8 @@ typedef struct hcomm__exported {
 /* Every member of c can load every other's memory and the topology puts them on one node (a
  * simulated multi-node topology keeps its links): the same answer on every rank. */
 bool hcomm__coll_reads_ok(hcomm_comm_t *c);
-/* Describes [p, p + bytes) of this rank's memory for its peers. */
+/* Describes [p, p + bytes) of this rank's memory for its peers (the address alone where the
+ * transport has no buf_export). xfer.h's hcomm__x_export and hcomm__x_remote are these two. */
 hcomm__exported_t hcomm__coll_export(hcomm_comm_t *c, const void *p, size_t bytes);
 /* peer's exported buffer as this rank reads it (at: its own mapping, NULL where it has none). */
 hcomm__remote_t hcomm__coll_remote(hcomm_comm_t *c, int peer, const hcomm__exported_t *e);

@@ -1,6 +1,8 @@
 /* The exchanges every algorithm uses (xfer.h). */
 #include "algo/xfer.h"
 
+#include "algo/window.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,20 +84,13 @@ hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
 }
 
 void hcomm__x_export(const hcomm__xfer_t *x, const void *p, size_t bytes, hcomm__peer_buf_t *b) {
-    if (x->c->tr->buf_export)
-        x->c->tr->buf_export(x->c, p, bytes, b);
-    else
-        *b = (hcomm__peer_buf_t){.addr = (uint64_t)(uintptr_t)p};
+    *b = hcomm__coll_export(x->c, p, bytes).buf;
 }
 
 hcomm__remote_t hcomm__x_remote(const hcomm__xfer_t *x, int peer, const hcomm__peer_buf_t *b,
                                 size_t bytes) {
-    hcomm__remote_t r = {*b, NULL};
-    if (peer == x->c->rank)
-        r.at = (const char *)(uintptr_t)b->addr;
-    else if (x->c->tr->buf_view && bytes > 0)
-        r.at = x->c->tr->buf_view(x->c, peer, b, bytes);
-    return r;
+    hcomm__exported_t e = {*b, bytes};
+    return hcomm__coll_remote(x->c, peer, &e);
 }
 
 /* How long a failed read of a peer's buffer waits for the reason to arrive. */
