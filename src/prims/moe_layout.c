@@ -162,8 +162,8 @@ static bool streams(const void *dst, size_t rb, int64_t n) {
 }
 
 /* Dispatch's expansion of rows read where they lie streams from 1 MiB: the received rows are
- * read next by the experts, not by this copy, and cached stores' reads for ownership made the
- * whole dispatch + combine a third slower (docs/tuning.md: moe.pull). */
+ * read next by the experts, not by this copy, and a cached store first reads each line it
+ * owns (docs/tuning.md: moe.pull). */
 bool hcomm__moe_streams(const void *dst, size_t rb, int64_t n) {
     return streams_from(dst, rb, n, (size_t)1 << 20);
 }
