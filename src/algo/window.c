@@ -16,22 +16,6 @@ bool hcomm__coll_reads_ok(hcomm_comm_t *c) {
     return hcomm__topo_one_node(c) || (hcomm__topo_get(c, &t) == HCOMM_OK && t->nnodes < 2);
 }
 
-hcomm__exported_t hcomm__coll_export(hcomm_comm_t *c, const void *p, size_t bytes) {
-    hcomm__exported_t e = {.buf = {.addr = (uint64_t)(uintptr_t)p}, .bytes = bytes};
-    if (c->tr->buf_export)
-        c->tr->buf_export(c, p, bytes, &e.buf);
-    return e;
-}
-
-hcomm__remote_t hcomm__coll_remote(hcomm_comm_t *c, int peer, const hcomm__exported_t *e) {
-    hcomm__remote_t r = {e->buf, NULL};
-    if (peer == c->rank)
-        r.at = (const char *)(uintptr_t)e->buf.addr;
-    else if (c->tr->buf_view && e->bytes > 0)
-        r.at = c->tr->buf_view(c, peer, &e->buf, (size_t)e->bytes);
-    return r;
-}
-
 hcomm_result_t hcomm__coll_load(hcomm_comm_t *c, const char *fn, int peer, const hcomm__remote_t *r,
                                 size_t off, void *tmp, size_t bytes, const void **at) {
     *at = r->at ? r->at + off : tmp;

@@ -10,21 +10,9 @@
 
 #include "algo/xfer.h"
 
-/* A buffer as the peers read it: the transport's description and its length in bytes. Four
- * 64-bit words, so it travels in int64 messages as it is. */
-typedef struct hcomm__exported {
-    hcomm__peer_buf_t buf;
-    uint64_t bytes;
-} hcomm__exported_t;
-
 /* Every member of c can load every other's memory and the topology puts them on one node (a
  * simulated multi-node topology keeps its links): the same answer on every rank. */
 bool hcomm__coll_reads_ok(hcomm_comm_t *c);
-/* Describes [p, p + bytes) of this rank's memory for its peers (the address alone where the
- * transport has no buf_export). xfer.h's hcomm__x_export and hcomm__x_remote are these two. */
-hcomm__exported_t hcomm__coll_export(hcomm_comm_t *c, const void *p, size_t bytes);
-/* peer's exported buffer as this rank reads it (at: its own mapping, NULL where it has none). */
-hcomm__remote_t hcomm__coll_remote(hcomm_comm_t *c, int peer, const hcomm__exported_t *e);
 /* bytes at byte offset off of peer's buffer r: *at points at them where this rank loads them
  * in place, else at tmp, into which they were copied. fn names the public call in an error. */
 hcomm_result_t hcomm__coll_load(hcomm_comm_t *c, const char *fn, int peer, const hcomm__remote_t *r,

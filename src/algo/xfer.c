@@ -1,8 +1,6 @@
 /* The exchanges every algorithm uses (xfer.h). */
 #include "algo/xfer.h"
 
-#include "algo/window.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +79,22 @@ hcomm_result_t hcomm__x_tell_peers(const hcomm__xfer_t *x, hcomm_result_t res) {
     hcomm__notify_error(x->c, (uint32_t)x->tag,
                         res == HCOMM_ERR_PEER_LOST ? HCOMM_ERR_PEER_LOST : HCOMM_ERR_PEER, text);
     return hcomm__err_text(res, keep);
+}
+
+hcomm__exported_t hcomm__coll_export(hcomm_comm_t *c, const void *p, size_t bytes) {
+    hcomm__exported_t e = {.buf = {.addr = (uint64_t)(uintptr_t)p}, .bytes = bytes};
+    if (c->tr->buf_export)
+        c->tr->buf_export(c, p, bytes, &e.buf);
+    return e;
+}
+
+hcomm__remote_t hcomm__coll_remote(hcomm_comm_t *c, int peer, const hcomm__exported_t *e) {
+    hcomm__remote_t r = {e->buf, NULL};
+    if (peer == c->rank)
+        r.at = (const char *)(uintptr_t)e->buf.addr;
+    else if (c->tr->buf_view && e->bytes > 0)
+        r.at = c->tr->buf_view(c, peer, &e->buf, (size_t)e->bytes);
+    return r;
 }
 
 void hcomm__x_export(const hcomm__xfer_t *x, const void *p, size_t bytes, hcomm__peer_buf_t *b) {

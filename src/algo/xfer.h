@@ -62,6 +62,20 @@ typedef struct hcomm__remote {
     hcomm__peer_buf_t buf;
     const char *at;
 } hcomm__remote_t;
+
+/* A buffer as the peers read it: the transport's description and its length in bytes. Four
+ * 64-bit words, so it travels in int64 messages as it is. */
+typedef struct hcomm__exported {
+    hcomm__peer_buf_t buf;
+    uint64_t bytes;
+} hcomm__exported_t;
+
+/* Describes [p, p + bytes) of this rank's memory for its peers (the address alone where the
+ * transport has no buf_export); the primitives' one-copy reads (window.h) and hcomm__x_export
+ * and hcomm__x_remote below, for a call's context, use these two. */
+hcomm__exported_t hcomm__coll_export(hcomm_comm_t *c, const void *p, size_t bytes);
+/* peer's exported buffer as this rank reads it (at: its own mapping, NULL where it has none). */
+hcomm__remote_t hcomm__coll_remote(hcomm_comm_t *c, int peer, const hcomm__exported_t *e);
 /* Describes [p, p + bytes) of this rank's memory for its peers' direct reads. */
 void hcomm__x_export(const hcomm__xfer_t *x, const void *p, size_t bytes, hcomm__peer_buf_t *b);
 /* Peer's exported buffer, of which this rank will read up to bytes, with its view. */
