@@ -261,6 +261,53 @@ static void check_many_into(size_t n, int into, hcomm_op_t op) {
     free(got);
 }
 
+/* Element i of a buffer of f32, f16 or bf16 at any alignment, as f32. */
+static float elem(const unsigned char *buf, size_t i, hcomm_dtype_t dt) {
+    float f;
+    uint16_t u;
+    if (dt == HCOMM_F32) {
+        memcpy(&f, buf + 4 * i, 4);
+        return f;
+    }
+    memcpy(&u, buf + 2 * i, 2);
+    return from_half(u, dt == HCOMM_BF16);
+}
+
+/* hcomm__weighted_sum of 1..9 rows (MoE's combine: k expert outputs of a token) at odd byte
+ * addresses, with NaNs among the values: the bits of the element loop acc = w0 * x0,
+ * acc += wj * xj in f32, rounded once, at every length (the vector steps of 128 and 32 columns,
+ * and their tails). */
+static void check_weighted_sum(hcomm_dtype_t dt, size_t n, int nrows) {
+    enum { ROWS = 9 };
+    static unsigned char in[ROWS][4 * MAX_ELEMS + 1], got[4 * MAX_ELEMS + 1];
+    static const float w[ROWS] = {0.125f, 0.3f, -1.7f, 2.0f, 0.0f, 1e-3f, 0.5f, 7.25f, -0.1f};
+    size_t es = hcomm__dtype_size(dt);
+    const void *rows[ROWS];
+    for (int j = 0; j < nrows; j++) {
+        fill(in[j] + 1, n, dt, 11u + (unsigned)j);
+        rows[j] = in[j] + 1;
+    }
+    hcomm__weighted_sum(got + 1, rows, w, nrows, n, dt);
+    long bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float acc = w[0] * elem(in[0] + 1, i, dt);
+        for (int j = 1; j < nrows; j++)
+            acc += w[j] * elem(in[j] + 1, i, dt);
+        unsigned char want[4];
+        uint16_t h = dt == HCOMM_F32 ? 0 : to_half(acc, dt == HCOMM_BF16);
+        memcpy(want, dt == HCOMM_F32 ? (const void *)&acc : (const void *)&h, es);
+        /* which NaN a sum of two NaNs keeps is unspecified (hcomm/core.h) */
+        bad +=
+            memcmp(got + 1 + i * es, want, es) != 0 && !(isnan(acc) && isnan(elem(got + 1, i, dt)));
+    }
+    const char *name = "";
+    hcomm_dtype_name(dt, &name);
+    T_CHECK(bad == 0,
+            "%ld of %zu %s elements of a weighted sum of %d rows differ from the element "
+            "loop",
+            bad, n, name, nrows);
+}
+
 int main(void) {
     static const hcomm_dtype_t dts[] = {HCOMM_F32, HCOMM_F64, HCOMM_F16, HCOMM_BF16,
                                         HCOMM_I8,  HCOMM_U8,  HCOMM_I32, HCOMM_I64};
@@ -286,5 +333,10 @@ int main(void) {
     for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++)
         for (int into = -1; into < 4; into++)
             check_many_into(pieces[k], into, f32_ops[(k + (size_t)into + 1) % 3]);
+    static const hcomm_dtype_t sum_dts[] = {HCOMM_BF16, HCOMM_F16, HCOMM_F32};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+            for (int nrows = 1; nrows <= 9; nrows += 1 + (int)(k % 3))
+                check_weighted_sum(sum_dts[d], ns[k], nrows);
     return t_finish("test_kernels");
 }

@@ -106,7 +106,7 @@ void hcomm__narrow(void *dst, const float *src, size_t n, hcomm_dtype_t dt);
 /* out[i] = w[0] * rows[0][i] + w[1] * rows[1][i] + ... (nrows >= 1 rows of n elements of f16,
  * bf16 or f32, dt; out the same), in f32, each product then its sum in row order, rounded
  * once: bit for bit what a loop of acc += w[j] * widen(row j) over whole rows gives, with the
- * terms in registers (AVX2 for bf16) instead of an accumulator in memory. */
+ * terms in registers (AVX-512 or AVX2 for bf16) instead of an accumulator in memory. */
 void hcomm__weighted_sum(void *out, const void *const *rows, const float *w, int nrows, size_t n,
                          hcomm_dtype_t dt);
 
