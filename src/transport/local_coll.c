@@ -8,6 +8,9 @@
 
 #include <string.h>
 
+/* all_gather's piece: read once into the cache (L2 here), then written to every output. */
+enum { GATHER_PIECE_BYTES = 256 << 10 };
+
 /* --- the barriers every native collective meets at and ends in --- */
 
 /* Takes back this rank's arrival at the barrier of generation gen unless that barrier has
@@ -281,19 +284,25 @@ static hcomm_result_t local_reduce_scatter(hcomm_comm_t *c, const void *sendbuf,
                             count * (size_t)c->size, dt, op);
 }
 
-/* all_gather(v): rank r's block (each[r] bytes, or equal where each is NULL) copied from its
- * posted input to its place, blocks back to back in rank order. */
+/* all_gather(v): this rank's block (each[rank] bytes, or equal where each is NULL) copied from
+ * its input into its place in every rank's output, blocks back to back in rank order, a piece
+ * to every output before the next: the piece is read from memory once, where pulling every
+ * block read each one once per rank (docs/tuning.md: local.all-gather-push). */
 static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *recvbuf,
                                     const size_t *each, size_t equal) {
-    post(c, &(local_slot_t){.send = sendbuf}, NULL, 0);
+    post(c, &(local_slot_t){.send = sendbuf, .aux = recvbuf}, NULL, 0);
     HCOMM__TRY(arrive(c));
-    size_t off = 0;
-    for (int r = 0; r < c->size; r++) {
-        size_t n = each ? each[r] : equal;
-        char *dst = (char *)recvbuf + off;
-        if (n > 0 && dst != slot_of(c, r)->send) /* in place: peers read this very block */
-            hcomm__copy_pieces(dst, slot_of(c, r)->send, n);
-        off += n;
+    size_t off = 0, n = each ? each[c->rank] : equal;
+    for (int r = 0; r < c->rank; r++)
+        off += each ? each[r] : equal;
+    for (size_t done = 0; done < n; done += GATHER_PIECE_BYTES) {
+        size_t m = n - done < GATHER_PIECE_BYTES ? n - done : GATHER_PIECE_BYTES;
+        const char *src = (const char *)sendbuf + done;
+        for (int i = 0; i < c->size; i++) {
+            char *dst = (char *)slot_of(c, (c->rank + i) % c->size)->aux + off + done;
+            if (dst != src) /* in place: this block is already where it goes */
+                memcpy(dst, src, m);
+        }
     }
     return close_call(c);
 }
