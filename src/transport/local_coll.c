@@ -1,9 +1,9 @@
 /* The local transport's native collectives (local_base.h), and split. Each rank posts its
  * buffer pointers and the call's signature in its per-rank slot, the ranks meet at a barrier
  * (an atomic counter and generation), check the signatures, and then read each other's
- * buffers directly. Reductions are done chunk by chunk, each chunk by one rank in rank order
- * 0..n-1, so every rank gets bit-identical results equal to a serial left-to-right
- * reduction. */
+ * buffers, or write into them, directly. Reductions are done chunk by chunk, each chunk by one
+ * rank in rank order 0..n-1, so every rank gets bit-identical results equal to a serial
+ * left-to-right reduction. */
 #include "transport/local_base.h"
 
 #include <string.h>
