@@ -74,7 +74,7 @@ run_case() { # BACKEND NRANKS MODE
     mkdir -p "$dir"
     # A PP send that timed out leaves its p2p request to the transport (cancelled, never
     # freed when the world ends): a known leak outside the dump, not what this test checks.
-    if [ "$1" = mpi ] || [ "$3" = pp ]; then asan=${ASAN_OPTIONS:-detect_leaks=0}; fi
+    if [ "$1" = mpi ] || [ "$3" = pp ]; then asan="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"; fi
     if [ "$1" = mpi ]; then
         local recovery=()
         [ "$3" = lost ] && recovery=(--enable-recovery) # else mpirun ends the job at the kill

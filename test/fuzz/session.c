@@ -177,8 +177,12 @@ static void setup(fz_t *f, hcomm_comm_t *world, double timeout_s) {
     uint64_t seed = fz_opt.seed; /* rank 0's, where each process drew its own */
     hcomm_broadcast(f->ctl, &seed, sizeof seed, 0);
     f->seed = seed;
-    fz_opt.seed = seed; /* for the corpus file any rank may write */
-    fz_opt.ranks = f->wsize;
+    /* for the corpus file any rank may write: each process's copy, or once for the threads
+     * that share it (after the broadcast, which orders it after every rank's read above) */
+    if (f->wrank == 0 || strcmp(fz_opt.backend, "mpi") == 0) {
+        fz_opt.seed = seed;
+        fz_opt.ranks = f->wsize;
+    }
     if (f->wrank == 0) {
         printf("fuzz: seed=%llu backend=%s ranks=%d %s=%g\n", (unsigned long long)seed,
                fz_opt.backend, f->wsize, fz_opt.calls ? "calls" : "seconds",
