@@ -336,16 +336,11 @@ static __attribute__((target("avx512f"))) __m512 bf16_widen16(const char *h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
 
-/* bf16_lanes on 16 lanes, narrowed to 16 bits. */
+/* bf16_lanes on 16 lanes, narrowed to 16 bits (as avx2_narrow_bf16 packs them). */
 static inline __attribute__((target("avx512f"))) __m256i bf16_lanes16(__m512i x) {
-    __m512i top = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __m512i quiet = _mm512_or_si512(top, _mm512_set1_epi32(0x40));
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+    __m256i lo = bf16_lanes(_mm512_castsi512_si256(x)),
+            hi = bf16_lanes(_mm512_extracti64x4_epi64(x, 1));
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
 }
 
 /* The same sums on 128 columns (four lines of each row) a step in eight registers of 16: with the
