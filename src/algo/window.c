@@ -16,6 +16,16 @@ bool hcomm__coll_reads_ok(hcomm_comm_t *c) {
     return hcomm__topo_one_node(c) || (hcomm__topo_get(c, &t) == HCOMM_OK && t->nnodes < 2);
 }
 
+/* The error every member returns where a member found peer lost while reading it. */
+static hcomm_result_t lost_in_reads(hcomm_comm_t *c, const char *fn, int peer) {
+    c->wait_peer = peer;
+    return hcomm__err(HCOMM_ERR_PEER_LOST, fn,
+                      "rank %d of this group (world rank %d) was lost (it stopped for good) "
+                      "while the ranks read each other's rows; revoke, agree and shrink to go on "
+                      "without it",
+                      peer, c->world_ranks[peer]);
+}
+
 hcomm_result_t hcomm__coll_load(hcomm_comm_t *c, const char *fn, int peer, const hcomm__remote_t *r,
                                 size_t off, void *tmp, size_t bytes, const void **at) {
     *at = r->at ? r->at + off : tmp;
@@ -23,10 +33,16 @@ hcomm_result_t hcomm__coll_load(hcomm_comm_t *c, const char *fn, int peer, const
         return HCOMM_OK;
     hcomm_result_t res =
         c->tr->peer_read(c, peer, (const char *)(uintptr_t)r->buf.addr + off, tmp, bytes);
-    if (res != HCOMM_OK)
-        return hcomm__err(res, fn, "reading %zu bytes of rank %d's buffer failed: %s", bytes, peer,
-                          hcomm_last_error());
-    return HCOMM_OK;
+    if (res == HCOMM_OK)
+        return HCOMM_OK;
+    char why[256]; /* the transport's message, before this one overwrites it */
+    snprintf(why, sizeof why, "%s", hcomm_last_error());
+    if (c->tr->lost_scan) /* a read of a process that is gone: the peer was lost */
+        c->tr->lost_scan(c);
+    if (c->tr->lost && c->tr->lost(c, peer))
+        return lost_in_reads(c, fn, peer);
+    return hcomm__err(res, fn, "reading %zu bytes of rank %d's buffer failed: %s", bytes, peer,
+                      why);
 }
 
 bool hcomm__coll_wants_shared(hcomm_comm_t *c) {
@@ -48,17 +64,23 @@ hcomm_result_t hcomm__coll_exports(hcomm_comm_t *c, const void *p, size_t bytes,
 }
 
 hcomm_result_t hcomm__coll_reads_done(hcomm_comm_t *c, const char *fn, hcomm_result_t mine) {
-    /* the lowest failed rank, so every member names the same one */
-    int64_t failed = mine == HCOMM_OK ? INT64_MAX : c->rank, first = INT64_MAX;
+    /* the lowest failed rank and the lowest peer found lost, so every member names the same */
+    bool lost = mine == HCOMM_ERR_PEER_LOST && c->wait_peer >= 0 && c->wait_peer < c->size;
+    int64_t v[2] = {mine == HCOMM_OK ? INT64_MAX : c->rank, lost ? c->wait_peer : INT64_MAX},
+            first[2] = {INT64_MAX, INT64_MAX};
     char keep[512];
     snprintf(keep, sizeof keep, "%s", mine != HCOMM_OK ? hcomm_last_error() : "");
-    hcomm_result_t res = hcomm__coll_all_reduce(c, &failed, &first, 1, HCOMM_I64, HCOMM_MIN);
+    hcomm_result_t res = hcomm__coll_all_reduce(c, v, first, 2, HCOMM_I64, HCOMM_MIN);
+    if (mine != HCOMM_OK && res == HCOMM_ERR_PEER_LOST)
+        return res; /* a lost peer explains a failed read of its memory */
     if (mine != HCOMM_OK)
         return hcomm__err_text(mine, keep);
-    if (res != HCOMM_OK || first == INT64_MAX)
+    if (res != HCOMM_OK || first[0] == INT64_MAX)
         return res;
+    if (first[1] != INT64_MAX)
+        return lost_in_reads(c, fn, (int)first[1]);
     return hcomm__err(HCOMM_ERR_PEER, fn,
                       "rank %lld of the group failed while the ranks read each other's rows (its "
                       "own error says why); this call's results are not valid",
-                      (long long)first);
+                      (long long)first[0]);
 }

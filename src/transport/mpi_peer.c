@@ -94,6 +94,13 @@ bool hcomm__mpi_peer_read_ok(hcomm_comm_t *c) {
     return true;
 }
 
+/* Peer's process was found gone: lost for good, if it was seen alive at launch (world_seen). */
+static void mark_gone(hcomm_comm_t *c, int peer) {
+    int w = c->world_ranks[peer];
+    if (world_lost && world_seen && w >= 0 && w < world_node_size && atomic_load(&world_seen[w]))
+        atomic_store(&world_lost[w], 1);
+}
+
 /* One copy between this process and the peer's (Linux cross-memory attach), out of it or
  * into it (write), repeated until every byte moved. */
 static hcomm_result_t cross_copy(hcomm_comm_t *c, int peer, void *mine, void *far_at, size_t bytes,
@@ -105,6 +112,8 @@ static hcomm_result_t cross_copy(hcomm_comm_t *c, int peer, void *mine, void *fa
         struct iovec far = {(char *)far_at + done, bytes - done};
         ssize_t n = write ? process_vm_writev(pid, &local, 1, &far, 1, 0)
                           : process_vm_readv(pid, &local, 1, &far, 1, 0);
+        if (n < 0 && errno == ESRCH) /* the process is gone, or on its way out */
+            mark_gone(c, peer);
         if (n <= 0)
             return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
                               "%s of %zu bytes %s rank %d failed: %s",
