@@ -20,6 +20,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset HCOMM_BACKEND
 # A rank stopped for good keeps what it allocated: not a leak to report in a sanitizer build.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# Open MPI's single copy reads a killed sender's memory mid-copy (README: in-job recovery).
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPIEXEC=${MPIEXEC:-mpirun}
 . "$(dirname "$0")/train_common.sh"
 [ -x "$TRAIN" ] || { echo "FAIL: $TRAIN not found" >&2; exit 1; }
