@@ -22,19 +22,26 @@ LOG=$(mktemp "${TMPDIR:-/tmp}/hcomm-fault.XXXXXX")
 trap 'rm -f "$LOG"' EXIT
 failures=0 runs=0
 
-# one NP SURVIVORS CASE WHEN VICTIMS: a job whose survivors must each print "0 failed".
+# one NP SURVIVORS CASE WHEN VICTIMS: a job whose survivors must each print "0 failed". A job
+# that timed out (exit 124) runs once more, its log printed: a victim killed in the middle of
+# one of Open MPI's own transfers can leave a survivor inside Open MPI, which hcomm cannot end
+# (README: in-job recovery). A second timeout, or any other failure, fails the test.
 one() {
-    local np=$1 want=$2
+    local np=$1 want=$2 try rc ok
     runs=$((runs + 1))
-    FAULT_CASE=$3 FAULT_WHEN=$4 FAULT_VICTIMS=$5 timeout 120 "$MPIEXEC" --oversubscribe \
-        --enable-recovery -np "$np" "$BIN" >"$LOG" 2>&1
-    local rc=$? ok
-    ok=$(grep -c ' 0 failed$' "$LOG")
-    if [ "$rc" -ne 0 ] || [ "$ok" -ne "$want" ]; then
-        echo "FAIL: np $np case $3 $4 victims $5: exit $rc, $ok of $want survivors passed" >&2
+    for try in 1 2; do
+        FAULT_CASE=$3 FAULT_WHEN=$4 FAULT_VICTIMS=$5 timeout 120 "$MPIEXEC" --oversubscribe \
+            --enable-recovery -np "$np" "$BIN" >"$LOG" 2>&1
+        rc=$?
+        ok=$(grep -c ' 0 failed$' "$LOG")
+        [ "$rc" -ne 0 ] || [ "$ok" -ne "$want" ] || return 0
+        [ "$rc" -eq 124 ] && [ "$try" -eq 1 ] || break
+        echo "note: np $np case $3 $4 victims $5 timed out ($ok of $want survivors passed); once more" >&2
         grep -v 'PMIX ERROR' "$LOG" | sed 's/^/    /' >&2
-        failures=$((failures + 1))
-    fi
+    done
+    echo "FAIL: np $np case $3 $4 victims $5: exit $rc, $ok of $want survivors passed" >&2
+    grep -v 'PMIX ERROR' "$LOG" | sed 's/^/    /' >&2
+    failures=$((failures + 1))
 }
 
 for op in $(seq 0 13); do
