@@ -16,16 +16,6 @@ bool hcomm__coll_reads_ok(hcomm_comm_t *c) {
     return hcomm__topo_one_node(c) || (hcomm__topo_get(c, &t) == HCOMM_OK && t->nnodes < 2);
 }
 
-/* The error every member returns where a member found peer lost while reading it. */
-static hcomm_result_t lost_in_reads(hcomm_comm_t *c, const char *fn, int peer) {
-    c->wait_peer = peer;
-    return hcomm__err(HCOMM_ERR_PEER_LOST, fn,
-                      "rank %d of this group (world rank %d) was lost (it stopped for good) "
-                      "while the ranks read each other's rows; revoke, agree and shrink to go on "
-                      "without it",
-                      peer, c->world_ranks[peer]);
-}
-
 hcomm_result_t hcomm__coll_load(hcomm_comm_t *c, const char *fn, int peer, const hcomm__remote_t *r,
                                 size_t off, void *tmp, size_t bytes, const void **at) {
     *at = r->at ? r->at + off : tmp;
@@ -37,10 +27,6 @@ hcomm_result_t hcomm__coll_load(hcomm_comm_t *c, const char *fn, int peer, const
         return HCOMM_OK;
     char why[256]; /* the transport's message, before this one overwrites it */
     snprintf(why, sizeof why, "%s", hcomm_last_error());
-    if (c->tr->lost_scan) /* a read of a process that is gone: the peer was lost */
-        c->tr->lost_scan(c);
-    if (c->tr->lost && c->tr->lost(c, peer))
-        return lost_in_reads(c, fn, peer);
     return hcomm__err(res, fn, "reading %zu bytes of rank %d's buffer failed: %s", bytes, peer,
                       why);
 }
@@ -78,7 +64,7 @@ hcomm_result_t hcomm__coll_reads_done(hcomm_comm_t *c, const char *fn, hcomm_res
     if (res != HCOMM_OK || first[0] == INT64_MAX)
         return res;
     if (first[1] != INT64_MAX)
-        return lost_in_reads(c, fn, (int)first[1]);
+        return hcomm__lost_error(c, (int)first[1]);
     return hcomm__err(HCOMM_ERR_PEER, fn,
                       "rank %lld of the group failed while the ranks read each other's rows (its "
                       "own error says why); this call's results are not valid",

@@ -27,8 +27,10 @@ int hcomm__lost_member_now(hcomm_comm_t *c) {
 
 hcomm_result_t hcomm__lost_verdict(hcomm_comm_t *c, int rank) {
     int r = rank < 0 ? hcomm__lost_member(c) : (c->tr->lost && c->tr->lost(c, rank) ? rank : -1);
-    if (r < 0)
-        return HCOMM_OK;
+    return r < 0 ? HCOMM_OK : hcomm__lost_error(c, r);
+}
+
+hcomm_result_t hcomm__lost_error(hcomm_comm_t *c, int r) {
     c->wait_peer = r; /* the flight recorder's dump names it */
     return hcomm__err(HCOMM_ERR_PEER_LOST, c->call_fn,
                       "rank %d of this group (world rank %d) was lost (it stopped for good) "

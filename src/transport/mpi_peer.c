@@ -95,10 +95,12 @@ bool hcomm__mpi_peer_read_ok(hcomm_comm_t *c) {
 }
 
 /* Peer's process was found gone: lost for good, if it was seen alive at launch (world_seen). */
-static void mark_gone(hcomm_comm_t *c, int peer) {
+static bool mark_gone(hcomm_comm_t *c, int peer) {
     int w = c->world_ranks[peer];
-    if (world_lost && world_seen && w >= 0 && w < world_node_size && atomic_load(&world_seen[w]))
-        atomic_store(&world_lost[w], 1);
+    if (!world_lost || !world_seen || w < 0 || w >= world_node_size || !atomic_load(&world_seen[w]))
+        return false;
+    atomic_store(&world_lost[w], 1);
+    return true;
 }
 
 /* One copy between this process and the peer's (Linux cross-memory attach), out of it or
@@ -112,8 +114,8 @@ static hcomm_result_t cross_copy(hcomm_comm_t *c, int peer, void *mine, void *fa
         struct iovec far = {(char *)far_at + done, bytes - done};
         ssize_t n = write ? process_vm_writev(pid, &local, 1, &far, 1, 0)
                           : process_vm_readv(pid, &local, 1, &far, 1, 0);
-        if (n < 0 && errno == ESRCH) /* the process is gone, or on its way out */
-            mark_gone(c, peer);
+        if (n < 0 && errno == ESRCH && mark_gone(c, peer)) /* gone, or on its way out */
+            return hcomm__lost_error(c, peer);
         if (n <= 0)
             return hcomm__err(HCOMM_ERR_BACKEND, c->call_fn,
                               "%s of %zu bytes %s rank %d failed: %s",

@@ -304,6 +304,8 @@ int hcomm__lost_member_now(hcomm_comm_t *c);
 /* HCOMM_ERR_PEER_LOST naming the call, member rank of c (and its world rank) and the call's
  * sequence number, where rank (>= 0) or, with rank -1, any member of c is lost; else HCOMM_OK. */
 hcomm_result_t hcomm__lost_verdict(hcomm_comm_t *c, int rank);
+/* HCOMM_ERR_PEER_LOST naming member r (known lost), and r kept as the rank waited on. */
+hcomm_result_t hcomm__lost_error(hcomm_comm_t *c, int r);
 /* The error this rank's own hcomm_comm_abort() or hcomm_comm_revoke() gives calls on c. */
 hcomm_result_t hcomm__own_abort_error(hcomm_comm_t *c);
 /* One round of agreement among c's live members (ULFM's MPI_Comm_agree): *value becomes the
