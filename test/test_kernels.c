@@ -261,6 +261,46 @@ static void check_many_into(size_t n, int into, hcomm_op_t op) {
     free(got);
 }
 
+/* hcomm__reduce_many's sum of 1..9 f32 or f64 inputs from element off (the one-pass vector
+ * kernel, its tail and the pairwise loop), into a separate buffer or over input `into`: the
+ * bits of the serial ((x0 + x1) + x2) + ..., at every length around the vector step. */
+static void check_many_sum(hcomm_dtype_t dt, size_t n, int inputs, size_t off, int into) {
+    enum { INPUTS = 9 };
+    static double in64[INPUTS][MAX_ELEMS + 8], want64[MAX_ELEMS], got64[MAX_ELEMS];
+    static float in32[INPUTS][MAX_ELEMS + 8], want32[MAX_ELEMS], got32[MAX_ELEMS];
+    bool f64 = dt == HCOMM_F64;
+    const void *srcs[INPUTS];
+    for (int r = 0; r < inputs; r++) {
+        for (size_t i = 0; i < n + off; i++) { /* no order of these sums is exact */
+            double v = (double)((i * 2654435761u + (unsigned)r * 40503u) % 100003u) / 977.0 - 50.0;
+            in64[r][i] = v / 3.0;
+            in32[r][i] = (float)v;
+        }
+        srcs[r] = f64 ? (const void *)in64[r] : (const void *)in32[r];
+    }
+    for (size_t i = 0; i < n; i++) {
+        double a = in64[0][off + i];
+        float b = in32[0][off + i];
+        for (int r = 1; r < inputs; r++) {
+            a += in64[r][off + i];
+            b += in32[r][off + i];
+        }
+        want64[i] = a;
+        want32[i] = b;
+    }
+    void *dst = into < 0 ? (f64 ? (void *)got64 : (void *)got32)
+                         : (f64 ? (void *)(in64[into] + off) : (void *)(in32[into] + off));
+    char where[32] = "a separate buffer";
+    if (into >= 0)
+        snprintf(where, sizeof where, "input %d", into);
+    hcomm__reduce_many(dst, srcs, inputs, off, n, dt, HCOMM_SUM);
+    T_CHECK(memcmp(dst, f64 ? (const void *)want64 : (const void *)want32,
+                   n * hcomm__dtype_size(dt)) == 0,
+            "reduce_many sum of %d %s inputs of %zu elements from %zu into %s differs from the "
+            "serial sum",
+            inputs, f64 ? "f64" : "f32", n, off, where);
+}
+
 /* Element i of a buffer of f32, f16 or bf16 at any alignment, as f32. */
 static float elem(const unsigned char *buf, size_t i, hcomm_dtype_t dt) {
     float f;
@@ -333,6 +373,14 @@ int main(void) {
     for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++)
         for (int into = -1; into < 4; into++)
             check_many_into(pieces[k], into, f32_ops[(k + (size_t)into + 1) % 3]);
+    static const size_t sum_ns[] = {0, 1, 31, 32, 63, 64, 65, 97, 130, 4999};
+    for (int f64 = 0; f64 < 2; f64++)
+        for (size_t k = 0; k < sizeof sum_ns / sizeof sum_ns[0]; k++)
+            for (int inputs = 1; inputs <= 9; inputs++)
+                check_many_sum(f64 ? HCOMM_F64 : HCOMM_F32, sum_ns[k], inputs, k % 3,
+                               (int)(k + (size_t)inputs) % 4 - 1 < inputs
+                                   ? (int)(k + (size_t)inputs) % 4 - 1
+                                   : -1);
     static const hcomm_dtype_t sum_dts[] = {HCOMM_BF16, HCOMM_F16, HCOMM_F32};
     for (size_t d = 0; d < 3; d++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
