@@ -8,8 +8,10 @@
 
 #include <string.h>
 
-/* all_gather's piece: read once into the cache (L2 here), then written to every output. */
-enum { GATHER_PIECE_BYTES = 256 << 10 };
+/* all_gather's piece: read once into the cache (L2 here), then written to every output. From
+ * GATHER_STREAM_BYTES of output a rank, the outputs are written with non-temporal stores: no
+ * line of them is read from memory first (docs/tuning.md: local.all-gather-stream). */
+enum { GATHER_PIECE_BYTES = 256 << 10, GATHER_STREAM_BYTES = 16 << 20 };
 
 /* --- the barriers every native collective meets at and ends in --- */
 
@@ -292,18 +294,27 @@ static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *
                                     const size_t *each, size_t equal) {
     post(c, &(local_slot_t){.send = sendbuf, .aux = recvbuf}, NULL, 0);
     HCOMM__TRY(arrive(c));
-    size_t off = 0, n = each ? each[c->rank] : equal;
-    for (int r = 0; r < c->rank; r++)
-        off += each ? each[r] : equal;
+    size_t off = 0, total = 0, n = each ? each[c->rank] : equal;
+    for (int r = 0; r < c->size; r++) {
+        off += r < c->rank ? (each ? each[r] : equal) : 0;
+        total += each ? each[r] : equal;
+    }
+    bool stream = total >= GATHER_STREAM_BYTES;
     for (size_t done = 0; done < n; done += GATHER_PIECE_BYTES) {
         size_t m = n - done < GATHER_PIECE_BYTES ? n - done : GATHER_PIECE_BYTES;
         const char *src = (const char *)sendbuf + done;
         for (int i = 0; i < c->size; i++) {
             char *dst = (char *)slot_of(c, (c->rank + i) % c->size)->aux + off + done;
-            if (dst != src) /* in place: this block is already where it goes */
+            if (dst == src) /* in place: this block is already where it goes */
+                continue;
+            if (stream)
+                hcomm__copy_stream(dst, src, m);
+            else
                 memcpy(dst, src, m);
         }
     }
+    if (stream)
+        hcomm__stream_fence(); /* before the closing barrier tells peers their output is whole */
     return close_call(c);
 }
 
