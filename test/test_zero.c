@@ -392,7 +392,7 @@ static void bad_lists(hcomm_comm_t *w, int W, int rank) {
     T_ERR(hcomm_zero_create(w, NULL, p.t, rank == W - 1 ? NP - 1 : NP, &c, &plan),
           HCOMM_ERR_MISMATCH);
     expect_msg("params[7] is i32[6] on rank 0", "absent on rank");
-    c.spares = 5;
+    c.spares = HCOMM_ZERO_SPARES_MAX + 1;
     T_ERR(hcomm_zero_create(w, NULL, p.t, NP, &c, &plan), HCOMM_ERR_INVALID_ARG);
     c.spares = 0;
     c.stage = rank == W - 1 ? 4 : 3; /* one rank's check fails: it gets its error, peers PEER */

@@ -41,6 +41,8 @@ extern "C" {
 
 /** Default bucket size in bytes of parameters (25 MiB, as DDP and FSDP's default). */
 #define HCOMM_ZERO_BUCKET_BYTES_DEFAULT (25u << 20)
+/** The most released buffers a plan keeps (hcomm_zero_config_t.spares). */
+#define HCOMM_ZERO_SPARES_MAX 64
 /** The bucket argument meaning every bucket of the plan, in bucket order. */
 #define HCOMM_ZERO_ALL (-1)
 /** hcomm_zero_config_t.reduce_dtype: reduce each bucket in its parameters' dtype. */
@@ -61,9 +63,10 @@ typedef struct hcomm_zero_config {
      *  at once), until hcomm_zero_clear_grads(). */
     int accumulate;
     /** Released buffers (gathered parameters, full or widened gradients) the plan keeps, at
-     *  most 4, for the next buffer of the same size, counted in hcomm_zero_memory(): a plan
-     *  that is gathered and released bucket by bucket then stops faulting fresh pages inside
-     *  its collectives. 0: every release frees (one plan per layer wants that). */
+     *  most HCOMM_ZERO_SPARES_MAX, for the next buffer of the same size, counted in
+     *  hcomm_zero_memory(): a plan that is gathered and released bucket by bucket then stops
+     *  faulting fresh pages inside its collectives (as a caching allocator keeps a step's
+     *  buffers for the next). 0: every release frees (one plan per layer wants that). */
     int spares;
 } hcomm_zero_config_t;
 

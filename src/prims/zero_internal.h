@@ -7,7 +7,7 @@
 #include "prims/prims.h"
 
 /* Most released buffers a plan keeps for reuse (hcomm_zero_config_t.spares). */
-#define ZERO_SPARES 4
+#define ZERO_SPARES HCOMM_ZERO_SPARES_MAX
 
 typedef struct zbucket {
     hcomm_dtype_t dt, rd; /* parameter and reduction dtype */
