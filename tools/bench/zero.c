@@ -5,7 +5,8 @@
  * as ratios of that all_reduce, and the same step issued nonblocking (every bucket at once,
  * then one wait), as an overlapped backward issues it, and the plain reduce_scatter +
  * all_gather of the whole buffer (what the plan's buckets cost beyond them). Bytes moved by the
- * reduction are the reduction dtype's. Times are the slowest rank's, medians over the iterations.
+ * reduction are the reduction dtype's. Times are the slowest rank's, medians over the iterations,
+ * each iteration timing every row once in turn.
  *
  *   hcomm-bench zero [-t RANKS] [--backend B] [--size BYTES] [--bucket BYTES]
  *                    [--dtype f32|bf16|f64] [--reduce-dtype f32|f64|param] [-n ITERS]
@@ -189,23 +190,37 @@ static hcomm_result_t zero_write_grads(hcomm_zero_plan_t *p, size_t per) {
     }
 }
 
-static hcomm_result_t zero_time(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, size_t n,
-                                hcomm_dtype_t dt, zstep_fn fn, int iters, size_t per, double *med) {
-    double *t = calloc((size_t)iters + 2, sizeof *t);
+/* One timed call of fn: the slowest rank's seconds, every rank starting together. */
+static hcomm_result_t zero_time_one(hcomm_comm_t *w, hcomm_zero_plan_t *p, void *buf, size_t n,
+                                    hcomm_dtype_t dt, zstep_fn fn, size_t per, double *d) {
+    hcomm_result_t r =
+        fn != z_ar && fn != z_ag && fn != z_plain ? zero_write_grads(p, per) : HCOMM_OK;
+    r = r == HCOMM_OK ? hcomm_barrier(w) : r;
+    double t0 = hcomm__bench_now();
+    r = r == HCOMM_OK ? fn(w, p, buf, n, dt) : r;
+    *d = hcomm__bench_now() - t0;
+    return r == HCOMM_OK ? hcomm_all_reduce(w, d, d, 1, HCOMM_F64, HCOMM_MAX) : r;
+}
+
+/* The median of each step over iters rounds; each round times every step once, in turn, so
+ * that a machine whose speed drifts (other jobs on its cores) slows all of them alike and
+ * their ratios hold. Two untimed rounds first. */
+static hcomm_result_t zero_time(hcomm_comm_t *w, hcomm_zero_plan_t *const *plans, void *buf,
+                                size_t n, hcomm_dtype_t dt, const zstep_fn *fns, int nfn, int iters,
+                                size_t per, double *med) {
+    double *t = calloc((size_t)nfn * (size_t)iters, sizeof *t);
     hcomm_result_t r = t ? HCOMM_OK : HCOMM_ERR_NOMEM;
-    for (int i = -2; i < iters && r == HCOMM_OK; i++) { /* two warm-up calls */
-        r = fn != z_ar && fn != z_ag && fn != z_plain ? zero_write_grads(p, per) : HCOMM_OK;
-        r = r == HCOMM_OK ? hcomm_barrier(w) : r;
-        double t0 = hcomm__bench_now();
-        r = r == HCOMM_OK ? fn(w, p, buf, n, dt) : r;
-        double d = hcomm__bench_now() - t0;
-        r = r == HCOMM_OK ? hcomm_all_reduce(w, &d, &d, 1, HCOMM_F64, HCOMM_MAX) : r;
-        if (i >= 0)
-            t[i] = d;
-    }
-    if (r == HCOMM_OK) {
-        qsort(t, (size_t)iters, sizeof *t, cmp_double);
-        *med = t[iters / 2];
+    for (int i = -2; i < iters && r == HCOMM_OK; i++)
+        for (int k = 0; k < nfn && r == HCOMM_OK; k++) {
+            double d = 0;
+            r = zero_time_one(w, plans[k], buf, n, dt, fns[k], per, &d);
+            if (i >= 0)
+                t[(size_t)k * (size_t)iters + (size_t)i] = d;
+        }
+    for (int k = 0; k < nfn && r == HCOMM_OK; k++) {
+        double *tk = t + (size_t)k * (size_t)iters;
+        qsort(tk, (size_t)iters, sizeof *tk, cmp_double);
+        med[k] = tk[iters / 2];
     }
     free(t);
     return r;
@@ -223,7 +238,10 @@ static hcomm_result_t zero_plan(hcomm_comm_t *w, const zopts_t *o, int stage,
     hcomm_result_t r = data && t ? HCOMM_OK : HCOMM_ERR_NOMEM;
     for (size_t i = 0; r == HCOMM_OK && i < n; i++)
         r = hcomm_tensor_init(&t[i], data, o->dt, 1, &len);
-    hcomm_zero_config_t c = {stage, o->bucket, HCOMM_SUM, o->rd, 0, 4};
+    /* ZeRO-3's plan keeps every released buffer: its gradients, written for every bucket
+     * before each step (as the all_reduce is given them), are as many as the buckets. */
+    int spares = stage < 3 ? 4 : HCOMM_ZERO_SPARES_MAX;
+    hcomm_zero_config_t c = {stage, o->bucket, HCOMM_SUM, o->rd, 0, spares};
     if (r == HCOMM_OK)
         r = hcomm_zero_create(w, NULL, t, (int)n, &c, p);
     for (size_t i = 0; r == HCOMM_OK && i < n; i++) { /* gradients to reduce */
@@ -261,11 +279,10 @@ static hcomm_result_t zero_rank(hcomm_comm_t *w, void *arg) {
     if (!buf)
         return HCOMM_ERR_NOMEM;
     const zstep_fn fns[] = {z_ar, z_ag, z_rs, z_step12, z_step3, z_step12_nb, z_plain};
+    hcomm_zero_plan_t *const plans[] = {plan, plan, plan, plan, plan3, plan, plan};
     double t[7] = {0};
-    hcomm_result_t r = HCOMM_OK;
-    for (int k = 0; k < 7 && r == HCOMM_OK; k++)
-        r = zero_time(w, k == 4 ? plan3 : plan, buf, n, o->dt, fns[k], o->iters,
-                      o->size < (1u << 20) ? o->size : 1u << 20, &t[k]);
+    hcomm_result_t r = zero_time(w, plans, buf, n, o->dt, fns, 7, o->iters,
+                                 o->size < (1u << 20) ? o->size : 1u << 20, t);
     free(buf);
     hcomm_zero_destroy(&plan);
     hcomm_zero_destroy(&plan3);
