@@ -81,6 +81,25 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t
     return HCOMM_OK;
 }
 
+/* An f32 or f64 sum of the piece at byte offset off in one pass over every input
+ * (hcomm__reduce_many), where every peer's input is a view here: dst = mine where the call is
+ * in place (each column is read before it is written). False where it does not apply. */
+static bool sum_views(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all, size_t off,
+                      const void *mine, void *dst, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
+    enum { MAX_INPUTS = 64 };
+    const void *srcs[MAX_INPUTS];
+    int p = x->c->size;
+    if (op != HCOMM_SUM || (dt != HCOMM_F32 && dt != HCOMM_F64) || p > MAX_INPUTS)
+        return false;
+    for (int q = 0; q < p; q++) {
+        srcs[q] = q == x->c->rank ? mine : all[q].send.at ? all[q].send.at + off : NULL;
+        if (!srcs[q])
+            return false;
+    }
+    hcomm__reduce_many(dst, srcs, p, 0, n, dt, op);
+    return true;
+}
+
 /* reduce_range's scratch: a piece read out of a peer, a copy of the own piece (for halves:
  * the f32 accumulator), and one for partial results (streamed, or pieces only pushed). */
 #define RANGE_SCRATCH (3 * HCOMM__PR_PIECE_BYTES)
@@ -177,6 +196,13 @@ hcomm_result_t hcomm__pr_reduce_range(const hcomm__xfer_t *x, const hcomm__buf_p
                         : (void *)(tmp + 2 * HCOMM__PR_PIECE_BYTES),
              *acc = stream ? tmp + 2 * HCOMM__PR_PIECE_BYTES : dst;
         const void *mine = (const char *)send + at;
+        if (sum_views(x, all, at, mine, acc, n, dt, op)) {
+            if (stream)
+                hcomm__copy_stream(dst, acc, n * es);
+            if (push != HCOMM__PR_PUSH_NONE)
+                res = push_piece(x, all, dst, at, n * es, stream_out, push);
+            continue;
+        }
         bool own = acc == mine && x->c->rank != 0; /* rank 0's piece would land on this one's */
         if (own && commutes(dt, op)) {
             res = fold_piece(x, all, at, acc, tmp, n, dt, op);
