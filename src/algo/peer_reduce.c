@@ -197,8 +197,8 @@ hcomm_result_t hcomm__pr_reduce_range(const hcomm__xfer_t *x, const hcomm__buf_p
              *acc = stream ? tmp + 2 * HCOMM__PR_PIECE_BYTES : dst;
         const void *mine = (const char *)send + at;
         if (sum_views(x, all, at, mine, acc, n, dt, op)) {
-            if (stream)
-                hcomm__copy_stream(dst, acc, n * es);
+            if (acc != dst)
+                hcomm__copy_stream(dst, acc, n * es); /* streamed out of scratch */
             if (push != HCOMM__PR_PUSH_NONE)
                 res = push_piece(x, all, dst, at, n * es, stream_out, push);
             continue;
