@@ -81,15 +81,18 @@ static hcomm_result_t fold_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t
     return HCOMM_OK;
 }
 
-/* An f32 or f64 sum of the piece at byte offset off in one pass over every input
- * (hcomm__reduce_many), where every peer's input is a view here: dst = mine where the call is
- * in place (each column is read before it is written). False where it does not apply. */
+/* The piece at byte offset off reduced in one pass over every input (hcomm__reduce_many: an
+ * f32 or f64 sum, or a half-precision sum, product or mean through f32, rounded once), where
+ * every peer's input is a view here: dst = mine where the call is in place (each column is read
+ * before it is written). False where it does not apply. */
 static bool sum_views(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all, size_t off,
                       const void *mine, void *dst, size_t n, hcomm_dtype_t dt, hcomm_op_t op) {
     enum { MAX_INPUTS = 64 };
     const void *srcs[MAX_INPUTS];
     int p = x->c->size;
-    if (op != HCOMM_SUM || (dt != HCOMM_F32 && dt != HCOMM_F64) || p > MAX_INPUTS)
+    bool one_pass =
+        hcomm__sums_in_f32(dt, op) || (op == HCOMM_SUM && (dt == HCOMM_F32 || dt == HCOMM_F64));
+    if (!one_pass || p > MAX_INPUTS)
         return false;
     for (int q = 0; q < p; q++) {
         srcs[q] = q == x->c->rank ? mine : all[q].send.at ? all[q].send.at + off : NULL;
@@ -145,6 +148,24 @@ static hcomm_result_t push_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t
     return HCOMM_OK;
 }
 
+/* dst = every rank's piece at byte offset off accumulated in f32 in rank order (acc), then
+ * rounded once; tmp takes a piece copied out of a peer. */
+static hcomm_result_t accumulate_piece(const hcomm__xfer_t *x, const hcomm__buf_pair_t *all,
+                                       size_t off, const void *mine, void *dst, float *acc,
+                                       unsigned char *tmp, size_t n, hcomm_dtype_t dt,
+                                       hcomm_op_t op) {
+    for (int q = 0; q < x->c->size; q++) {
+        const void *in;
+        HCOMM__TRY(piece_of(x, all, q, off, mine, tmp, n * hcomm__dtype_size(dt), &in));
+        if (q == 0)
+            hcomm__widen(acc, in, n, dt);
+        else
+            hcomm__accumulate_half(acc, in, n, dt, op);
+    }
+    hcomm__round_half(dst, acc, n, dt, op, x->c->size);
+    return HCOMM_OK;
+}
+
 /* reduce_range for f16/bf16 sums, products and means (hcomm__sums_in_f32): every rank's piece
  * is accumulated in f32 in rank order (scratch piece 1), AVG divides there, and the sum is
  * rounded once: the bits of the serial reduction widened to f32, with no input widened whole
@@ -160,15 +181,9 @@ static hcomm_result_t reduce_range_f32(const hcomm__xfer_t *x, const hcomm__buf_
     for (size_t done = 0; done < len; done += step) {
         size_t n = len - done < step ? len - done : step, at = (off + done) * es;
         void *dst = stage ? (void *)(tmp + 2 * HCOMM__PR_PIECE_BYTES) : (char *)out + done * es;
-        for (int q = 0; q < x->c->size; q++) {
-            const void *in;
-            HCOMM__TRY(piece_of(x, all, q, at, (const char *)send + at, tmp, n * es, &in));
-            if (q == 0)
-                hcomm__widen(acc, in, n, dt);
-            else
-                hcomm__accumulate_half(acc, in, n, dt, op);
-        }
-        hcomm__round_half(dst, acc, n, dt, op, x->c->size);
+        const void *mine = (const char *)send + at;
+        if (!sum_views(x, all, at, mine, dst, n, dt, op))
+            HCOMM__TRY(accumulate_piece(x, all, at, mine, dst, acc, tmp, n, dt, op));
         if (stage && out)
             hcomm__copy_stream((char *)out + done * es, dst, n * es);
         if (push != HCOMM__PR_PUSH_NONE)
