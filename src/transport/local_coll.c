@@ -296,8 +296,9 @@ static hcomm_result_t gather_posted(hcomm_comm_t *c, const void *sendbuf, void *
     HCOMM__TRY(arrive(c));
     size_t off = 0, total = 0, n = each ? each[c->rank] : equal;
     for (int r = 0; r < c->size; r++) {
-        off += r < c->rank ? (each ? each[r] : equal) : 0;
-        total += each ? each[r] : equal;
+        size_t block = each ? each[r] : equal;
+        off += r < c->rank ? block : 0;
+        total += block;
     }
     bool stream = total >= GATHER_STREAM_BYTES;
     for (size_t done = 0; done < n; done += GATHER_PIECE_BYTES) {
